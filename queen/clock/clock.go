@@ -1,0 +1,38 @@
+// Package clock is the time seam of the broker.
+//
+// A broker's own clock only paces loops: sweeper sleeps, long-poll timeouts,
+// drain cadence, back-off. Correctness-relevant time (lease expiry, delays,
+// TTLs) is decided by PostgreSQL inside each statement, never here. Every loop
+// takes a Clock so the simulator can run it on virtual time.
+package clock
+
+import "time"
+
+// Clock tells the time and makes timers. Real is the production clock;
+// Sim is a virtual clock driven by the simulator.
+type Clock interface {
+	Now() time.Time
+	// NewTimer returns a timer that fires once after d.
+	NewTimer(d time.Duration) Timer
+}
+
+// Timer is the subset of *time.Timer that loops need.
+type Timer interface {
+	C() <-chan time.Time
+	// Stop prevents the timer from firing; it reports whether it stopped it.
+	Stop() bool
+}
+
+// Real is the wall clock.
+type Real struct{}
+
+// Now returns time.Now().
+func (Real) Now() time.Time { return time.Now() }
+
+// NewTimer wraps time.NewTimer.
+func (Real) NewTimer(d time.Duration) Timer { return realTimer{time.NewTimer(d)} }
+
+type realTimer struct{ t *time.Timer }
+
+func (r realTimer) C() <-chan time.Time { return r.t.C }
+func (r realTimer) Stop() bool          { return r.t.Stop() }

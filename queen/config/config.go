@@ -1,0 +1,240 @@
+// Package config parses the broker's configuration from the environment,
+// once, into a plain struct. A malformed value is an error that names the
+// variable; nothing else in the broker reads the environment.
+package config
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// DefaultTenant is the tenant of every request when tenancy is off, and of a
+// request that carries no x-queen-tenant header.
+const DefaultTenant = "00000000-0000-0000-0000-000000000001"
+
+// Config is everything the broker takes from its environment.
+type Config struct {
+	Host string // HOST, default 0.0.0.0
+	Port int    // PORT, default 6632
+
+	PGHost     string // PG_HOST, default localhost
+	PGPort     int    // PG_PORT, default 5432
+	PGUser     string // PG_USER, default postgres
+	PGPassword string // PG_PASSWORD, default postgres
+	PGDatabase string // PG_DATABASE, else PG_DB, default postgres
+	PGUseSSL   bool   // PG_USE_SSL, default false
+
+	DBPoolSize          int           // DB_POOL_SIZE, default 160
+	DBConnectionTimeout time.Duration // DB_CONNECTION_TIMEOUT (ms), default 2000
+	DBStatementTimeout  time.Duration // DB_STATEMENT_TIMEOUT (ms), default 30000
+	DBLockTimeout       time.Duration // DB_LOCK_TIMEOUT (ms), default 10000
+
+	DefaultTimeout          time.Duration // DEFAULT_TIMEOUT / POP_DEFAULT_TIMEOUT_MS (ms), default 30000
+	DefaultBatchSize        int           // DEFAULT_BATCH_SIZE, default 1
+	DefaultSubscriptionMode string        // DEFAULT_SUBSCRIPTION_MODE: all|new, default all
+
+	PopWaitInitial   time.Duration // POP_WAIT_INITIAL_INTERVAL_MS, default 100
+	PopWaitThreshold int           // POP_WAIT_BACKOFF_THRESHOLD, default 3
+	PopWaitFactor    float64       // POP_WAIT_BACKOFF_MULTIPLIER, default 2.0
+	PopWaitMax       time.Duration // POP_WAIT_MAX_INTERVAL_MS, default 1000
+
+	RetentionInterval  time.Duration // RETENTION_INTERVAL (ms), default 5000
+	RetentionBatchSize int           // RETENTION_BATCH_SIZE, default 1000
+
+	ServerID      string     // QUEEN_SERVER_ID, default $HOSTNAME, else queen-<8hex>
+	TenancyHeader bool       // QUEEN_TENANCY_HEADER, default false
+	MaxBodyBytes  int64      // QUEEN_MAX_BODY_BYTES, default 64 MiB
+	ApplySchema   bool       // QUEEN_APPLY_SCHEMA, default true
+	LogLevel      slog.Level // LOG_LEVEL: debug|info|warn|error, default info
+	LogJSON       bool       // QUEEN_LOG_JSON, default false
+}
+
+// Default returns the configuration with every default applied.
+func Default() Config {
+	return Config{
+		Host: "0.0.0.0", Port: 6632,
+		PGHost: "localhost", PGPort: 5432, PGUser: "postgres", PGPassword: "postgres", PGDatabase: "postgres",
+		DBPoolSize:              160,
+		DBConnectionTimeout:     2 * time.Second,
+		DBStatementTimeout:      30 * time.Second,
+		DBLockTimeout:           10 * time.Second,
+		DefaultTimeout:          30 * time.Second,
+		DefaultBatchSize:        1,
+		DefaultSubscriptionMode: "all",
+		PopWaitInitial:          100 * time.Millisecond,
+		PopWaitThreshold:        3,
+		PopWaitFactor:           2.0,
+		PopWaitMax:              time.Second,
+		RetentionInterval:       5 * time.Second,
+		RetentionBatchSize:      1000,
+		MaxBodyBytes:            64 << 20,
+		ApplySchema:             true,
+		LogLevel:                slog.LevelInfo,
+	}
+}
+
+// FromEnv parses the configuration. getenv is os.Getenv in production; tests
+// pass a map lookup. Every malformed variable is reported, not just the first.
+func FromEnv(getenv func(string) string) (Config, error) {
+	c := Default()
+	p := parser{getenv: getenv}
+	p.str("HOST", &c.Host)
+	p.intRange("PORT", &c.Port, 1, 65535)
+	p.str("PG_HOST", &c.PGHost)
+	p.intRange("PG_PORT", &c.PGPort, 1, 65535)
+	p.str("PG_USER", &c.PGUser)
+	p.str("PG_PASSWORD", &c.PGPassword)
+	p.str("PG_DB", &c.PGDatabase)
+	p.str("PG_DATABASE", &c.PGDatabase)
+	p.boolean("PG_USE_SSL", &c.PGUseSSL)
+	p.intRange("DB_POOL_SIZE", &c.DBPoolSize, 1, 10000)
+	p.millis("DB_CONNECTION_TIMEOUT", &c.DBConnectionTimeout)
+	p.millis("DB_STATEMENT_TIMEOUT", &c.DBStatementTimeout)
+	p.millis("DB_LOCK_TIMEOUT", &c.DBLockTimeout)
+	p.millis("POP_DEFAULT_TIMEOUT_MS", &c.DefaultTimeout)
+	p.millis("DEFAULT_TIMEOUT", &c.DefaultTimeout)
+	p.intRange("DEFAULT_BATCH_SIZE", &c.DefaultBatchSize, 1, 100000)
+	if v := strings.TrimSpace(getenv("DEFAULT_SUBSCRIPTION_MODE")); v != "" {
+		if m, ok := NormalizeSubscriptionMode(v); ok {
+			c.DefaultSubscriptionMode = m
+		} else {
+			p.fail("DEFAULT_SUBSCRIPTION_MODE", v, "want all or new")
+		}
+	}
+	p.millis("POP_WAIT_INITIAL_INTERVAL_MS", &c.PopWaitInitial)
+	p.intRange("POP_WAIT_BACKOFF_THRESHOLD", &c.PopWaitThreshold, 0, 1000)
+	p.float("POP_WAIT_BACKOFF_MULTIPLIER", &c.PopWaitFactor, 1, 100)
+	p.millis("POP_WAIT_MAX_INTERVAL_MS", &c.PopWaitMax)
+	p.millis("RETENTION_INTERVAL", &c.RetentionInterval)
+	p.intRange("RETENTION_BATCH_SIZE", &c.RetentionBatchSize, 1, 1000000)
+	p.str("QUEEN_SERVER_ID", &c.ServerID)
+	p.boolean("QUEEN_TENANCY_HEADER", &c.TenancyHeader)
+	var body int
+	if p.intRange("QUEEN_MAX_BODY_BYTES", &body, 1, 1<<40) {
+		c.MaxBodyBytes = int64(body)
+	}
+	p.boolean("QUEEN_APPLY_SCHEMA", &c.ApplySchema)
+	p.boolean("QUEEN_LOG_JSON", &c.LogJSON)
+	if v := strings.TrimSpace(getenv("LOG_LEVEL")); v != "" {
+		var lvl slog.Level
+		if err := lvl.UnmarshalText([]byte(v)); err != nil {
+			p.fail("LOG_LEVEL", v, "want debug, info, warn or error")
+		} else {
+			c.LogLevel = lvl
+		}
+	}
+	if c.ServerID == "" {
+		c.ServerID = getenv("HOSTNAME")
+	}
+	if c.ServerID == "" {
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		c.ServerID = "queen-" + hex.EncodeToString(b[:])
+	}
+	if c.DBConnectionTimeout <= 0 {
+		p.fail("DB_CONNECTION_TIMEOUT", getenv("DB_CONNECTION_TIMEOUT"), "must be positive")
+	}
+	return c, errors.Join(p.errs...)
+}
+
+// NormalizeSubscriptionMode maps the accepted spellings to all or new.
+func NormalizeSubscriptionMode(v string) (string, bool) {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "", "all":
+		return "all", true
+	case "new", "new-only", "new_only", "newonly":
+		return "new", true
+	}
+	return "", false
+}
+
+// DSN renders the PostgreSQL connection string.
+func (c Config) DSN() string {
+	ssl := "disable"
+	if c.PGUseSSL {
+		ssl = "require"
+	}
+	return fmt.Sprintf("host=%s port=%d user=%s password=%s dbname=%s sslmode=%s",
+		quote(c.PGHost), c.PGPort, quote(c.PGUser), quote(c.PGPassword), quote(c.PGDatabase), ssl)
+}
+
+// Addr is the HTTP listen address.
+func (c Config) Addr() string { return fmt.Sprintf("%s:%d", c.Host, c.Port) }
+
+func quote(s string) string {
+	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
+}
+
+type parser struct {
+	getenv func(string) string
+	errs   []error
+}
+
+func (p *parser) fail(name, val, why string) {
+	p.errs = append(p.errs, fmt.Errorf("config: %s=%q: %s", name, val, why))
+}
+
+func (p *parser) str(name string, dst *string) {
+	if v := p.getenv(name); v != "" {
+		*dst = v
+	}
+}
+
+func (p *parser) intRange(name string, dst *int, lo, hi int) bool {
+	v := strings.TrimSpace(p.getenv(name))
+	if v == "" {
+		return false
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		p.fail(name, v, "not an integer")
+		return false
+	}
+	if n < lo || n > hi {
+		p.fail(name, v, fmt.Sprintf("out of range [%d, %d]", lo, hi))
+		return false
+	}
+	*dst = n
+	return true
+}
+
+func (p *parser) millis(name string, dst *time.Duration) {
+	var n int
+	if p.intRange(name, &n, 0, 1<<31-1) {
+		*dst = time.Duration(n) * time.Millisecond
+	}
+}
+
+func (p *parser) float(name string, dst *float64, lo, hi float64) {
+	v := strings.TrimSpace(p.getenv(name))
+	if v == "" {
+		return
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || f < lo || f > hi {
+		p.fail(name, v, fmt.Sprintf("want a number in [%g, %g]", lo, hi))
+		return
+	}
+	*dst = f
+}
+
+func (p *parser) boolean(name string, dst *bool) {
+	v := strings.TrimSpace(p.getenv(name))
+	if v == "" {
+		return
+	}
+	switch strings.ToLower(v) {
+	case "true", "1", "yes", "on":
+		*dst = true
+	case "false", "0", "no", "off":
+		*dst = false
+	default:
+		p.fail(name, v, "want true/false, 1/0, yes/no or on/off")
+	}
+}

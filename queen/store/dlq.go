@@ -1,0 +1,67 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// DLQEntry is one dead-lettered message for one consumer group.
+type DLQEntry struct {
+	ID            string
+	TransactionID string
+	PartitionID   string
+	Queue         string
+	Partition     string
+	ConsumerGroup string
+	ErrorMessage  *string
+	RetryCount    int
+	Data          json.RawMessage
+	ProducerSub   *string
+	CreatedAt     time.Time
+	FailedAt      time.Time
+}
+
+// DLQFilter narrows a DLQ listing; empty fields match everything.
+type DLQFilter struct {
+	Tenant, Queue, Group string
+	Limit, Offset        int
+}
+
+// ListDLQ returns dead-lettered messages, newest failure first, and the
+// total matching the filter.
+func (s *Store) ListDLQ(ctx context.Context, f DLQFilter) ([]DLQEntry, int64, error) {
+	var out []DLQEntry
+	var total int64
+	err := s.inTx(ctx, func(tx pgx.Tx, now time.Time) error {
+		const where = ` FROM queen.dead_letter_queue d
+			JOIN queen.messages m ON m.id = d.message_id
+			JOIN queen.partitions p ON p.id = d.partition_id
+			JOIN queen.queues q ON q.id = p.queue_id
+			WHERE q.tenant_id = $1 AND ($2 = '' OR q.name = $2) AND ($3 = '' OR d.consumer_group = $3)`
+		if err := tx.QueryRow(ctx, `SELECT count(*)`+where, f.Tenant, f.Queue, f.Group).Scan(&total); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT m.id::text, m.transaction_id, p.id::text, q.name, p.name, d.consumer_group,
+				d.error_message, d.retry_count, m.payload, m.producer_sub, m.created_at, d.failed_at`+where+`
+			ORDER BY d.failed_at DESC, d.id DESC LIMIT $4 OFFSET $5`, f.Tenant, f.Queue, f.Group, f.Limit, f.Offset)
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (DLQEntry, error) {
+			var e DLQEntry
+			var payload []byte
+			err := r.Scan(&e.ID, &e.TransactionID, &e.PartitionID, &e.Queue, &e.Partition, &e.ConsumerGroup,
+				&e.ErrorMessage, &e.RetryCount, &payload, &e.ProducerSub, &e.CreatedAt, &e.FailedAt)
+			if payload == nil {
+				payload = []byte("null")
+			}
+			e.Data = payload
+			return e, err
+		})
+		return err
+	})
+	return out, total, err
+}

@@ -1,0 +1,63 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"net"
+
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Class is what a caller should do about a database error.
+type Class int
+
+const (
+	// Permanent: the same statement will fail again (constraint, bad data,
+	// a RAISE). Retrying is pointless.
+	Permanent Class = iota
+	// Transient: the database or the path to it is unavailable or
+	// overloaded; the same statement may succeed later.
+	Transient
+)
+
+// Classify decides by SQLSTATE, never by message text. An error without a
+// SQLSTATE is the connection itself and so transient; so are serialization
+// failures, deadlocks and classes 08 (connection), 53 (resources), 57
+// (operator intervention, which includes statement timeout cancels) and 58
+// (system error).
+func Classify(err error) Class {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return Transient
+	}
+	switch pgErr.Code {
+	case pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected, pgerrcode.LockNotAvailable:
+		return Transient
+	}
+	switch {
+	case pgerrcode.IsConnectionException(pgErr.Code),
+		pgerrcode.IsInsufficientResources(pgErr.Code),
+		pgerrcode.IsOperatorIntervention(pgErr.Code),
+		pgerrcode.IsSystemError(pgErr.Code):
+		return Transient
+	}
+	return Permanent
+}
+
+// Unavailable reports whether err means "the database cannot be reached or
+// cannot serve right now" — the 503 class — as opposed to a bug or bad data.
+// A caller's own context cancellation is not unavailability.
+func Unavailable(err error) bool {
+	if err == nil {
+		return false
+	}
+	if _, ok := IsRollback(err); ok {
+		return false
+	}
+	var ne net.Error
+	if errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	return Classify(err) == Transient
+}

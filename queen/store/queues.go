@@ -1,0 +1,379 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// DefaultPartition is the partition a push without one lands in.
+const DefaultPartition = "Default"
+
+// QueueOptions is a queue's configuration, with Queen's defaults.
+type QueueOptions struct {
+	Priority                  int  `json:"priority"`
+	LeaseTime                 int  `json:"leaseTime"`
+	RetryLimit                int  `json:"retryLimit"`
+	RetryDelay                int  `json:"retryDelay"`
+	MaxSize                   int  `json:"maxSize"`
+	TTL                       int  `json:"ttl"`
+	DeadLetterQueue           bool `json:"deadLetterQueue"`
+	DLQAfterMaxRetries        bool `json:"dlqAfterMaxRetries"`
+	DelayedProcessing         int  `json:"delayedProcessing"`
+	WindowBuffer              int  `json:"windowBuffer"`
+	RetentionSeconds          int  `json:"retentionSeconds"`
+	CompletedRetentionSeconds int  `json:"completedRetentionSeconds"`
+	RetentionEnabled          bool `json:"retentionEnabled"`
+	EncryptionEnabled         bool `json:"encryptionEnabled"`
+	MaxWaitTimeSeconds        int  `json:"maxWaitTimeSeconds"`
+}
+
+// DefaultQueueOptions are the options of a queue nobody configured.
+func DefaultQueueOptions() QueueOptions {
+	return QueueOptions{LeaseTime: 300, RetryLimit: 3, RetryDelay: 1000, TTL: 3600}
+}
+
+// OptionPatch holds the options a configure call mentioned; nil means
+// "not mentioned".
+type OptionPatch struct {
+	Priority, LeaseTime, RetryLimit, RetryDelay, MaxSize, TTL                    *int
+	DelayedProcessing, WindowBuffer, RetentionSeconds, CompletedRetentionSeconds *int
+	MaxWaitTimeSeconds                                                           *int
+	DeadLetterQueue, DLQAfterMaxRetries, RetentionEnabled, EncryptionEnabled     *bool
+}
+
+// Apply writes the mentioned options over o.
+func (p OptionPatch) Apply(o *QueueOptions) {
+	setI := func(dst *int, v *int) {
+		if v != nil {
+			*dst = *v
+		}
+	}
+	setB := func(dst *bool, v *bool) {
+		if v != nil {
+			*dst = *v
+		}
+	}
+	setI(&o.Priority, p.Priority)
+	setI(&o.LeaseTime, p.LeaseTime)
+	setI(&o.RetryLimit, p.RetryLimit)
+	setI(&o.RetryDelay, p.RetryDelay)
+	setI(&o.MaxSize, p.MaxSize)
+	setI(&o.TTL, p.TTL)
+	setI(&o.DelayedProcessing, p.DelayedProcessing)
+	setI(&o.WindowBuffer, p.WindowBuffer)
+	setI(&o.RetentionSeconds, p.RetentionSeconds)
+	setI(&o.CompletedRetentionSeconds, p.CompletedRetentionSeconds)
+	setI(&o.MaxWaitTimeSeconds, p.MaxWaitTimeSeconds)
+	setB(&o.DeadLetterQueue, p.DeadLetterQueue)
+	setB(&o.DLQAfterMaxRetries, p.DLQAfterMaxRetries)
+	setB(&o.RetentionEnabled, p.RetentionEnabled)
+	setB(&o.EncryptionEnabled, p.EncryptionEnabled)
+}
+
+// Queue is one queue row.
+type Queue struct {
+	ID        string
+	Tenant    string
+	Name      string
+	Namespace string
+	Task      string
+	Options   QueueOptions
+	CreatedAt time.Time
+}
+
+const queueColumns = `id, tenant_id::text, name, coalesce(namespace, ''), coalesce(task, ''),
+	priority, lease_time, retry_limit, retry_delay, max_queue_size, ttl, dead_letter_queue,
+	dlq_after_max_retries, delayed_processing, window_buffer, retention_seconds,
+	completed_retention_seconds, retention_enabled, encryption_enabled, max_wait_time_seconds, created_at`
+
+func scanQueue(row pgx.Row) (Queue, error) {
+	var q Queue
+	o := &q.Options
+	err := row.Scan(&q.ID, &q.Tenant, &q.Name, &q.Namespace, &q.Task,
+		&o.Priority, &o.LeaseTime, &o.RetryLimit, &o.RetryDelay, &o.MaxSize, &o.TTL, &o.DeadLetterQueue,
+		&o.DLQAfterMaxRetries, &o.DelayedProcessing, &o.WindowBuffer, &o.RetentionSeconds,
+		&o.CompletedRetentionSeconds, &o.RetentionEnabled, &o.EncryptionEnabled, &o.MaxWaitTimeSeconds, &q.CreatedAt)
+	return q, err
+}
+
+// ErrNotFound is returned when a named object does not exist.
+var ErrNotFound = errors.New("not found")
+
+func getQueue(ctx context.Context, db pgx.Tx, tenant, name string, forUpdate bool) (Queue, error) {
+	sql := `SELECT ` + queueColumns + ` FROM queen.queues WHERE tenant_id = $1 AND name = $2`
+	if forUpdate {
+		sql += ` FOR UPDATE`
+	}
+	q, err := scanQueue(db.QueryRow(ctx, sql, tenant, name))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return q, ErrNotFound
+	}
+	return q, err
+}
+
+// splitName derives namespace and task from a dotted queue name
+// ("billing.invoices" -> "billing", "invoices"), as Queen does for queues
+// created implicitly.
+func splitName(name string) (ns, task string) {
+	if i := strings.IndexByte(name, '.'); i > 0 && i < len(name)-1 {
+		return name[:i], name[i+1:]
+	}
+	return "", ""
+}
+
+// ConfigureInput is a configure call.
+type ConfigureInput struct {
+	Tenant, Queue   string
+	Namespace, Task *string
+	Patch           OptionPatch
+	Replace         bool // restore every unmentioned option to its default
+}
+
+// ConfigureResult echoes the stored configuration.
+type ConfigureResult struct {
+	Queue              Queue
+	DefaultPartitionID string
+}
+
+// Configure creates or updates a queue and makes sure its Default partition
+// exists. Merge keeps unmentioned options; Replace resets them.
+func (s *Store) Configure(ctx context.Context, in ConfigureInput) (ConfigureResult, error) {
+	var res ConfigureResult
+	err := s.inTx(ctx, func(tx pgx.Tx, now time.Time) error {
+		q, err := getQueue(ctx, tx, in.Tenant, in.Queue, true)
+		exists := err == nil
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		if !exists || in.Replace {
+			q.Options = DefaultQueueOptions()
+		}
+		if !exists {
+			q.ID = s.ids.New()
+			q.Namespace, q.Task = splitName(in.Queue)
+		}
+		if in.Namespace != nil {
+			q.Namespace = *in.Namespace
+		}
+		if in.Task != nil {
+			q.Task = *in.Task
+		}
+		in.Patch.Apply(&q.Options)
+		o := q.Options
+		err = tx.QueryRow(ctx, `
+			INSERT INTO queen.queues (id, tenant_id, name, namespace, task, priority, lease_time, retry_limit,
+				retry_delay, max_queue_size, ttl, dead_letter_queue, dlq_after_max_retries, delayed_processing,
+				window_buffer, retention_seconds, completed_retention_seconds, retention_enabled,
+				encryption_enabled, max_wait_time_seconds, created_at)
+			VALUES ($1, $2, $3, nullif($4, ''), nullif($5, ''), $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)
+			ON CONFLICT (tenant_id, name) DO UPDATE SET
+				namespace = EXCLUDED.namespace, task = EXCLUDED.task, priority = EXCLUDED.priority,
+				lease_time = EXCLUDED.lease_time, retry_limit = EXCLUDED.retry_limit,
+				retry_delay = EXCLUDED.retry_delay, max_queue_size = EXCLUDED.max_queue_size, ttl = EXCLUDED.ttl,
+				dead_letter_queue = EXCLUDED.dead_letter_queue, dlq_after_max_retries = EXCLUDED.dlq_after_max_retries,
+				delayed_processing = EXCLUDED.delayed_processing, window_buffer = EXCLUDED.window_buffer,
+				retention_seconds = EXCLUDED.retention_seconds,
+				completed_retention_seconds = EXCLUDED.completed_retention_seconds,
+				retention_enabled = EXCLUDED.retention_enabled, encryption_enabled = EXCLUDED.encryption_enabled,
+				max_wait_time_seconds = EXCLUDED.max_wait_time_seconds
+			RETURNING `+queueColumns,
+			q.ID, in.Tenant, in.Queue, q.Namespace, q.Task, o.Priority, o.LeaseTime, o.RetryLimit,
+			o.RetryDelay, o.MaxSize, o.TTL, o.DeadLetterQueue, o.DLQAfterMaxRetries, o.DelayedProcessing,
+			o.WindowBuffer, o.RetentionSeconds, o.CompletedRetentionSeconds, o.RetentionEnabled,
+			o.EncryptionEnabled, o.MaxWaitTimeSeconds, now).Scan(
+			&q.ID, &q.Tenant, &q.Name, &q.Namespace, &q.Task,
+			&q.Options.Priority, &q.Options.LeaseTime, &q.Options.RetryLimit, &q.Options.RetryDelay,
+			&q.Options.MaxSize, &q.Options.TTL, &q.Options.DeadLetterQueue, &q.Options.DLQAfterMaxRetries,
+			&q.Options.DelayedProcessing, &q.Options.WindowBuffer, &q.Options.RetentionSeconds,
+			&q.Options.CompletedRetentionSeconds, &q.Options.RetentionEnabled, &q.Options.EncryptionEnabled,
+			&q.Options.MaxWaitTimeSeconds, &q.CreatedAt)
+		if err != nil {
+			return err
+		}
+		res.Queue = q
+		res.DefaultPartitionID, err = s.ensurePartition(ctx, tx, q.ID, DefaultPartition, now)
+		return err
+	})
+	return res, err
+}
+
+// ensureQueue returns the queue's id, creating it with default options if
+// it does not exist. DO NOTHING + SELECT rather than an upsert, so pushes to
+// one queue never queue up behind a row lock on it.
+func (s *Store) ensureQueue(ctx context.Context, tx pgx.Tx, tenant, name string, now time.Time) (Queue, error) {
+	q, err := getQueue(ctx, tx, tenant, name, false)
+	if err == nil || !errors.Is(err, ErrNotFound) {
+		return q, err
+	}
+	ns, task := splitName(name)
+	d := DefaultQueueOptions()
+	if _, err := tx.Exec(ctx, `
+		INSERT INTO queen.queues (id, tenant_id, name, namespace, task, lease_time, retry_limit, retry_delay, ttl, created_at)
+		VALUES ($1, $2, $3, nullif($4, ''), nullif($5, ''), $6, $7, $8, $9, $10)
+		ON CONFLICT (tenant_id, name) DO NOTHING`,
+		s.ids.New(), tenant, name, ns, task, d.LeaseTime, d.RetryLimit, d.RetryDelay, d.TTL, now); err != nil {
+		return q, err
+	}
+	return getQueue(ctx, tx, tenant, name, false)
+}
+
+// ensurePartition returns the partition's id, creating it if needed.
+func (s *Store) ensurePartition(ctx context.Context, tx pgx.Tx, queueID, name string, now time.Time) (string, error) {
+	var id string
+	err := tx.QueryRow(ctx, `SELECT id FROM queen.partitions WHERE queue_id = $1 AND name = $2`, queueID, name).Scan(&id)
+	if err == nil || !errors.Is(err, pgx.ErrNoRows) {
+		return id, err
+	}
+	if _, err := tx.Exec(ctx, `
+		INSERT INTO queen.partitions (id, queue_id, name, created_at, last_activity) VALUES ($1, $2, $3, $4, $4)
+		ON CONFLICT (queue_id, name) DO NOTHING`, s.ids.New(), queueID, name, now); err != nil {
+		return "", err
+	}
+	err = tx.QueryRow(ctx, `SELECT id FROM queen.partitions WHERE queue_id = $1 AND name = $2`, queueID, name).Scan(&id)
+	return id, err
+}
+
+// QueueInfo is a queue with its counts, for the resources routes.
+type QueueInfo struct {
+	Queue
+	Partitions []PartitionInfo
+	Messages   int64 // rows stored
+	Pending    int64 // not yet consumed in queue mode
+	DLQ        int64
+}
+
+// PartitionInfo is a partition with its counts.
+type PartitionInfo struct {
+	ID            string
+	Name          string
+	Messages      int64
+	Pending       int64 // beyond the queue-mode cursor
+	LastMessageAt *time.Time
+	CreatedAt     time.Time
+}
+
+// ListQueues lists the tenant's queues with counts.
+func (s *Store) ListQueues(ctx context.Context, tenant string) ([]QueueInfo, error) {
+	var out []QueueInfo
+	err := s.inTx(ctx, func(tx pgx.Tx, now time.Time) error {
+		rows, err := tx.Query(ctx, `SELECT `+queueColumns+` FROM queen.queues WHERE tenant_id = $1 ORDER BY name`, tenant)
+		if err != nil {
+			return err
+		}
+		qs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Queue, error) { return scanQueue(r) })
+		if err != nil {
+			return err
+		}
+		for _, q := range qs {
+			info, err := queueInfo(ctx, tx, q)
+			if err != nil {
+				return err
+			}
+			out = append(out, info)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// GetQueue returns one queue with its partitions and counts.
+func (s *Store) GetQueue(ctx context.Context, tenant, name string) (QueueInfo, error) {
+	var out QueueInfo
+	err := s.inTx(ctx, func(tx pgx.Tx, now time.Time) error {
+		q, err := getQueue(ctx, tx, tenant, name, false)
+		if err != nil {
+			return err
+		}
+		out, err = queueInfo(ctx, tx, q)
+		return err
+	})
+	return out, err
+}
+
+func queueInfo(ctx context.Context, tx pgx.Tx, q Queue) (QueueInfo, error) {
+	info := QueueInfo{Queue: q}
+	rows, err := tx.Query(ctx, `
+		SELECT p.id, p.name, p.created_at, p.last_message_at,
+			(SELECT count(*) FROM queen.messages m WHERE m.partition_id = p.id),
+			(SELECT count(*) FROM queen.messages m WHERE m.partition_id = p.id
+				AND m.seq > coalesce((SELECT pc.last_consumed_seq FROM queen.partition_consumers pc
+					WHERE pc.partition_id = p.id AND pc.consumer_group = '__QUEUE_MODE__'), 0))
+		FROM queen.partitions p WHERE p.queue_id = $1 ORDER BY p.name`, q.ID)
+	if err != nil {
+		return info, err
+	}
+	info.Partitions, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (PartitionInfo, error) {
+		var p PartitionInfo
+		err := r.Scan(&p.ID, &p.Name, &p.CreatedAt, &p.LastMessageAt, &p.Messages, &p.Pending)
+		return p, err
+	})
+	if err != nil {
+		return info, err
+	}
+	for _, p := range info.Partitions {
+		info.Messages += p.Messages
+		info.Pending += p.Pending
+	}
+	err = tx.QueryRow(ctx, `SELECT count(*) FROM queen.dead_letter_queue d JOIN queen.partitions p ON p.id = d.partition_id
+		WHERE p.queue_id = $1`, q.ID).Scan(&info.DLQ)
+	return info, err
+}
+
+// DeleteQueue removes a queue and, by cascade, its partitions, messages,
+// cursors and DLQ rows. It reports whether the queue existed.
+func (s *Store) DeleteQueue(ctx context.Context, tenant, name string) (bool, error) {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM queen.queues WHERE tenant_id = $1 AND name = $2`, tenant, name)
+	if err != nil {
+		return false, err
+	}
+	return tag.RowsAffected() > 0, nil
+}
+
+// Overview is the tenant-wide summary.
+type Overview struct {
+	Queues, Partitions, Messages, Pending, DLQ, ActiveLeases int64
+	Namespaces, Tasks                                        []string
+}
+
+// Overview counts the tenant's objects.
+func (s *Store) Overview(ctx context.Context, tenant string) (Overview, error) {
+	var o Overview
+	err := s.inTx(ctx, func(tx pgx.Tx, now time.Time) error {
+		err := tx.QueryRow(ctx, `
+			SELECT
+				(SELECT count(*) FROM queen.queues q WHERE q.tenant_id = $1),
+				(SELECT count(*) FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE q.tenant_id = $1),
+				(SELECT count(*) FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id
+					JOIN queen.queues q ON q.id = p.queue_id WHERE q.tenant_id = $1),
+				(SELECT coalesce(sum(p.last_seq - coalesce(pc.last_consumed_seq, 0)), 0)::bigint
+					FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+					LEFT JOIN queen.partition_consumers pc ON pc.partition_id = p.id AND pc.consumer_group = '__QUEUE_MODE__'
+					WHERE q.tenant_id = $1),
+				(SELECT count(*) FROM queen.dead_letter_queue d JOIN queen.partitions p ON p.id = d.partition_id
+					JOIN queen.queues q ON q.id = p.queue_id WHERE q.tenant_id = $1),
+				(SELECT count(*) FROM queen.partition_consumers pc JOIN queen.partitions p ON p.id = pc.partition_id
+					JOIN queen.queues q ON q.id = p.queue_id WHERE q.tenant_id = $1 AND pc.lease_expires_at > $2)`,
+			tenant, now).Scan(&o.Queues, &o.Partitions, &o.Messages, &o.Pending, &o.DLQ, &o.ActiveLeases)
+		if err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT DISTINCT namespace FROM queen.queues WHERE tenant_id = $1 AND namespace IS NOT NULL ORDER BY 1`, tenant)
+		if err != nil {
+			return err
+		}
+		if o.Namespaces, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+			return err
+		}
+		rows, err = tx.Query(ctx, `SELECT DISTINCT task FROM queen.queues WHERE tenant_id = $1 AND task IS NOT NULL ORDER BY 1`, tenant)
+		if err != nil {
+			return err
+		}
+		o.Tasks, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	})
+	return o, err
+}

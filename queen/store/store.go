@@ -1,0 +1,153 @@
+// Package store is queen's PostgreSQL layer: the embedded schema migrations,
+// every SQL statement the broker runs, and the classification of database
+// errors by SQLSTATE. It knows nothing of HTTP.
+//
+// Correctness time is PostgreSQL's: each transaction reads
+// coalesce($now, now()) once and decides lease expiry, delays and windows
+// against it. Production passes NULL; the simulator passes one virtual
+// instant through Options.DBNow.
+package store
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/queen-go/queen/queen/ids"
+)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// migrationLock serialises schema migration across brokers starting at once.
+const migrationLock = 737000
+
+// Options configure a Store.
+type Options struct {
+	// DBNow, when set, returns the instant the database must treat as now.
+	// Nil (production) means PostgreSQL's now().
+	DBNow func() *time.Time
+	// IDs mints message ids and lease tokens.
+	IDs *ids.Source
+}
+
+// Store runs queen's statements over a connection pool.
+type Store struct {
+	pool  *pgxpool.Pool
+	dbNow func() *time.Time
+	ids   *ids.Source
+}
+
+// New wraps an open pool.
+func New(pool *pgxpool.Pool, o Options) *Store {
+	if o.DBNow == nil {
+		o.DBNow = func() *time.Time { return nil }
+	}
+	return &Store{pool: pool, dbNow: o.DBNow, ids: o.IDs}
+}
+
+// Pool exposes the pool for health and metrics.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Ping checks that a connection can be had and answers.
+func (s *Store) Ping(ctx context.Context) error {
+	return s.pool.Ping(ctx)
+}
+
+// Migrate applies every embedded migration not yet applied. It holds an
+// advisory lock for the duration, so brokers starting together take turns;
+// each migration runs in its own transaction and is recorded in
+// queen.schema_migrations, so a rerun is a no-op.
+func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate: acquire: %w", err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, migrationLock); err != nil {
+		return fmt.Errorf("migrate: lock: %w", err)
+	}
+	defer func() {
+		_, _ = conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, migrationLock)
+	}()
+	if _, err := conn.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS queen;
+		CREATE TABLE IF NOT EXISTS queen.schema_migrations (
+			version text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		return fmt.Errorf("migrate: bookkeeping table: %w", err)
+	}
+	names, err := fs.Glob(migrationFS, "migrations/*.sql")
+	if err != nil {
+		return err
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		version := strings.TrimSuffix(strings.TrimPrefix(name, "migrations/"), ".sql")
+		var done bool
+		if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM queen.schema_migrations WHERE version = $1)`, version).Scan(&done); err != nil {
+			return fmt.Errorf("migrate %s: %w", version, err)
+		}
+		if done {
+			continue
+		}
+		body, err := migrationFS.ReadFile(name)
+		if err != nil {
+			return err
+		}
+		err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, string(body)); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO queen.schema_migrations (version) VALUES ($1)`, version)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("migrate %s: %w", version, err)
+		}
+	}
+	return nil
+}
+
+// inTx runs fn in a READ COMMITTED transaction and hands it the database's
+// notion of now, read once at the start.
+func (s *Store) inTx(ctx context.Context, fn func(tx pgx.Tx, now time.Time) error) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var now time.Time
+		if err := tx.QueryRow(ctx, `SELECT coalesce($1::timestamptz, now())`, s.dbNow()).Scan(&now); err != nil {
+			return err
+		}
+		return fn(tx, now)
+	})
+}
+
+// Now returns the database's current instant (or the injected one).
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	var now time.Time
+	err := s.pool.QueryRow(ctx, `SELECT coalesce($1::timestamptz, now())`, s.dbNow()).Scan(&now)
+	return now, err
+}
+
+// errRollback carries a business failure out of a transaction so that it
+// rolls back without being mistaken for a database error.
+type errRollback struct{ msg string }
+
+func (e *errRollback) Error() string { return e.msg }
+
+func rollback(format string, a ...any) error { return &errRollback{fmt.Sprintf(format, a...)} }
+
+// IsRollback reports whether err is a business failure that rolled a
+// transaction back (as opposed to a database error), and its message.
+func IsRollback(err error) (string, bool) {
+	var r *errRollback
+	if errors.As(err, &r) {
+		return r.msg, true
+	}
+	return "", false
+}
