@@ -57,7 +57,7 @@ func NormalizeAckStatus(s string) string {
 // Per-item failures are results, not errors.
 func (s *Store) Ack(ctx context.Context, tenant, group string, items []AckItem) ([]AckResult, error) {
 	var out []AckResult
-	err := s.inTx(ctx, func(tx pgx.Tx, now time.Time) error {
+	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx, now time.Time) error {
 		var err error
 		out, err = ackTx(ctx, tx, now, tenant, group, items, false)
 		return err
@@ -259,7 +259,7 @@ func ackTx(ctx context.Context, tx pgx.Tx, now time.Time, tenant, group string, 
 func (s *Store) ExtendLease(ctx context.Context, tenant, leaseID string, seconds int) (int64, *time.Time, error) {
 	var n int64
 	var exp *time.Time
-	err := s.inTx(ctx, func(tx pgx.Tx, now time.Time) error {
+	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx, now time.Time) error {
 		rows, err := tx.Query(ctx, `
 			UPDATE queen.partition_consumers pc
 			SET lease_expires_at = GREATEST(pc.lease_expires_at, $3::timestamptz + make_interval(secs => $4::int))

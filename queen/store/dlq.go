@@ -35,7 +35,7 @@ type DLQFilter struct {
 func (s *Store) ListDLQ(ctx context.Context, f DLQFilter) ([]DLQEntry, int64, error) {
 	var out []DLQEntry
 	var total int64
-	err := s.inTx(ctx, func(tx pgx.Tx, now time.Time) error {
+	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx, now time.Time) error {
 		const where = ` FROM queen.dead_letter_queue d
 			JOIN queen.messages m ON m.id = d.message_id
 			JOIN queen.partitions p ON p.id = d.partition_id

@@ -91,7 +91,7 @@ func (s *Store) Pop(ctx context.Context, req PopRequest) (PopResult, error) {
 		// The client is gone: claim nothing.
 		return res, err
 	}
-	err := s.inTx(ctx, func(tx pgx.Tx, now time.Time) error {
+	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx, now time.Time) error {
 		q, err := getQueue(ctx, tx, req.Tenant, req.Queue, false)
 		if errors.Is(err, ErrNotFound) {
 			return nil
@@ -309,7 +309,7 @@ func (s *Store) QueuesFor(ctx context.Context, tenant, namespace, task string) (
 // went away after the claim committed.
 func (s *Store) Release(ctx context.Context, leaseID string) (int64, error) {
 	var n int64
-	err := s.inTx(ctx, func(tx pgx.Tx, now time.Time) error {
+	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx, now time.Time) error {
 		tag, err := tx.Exec(ctx, `UPDATE queen.partition_consumers
 			SET worker_id = NULL, lease_expires_at = NULL, lease_acquired_at = NULL
 			WHERE worker_id = $1 AND lease_expires_at > $2`, leaseID, now)

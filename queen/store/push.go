@@ -34,7 +34,7 @@ type PushResult struct {
 // Queues and partitions are created on first use.
 func (s *Store) Push(ctx context.Context, tenant string, items []PushItem, producerSub string) ([]PushResult, error) {
 	var out []PushResult
-	err := s.inTx(ctx, func(tx pgx.Tx, now time.Time) error {
+	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx, now time.Time) error {
 		var err error
 		out, err = s.pushTx(ctx, tx, now, tenant, items, producerSub)
 		return err

@@ -143,7 +143,7 @@ type ConfigureResult struct {
 // exists. Merge keeps unmentioned options; Replace resets them.
 func (s *Store) Configure(ctx context.Context, in ConfigureInput) (ConfigureResult, error) {
 	var res ConfigureResult
-	err := s.inTx(ctx, func(tx pgx.Tx, now time.Time) error {
+	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx, now time.Time) error {
 		q, err := getQueue(ctx, tx, in.Tenant, in.Queue, true)
 		exists := err == nil
 		if err != nil && !errors.Is(err, ErrNotFound) {
@@ -259,7 +259,7 @@ type PartitionInfo struct {
 // ListQueues lists the tenant's queues with counts.
 func (s *Store) ListQueues(ctx context.Context, tenant string) ([]QueueInfo, error) {
 	var out []QueueInfo
-	err := s.inTx(ctx, func(tx pgx.Tx, now time.Time) error {
+	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx, now time.Time) error {
 		rows, err := tx.Query(ctx, `SELECT `+queueColumns+` FROM queen.queues WHERE tenant_id = $1 ORDER BY name`, tenant)
 		if err != nil {
 			return err
@@ -283,7 +283,7 @@ func (s *Store) ListQueues(ctx context.Context, tenant string) ([]QueueInfo, err
 // GetQueue returns one queue with its partitions and counts.
 func (s *Store) GetQueue(ctx context.Context, tenant, name string) (QueueInfo, error) {
 	var out QueueInfo
-	err := s.inTx(ctx, func(tx pgx.Tx, now time.Time) error {
+	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx, now time.Time) error {
 		q, err := getQueue(ctx, tx, tenant, name, false)
 		if err != nil {
 			return err
@@ -342,7 +342,7 @@ type Overview struct {
 // Overview counts the tenant's objects.
 func (s *Store) Overview(ctx context.Context, tenant string) (Overview, error) {
 	var o Overview
-	err := s.inTx(ctx, func(tx pgx.Tx, now time.Time) error {
+	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx, now time.Time) error {
 		err := tx.QueryRow(ctx, `
 			SELECT
 				(SELECT count(*) FROM queen.queues q WHERE q.tenant_id = $1),

@@ -37,13 +37,18 @@ type Options struct {
 	DBNow func() *time.Time
 	// IDs mints message ids and lease tokens.
 	IDs *ids.Source
+	// TxTimeout bounds every transaction on the client side, so a database
+	// that stopped answering (a blackholed link) fails the call instead of
+	// hanging it. Zero means no bound beyond the caller's context.
+	TxTimeout time.Duration
 }
 
 // Store runs queen's statements over a connection pool.
 type Store struct {
-	pool  *pgxpool.Pool
-	dbNow func() *time.Time
-	ids   *ids.Source
+	pool      *pgxpool.Pool
+	dbNow     func() *time.Time
+	ids       *ids.Source
+	txTimeout time.Duration
 }
 
 // New wraps an open pool.
@@ -51,7 +56,7 @@ func New(pool *pgxpool.Pool, o Options) *Store {
 	if o.DBNow == nil {
 		o.DBNow = func() *time.Time { return nil }
 	}
-	return &Store{pool: pool, dbNow: o.DBNow, ids: o.IDs}
+	return &Store{pool: pool, dbNow: o.DBNow, ids: o.IDs, txTimeout: o.TxTimeout}
 }
 
 // Pool exposes the pool for health and metrics.
@@ -117,13 +122,18 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 
 // inTx runs fn in a READ COMMITTED transaction and hands it the database's
 // notion of now, read once at the start.
-func (s *Store) inTx(ctx context.Context, fn func(tx pgx.Tx, now time.Time) error) error {
+func (s *Store) inTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx, now time.Time) error) error {
+	if s.txTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.txTimeout)
+		defer cancel()
+	}
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var now time.Time
 		if err := tx.QueryRow(ctx, `SELECT coalesce($1::timestamptz, now())`, s.dbNow()).Scan(&now); err != nil {
 			return err
 		}
-		return fn(tx, now)
+		return fn(ctx, tx, now)
 	})
 }
 

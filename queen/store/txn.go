@@ -37,7 +37,7 @@ type TxnResult struct {
 // and does not abort the transaction, so a retried transaction is safe.
 func (s *Store) Transaction(ctx context.Context, tenant string, ops []TxnOp, requiredLeases []string, producerSub string) ([]TxnResult, error) {
 	var out []TxnResult
-	err := s.inTx(ctx, func(tx pgx.Tx, now time.Time) error {
+	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx, now time.Time) error {
 		out = out[:0]
 		for _, lease := range requiredLeases {
 			var live bool

@@ -1,0 +1,220 @@
+// Package queen wires the broker's parts — store, HTTP API, waker and
+// background services — into a Broker with one start and two stops:
+// Shutdown drains in-flight requests; Crash abandons everything at once, as
+// a killed process would, leaving the database and files as they are.
+package queen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/queen-go/queen/queen/background"
+	"github.com/queen-go/queen/queen/clock"
+	"github.com/queen-go/queen/queen/config"
+	"github.com/queen-go/queen/queen/httpapi"
+	"github.com/queen-go/queen/queen/ids"
+	"github.com/queen-go/queen/queen/leader"
+	"github.com/queen-go/queen/queen/store"
+	"github.com/queen-go/queen/queen/waker"
+)
+
+// Options configure a Broker. Zero values are production defaults.
+type Options struct {
+	Config config.Config
+	Clock  clock.Clock
+	Logger *slog.Logger
+	// DBNow injects the database's notion of now (simulator only).
+	DBNow func() *time.Time
+	IDs   *ids.Source
+	// Listener, when set, is served instead of listening on Config.Addr().
+	Listener net.Listener
+	// NoBackground leaves background services to the caller (the lockstep
+	// simulator steps them itself).
+	NoBackground bool
+}
+
+// Broker is one queen process.
+type Broker struct {
+	opts     Options
+	cfg      config.Config
+	log      *slog.Logger
+	pool     *pgxpool.Pool
+	store    *store.Store
+	api      *httpapi.Server
+	handler  http.Handler
+	http     *http.Server
+	listener net.Listener
+	services []background.Service
+
+	cancel   context.CancelFunc // background services and request base context
+	wg       sync.WaitGroup
+	stopOnce sync.Once
+}
+
+// New checks the options; nothing starts until Start.
+func New(o Options) *Broker {
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.IDs == nil {
+		o.IDs = ids.NewSource(o.Clock, nil)
+	}
+	return &Broker{opts: o, cfg: o.Config, log: o.Logger.With("server", o.Config.ServerID)}
+}
+
+// PoolConfig turns the configuration into a pgx pool configuration: pool
+// size, connect timeout, and server-side statement and lock timeouts.
+func PoolConfig(cfg config.Config) (*pgxpool.Config, error) {
+	pc, err := pgxpool.ParseConfig(cfg.DSN())
+	if err != nil {
+		return nil, fmt.Errorf("database config: %w", err)
+	}
+	pc.MaxConns = int32(cfg.DBPoolSize)
+	pc.ConnConfig.ConnectTimeout = cfg.DBConnectionTimeout
+	rp := pc.ConnConfig.RuntimeParams
+	rp["application_name"] = "queen:" + cfg.ServerID
+	rp["statement_timeout"] = fmt.Sprint(cfg.DBStatementTimeout.Milliseconds())
+	rp["lock_timeout"] = fmt.Sprint(cfg.DBLockTimeout.Milliseconds())
+	return pc, nil
+}
+
+// Start connects, migrates (when QUEEN_APPLY_SCHEMA), starts the background
+// services and begins serving. A database that is not up yet is retried
+// until ctx ends; a permanent error (bad password, missing database) fails
+// at once.
+func (b *Broker) Start(ctx context.Context) error {
+	pc, err := PoolConfig(b.cfg)
+	if err != nil {
+		return err
+	}
+	if b.pool, err = pgxpool.NewWithConfig(ctx, pc); err != nil {
+		return fmt.Errorf("database pool: %w", err)
+	}
+	if b.cfg.ApplySchema {
+		if err := b.migrate(ctx); err != nil {
+			b.pool.Close()
+			return err
+		}
+	}
+	b.store = store.New(b.pool, store.Options{DBNow: b.opts.DBNow, IDs: b.opts.IDs, TxTimeout: b.cfg.DBStatementTimeout})
+	b.api = httpapi.New(httpapi.Options{Config: b.cfg, Store: b.store, Clock: b.opts.Clock, Waker: waker.New(),
+		IDs: b.opts.IDs, Logger: b.log})
+	b.handler = b.api.Handler()
+	b.services = []background.Service{
+		&leader.Retention{Store: b.store, Clock: b.opts.Clock, Batch: b.cfg.RetentionBatchSize, Log: b.log,
+			Every: background.Every{Interval: b.cfg.RetentionInterval}},
+	}
+
+	base, cancel := context.WithCancel(context.Background())
+	b.cancel = cancel
+	if !b.opts.NoBackground {
+		for _, svc := range b.services {
+			b.wg.Add(1)
+			go func() {
+				defer b.wg.Done()
+				background.Run(base, b.opts.Clock, b.log, svc)
+			}()
+		}
+	}
+	b.listener = b.opts.Listener
+	if b.listener == nil {
+		if b.listener, err = net.Listen("tcp", b.cfg.Addr()); err != nil {
+			b.Crash()
+			return fmt.Errorf("listen %s: %w", b.cfg.Addr(), err)
+		}
+	}
+	b.http = &http.Server{Handler: b.handler, BaseContext: func(net.Listener) context.Context { return base },
+		ReadHeaderTimeout: 10 * time.Second}
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		if err := b.http.Serve(b.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			b.log.Error("http server stopped", "err", err)
+		}
+	}()
+	b.log.Info("queen broker serving", "addr", b.listener.Addr().String(), "tenancy", b.cfg.TenancyHeader)
+	return nil
+}
+
+func (b *Broker) migrate(ctx context.Context) error {
+	for attempt := 1; ; attempt++ {
+		err := store.Migrate(ctx, b.pool)
+		if err == nil {
+			return nil
+		}
+		var pgErr *pgconn.PgError
+		permanent := errors.As(err, &pgErr) && (pgerrcode.IsInvalidAuthorizationSpecification(pgErr.Code) ||
+			pgErr.Code == pgerrcode.InvalidCatalogName || store.Classify(err) == store.Permanent)
+		if permanent || ctx.Err() != nil {
+			return fmt.Errorf("database %s:%d/%s: %w", b.cfg.PGHost, b.cfg.PGPort, b.cfg.PGDatabase, err)
+		}
+		b.log.Warn("database not reachable yet; retrying", "attempt", attempt, "err", err)
+		t := b.opts.Clock.NewTimer(min(time.Duration(attempt)*500*time.Millisecond, 5*time.Second))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("database %s:%d/%s: %w", b.cfg.PGHost, b.cfg.PGPort, b.cfg.PGDatabase, err)
+		case <-t.C():
+		}
+	}
+}
+
+// Addr is the address the broker serves on.
+func (b *Broker) Addr() string { return b.listener.Addr().String() }
+
+// Handler is the broker's HTTP handler, for in-process callers.
+func (b *Broker) Handler() http.Handler { return b.handler }
+
+// Store exposes the store, for the simulator's final reads.
+func (b *Broker) Store() *store.Store { return b.store }
+
+// Services are the background services, for callers that step them.
+func (b *Broker) Services() []background.Service { return b.services }
+
+// Shutdown stops accepting requests, wakes parked long polls (they answer
+// 204 and release nothing they did not claim), waits for in-flight requests
+// until ctx ends, then stops background services and closes the pool.
+func (b *Broker) Shutdown(ctx context.Context) error {
+	var err error
+	b.stopOnce.Do(func() {
+		b.cancel()
+		err = b.http.Shutdown(ctx)
+		if err != nil {
+			_ = b.http.Close()
+		}
+		b.wg.Wait()
+		b.pool.Close()
+		b.log.Info("queen broker stopped")
+	})
+	return err
+}
+
+// Crash stops everything at once: open connections are cut, in-flight work
+// is abandoned, nothing is cleaned up. Leases it held expire on their own.
+func (b *Broker) Crash() {
+	b.stopOnce.Do(func() {
+		if b.cancel != nil {
+			b.cancel()
+		}
+		if b.http != nil {
+			_ = b.http.Close()
+		}
+		b.wg.Wait()
+		if b.pool != nil {
+			b.pool.Close()
+		}
+	})
+}

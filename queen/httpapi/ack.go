@@ -1,0 +1,270 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	"github.com/queen-go/queen/queen/ids"
+	"github.com/queen-go/queen/queen/store"
+)
+
+// parseAck validates one acknowledgement object.
+func parseAck(o obj, path string) (store.AckItem, error) {
+	var a store.AckItem
+	var ok bool
+	var err error
+	if a.TransactionID, ok, err = o.str("transactionId", path); err != nil || !ok || a.TransactionID == "" {
+		return a, bad("%stransactionId is required", path)
+	}
+	if a.PartitionID, ok, err = o.str("partitionId", path); err != nil || !ok || a.PartitionID == "" {
+		return a, bad("%spartitionId is required to ensure message uniqueness", path)
+	}
+	// JS clients may send a boolean status: true is completed, false failed.
+	if raw, present := o["status"]; present && !isNull(raw) {
+		var b bool
+		if json.Unmarshal(raw, &b) == nil {
+			a.Status = map[bool]string{true: "completed", false: "failed"}[b]
+		} else if a.Status, _, err = o.str("status", path); err != nil {
+			return a, err
+		}
+	}
+	if a.LeaseID, _, err = o.str("leaseId", path); err != nil {
+		return a, err
+	}
+	if a.Error, _, err = o.str("error", path); err != nil {
+		return a, err
+	}
+	return a, nil
+}
+
+func (s *Server) ack(w http.ResponseWriter, r *http.Request) {
+	body, err := readObject(r, false)
+	if err != nil {
+		writeBad(w, err)
+		return
+	}
+	item, err := parseAck(body, "")
+	if err != nil {
+		writeBad(w, err)
+		return
+	}
+	group, _, err := body.str("consumerGroup", "")
+	if err != nil {
+		writeBad(w, err)
+		return
+	}
+	s.applyAcks(w, r, group, []store.AckItem{item})
+}
+
+func (s *Server) ackBatch(w http.ResponseWriter, r *http.Request) {
+	body, err := readObject(r, false)
+	if err != nil {
+		writeBad(w, err)
+		return
+	}
+	raw, ok, err := body.array("acknowledgments", "")
+	if err != nil || !ok {
+		writeError(w, http.StatusBadRequest, "acknowledgments array is required")
+		return
+	}
+	group, _, err := body.str("consumerGroup", "")
+	if err != nil {
+		writeBad(w, err)
+		return
+	}
+	items := make([]store.AckItem, len(raw))
+	for i, rw := range raw {
+		path := fmt.Sprintf("acknowledgments[%d].", i)
+		o, _, err := asObject(rw, path[:len(path)-1])
+		if err != nil {
+			writeBad(w, err)
+			return
+		}
+		if items[i], err = parseAck(o, path); err != nil {
+			writeBad(w, err)
+			return
+		}
+	}
+	s.applyAcks(w, r, group, items)
+}
+
+// applyAcks answers 200 with one result per item; per-item failures are in
+// the results, as Queen's clients expect.
+func (s *Server) applyAcks(w http.ResponseWriter, r *http.Request, group string, items []store.AckItem) {
+	for i := range items {
+		// A malformed partition id cannot name a message; answer "not
+		// found" rather than failing the whole request on a cast error.
+		if !ids.Valid(items[i].PartitionID) {
+			items[i].PartitionID = "00000000-0000-0000-0000-000000000000"
+		}
+	}
+	results, err := s.store.Ack(r.Context(), tenantOf(r), group, items)
+	if err != nil {
+		s.storeError(w, r, "ack", err)
+		return
+	}
+	out := make([]map[string]any, len(results))
+	for i, res := range results {
+		if res.Success {
+			s.stats.ackMessages.Add(1)
+		}
+		if res.DLQ {
+			s.stats.dlq.Add(1)
+		}
+		out[i] = map[string]any{
+			"index": res.Index, "transactionId": res.TransactionID, "success": res.Success,
+			"error": nullable(res.Error), "queueName": nullable(res.QueueName),
+			"partitionName": nullable(res.PartitionName), "leaseReleased": res.LeaseReleased,
+			"dlq": res.DLQ,
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) extendLease(w http.ResponseWriter, r *http.Request) {
+	leaseID := r.PathValue("leaseId")
+	body, err := readObject(r, true)
+	if err != nil {
+		writeBad(w, err)
+		return
+	}
+	seconds, ok, err := body.integer("seconds", "")
+	if err != nil {
+		writeBad(w, err)
+		return
+	}
+	if !ok {
+		seconds = 60
+	}
+	if seconds <= 0 {
+		writeError(w, http.StatusBadRequest, "seconds must be a positive integer")
+		return
+	}
+	n, exp, err := s.store.ExtendLease(r.Context(), tenantOf(r), leaseID, seconds)
+	if err != nil {
+		s.storeError(w, r, "extend lease", err)
+		return
+	}
+	expires := timestampPtr(exp)
+	writeJSON(w, http.StatusOK, map[string]any{
+		"leaseId": leaseID, "success": n > 0, "renewed": n,
+		"newExpiresAt": expires, "expiresAt": expires, "lease_expires_at": expires,
+	})
+}
+
+func (s *Server) transaction(w http.ResponseWriter, r *http.Request) {
+	body, err := readObject(r, false)
+	if err != nil {
+		writeBad(w, err)
+		return
+	}
+	rawOps, ok, err := body.array("operations", "")
+	if err != nil || !ok || len(rawOps) == 0 {
+		writeError(w, http.StatusBadRequest, "operations array is required and must not be empty")
+		return
+	}
+	var leases []string
+	if rawLeases, ok, err := body.array("requiredLeases", ""); err != nil {
+		writeBad(w, err)
+		return
+	} else if ok {
+		for i, rl := range rawLeases {
+			var l string
+			if json.Unmarshal(rl, &l) != nil || l == "" {
+				writeError(w, http.StatusBadRequest, fmt.Sprintf("requiredLeases[%d] must be a non-empty string", i))
+				return
+			}
+			leases = append(leases, l)
+		}
+	}
+	ops := make([]store.TxnOp, len(rawOps))
+	for i, raw := range rawOps {
+		if ops[i], err = parseTxnOp(raw, i); err != nil {
+			writeBad(w, err)
+			return
+		}
+	}
+	txnID := s.ids.New()
+	s.stats.transactions.Add(1)
+	results, err := s.store.Transaction(r.Context(), tenantOf(r), ops, leases, "")
+	if msg, rolledBack := store.IsRollback(err); rolledBack {
+		writeJSON(w, http.StatusOK, map[string]any{"transactionId": txnID, "success": false, "error": msg, "results": []any{}})
+		return
+	}
+	if err != nil {
+		s.storeError(w, r, "transaction", err)
+		return
+	}
+	out := make([]map[string]any, len(results))
+	pushed := []store.PushResult{}
+	for i, res := range results {
+		m := map[string]any{"index": res.Index, "type": res.Type, "success": res.Success,
+			"transactionId": res.TransactionID}
+		if res.Type == "push" {
+			m["messageId"], m["partitionId"], m["queueName"] = res.MessageID, res.PartitionID, res.QueueName
+			if res.Duplicate {
+				m["duplicate"] = true
+			} else {
+				pushed = append(pushed, store.PushResult{Status: "queued", QueueName: res.QueueName})
+			}
+		} else {
+			m["error"], m["dlq"] = nil, res.DLQ
+		}
+		out[i] = m
+	}
+	s.notifyPushed(tenantOf(r), pushed)
+	writeJSON(w, http.StatusOK, map[string]any{"transactionId": txnID, "success": true, "results": out})
+}
+
+func parseTxnOp(raw json.RawMessage, i int) (store.TxnOp, error) {
+	path := fmt.Sprintf("operations[%d]", i)
+	o, _, err := asObject(raw, path)
+	if err != nil {
+		return store.TxnOp{}, err
+	}
+	path += "."
+	typ, _, err := o.str("type", path)
+	if err != nil {
+		return store.TxnOp{}, err
+	}
+	op := store.TxnOp{Type: typ}
+	switch typ {
+	case "push":
+		items, ok, err := o.array("items", path)
+		if err != nil {
+			return op, err
+		}
+		if !ok { // the flat form: the op is the item
+			it, err := parsePushItem(raw, path)
+			if err != nil {
+				return op, err
+			}
+			op.Items = []store.PushItem{it}
+			return op, nil
+		}
+		if len(items) == 0 {
+			return op, bad("%sitems must not be empty", path)
+		}
+		for j, rawItem := range items {
+			it, err := parsePushItem(rawItem, fmt.Sprintf("%sitems[%d].", path, j))
+			if err != nil {
+				return op, err
+			}
+			op.Items = append(op.Items, it)
+		}
+	case "ack":
+		if op.Ack, err = parseAck(o, path); err != nil {
+			return op, err
+		}
+		if !ids.Valid(op.Ack.PartitionID) {
+			return op, bad("%spartitionId must be a UUID", path)
+		}
+		if op.Group, _, err = o.str("consumerGroup", path); err != nil {
+			return op, err
+		}
+	default:
+		return op, bad("%stype must be push or ack", path)
+	}
+	return op, nil
+}

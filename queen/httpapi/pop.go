@@ -1,0 +1,202 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/queen-go/queen/queen/config"
+	"github.com/queen-go/queen/queen/store"
+	"github.com/queen-go/queen/queen/waker"
+)
+
+// popParams are a pop's query parameters.
+type popParams struct {
+	req     store.PopRequest
+	wait    bool
+	timeout time.Duration
+}
+
+func queryBool(q url.Values, name string) bool {
+	v := strings.ToLower(q.Get(name))
+	return v == "true" || v == "1"
+}
+
+// queryInt falls back to def when the value is absent or unparseable, as
+// Queen does.
+func queryInt(q url.Values, name string, def int) int {
+	if n, err := strconv.Atoi(q.Get(name)); err == nil {
+		return n
+	}
+	return def
+}
+
+func (s *Server) parsePop(r *http.Request) (popParams, error) {
+	q := r.URL.Query()
+	p := popParams{
+		wait:    queryBool(q, "wait"),
+		timeout: time.Duration(queryInt(q, "timeout", int(s.cfg.DefaultTimeout/time.Millisecond))) * time.Millisecond,
+	}
+	p.req = store.PopRequest{
+		Tenant:       tenantOf(r),
+		Queue:        r.PathValue("queue"),
+		Partition:    r.PathValue("partition"),
+		Group:        q.Get("consumerGroup"),
+		Batch:        queryInt(q, "batch", s.cfg.DefaultBatchSize),
+		Partitions:   queryInt(q, "partitions", 1),
+		AutoAck:      queryBool(q, "autoAck"),
+		LeaseSeconds: queryInt(q, "leaseSeconds", 0),
+	}
+	if p.req.Batch < 1 {
+		return p, bad("batch must be a positive integer")
+	}
+	if p.req.Partitions < 1 {
+		return p, bad("partitions must be a positive integer")
+	}
+	if p.timeout < 0 {
+		return p, bad("timeout must not be negative")
+	}
+	mode, ok := config.NormalizeSubscriptionMode(q.Get("subscriptionMode"))
+	if !ok {
+		return p, bad("subscriptionMode must be all or new")
+	}
+	if q.Get("subscriptionMode") == "" {
+		mode = s.cfg.DefaultSubscriptionMode
+	}
+	p.req.SubscriptionMode = mode
+	// subscriptionFrom: "now" means new; an unparseable timestamp means
+	// all, as in Queen.
+	if from := q.Get("subscriptionFrom"); from != "" {
+		if strings.EqualFold(from, "now") {
+			p.req.SubscriptionMode = "new"
+		} else if t, err := time.Parse(time.RFC3339Nano, from); err == nil {
+			p.req.SubscriptionFrom = &t
+		} else {
+			p.req.SubscriptionMode = "all"
+		}
+	}
+	return p, nil
+}
+
+func (s *Server) pop(w http.ResponseWriter, r *http.Request) {
+	p, err := s.parsePop(r)
+	if err != nil {
+		writeBad(w, err)
+		return
+	}
+	key := waker.Key(p.req.Tenant, p.req.Queue)
+	s.longPoll(w, r, p, key, func(ctx context.Context) (store.PopResult, error) {
+		return s.store.Pop(ctx, p.req)
+	})
+}
+
+// popDiscover pops from the tenant's queues matching namespace and/or task,
+// highest priority first.
+func (s *Server) popDiscover(w http.ResponseWriter, r *http.Request) {
+	p, err := s.parsePop(r)
+	if err != nil {
+		writeBad(w, err)
+		return
+	}
+	q := r.URL.Query()
+	ns, task := q.Get("namespace"), q.Get("task")
+	if ns == "" && task == "" {
+		writeError(w, http.StatusBadRequest, "namespace or task is required")
+		return
+	}
+	s.longPoll(w, r, p, waker.Key(p.req.Tenant, ""), func(ctx context.Context) (store.PopResult, error) {
+		queues, err := s.store.QueuesFor(ctx, p.req.Tenant, ns, task)
+		if err != nil {
+			return store.PopResult{}, err
+		}
+		for _, name := range queues {
+			req := p.req
+			req.Queue = name
+			res, err := s.store.Pop(ctx, req)
+			if err != nil || len(res.Messages) > 0 {
+				return res, err
+			}
+		}
+		return store.PopResult{}, nil
+	})
+}
+
+// longPoll runs try until it returns messages, or, with wait, until the
+// timeout passes. While parked it holds no database connection: it waits on
+// the waker (a push on this broker) or its back-off timer, whichever first.
+func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, p popParams, key string, try func(context.Context) (store.PopResult, error)) {
+	ctx := r.Context()
+	deadline := s.clock.Now().Add(p.timeout)
+	interval := s.cfg.PopWaitInitial
+	for empties := 0; ; empties++ {
+		woken := s.wake.Wait(key)
+		res, err := try(ctx)
+		if err != nil {
+			s.storeError(w, r, "pop", err)
+			return
+		}
+		if len(res.Messages) > 0 {
+			if ctx.Err() != nil {
+				// The claim raced the client's disconnect: give it back so
+				// the partition is not hidden for a whole lease.
+				s.releaseAbandoned(res.LeaseID)
+				return
+			}
+			s.stats.popMessages.Add(int64(len(res.Messages)))
+			writeJSON(w, http.StatusOK, popBody(res))
+			return
+		}
+		left := deadline.Sub(s.clock.Now())
+		if !p.wait || left <= 0 {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		if empties >= s.cfg.PopWaitThreshold {
+			interval = time.Duration(float64(interval) * s.cfg.PopWaitFactor)
+			if interval > s.cfg.PopWaitMax {
+				interval = s.cfg.PopWaitMax
+			}
+		}
+		sleep := min(interval, left)
+		t := s.clock.NewTimer(sleep)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-woken:
+			t.Stop()
+		case <-t.C():
+		}
+	}
+}
+
+func (s *Server) releaseAbandoned(leaseID string) {
+	if leaseID == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := s.store.Release(ctx, leaseID); err != nil {
+		s.log.Warn("release of abandoned pop failed; its lease will expire instead", "lease", leaseID, "err", err)
+	}
+}
+
+func popBody(res store.PopResult) map[string]any {
+	msgs := make([]map[string]any, len(res.Messages))
+	for i, m := range res.Messages {
+		msgs[i] = map[string]any{
+			"id": m.ID, "transactionId": m.TransactionID, "traceId": m.TraceID, "data": m.Data,
+			"payload": m.Data, "producerSub": m.ProducerSub, "createdAt": timestamp(m.CreatedAt),
+			"partitionId": m.PartitionID, "partition": m.Partition, "queue": m.Queue, "leaseId": m.LeaseID,
+			"consumerGroup": m.ConsumerGroup, "retryCount": m.RetryCount, "offset": m.Seq,
+		}
+	}
+	return map[string]any{
+		"success": true, "queue": res.Queue, "partition": res.Partition, "partitionId": res.PartitionID,
+		"leaseId": res.LeaseID, "consumerGroup": res.Group, "messages": msgs,
+		"partitionsClaimed": res.PartitionsClaimed,
+	}
+}

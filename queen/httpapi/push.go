@@ -1,0 +1,122 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	"github.com/queen-go/queen/queen/ids"
+	"github.com/queen-go/queen/queen/store"
+	"github.com/queen-go/queen/queen/waker"
+)
+
+const maxTransactionIDBytes = 65535
+
+// parsePushItem validates one item. path prefixes field names in errors,
+// e.g. "items[3].".
+func parsePushItem(raw json.RawMessage, path string) (store.PushItem, error) {
+	var it store.PushItem
+	o, _, err := asObject(raw, path[:len(path)-1])
+	if err != nil {
+		return it, err
+	}
+	q, ok, err := o.str("queue", path)
+	if err != nil {
+		return it, err
+	}
+	if !ok || q == "" {
+		return it, bad("%squeue is required", path)
+	}
+	if err := cleanName(q, path+"queue"); err != nil {
+		return it, err
+	}
+	it.Queue = q
+	if it.Partition, _, err = o.str("partition", path); err != nil {
+		return it, err
+	}
+	if err := cleanName(it.Partition, path+"partition"); err != nil {
+		return it, err
+	}
+	if it.TransactionID, _, err = o.str("transactionId", path); err != nil {
+		return it, err
+	}
+	if len(it.TransactionID) > maxTransactionIDBytes {
+		return it, bad("%stransactionId exceeds %d bytes", path, maxTransactionIDBytes)
+	}
+	if err := cleanName(it.TransactionID, path+"transactionId"); err != nil {
+		return it, err
+	}
+	if it.TraceID, _, err = o.str("traceId", path); err != nil {
+		return it, err
+	}
+	if it.TraceID != "" && !ids.Valid(it.TraceID) {
+		return it, bad("%straceId must be a UUID", path)
+	}
+	// Clients send the body as payload (JS also as data); a missing one is
+	// stored as JSON null.
+	if p, ok := o["payload"]; ok {
+		it.Payload = p
+	} else if d, ok := o["data"]; ok {
+		it.Payload = d
+	}
+	return it, nil
+}
+
+func (s *Server) push(w http.ResponseWriter, r *http.Request) {
+	body, err := readObject(r, false)
+	if err != nil {
+		writeBad(w, err)
+		return
+	}
+	rawItems, ok, err := body.array("items", "")
+	if err != nil || !ok {
+		writeError(w, http.StatusBadRequest, "items array is required")
+		return
+	}
+	items := make([]store.PushItem, len(rawItems))
+	for i, raw := range rawItems {
+		if items[i], err = parsePushItem(raw, fmt.Sprintf("items[%d].", i)); err != nil {
+			writeBad(w, err)
+			return
+		}
+	}
+	if len(items) == 0 {
+		writeJSON(w, http.StatusCreated, []any{})
+		return
+	}
+	tenant := tenantOf(r)
+	results, err := s.store.Push(r.Context(), tenant, items, "")
+	if err != nil {
+		s.storeError(w, r, "push", err)
+		return
+	}
+	s.notifyPushed(tenant, results)
+	out := make([]map[string]any, len(results))
+	for i, res := range results {
+		if res.Status == "queued" {
+			s.stats.pushMessages.Add(1)
+		}
+		out[i] = map[string]any{
+			"index": res.Index, "status": res.Status, "queueName": res.QueueName,
+			"transaction_id": res.TransactionID, "transactionId": res.TransactionID,
+			"message_id": res.MessageID, "messageId": res.MessageID,
+			"partition_id": res.PartitionID, "partitionId": res.PartitionID,
+			"trace_id": nullable(res.TraceID), "traceId": nullable(res.TraceID),
+		}
+	}
+	writeJSON(w, http.StatusCreated, out)
+}
+
+// notifyPushed wakes pops parked on the queues that just got messages.
+func (s *Server) notifyPushed(tenant string, results []store.PushResult) {
+	seen := map[string]bool{}
+	for _, res := range results {
+		if res.Status == "queued" && !seen[res.QueueName] {
+			seen[res.QueueName] = true
+			s.wake.Notify(waker.Key(tenant, res.QueueName))
+		}
+	}
+	if len(seen) > 0 {
+		s.wake.Notify(waker.Key(tenant, ""))
+	}
+}

@@ -1,0 +1,243 @@
+package httpapi
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/queen-go/queen/queen/store"
+)
+
+// intOptions and boolOptions are the configure options and the patch field
+// each one sets.
+func optionFields(p *store.OptionPatch) (map[string]**int, map[string]**bool) {
+	return map[string]**int{
+			"priority": &p.Priority, "leaseTime": &p.LeaseTime, "retryLimit": &p.RetryLimit,
+			"retryDelay": &p.RetryDelay, "maxSize": &p.MaxSize, "ttl": &p.TTL,
+			"delayedProcessing": &p.DelayedProcessing, "windowBuffer": &p.WindowBuffer,
+			"retentionSeconds": &p.RetentionSeconds, "completedRetentionSeconds": &p.CompletedRetentionSeconds,
+			"maxWaitTimeSeconds": &p.MaxWaitTimeSeconds,
+		}, map[string]**bool{
+			"deadLetterQueue": &p.DeadLetterQueue, "dlqAfterMaxRetries": &p.DLQAfterMaxRetries,
+			"retentionEnabled": &p.RetentionEnabled, "encryptionEnabled": &p.EncryptionEnabled,
+		}
+}
+
+func parseOptions(o obj, path string) (store.OptionPatch, error) {
+	var p store.OptionPatch
+	ints, bools := optionFields(&p)
+	for name, dst := range ints {
+		v, ok, err := o.integer(name, path)
+		if err != nil {
+			return p, err
+		}
+		if ok {
+			// priority may be negative (it only orders); the rest are
+			// durations, counts and sizes.
+			if v < 0 && name != "priority" {
+				return p, bad("%s%s must not be negative", path, name)
+			}
+			*dst = &v
+		}
+	}
+	for name, dst := range bools {
+		v, ok, err := o.boolean(name, path)
+		if err != nil {
+			return p, err
+		}
+		if ok {
+			*dst = &v
+		}
+	}
+	if p.LeaseTime != nil && *p.LeaseTime == 0 {
+		return p, bad("%sleaseTime must be positive", path)
+	}
+	return p, nil
+}
+
+func (s *Server) configure(w http.ResponseWriter, r *http.Request) {
+	body, err := readObject(r, false)
+	if err != nil {
+		writeBad(w, err)
+		return
+	}
+	in := store.ConfigureInput{Tenant: tenantOf(r)}
+	q, ok, err := body.str("queue", "")
+	if err != nil {
+		writeBad(w, err)
+		return
+	}
+	if !ok || q == "" {
+		writeError(w, http.StatusBadRequest, "queue is required")
+		return
+	}
+	if err := cleanName(q, "queue"); err != nil {
+		writeBad(w, err)
+		return
+	}
+	in.Queue = q
+	for _, f := range []struct {
+		name string
+		dst  **string
+	}{{"namespace", &in.Namespace}, {"task", &in.Task}} {
+		v, ok, err := body.str(f.name, "")
+		if err != nil {
+			writeBad(w, err)
+			return
+		}
+		if ok {
+			*f.dst = &v
+		}
+	}
+	mode, _, err := body.str("mode", "")
+	if err != nil {
+		writeBad(w, err)
+		return
+	}
+	switch mode {
+	case "", "merge":
+	case "replace":
+		in.Replace = true
+	default:
+		writeError(w, http.StatusBadRequest, `mode must be "merge" or "replace"`)
+		return
+	}
+	// Options may be nested under "options" or given at the top level.
+	opts, ok, err := body.object("options", "")
+	if err != nil {
+		writeBad(w, err)
+		return
+	}
+	path := "options."
+	if !ok {
+		opts, path = body, ""
+	}
+	if in.Patch, err = parseOptions(opts, path); err != nil {
+		writeBad(w, err)
+		return
+	}
+	res, err := s.store.Configure(r.Context(), in)
+	if err != nil {
+		s.storeError(w, r, "configure", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"configured": true, "queueId": res.Queue.ID, "partitionId": res.DefaultPartitionID,
+		"queue": res.Queue.Name, "namespace": nullable(res.Queue.Namespace), "task": nullable(res.Queue.Task),
+		"options": res.Queue.Options,
+	})
+}
+
+func queueBody(q store.QueueInfo, withPartitions bool) map[string]any {
+	m := map[string]any{
+		"id": q.ID, "name": q.Name, "namespace": nullable(q.Namespace), "task": nullable(q.Task),
+		"priority": q.Options.Priority, "createdAt": timestamp(q.CreatedAt),
+		"partitions": len(q.Partitions),
+		"messages":   map[string]any{"total": q.Messages, "pending": q.Pending, "dlq": q.DLQ},
+		"options":    q.Options,
+	}
+	if withPartitions {
+		parts := make([]map[string]any, len(q.Partitions))
+		for i, p := range q.Partitions {
+			parts[i] = map[string]any{
+				"id": p.ID, "name": p.Name, "createdAt": timestamp(p.CreatedAt),
+				"lastMessageAt": timestampPtr(p.LastMessageAt),
+				"messages":      map[string]any{"total": p.Messages, "pending": p.Pending},
+			}
+		}
+		m["partitions"] = parts
+		m["partitionCount"] = len(q.Partitions)
+	}
+	return m
+}
+
+func (s *Server) listQueues(w http.ResponseWriter, r *http.Request) {
+	qs, err := s.store.ListQueues(r.Context(), tenantOf(r))
+	if err != nil {
+		s.storeError(w, r, "list queues", err)
+		return
+	}
+	out := make([]map[string]any, len(qs))
+	for i, q := range qs {
+		out[i] = queueBody(q, false)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"queues": out, "total": len(out)})
+}
+
+func (s *Server) getQueue(w http.ResponseWriter, r *http.Request) {
+	q, err := s.store.GetQueue(r.Context(), tenantOf(r), r.PathValue("queue"))
+	if errors.Is(err, store.ErrNotFound) {
+		writeError(w, http.StatusNotFound, "queue not found: "+r.PathValue("queue"))
+		return
+	}
+	if err != nil {
+		s.storeError(w, r, "get queue", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, queueBody(q, true))
+}
+
+func (s *Server) deleteQueue(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("queue")
+	existed, err := s.store.DeleteQueue(r.Context(), tenantOf(r), name)
+	if err != nil {
+		s.storeError(w, r, "delete queue", err)
+		return
+	}
+	body := map[string]any{"deleted": existed, "queue": name, "existed": existed}
+	if !existed {
+		body["message"] = "Queue not found, nothing was deleted"
+	}
+	writeJSON(w, http.StatusOK, body)
+}
+
+func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
+	o, err := s.store.Overview(r.Context(), tenantOf(r))
+	if err != nil {
+		s.storeError(w, r, "overview", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"queues": o.Queues, "partitions": o.Partitions,
+		"messages":     map[string]any{"total": o.Messages, "pending": o.Pending, "dlq": o.DLQ},
+		"activeLeases": o.ActiveLeases, "namespaces": emptyIfNil(o.Namespaces), "tasks": emptyIfNil(o.Tasks),
+	})
+}
+
+func emptyIfNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+func (s *Server) listDLQ(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	f := store.DLQFilter{Tenant: tenantOf(r), Queue: q.Get("queue"), Group: q.Get("consumerGroup"),
+		Limit: queryInt(q, "limit", 100), Offset: queryInt(q, "offset", 0)}
+	if f.Limit < 1 || f.Limit > 10000 {
+		writeError(w, http.StatusBadRequest, "limit must be between 1 and 10000")
+		return
+	}
+	if f.Offset < 0 {
+		writeError(w, http.StatusBadRequest, "offset must not be negative")
+		return
+	}
+	entries, total, err := s.store.ListDLQ(r.Context(), f)
+	if err != nil {
+		s.storeError(w, r, "list dlq", err)
+		return
+	}
+	msgs := make([]map[string]any, len(entries))
+	for i, e := range entries {
+		msgs[i] = map[string]any{
+			"id": e.ID, "transactionId": e.TransactionID, "partitionId": e.PartitionID, "queue": e.Queue,
+			"partition": e.Partition, "consumerGroup": e.ConsumerGroup, "errorMessage": e.ErrorMessage,
+			"retryCount": e.RetryCount, "data": e.Data, "producerSub": e.ProducerSub,
+			"createdAt": timestamp(e.CreatedAt), "failedAt": timestamp(e.FailedAt),
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"messages": msgs, "total": total,
+		"pagination": map[string]any{"limit": f.Limit, "offset": f.Offset, "total": total},
+	})
+}

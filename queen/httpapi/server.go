@@ -1,0 +1,307 @@
+// Package httpapi serves Queen MQ's HTTP API over a store.Store.
+//
+// It owns request parsing, validation and response shapes; it holds no SQL.
+// Bad input answers 4xx with {"error": "..."} naming the field and writes
+// nothing; an unreachable database answers 503, never 4xx.
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/queen-go/queen/queen/clock"
+	"github.com/queen-go/queen/queen/config"
+	"github.com/queen-go/queen/queen/ids"
+	"github.com/queen-go/queen/queen/store"
+	"github.com/queen-go/queen/queen/waker"
+)
+
+// Version is reported by /health.
+const Version = "0.1.0"
+
+// Server holds the handlers' dependencies.
+type Server struct {
+	cfg     config.Config
+	store   *store.Store
+	clock   clock.Clock
+	wake    *waker.Hub
+	ids     *ids.Source
+	log     *slog.Logger
+	started time.Time
+	stats   counters
+}
+
+type counters struct {
+	requests, pushMessages, popMessages, ackMessages, transactions, dbErrors, dlq atomic.Int64
+}
+
+// Options are a Server's dependencies.
+type Options struct {
+	Config config.Config
+	Store  *store.Store
+	Clock  clock.Clock
+	Waker  *waker.Hub
+	IDs    *ids.Source
+	Logger *slog.Logger
+}
+
+// New returns a Server.
+func New(o Options) *Server {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return &Server{cfg: o.Config, store: o.Store, clock: o.Clock, wake: o.Waker, ids: o.IDs,
+		log: o.Logger, started: o.Clock.Now()}
+}
+
+// Handler returns the routed HTTP handler.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /api/v1/configure", s.configure)
+	mux.HandleFunc("POST /api/v1/push", s.push)
+	mux.HandleFunc("GET /api/v1/pop/queue/{queue}", s.pop)
+	mux.HandleFunc("GET /api/v1/pop/queue/{queue}/partition/{partition}", s.pop)
+	mux.HandleFunc("GET /api/v1/pop", s.popDiscover)
+	mux.HandleFunc("POST /api/v1/ack", s.ack)
+	mux.HandleFunc("POST /api/v1/ack/batch", s.ackBatch)
+	mux.HandleFunc("POST /api/v1/lease/{leaseId}/extend", s.extendLease)
+	mux.HandleFunc("POST /api/v1/transaction", s.transaction)
+	mux.HandleFunc("GET /api/v1/dlq", s.listDLQ)
+	mux.HandleFunc("GET /api/v1/resources/queues", s.listQueues)
+	mux.HandleFunc("GET /api/v1/resources/queues/{queue}", s.getQueue)
+	mux.HandleFunc("DELETE /api/v1/resources/queues/{queue}", s.deleteQueue)
+	mux.HandleFunc("GET /api/v1/resources/overview", s.overview)
+	mux.HandleFunc("GET /health", s.health)
+	mux.HandleFunc("GET /metrics", s.metrics)
+	return s.middleware(mux)
+}
+
+type ctxKey int
+
+const tenantKey ctxKey = 0
+
+// middleware adds CORS headers, answers preflight, resolves the tenant,
+// caps the body, and turns unrouted requests into JSON 404s.
+func (s *Server) middleware(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.stats.requests.Add(1)
+		h := w.Header()
+		h.Set("Access-Control-Allow-Origin", "*")
+		h.Set("Access-Control-Allow-Methods", "GET, POST, PUT, DELETE, OPTIONS")
+		h.Set("Access-Control-Allow-Headers", "Content-Type, Authorization, x-queen-tenant")
+		h.Set("Access-Control-Max-Age", "86400")
+		if r.Method == http.MethodOptions {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		if _, pattern := mux.Handler(r); pattern == "" {
+			writeError(w, http.StatusNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
+			return
+		}
+		tenant := config.DefaultTenant
+		if s.cfg.TenancyHeader {
+			if v := r.Header.Get("x-queen-tenant"); v != "" {
+				if !ids.Valid(v) {
+					writeError(w, http.StatusBadRequest, "x-queen-tenant must be a UUID")
+					return
+				}
+				tenant = strings.ToLower(v)
+			}
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+		mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tenantKey, tenant)))
+	})
+}
+
+func tenantOf(r *http.Request) string { return r.Context().Value(tenantKey).(string) }
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]string{"error": msg})
+}
+
+// storeError answers a failed store call: 503 when the database is
+// unreachable or overloaded, nothing when the client is gone, 500 otherwise.
+func (s *Server) storeError(w http.ResponseWriter, r *http.Request, op string, err error) {
+	if r.Context().Err() != nil {
+		return
+	}
+	s.stats.dbErrors.Add(1)
+	if store.Unavailable(err) {
+		s.log.Warn("database unavailable", "op", op, "err", err)
+		writeError(w, http.StatusServiceUnavailable, "database unavailable: "+err.Error())
+		return
+	}
+	s.log.Error("store failure", "op", op, "err", err)
+	writeError(w, http.StatusInternalServerError, op+": "+err.Error())
+}
+
+// badRequest is a validation failure with the message to answer.
+type badRequest struct {
+	status int
+	msg    string
+}
+
+func (b *badRequest) Error() string { return b.msg }
+
+func bad(format string, a ...any) error {
+	return &badRequest{http.StatusBadRequest, fmt.Sprintf(format, a...)}
+}
+
+func writeBad(w http.ResponseWriter, err error) {
+	var b *badRequest
+	if errors.As(err, &b) {
+		writeError(w, b.status, b.msg)
+		return
+	}
+	writeError(w, http.StatusBadRequest, err.Error())
+}
+
+// readBody reads the whole body, telling an oversized body (413) from an
+// empty one (400). allowEmpty returns nil for an empty body.
+func readBody(r *http.Request, allowEmpty bool) ([]byte, error) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return nil, &badRequest{http.StatusRequestEntityTooLarge,
+				fmt.Sprintf("request body exceeds QUEEN_MAX_BODY_BYTES (%d bytes)", tooBig.Limit)}
+		}
+		return nil, bad("reading body: %v", err)
+	}
+	if len(strings.TrimSpace(string(body))) == 0 {
+		if allowEmpty {
+			return nil, nil
+		}
+		return nil, bad("Empty request body")
+	}
+	return body, nil
+}
+
+// readObject reads a JSON object body into its fields.
+func readObject(r *http.Request, allowEmpty bool) (obj, error) {
+	body, err := readBody(r, allowEmpty)
+	if err != nil || body == nil {
+		return obj{}, err
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(body, &m); err != nil {
+		return nil, bad("Invalid JSON: %v", err)
+	}
+	if m == nil {
+		return nil, bad("Invalid JSON: body must be an object")
+	}
+	return m, nil
+}
+
+// obj is a decoded JSON object whose fields are checked one by one, so an
+// error can name the field.
+type obj map[string]json.RawMessage
+
+func isNull(raw json.RawMessage) bool { return len(raw) == 0 || string(raw) == "null" }
+
+// str returns a string field; absent and null are "", false.
+func (o obj) str(name, path string) (string, bool, error) {
+	raw, ok := o[name]
+	if !ok || isNull(raw) {
+		return "", false, nil
+	}
+	var v string
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return "", false, bad("%s must be a string", path+name)
+	}
+	return v, true, nil
+}
+
+func (o obj) integer(name, path string) (int, bool, error) {
+	raw, ok := o[name]
+	if !ok || isNull(raw) {
+		return 0, false, nil
+	}
+	var f float64
+	if err := json.Unmarshal(raw, &f); err != nil || f != float64(int(f)) {
+		return 0, false, bad("%s must be an integer", path+name)
+	}
+	return int(f), true, nil
+}
+
+func (o obj) boolean(name, path string) (bool, bool, error) {
+	raw, ok := o[name]
+	if !ok || isNull(raw) {
+		return false, false, nil
+	}
+	var b bool
+	if err := json.Unmarshal(raw, &b); err != nil {
+		return false, false, bad("%s must be a boolean", path+name)
+	}
+	return b, true, nil
+}
+
+func (o obj) array(name, path string) ([]json.RawMessage, bool, error) {
+	raw, ok := o[name]
+	if !ok || isNull(raw) {
+		return nil, false, nil
+	}
+	var a []json.RawMessage
+	if err := json.Unmarshal(raw, &a); err != nil {
+		return nil, false, bad("%s must be an array", path+name)
+	}
+	return a, true, nil
+}
+
+func (o obj) object(name, path string) (obj, bool, error) {
+	raw, ok := o[name]
+	if !ok || isNull(raw) {
+		return nil, false, nil
+	}
+	return asObject(raw, path+name)
+}
+
+func asObject(raw json.RawMessage, path string) (obj, bool, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil || m == nil {
+		return nil, false, bad("%s must be an object", path)
+	}
+	return m, true, nil
+}
+
+// cleanName rejects control characters, which Queen refuses in names and
+// transaction ids because they break logs and path routing.
+func cleanName(v, field string) error {
+	for _, c := range v {
+		if c < 0x20 || c == 0x7f {
+			return bad("%s must not contain control characters", field)
+		}
+	}
+	return nil
+}
+
+// timestamp renders times the way Queen's C++ broker does (microseconds, Z).
+func timestamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000000Z") }
+
+func timestampPtr(t *time.Time) any {
+	if t == nil {
+		return nil
+	}
+	return timestamp(*t)
+}
+
+func nullable(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}

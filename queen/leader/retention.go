@@ -1,0 +1,48 @@
+// Package leader holds the jobs that run on one replica per cycle, elected
+// by a PostgreSQL advisory lock on a dedicated connection. Every job is
+// idempotent, so a brief double leader does no harm.
+package leader
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/queen-go/queen/queen/background"
+	"github.com/queen-go/queen/queen/clock"
+	"github.com/queen-go/queen/queen/store"
+)
+
+// Retention deletes expired, consumed-and-expired and evicted messages
+// (advisory lock 737001).
+type Retention struct {
+	Store *store.Store
+	Clock clock.Clock
+	Batch int
+	Log   *slog.Logger
+	Every background.Every
+}
+
+// Name implements background.Service.
+func (r *Retention) Name() string { return "retention" }
+
+// NextDue implements background.Service.
+func (r *Retention) NextDue(now time.Time) time.Time { return r.Every.Next(now) }
+
+// RunOnce runs one pass if this broker wins the lock.
+func (r *Retention) RunOnce(ctx context.Context) error {
+	defer func() { r.Every.Mark(r.Clock.Now()) }()
+	release, ok, err := r.Store.TryLeader(ctx, store.RetentionLock)
+	if err != nil || !ok {
+		return err
+	}
+	defer release()
+	res, err := r.Store.RetentionPass(ctx, r.Batch)
+	if err != nil {
+		return err
+	}
+	if res.Expired+res.Completed+res.Evicted > 0 {
+		r.Log.Info("retention pass", "expired", res.Expired, "completed", res.Completed, "evicted", res.Evicted)
+	}
+	return nil
+}
