@@ -81,6 +81,7 @@ type cursorState struct {
 	worker             *string
 	expires            *time.Time
 	batchSize, acked   int
+	leaseMax           int64
 	retries            int
 	releasedBy         string // the lease this request gave back, if any
 	completed, batches int
@@ -147,10 +148,10 @@ func ackTx(ctx context.Context, tx pgx.Tx, now time.Time, tenant, group string, 
 			st = &cursorState{}
 			err := tx.QueryRow(ctx, `
 				SELECT last_consumed_seq, last_consumed_id::text, last_consumed_created_at, worker_id,
-					lease_expires_at, batch_size, acked_count, batch_retry_count
+					lease_expires_at, batch_size, acked_count, batch_retry_count, lease_max_seq
 				FROM queen.partition_consumers WHERE partition_id = $1 AND consumer_group = $2
 				FOR UPDATE`, it.PartitionID, group).
-				Scan(&st.seq, &st.id, &st.createdAt, &st.worker, &st.expires, &st.batchSize, &st.acked, &st.retries)
+				Scan(&st.seq, &st.id, &st.createdAt, &st.worker, &st.expires, &st.batchSize, &st.acked, &st.retries, &st.leaseMax)
 			if errors.Is(err, pgx.ErrNoRows) {
 				st = nil
 			} else if err != nil {
@@ -170,13 +171,19 @@ func ackTx(ctx context.Context, tx pgx.Tx, now time.Time, tenant, group string, 
 			out[i].Success, out[i].LeaseReleased = true, true
 			continue
 		}
+		if m.seq <= st.seq {
+			out[i].Error = ErrAlreadyCommitted
+			continue
+		}
 		live := st.worker != nil && st.expires != nil && st.expires.After(now)
 		if !live || (it.LeaseID != "" && *st.worker != it.LeaseID) {
 			out[i].Error = ErrInvalidLease
 			continue
 		}
-		if m.seq <= st.seq {
-			out[i].Error = ErrAlreadyCommitted
+		if m.seq > st.leaseMax {
+			// Never handed out under this lease: completing it would move
+			// the cursor past a message nobody has seen.
+			out[i].Error = ErrInvalidLease
 			continue
 		}
 		toDLQ := status == "dlq" || (status == "failed" && (strict || st.retries >= m.retryLimit))
@@ -203,7 +210,7 @@ func ackTx(ctx context.Context, tx pgx.Tx, now time.Time, tenant, group string, 
 			st.seq, st.id, st.createdAt = m.seq, m.id, &m.createdAt
 			st.acked++
 			st.completed++
-			if st.acked >= st.batchSize {
+			if st.seq >= st.leaseMax {
 				st.worker, st.expires = nil, nil
 				st.retries = 0
 				st.batches++

@@ -202,8 +202,8 @@ func (s *Store) Pop(ctx context.Context, req PopRequest) (PopResult, error) {
 					WHERE partition_id = $1 AND consumer_group = $2`,
 					c.pid, req.Group, last.Seq, last.ID, last.CreatedAt, len(msgs), now)
 			} else {
-				_, err = tx.Exec(ctx, `UPDATE queen.partition_consumers SET batch_size = $3
-					WHERE partition_id = $1 AND consumer_group = $2`, c.pid, req.Group, len(msgs))
+				_, err = tx.Exec(ctx, `UPDATE queen.partition_consumers SET batch_size = $3, lease_max_seq = $4
+					WHERE partition_id = $1 AND consumer_group = $2`, c.pid, req.Group, len(msgs), last.Seq)
 			}
 			if err != nil {
 				return err

@@ -74,6 +74,10 @@ CREATE TABLE queen.partition_consumers (
     lease_acquired_at        timestamptz,
     worker_id                text,
     batch_size               integer NOT NULL DEFAULT 0,
+    -- The highest seq handed out under the current lease: an ack may only
+    -- name a message at or below it, and the lease ends when the cursor
+    -- reaches it.
+    lease_max_seq            bigint NOT NULL DEFAULT 0,
     acked_count              integer NOT NULL DEFAULT 0,
     batch_retry_count        integer NOT NULL DEFAULT 0,
     total_messages_consumed  bigint NOT NULL DEFAULT 0,

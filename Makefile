@@ -1,0 +1,25 @@
+# queen: a Queen MQ-compatible broker whose state lives in PostgreSQL.
+.DEFAULT_GOAL := help
+GO ?= go
+SIM_SEEDS ?= 16
+
+run: ## start a local PostgreSQL (system binaries, data in .pg/) when PG_HOST is unset, then serve on :6632
+	$(GO) run ./cmd/queen dev
+
+test: ## run every test against real PostgreSQL (a throwaway cluster per test binary, or PG_TEST_DSN)
+	$(GO) test -count=1 -timeout 15m ./...
+
+test-race: ## the tests under the race detector
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+lint: ## go vet and gofmt
+	$(GO) vet ./...
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+build: ## build bin/queen
+	$(GO) build -o bin/queen ./cmd/queen
+
+help: ## list targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: run test test-race lint build help

@@ -1,0 +1,190 @@
+package queen_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/queen-go/queen/queen"
+	"github.com/queen-go/queen/queen/config"
+	"github.com/queen-go/queen/queen/pglocal"
+	"github.com/queen-go/queen/queen/store/storetest"
+)
+
+func TestMain(m *testing.M) { storetest.Main(m) }
+
+func testConfig(t *testing.T, dsn string) config.Config {
+	t.Helper()
+	pc, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Default()
+	cfg.Host, cfg.Port = "127.0.0.1", 0
+	cfg.PGHost, cfg.PGPort, cfg.PGUser, cfg.PGPassword, cfg.PGDatabase = pc.Host, int(pc.Port), pc.User, pc.Password, pc.Database
+	cfg.DBPoolSize = 10
+	cfg.ServerID = "t"
+	return cfg
+}
+
+func start(t *testing.T, cfg config.Config) *queen.Broker {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := queen.New(queen.Options{Config: cfg, Listener: l, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := b.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+func post(t *testing.T, url, body string) (int, string) {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(raw)
+}
+
+func TestBrokersMigrateConcurrentlyAndServe(t *testing.T) {
+	dsn := storetest.DSN(t)
+	cfg := testConfig(t, dsn)
+	// A fresh database, not the migrated template: both brokers race to
+	// migrate it; the advisory lock makes them take turns.
+	conn, err := pgx.Connect(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(context.Background(), `DROP SCHEMA queen CASCADE`); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close(context.Background())
+	var wg sync.WaitGroup
+	brokers := make([]*queen.Broker, 2)
+	for i := range brokers {
+		wg.Add(1)
+		go func() { defer wg.Done(); brokers[i] = start(t, cfg) }()
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	defer func() {
+		for _, b := range brokers {
+			if err := b.Shutdown(context.Background()); err != nil {
+				t.Error(err)
+			}
+		}
+	}()
+	code, body := post(t, "http://"+brokers[0].Addr()+"/api/v1/push", `{"items":[{"queue":"q","transactionId":"x"}]}`)
+	if code != 201 {
+		t.Fatalf("push on A: %d %s", code, body)
+	}
+	// A pop on B, an ack back on A: replicas share everything through
+	// PostgreSQL.
+	code, body = get(t, "http://"+brokers[1].Addr()+"/api/v1/pop/queue/q")
+	if code != 200 || !strings.Contains(body, `"transactionId":"x"`) {
+		t.Fatalf("pop on B: %d %s", code, body)
+	}
+}
+
+func TestShutdownReleasesParkedLongPolls(t *testing.T) {
+	b := start(t, testConfig(t, storetest.DSN(t)))
+	done := make(chan int, 1)
+	go func() {
+		code, _ := get(t, "http://"+b.Addr()+"/api/v1/pop/queue/q?wait=true&timeout=30000")
+		done <- code
+	}()
+	time.Sleep(200 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := b.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(start); el > 5*time.Second {
+		t.Fatalf("shutdown waited %v for a parked long poll", el)
+	}
+	<-done
+}
+
+func TestCrashStopsEverything(t *testing.T) {
+	b := start(t, testConfig(t, storetest.DSN(t)))
+	code, _ := post(t, "http://"+b.Addr()+"/api/v1/push", `{"items":[{"queue":"q"}]}`)
+	if code != 201 {
+		t.Fatal(code)
+	}
+	addr := b.Addr()
+	b.Crash()
+	if _, err := http.Get("http://" + addr + "/health"); err == nil {
+		t.Fatal("a crashed broker still answers")
+	}
+}
+
+func TestDatabaseUnreachableAnswers503(t *testing.T) {
+	port, err := pglocal.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Default()
+	cfg.Host, cfg.ServerID = "127.0.0.1", "t"
+	cfg.PGHost, cfg.PGPort = "127.0.0.1", port // nothing listens here
+	cfg.ApplySchema = false
+	cfg.DBConnectionTimeout = 500 * time.Millisecond
+	b := start(t, cfg)
+	defer b.Shutdown(context.Background())
+	base := "http://" + b.Addr()
+	if code, body := get(t, base+"/health"); code != 503 || !strings.Contains(body, `"database":"disconnected"`) {
+		t.Fatalf("health: %d %s", code, body)
+	}
+	if code, body := post(t, base+"/api/v1/push", `{"items":[{"queue":"q"}]}`); code != 503 || !strings.Contains(body, `"error"`) {
+		t.Fatalf("push: %d %s", code, body)
+	}
+	if code, _ := get(t, base+"/api/v1/pop/queue/q"); code != 503 {
+		t.Fatalf("pop: %d", code)
+	}
+	if code, _ := post(t, base+"/api/v1/ack", `{"transactionId":"x","partitionId":"01900000-0000-7000-8000-000000000000"}`); code != 503 {
+		t.Fatalf("ack: %d", code)
+	}
+}
+
+func TestPermanentDatabaseErrorFailsStart(t *testing.T) {
+	cfg := testConfig(t, storetest.DSN(t))
+	cfg.PGDatabase = "no_such_database"
+	b := queen.New(queen.Options{Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err := b.Start(ctx)
+	if err == nil || !strings.Contains(err.Error(), "no_such_database") {
+		t.Fatalf("want a start error naming the database, got %v", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("a missing database was retried until the deadline instead of failing at once")
+	}
+}

@@ -1,0 +1,49 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestDefaults(t *testing.T) {
+	c, err := FromEnv(env(map[string]string{"HOSTNAME": "box"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Port != 6632 || c.DefaultBatchSize != 1 || c.DefaultSubscriptionMode != "all" || c.DBPoolSize != 160 ||
+		c.DefaultTimeout != 30*time.Second || c.MaxBodyBytes != 64<<20 || c.ServerID != "box" || c.TenancyHeader {
+		t.Fatalf("defaults: %+v", c)
+	}
+}
+
+func TestParsesValues(t *testing.T) {
+	c, err := FromEnv(env(map[string]string{
+		"PORT": "7000", "PG_DB": "a", "PG_DATABASE": "b", "DB_STATEMENT_TIMEOUT": "1500",
+		"QUEEN_TENANCY_HEADER": "on", "DEFAULT_SUBSCRIPTION_MODE": "new-only", "LOG_LEVEL": "debug",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Port != 7000 || c.PGDatabase != "b" || c.DBStatementTimeout != 1500*time.Millisecond || !c.TenancyHeader ||
+		c.DefaultSubscriptionMode != "new" || c.LogLevel.String() != "DEBUG" {
+		t.Fatalf("parsed: %+v", c)
+	}
+}
+
+func TestBadValuesNameTheVariable(t *testing.T) {
+	_, err := FromEnv(env(map[string]string{
+		"PORT": "http", "DB_POOL_SIZE": "0", "QUEEN_TENANCY_HEADER": "maybe", "DEFAULT_SUBSCRIPTION_MODE": "sometimes",
+		"LOG_LEVEL": "loud", "POP_WAIT_BACKOFF_MULTIPLIER": "x",
+	}))
+	if err == nil {
+		t.Fatal("want an error")
+	}
+	for _, name := range []string{"PORT", "DB_POOL_SIZE", "QUEEN_TENANCY_HEADER", "DEFAULT_SUBSCRIPTION_MODE", "LOG_LEVEL", "POP_WAIT_BACKOFF_MULTIPLIER"} {
+		if !strings.Contains(err.Error(), name) {
+			t.Errorf("error does not name %s: %v", name, err)
+		}
+	}
+}

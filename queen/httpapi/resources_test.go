@@ -1,0 +1,146 @@
+package httpapi_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/queen-go/queen/queen/config"
+)
+
+func TestConfigureMergeReplaceAndValidation(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := e.expect(e.do("POST", "/api/v1/configure", map[string]any{"queue": "jobs.email",
+		"options": map[string]any{"leaseTime": 60, "retryLimit": 7, "deadLetterQueue": true}}), 200).obj(t)
+	opts := r["options"].(map[string]any)
+	if r["configured"] != true || r["queueId"] == nil || r["partitionId"] == nil || r["namespace"] != "jobs" || r["task"] != "email" ||
+		opts["leaseTime"].(float64) != 60 || opts["retryLimit"].(float64) != 7 || opts["deadLetterQueue"] != true || opts["ttl"].(float64) != 3600 {
+		t.Fatalf("configure: %v", r)
+	}
+	for _, k := range []string{"priority", "leaseTime", "retryLimit", "retryDelay", "maxSize", "ttl", "deadLetterQueue", "dlqAfterMaxRetries",
+		"delayedProcessing", "windowBuffer", "retentionSeconds", "completedRetentionSeconds", "retentionEnabled", "encryptionEnabled", "maxWaitTimeSeconds"} {
+		if _, ok := opts[k]; !ok {
+			t.Fatalf("options lack %s: %v", k, opts)
+		}
+	}
+	// Merge (default) keeps unmentioned options; top-level options work too.
+	r = e.expect(e.do("POST", "/api/v1/configure", map[string]any{"queue": "jobs.email", "priority": 4}), 200).obj(t)
+	opts = r["options"].(map[string]any)
+	if opts["priority"].(float64) != 4 || opts["retryLimit"].(float64) != 7 {
+		t.Fatalf("merge: %v", opts)
+	}
+	// Replace restores every unmentioned option to its default.
+	r = e.expect(e.do("POST", "/api/v1/configure", map[string]any{"queue": "jobs.email", "mode": "replace", "options": map[string]any{"priority": 1}}), 200).obj(t)
+	opts = r["options"].(map[string]any)
+	if opts["retryLimit"].(float64) != 3 || opts["leaseTime"].(float64) != 300 || opts["deadLetterQueue"] != false {
+		t.Fatalf("replace: %v", opts)
+	}
+	for _, c := range []struct{ body, want string }{
+		{`{}`, "queue is required"},
+		{`{"queue":""}`, "queue is required"},
+		{`{"queue":"q","options":{"leaseTime":"long"}}`, "options.leaseTime must be an integer"},
+		{`{"queue":"q","options":{"retryLimit":-1}}`, "options.retryLimit must not be negative"},
+		{`{"queue":"q","options":{"deadLetterQueue":"yes"}}`, "options.deadLetterQueue must be a boolean"},
+		{`{"queue":"q","options":5}`, "options must be an object"},
+		{`{"queue":"q","mode":"upsert"}`, "mode must be"},
+	} {
+		r := e.do("POST", "/api/v1/configure", c.body)
+		if r.status != 400 || !strings.Contains(r.obj(t)["error"].(string), c.want) {
+			t.Errorf("%s: %d %s", c.body, r.status, r.body)
+		}
+	}
+}
+
+func TestResourcesListGetDeleteOverview(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.push(item{"queue": "a.x", "transactionId": "1"}, item{"queue": "a.x", "partition": "p2", "transactionId": "2"}, item{"queue": "b", "transactionId": "3"})
+	list := e.expect(e.do("GET", "/api/v1/resources/queues", nil), 200).obj(t)
+	if len(list["queues"].([]any)) != 2 {
+		t.Fatalf("list: %v", list)
+	}
+	q := e.expect(e.do("GET", "/api/v1/resources/queues/a.x", nil), 200).obj(t)
+	if q["name"] != "a.x" || len(q["partitions"].([]any)) != 2 || q["messages"].(map[string]any)["pending"].(float64) != 2 {
+		t.Fatalf("get: %v", q)
+	}
+	if r := e.do("GET", "/api/v1/resources/queues/missing", nil); r.status != 404 {
+		t.Fatalf("get missing: %d", r.status)
+	}
+	ov := e.expect(e.do("GET", "/api/v1/resources/overview", nil), 200).obj(t)
+	if ov["queues"].(float64) != 2 || ov["partitions"].(float64) != 3 || ov["messages"].(map[string]any)["total"].(float64) != 3 {
+		t.Fatalf("overview: %v", ov)
+	}
+	d := e.expect(e.do("DELETE", "/api/v1/resources/queues/a.x", nil), 200).obj(t)
+	if d["deleted"] != true || d["existed"] != true {
+		t.Fatalf("delete: %v", d)
+	}
+	d = e.expect(e.do("DELETE", "/api/v1/resources/queues/a.x", nil), 200).obj(t)
+	if d["deleted"] != false || d["existed"] != false || d["message"] == nil {
+		t.Fatalf("delete again: %v", d)
+	}
+	if e.pop("/api/v1/pop/queue/a.x") != nil {
+		t.Fatal("messages of a deleted queue are still served")
+	}
+}
+
+func TestHealthAndMetrics(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	h := e.expect(e.do("GET", "/health", nil), 200).obj(t)
+	if h["status"] != "healthy" || h["database"] != "connected" {
+		t.Fatalf("health: %v", h)
+	}
+	e.push(item{"queue": "m", "transactionId": "1"})
+	m := e.expect(e.do("GET", "/metrics", nil), 200).obj(t)
+	for _, k := range []string{"uptime", "requests", "messages", "database", "memory", "cpu"} {
+		if _, ok := m[k]; !ok {
+			t.Fatalf("metrics lacks %s: %v", k, m)
+		}
+	}
+	if m["messages"].(map[string]any)["total"].(float64) != 1 {
+		t.Fatalf("metrics messages: %v", m["messages"])
+	}
+}
+
+func TestTenancyScopesQueuesAndRefusesCrossTenantAcks(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *config.Config) { c.TenancyHeader = true })
+	const t1, t2 = "11111111-1111-4111-8111-111111111111", "22222222-2222-4222-8222-222222222222"
+	r := e.do("POST", "/api/v1/push", map[string]any{"items": []any{map[string]any{"queue": "shared", "transactionId": "x"}}}, "x-queen-tenant", t1)
+	e.expect(r, 201)
+	if p := e.pop("/api/v1/pop/queue/shared", "x-queen-tenant", t2); p != nil {
+		t.Fatalf("tenant 2 popped tenant 1's message: %+v", p)
+	}
+	if p := e.pop("/api/v1/pop/queue/shared"); p != nil {
+		t.Fatalf("default tenant popped tenant 1's message: %+v", p)
+	}
+	p := e.pop("/api/v1/pop/queue/shared", "x-queen-tenant", t1)
+	if p == nil {
+		t.Fatal("tenant 1 cannot pop its own message")
+	}
+	ack := map[string]any{"transactionId": "x", "partitionId": p.PartitionID, "leaseId": p.LeaseID}
+	a := e.expect(e.do("POST", "/api/v1/ack", ack, "x-queen-tenant", t2), 200).arr(t)[0]
+	if a["success"] != false || a["error"] != "partition not owned by tenant" {
+		t.Fatalf("cross-tenant ack: %v", a)
+	}
+	ext := e.expect(e.do("POST", "/api/v1/lease/"+p.LeaseID+"/extend", `{}`, "x-queen-tenant", t2), 200).obj(t)
+	if ext["renewed"].(float64) != 0 {
+		t.Fatalf("cross-tenant extend: %v", ext)
+	}
+	txn := map[string]any{"operations": []any{map[string]any{"type": "ack", "transactionId": "x", "partitionId": p.PartitionID}},
+		"requiredLeases": []any{p.LeaseID}}
+	if r := e.expect(e.do("POST", "/api/v1/transaction", txn, "x-queen-tenant", t2), 200).obj(t); r["success"] != false {
+		t.Fatalf("cross-tenant transaction: %v", r)
+	}
+	a = e.expect(e.do("POST", "/api/v1/ack", ack, "x-queen-tenant", t1), 200).arr(t)[0]
+	if a["success"] != true {
+		t.Fatalf("own ack: %v", a)
+	}
+	if r := e.do("GET", "/api/v1/resources/queues", nil, "x-queen-tenant", "not-a-uuid"); r.status != 400 {
+		t.Fatalf("bad tenant header: %d", r.status)
+	}
+	list := e.expect(e.do("GET", "/api/v1/resources/queues", nil, "x-queen-tenant", t2), 200).obj(t)
+	if len(list["queues"].([]any)) != 0 {
+		t.Fatalf("tenant 2 sees tenant 1's queues: %v", list)
+	}
+}
