@@ -15,7 +15,7 @@ func TestPushShapesAndDedup(t *testing.T) {
 	res := e.push(
 		item{"queue": "orders", "payload": map[string]any{"n": 1}, "transactionId": "a"},
 		item{"queue": "orders", "partition": "p1", "payload": "x", "transactionId": "b"},
-		item{"queue": "orders", "transactionId": "a"}, // same partition+txid: duplicate
+		item{"queue": "orders", "transactionId": "a"},                    // same partition+txid: duplicate
 		item{"queue": "orders", "partition": "p1", "transactionId": "a"}, // other partition: new
 	)
 	if len(res) != 4 {
