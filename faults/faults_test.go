@@ -1,0 +1,111 @@
+package faults_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/queen-go/queen/faults"
+	"github.com/queen-go/queen/queen/spool"
+	"github.com/queen-go/queen/queen/store/storetest"
+)
+
+func TestMain(m *testing.M) { storetest.Main(m) }
+
+func TestPGProxyModes(t *testing.T) {
+	dsn := storetest.DSN(t)
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := faults.NewPGProxy(fmt.Sprintf("%s:%d", cfg.Host, cfg.Port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	via := fmt.Sprintf("host=127.0.0.1 port=%d user=%s dbname=%s sslmode=disable connect_timeout=1", p.Port(), cfg.User, cfg.Database)
+	ping := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+		defer cancel()
+		c, err := pgx.Connect(ctx, via)
+		if err != nil {
+			return err
+		}
+		defer c.Close(context.Background())
+		return c.Ping(ctx)
+	}
+	if err := ping(); err != nil {
+		t.Fatalf("pass: %v", err)
+	}
+	p.SetMode(faults.Refuse, 0)
+	if err := ping(); err == nil {
+		t.Fatal("refuse: connected")
+	}
+	p.SetMode(faults.Blackhole, 0)
+	if err := ping(); err == nil {
+		t.Fatal("blackhole: connected")
+	}
+	p.SetMode(faults.Delay, 50*time.Millisecond)
+	start := time.Now()
+	if err := ping(); err != nil || time.Since(start) < 100*time.Millisecond {
+		t.Fatalf("delay: %v after %v", err, time.Since(start))
+	}
+	p.SetMode(faults.Pass, 0)
+	if err := ping(); err != nil {
+		t.Fatalf("healed: %v", err)
+	}
+	fired := p.Fired()
+	for _, f := range []string{"pg.refuse", "pg.blackhole", "pg.delay"} {
+		if fired[f] == 0 {
+			t.Errorf("%s never fired: %v", f, fired)
+		}
+	}
+}
+
+func TestFaultyFS(t *testing.T) {
+	dir := t.TempDir()
+	fs := faults.NewFaultyFS(spool.OSFS{})
+	name := filepath.Join(dir, "a.tmp")
+	fs.FailNext("create", faults.ErrNoSpace, 1)
+	if _, err := fs.Create(name); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("create: %v", err)
+	}
+	f, err := fs.Create(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte("durable;")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	fs.TearNextWrite()
+	if n, err := f.Write([]byte("torn-write")); !errors.Is(err, syscall.EIO) || n != 5 {
+		t.Fatalf("torn write: %d %v", n, err)
+	}
+	if _, err := f.Write([]byte("unsynced")); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := fs.Crash(); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(name)
+	if string(got) != "durable;" {
+		t.Fatalf("after crash: %q", got)
+	}
+	fired := fs.Fired()
+	for _, k := range []string{"spool.enospc", "spool.torn", "spool.lost-unsynced"} {
+		if fired[k] != 1 {
+			t.Errorf("%s fired %d times: %v", k, fired[k], fired)
+		}
+	}
+}

@@ -1,0 +1,213 @@
+// Package faults holds the simulator's fault injectors: a TCP proxy in
+// front of PostgreSQL, clock skew, and a spool filesystem that fails on
+// demand. Each counts what it actually did, so a scenario can require that
+// its faults fired ("sometimes" coverage).
+package faults
+
+import (
+	"net"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Mode is what a PGProxy does with traffic.
+type Mode int
+
+const (
+	// Pass forwards bytes both ways.
+	Pass Mode = iota
+	// Delay forwards bytes after a fixed delay.
+	Delay
+	// Blackhole accepts connections and silently drops every byte: the
+	// database looks alive but never answers.
+	Blackhole
+	// Refuse closes every connection, new and existing, at once.
+	Refuse
+)
+
+func (m Mode) String() string {
+	return [...]string{"pass", "delay", "blackhole", "refuse"}[m]
+}
+
+// PGProxy sits between one broker and PostgreSQL.
+type PGProxy struct {
+	target string
+	ln     net.Listener
+
+	mu    sync.Mutex
+	mode  Mode
+	delay time.Duration
+	conns  map[net.Conn]struct{}
+	fired  map[string]int
+	closed bool
+
+	wg sync.WaitGroup
+}
+
+// NewPGProxy listens on a free loopback port and forwards to target
+// (host:port).
+func NewPGProxy(target string) (*PGProxy, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p := &PGProxy{target: target, ln: ln, conns: map[net.Conn]struct{}{}, fired: map[string]int{}}
+	p.wg.Add(1)
+	go p.accept()
+	return p, nil
+}
+
+// Port is the proxy's listening port on 127.0.0.1.
+func (p *PGProxy) Port() int { return p.ln.Addr().(*net.TCPAddr).Port }
+
+// SetMode switches the proxy. Refuse also cuts every open connection.
+func (p *PGProxy) SetMode(m Mode, delay time.Duration) {
+	p.mu.Lock()
+	p.mode, p.delay = m, delay
+	p.mu.Unlock()
+	if m == Refuse {
+		p.Reset()
+	}
+}
+
+// Reset closes every open connection (a network blip); the mode is kept.
+func (p *PGProxy) Reset() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		c.Close()
+		delete(p.conns, c)
+	}
+}
+
+// Fired reports how often each fault touched traffic, by name
+// (pg.refuse, pg.blackhole, pg.delay).
+func (p *PGProxy) Fired() map[string]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[string]int, len(p.fired))
+	for k, v := range p.fired {
+		out[k] = v
+	}
+	return out
+}
+
+// Close stops the proxy and cuts every connection.
+func (p *PGProxy) Close() {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.ln.Close()
+	p.Reset()
+	p.wg.Wait()
+}
+
+func (p *PGProxy) state() (Mode, time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.mode, p.delay
+}
+
+func (p *PGProxy) note(fault string) {
+	p.mu.Lock()
+	p.fired[fault]++
+	p.mu.Unlock()
+}
+
+func (p *PGProxy) track(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.conns[c] = struct{}{}
+	return true
+}
+
+func (p *PGProxy) untrack(c net.Conn) {
+	p.mu.Lock()
+	delete(p.conns, c)
+	p.mu.Unlock()
+	c.Close()
+}
+
+func (p *PGProxy) accept() {
+	defer p.wg.Done()
+	for {
+		client, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		mode, _ := p.state()
+		if mode == Refuse {
+			p.note("pg.refuse")
+			client.Close()
+			continue
+		}
+		p.wg.Add(1)
+		go p.serve(client)
+	}
+}
+
+func (p *PGProxy) serve(client net.Conn) {
+	defer p.wg.Done()
+	if !p.track(client) {
+		client.Close()
+		return
+	}
+	defer p.untrack(client)
+	server, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+	if err != nil {
+		return
+	}
+	if !p.track(server) {
+		server.Close()
+		return
+	}
+	defer p.untrack(server)
+	done := make(chan struct{}, 2)
+	p.wg.Add(2)
+	go p.pipe(server, client, done)
+	go p.pipe(client, server, done)
+	<-done
+	client.Close()
+	server.Close()
+	<-done
+}
+
+// pipe copies src to dst, applying the proxy's mode to each chunk.
+func (p *PGProxy) pipe(dst, src net.Conn, done chan<- struct{}) {
+	defer p.wg.Done()
+	defer func() { done <- struct{}{} }()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			switch mode, delay := p.state(); mode {
+			case Blackhole:
+				p.note("pg.blackhole")
+				continue
+			case Refuse:
+				p.note("pg.refuse")
+				return
+			case Delay:
+				p.note("pg.delay")
+				time.Sleep(delay)
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// HostPort splits "host:port".
+func HostPort(addr string) (string, int) {
+	h, ps, _ := net.SplitHostPort(addr)
+	port, _ := strconv.Atoi(ps)
+	return h, port
+}

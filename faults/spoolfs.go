@@ -1,0 +1,210 @@
+package faults
+
+import (
+	"errors"
+	"io"
+	"os"
+	"sync"
+	"syscall"
+
+	"github.com/queen-go/queen/queen/spool"
+)
+
+// ErrNoSpace and ErrIO are the errors a FaultyFS injects.
+var (
+	ErrNoSpace = &os.PathError{Op: "write", Path: "(injected)", Err: syscall.ENOSPC}
+	ErrIO      = &os.PathError{Op: "write", Path: "(injected)", Err: syscall.EIO}
+)
+
+// FaultyFS wraps a spool.FS and fails operations on demand. It also tracks
+// how much of each file was synced, so Crash can drop what was not, as a
+// power loss would.
+type FaultyFS struct {
+	Base spool.FS
+
+	mu      sync.Mutex
+	pending map[string][]fault // op -> queued faults
+	synced  map[string]int64   // file -> bytes known durable
+	written map[string]int64   // file -> bytes written
+	fired   map[string]int
+}
+
+type fault struct {
+	err  error
+	torn bool
+}
+
+// NewFaultyFS wraps base.
+func NewFaultyFS(base spool.FS) *FaultyFS {
+	return &FaultyFS{Base: base, pending: map[string][]fault{}, synced: map[string]int64{},
+		written: map[string]int64{}, fired: map[string]int{}}
+}
+
+// FailNext makes the next count calls of op (create, write, sync, rename,
+// remove, open, list) return err.
+func (f *FaultyFS) FailNext(op string, err error, count int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i := 0; i < count; i++ {
+		f.pending[op] = append(f.pending[op], fault{err: err})
+	}
+}
+
+// TearNextWrite makes the next write store only half its bytes and fail
+// with EIO.
+func (f *FaultyFS) TearNextWrite() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.pending["write"] = append(f.pending["write"], fault{err: ErrIO, torn: true})
+}
+
+// Fired reports the injected faults by name (spool.enospc, spool.eio,
+// spool.torn, spool.lost-unsynced).
+func (f *FaultyFS) Fired() map[string]int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range f.fired {
+		out[k] = v
+	}
+	return out
+}
+
+func (f *FaultyFS) take(op string) (fault, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	q := f.pending[op]
+	if len(q) == 0 {
+		return fault{}, false
+	}
+	f.pending[op] = q[1:]
+	name := "spool.eio"
+	switch {
+	case q[0].torn:
+		name = "spool.torn"
+	case errors.Is(q[0].err, syscall.ENOSPC):
+		name = "spool.enospc"
+	}
+	f.fired[name]++
+	return q[0], true
+}
+
+// Crash truncates every written file to its last synced length.
+func (f *FaultyFS) Crash() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for name, n := range f.written {
+		if n > f.synced[name] {
+			if err := os.Truncate(name, f.synced[name]); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return err
+			}
+			f.fired["spool.lost-unsynced"]++
+		}
+	}
+	f.written = map[string]int64{}
+	f.synced = map[string]int64{}
+	return nil
+}
+
+// MkdirAll implements spool.FS.
+func (f *FaultyFS) MkdirAll(dir string) error { return f.Base.MkdirAll(dir) }
+
+// Create implements spool.FS.
+func (f *FaultyFS) Create(name string) (spool.File, error) {
+	if ft, ok := f.take("create"); ok {
+		return nil, ft.err
+	}
+	file, err := f.Base.Create(name)
+	if err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	if _, tracked := f.written[name]; !tracked {
+		// Bytes already on disk before we watched are taken as durable.
+		if fi, err := os.Stat(name); err == nil {
+			f.written[name], f.synced[name] = fi.Size(), fi.Size()
+		}
+	}
+	f.mu.Unlock()
+	return &faultyFile{File: file, fs: f}, nil
+}
+
+// Open implements spool.FS.
+func (f *FaultyFS) Open(name string) (io.ReadCloser, error) {
+	if ft, ok := f.take("open"); ok {
+		return nil, ft.err
+	}
+	return f.Base.Open(name)
+}
+
+// Rename implements spool.FS.
+func (f *FaultyFS) Rename(oldName, newName string) error {
+	if ft, ok := f.take("rename"); ok {
+		return ft.err
+	}
+	if err := f.Base.Rename(oldName, newName); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if n, ok := f.written[oldName]; ok {
+		f.written[newName], f.synced[newName] = n, f.synced[oldName]
+		delete(f.written, oldName)
+		delete(f.synced, oldName)
+	}
+	return nil
+}
+
+// Remove implements spool.FS.
+func (f *FaultyFS) Remove(name string) error {
+	if ft, ok := f.take("remove"); ok {
+		return ft.err
+	}
+	return f.Base.Remove(name)
+}
+
+// List implements spool.FS.
+func (f *FaultyFS) List(dir string) ([]string, error) {
+	if ft, ok := f.take("list"); ok {
+		return nil, ft.err
+	}
+	return f.Base.List(dir)
+}
+
+type faultyFile struct {
+	spool.File
+	fs *FaultyFS
+}
+
+func (ff *faultyFile) Write(p []byte) (int, error) {
+	if ft, ok := ff.fs.take("write"); ok {
+		if !ft.torn {
+			return 0, ft.err
+		}
+		n, _ := ff.File.Write(p[:len(p)/2])
+		ff.count(int64(n))
+		return n, ft.err
+	}
+	n, err := ff.File.Write(p)
+	ff.count(int64(n))
+	return n, err
+}
+
+func (ff *faultyFile) count(n int64) {
+	ff.fs.mu.Lock()
+	ff.fs.written[ff.Name()] += n
+	ff.fs.mu.Unlock()
+}
+
+func (ff *faultyFile) Sync() error {
+	if ft, ok := ff.fs.take("sync"); ok {
+		return ft.err
+	}
+	if err := ff.File.Sync(); err != nil {
+		return err
+	}
+	ff.fs.mu.Lock()
+	ff.fs.synced[ff.Name()] = ff.fs.written[ff.Name()]
+	ff.fs.mu.Unlock()
+	return nil
+}
