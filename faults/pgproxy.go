@@ -35,9 +35,9 @@ type PGProxy struct {
 	target string
 	ln     net.Listener
 
-	mu    sync.Mutex
-	mode  Mode
-	delay time.Duration
+	mu     sync.Mutex
+	mode   Mode
+	delay  time.Duration
 	conns  map[net.Conn]struct{}
 	fired  map[string]int
 	closed bool
