@@ -1,0 +1,275 @@
+package sim
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Violation is one broken property, with enough detail to find it in the
+// history.
+type Violation struct {
+	Property string
+	Detail   string
+}
+
+func (v Violation) String() string { return v.Property + ": " + v.Detail }
+
+// Spec is what the checkers need to know about a run beyond its history.
+type Spec struct {
+	// Groups lists, per queue, the consumer groups that consume it
+	// (QueueMode for plain queue-mode consumers). No-loss is checked per
+	// group.
+	Groups map[string][]string
+	// RecoverySlackMS is how long after a lease ends an abandoned message
+	// may stay hidden before a pop that finds nothing is a violation.
+	RecoverySlackMS int64
+}
+
+// QueueMode is the consumer group of queue-mode pops.
+const QueueMode = "__QUEUE_MODE__"
+
+// Checker judges one property.
+type Checker struct {
+	Name  string
+	Check func(h []Event, s Spec) []Violation
+}
+
+// Checkers are every property the simulator checks, by name. Scenario files
+// name them in "expect properties".
+var Checkers = []Checker{
+	{"no-loss", CheckNoLoss},
+	{"no-double-delivery", CheckNoDoubleDelivery},
+	{"fifo", CheckFIFO},
+	{"dedup", CheckDedup},
+	{"tenant", CheckTenant},
+	{"lease-recovery", CheckLeaseRecovery},
+}
+
+// CheckerNamed returns the checker called name.
+func CheckerNamed(name string) (Checker, bool) {
+	for _, c := range Checkers {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return Checker{}, false
+}
+
+// call is an invoke and its completion (nil while pending).
+type call struct {
+	in   Event
+	done *Event
+}
+
+// calls pairs invokes with completions, in invoke order.
+func calls(h []Event) []*call {
+	byID := map[int]*call{}
+	var out []*call
+	for i := range h {
+		e := h[i]
+		switch e.K {
+		case KInvoke:
+			c := &call{in: e}
+			byID[e.Call] = c
+			out = append(out, c)
+		case KOK, KFail, KInfo:
+			if c := byID[e.Call]; c != nil {
+				c.done = &h[i]
+			}
+		}
+	}
+	return out
+}
+
+func (c *call) ok() bool { return c.done != nil && c.done.K == KOK }
+
+// normStatus maps ack statuses the way the broker does.
+func normStatus(s string) string {
+	switch strings.ToLower(s) {
+	case "", "completed", "success", "acked", "ok":
+		return "completed"
+	case "retry", "dlq":
+		return strings.ToLower(s)
+	}
+	return "failed"
+}
+
+// delivery is one message handed to a consumer.
+type delivery struct {
+	key          Key
+	group        string
+	lease        string
+	leaseSecs    int
+	invokeI, okI int
+	invokeVT     int64
+	okVT         int64
+	pos          int // position within the pop's messages
+	client       int
+	autoAck      bool
+}
+
+// completion is an ack (or autoAck pop, or committed transaction ack) that
+// finished a message for a group.
+type completion struct {
+	key   Key
+	group string
+	okI   int
+	dlq   bool
+}
+
+// timeline is what the checkers derive from a history.
+type timeline struct {
+	attempted   map[Key]bool
+	acked       map[Key]bool // push answered queued/duplicate/buffered (or committed in a txn)
+	queuedOK    map[Key]int  // push items answered "queued"
+	pushTenants map[[3]string]map[string]bool
+	pushes      []pushRec
+	deliveries  []delivery
+	completions []completion
+	releases    map[string][]int  // lease -> ok indexes of acks that released it
+	extends     map[string][]ext  // lease -> renewals
+	leaseGroup  map[string]string // lease -> group
+	rows        []Row
+	final       bool
+}
+
+type pushRec struct {
+	key          Key
+	invokeI, okI int
+	status       string
+}
+
+type ext struct {
+	invokeVT int64
+	secs     int
+	okI      int
+}
+
+func build(h []Event) *timeline {
+	t := &timeline{attempted: map[Key]bool{}, acked: map[Key]bool{}, queuedOK: map[Key]int{},
+		pushTenants: map[[3]string]map[string]bool{}, releases: map[string][]int{}, extends: map[string][]ext{},
+		leaseGroup: map[string]string{}}
+	addPush := func(k Key, c *call, status string) {
+		t.attempted[k] = true
+		pk := [3]string{k.Q, k.P, k.Txid}
+		if t.pushTenants[pk] == nil {
+			t.pushTenants[pk] = map[string]bool{}
+		}
+		t.pushTenants[pk][k.Tenant] = true
+		if c.ok() {
+			switch status {
+			case "queued", "duplicate", "buffered":
+				t.acked[k] = true
+				t.pushes = append(t.pushes, pushRec{key: k, invokeI: c.in.I, okI: c.done.I, status: status})
+			}
+			if status == "queued" {
+				t.queuedOK[k]++
+			}
+		}
+	}
+	ackItems := func(c *call, group string, items []Msg, txn bool) {
+		for _, m := range items {
+			if !(m.OK || txn) {
+				continue
+			}
+			st := normStatus(m.Status)
+			if m.Released && m.Lease != "" {
+				t.releases[m.Lease] = append(t.releases[m.Lease], c.done.I)
+			}
+			if st == "completed" || st == "dlq" || m.DLQ || (txn && st == "failed") {
+				t.completions = append(t.completions, completion{key: m.Key(), group: group, okI: c.done.I, dlq: m.DLQ})
+			}
+		}
+	}
+	for _, c := range calls(h) {
+		in := c.in
+		switch in.Op {
+		case "push":
+			status := ""
+			if c.ok() {
+				status = c.done.Status
+			}
+			addPush(in.Key(), c, status)
+		case "pop":
+			if !c.ok() {
+				continue
+			}
+			for pos, m := range c.done.Msgs {
+				g := groupOf(in.G)
+				d := delivery{key: m.Key(), group: g, lease: m.Lease, leaseSecs: in.LeaseSecs, invokeI: in.I,
+					okI: c.done.I, invokeVT: in.VT, okVT: c.done.VT, pos: pos, client: in.C, autoAck: in.Status == "autoack"}
+				if d.key.Tenant == "" {
+					d.key.Tenant = in.Tenant
+				}
+				t.deliveries = append(t.deliveries, d)
+				if m.Lease != "" {
+					t.leaseGroup[m.Lease] = g
+				}
+				if d.autoAck {
+					t.completions = append(t.completions, completion{key: d.key, group: g, okI: c.done.I})
+				}
+			}
+		case "ack":
+			if c.ok() {
+				ackItems(c, groupOf(in.G), c.done.Msgs, false)
+			}
+		case "extend":
+			if c.ok() && c.done.Status == "renewed" {
+				t.extends[in.Lease] = append(t.extends[in.Lease], ext{invokeVT: in.VT, secs: in.LeaseSecs, okI: c.done.I})
+			}
+		case "txn":
+			committed := c.ok() && c.done.Status == "committed"
+			for _, m := range in.Msgs {
+				if m.Op == "push" {
+					st := ""
+					if committed {
+						st = "queued"
+						if m.Status == "duplicate" {
+							st = "duplicate"
+						}
+					}
+					addPush(m.Key(), c, st)
+				}
+			}
+			if committed {
+				var acks []Msg
+				for _, m := range in.Msgs {
+					if m.Op == "ack" {
+						acks = append(acks, m)
+					}
+				}
+				ackItems(c, groupOf(in.G), acks, true)
+			}
+		}
+	}
+	for _, e := range h {
+		if e.K == KFinal {
+			t.rows, t.final = e.Rows, true
+		}
+	}
+	return t
+}
+
+func groupOf(g string) string {
+	if g == "" {
+		return QueueMode
+	}
+	return g
+}
+
+func sortedKeys[V any](m map[Key]V) []Key {
+	out := make([]Key, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
+	return out
+}
+
+func limit(vs []Violation, n int) []Violation {
+	if len(vs) <= n {
+		return vs
+	}
+	return append(vs[:n], Violation{vs[0].Property, fmt.Sprintf("... and %d more", len(vs)-n)})
+}

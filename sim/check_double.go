@@ -1,0 +1,56 @@
+package sim
+
+import "fmt"
+
+// CheckNoDoubleDelivery, within each consumer group:
+//   - a message is completed at most once;
+//   - it is never delivered after it was completed;
+//   - it is never handed to a second consumer while an earlier lease on it
+//     may still be live: a delivery D2 whose pop returned before
+//     E1 = (D1's pop invoke time, or the invoke time of D1's latest renewal)
+//     + lease length is a violation unless D1's lease was released first.
+//     This is sound: D1's lease began no earlier than its invoke, and D2's
+//     grant happened no later than D2's return, both in database time.
+func CheckNoDoubleDelivery(h []Event, _ Spec) []Violation {
+	t := build(h)
+	type gk struct {
+		g string
+		k Key
+	}
+	var out []Violation
+	completedAt := map[gk]int{}
+	for _, c := range t.completions {
+		id := gk{c.group, c.key}
+		if prev, ok := completedAt[id]; ok {
+			out = append(out, Violation{"no-double-delivery", fmt.Sprintf("%s completed twice in group %s (events %d and %d)", c.key, c.group, prev, c.okI)})
+			continue
+		}
+		completedAt[id] = c.okI
+	}
+	last := map[gk]delivery{}
+	for _, d := range t.deliveries {
+		id := gk{d.group, d.key}
+		if ci, ok := completedAt[id]; ok && ci < d.invokeI {
+			out = append(out, Violation{"no-double-delivery", fmt.Sprintf("%s delivered in group %s (event %d) after it was completed (event %d)", d.key, d.group, d.okI, ci)})
+		}
+		if prev, ok := last[id]; ok && prev.lease != "" && prev.lease != d.lease && !prev.autoAck {
+			end := prev.invokeVT + int64(prev.leaseSecs)*1000
+			for _, x := range t.extends[prev.lease] {
+				if x.okI < d.okI && x.invokeVT+int64(x.secs)*1000 > end {
+					end = x.invokeVT + int64(x.secs)*1000
+				}
+			}
+			released := false
+			for _, ri := range t.releases[prev.lease] {
+				if ri < d.invokeI {
+					released = true
+				}
+			}
+			if !released && d.okVT < end {
+				out = append(out, Violation{"no-double-delivery", fmt.Sprintf("%s handed to lease %s at vt %d (event %d) while lease %s was live until vt %d", d.key, d.lease, d.okVT, d.okI, prev.lease, end)})
+			}
+		}
+		last[id] = d
+	}
+	return limit(out, 20)
+}

@@ -1,0 +1,31 @@
+package sim
+
+import "fmt"
+
+// CheckTenant: a pop under tenant T returns only messages pushed under T,
+// and the final read finds every row under the tenant it was pushed as.
+func CheckTenant(h []Event, _ Spec) []Violation {
+	t := build(h)
+	var out []Violation
+	for _, d := range t.deliveries {
+		tenants := t.pushTenants[[3]string{d.key.Q, d.key.P, d.key.Txid}]
+		if !tenants[d.key.Tenant] {
+			out = append(out, Violation{"tenant", fmt.Sprintf("pop under tenant %s (event %d) returned %s/%s/%s, pushed under %v", d.key.Tenant, d.okI, d.key.Q, d.key.P, d.key.Txid, keysOf(tenants))})
+		}
+	}
+	for _, r := range t.rows {
+		tenants := t.pushTenants[[3]string{r.Q, r.P, r.Txid}]
+		if len(tenants) > 0 && !tenants[r.Tenant] {
+			out = append(out, Violation{"tenant", fmt.Sprintf("row %s/%s/%s stored under tenant %s, pushed under %v", r.Q, r.P, r.Txid, r.Tenant, keysOf(tenants))})
+		}
+	}
+	return limit(out, 20)
+}
+
+func keysOf(m map[string]bool) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}

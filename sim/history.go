@@ -1,0 +1,161 @@
+// Package sim is the simulator: a cluster harness that runs brokers in
+// process against one real PostgreSQL, a seeded workload, a history
+// recorder, and the property checkers that judge a run from its history
+// and a final read of the database.
+//
+// Histories are JSONL, one Event per line. An operation is an "invoke"
+// event followed by exactly one completion with the same Call: "ok", "fail"
+// (it certainly did not happen) or "info" (indeterminate: it may or may not
+// have happened, e.g. a timeout). Checkers treat info as "maybe".
+package sim
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+)
+
+// Event kinds.
+const (
+	KInvoke = "invoke"
+	KOK     = "ok"
+	KFail   = "fail"
+	KInfo   = "info"
+	KFault  = "fault"
+	KBroker = "broker"
+	KClient = "client"
+	KFinal  = "final"
+)
+
+// Event is one line of a history.
+type Event struct {
+	I    int    `json:"i"`
+	K    string `json:"k"`
+	Call int    `json:"call,omitempty"`
+	Op   string `json:"op,omitempty"` // push pop ack extend txn
+	C    int    `json:"c,omitempty"`  // client
+	B    int    `json:"b,omitempty"`  // broker
+	VT   int64  `json:"vt"`           // virtual (lockstep) or wall (free-running) milliseconds
+
+	Tenant    string `json:"tenant,omitempty"`
+	Q         string `json:"q,omitempty"`
+	P         string `json:"p,omitempty"`
+	G         string `json:"g,omitempty"`
+	Txid      string `json:"txid,omitempty"`
+	Status    string `json:"status,omitempty"`
+	Lease     string `json:"lease,omitempty"`
+	LeaseSecs int    `json:"leaseSecs,omitempty"`
+	Msgs      []Msg  `json:"msgs,omitempty"`
+	Err       string `json:"err,omitempty"`
+
+	F     string `json:"f,omitempty"`    // fault name
+	What  string `json:"what,omitempty"` // broker/client event
+	Until int64  `json:"until,omitempty"`
+	Rows  []Row  `json:"rows,omitempty"`
+}
+
+// Msg is a message in a pop result, an ack item, or an op of a transaction.
+type Msg struct {
+	Op       string `json:"op,omitempty"` // in transactions: push or ack
+	Tenant   string `json:"tenant,omitempty"`
+	Q        string `json:"q,omitempty"`
+	P        string `json:"p,omitempty"`
+	Txid     string `json:"txid"`
+	Lease    string `json:"lease,omitempty"`
+	Status   string `json:"status,omitempty"` // ack status asked; push status answered
+	OK       bool   `json:"ok,omitempty"`     // ack item outcome
+	Released bool   `json:"released,omitempty"`
+	DLQ      bool   `json:"dlq,omitempty"`
+	Err      string `json:"err,omitempty"`
+}
+
+// Row is a message row found by the final database read.
+type Row struct {
+	Tenant string   `json:"tenant"`
+	Q      string   `json:"q"`
+	P      string   `json:"p"`
+	Txid   string   `json:"txid"`
+	Count  int      `json:"count"`             // rows with this key (dedup: must be 1)
+	DoneBy []string `json:"done_by,omitempty"` // groups whose cursor is past it
+	DLQBy  []string `json:"dlq_by,omitempty"`  // groups that dead-lettered it
+}
+
+// Key identifies a logical message.
+type Key struct{ Tenant, Q, P, Txid string }
+
+func (m Msg) Key() Key   { return Key{m.Tenant, m.Q, m.P, m.Txid} }
+func (e Event) Key() Key { return Key{e.Tenant, e.Q, e.P, e.Txid} }
+
+func (k Key) String() string { return fmt.Sprintf("%s/%s/%s/%s", k.Tenant, k.Q, k.P, k.Txid) }
+
+// History records events in order. It is safe for concurrent use.
+type History struct {
+	mu     sync.Mutex
+	events []Event
+	calls  int
+}
+
+// Add appends e, numbering it.
+func (h *History) Add(e Event) Event {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e.I = len(h.events)
+	h.events = append(h.events, e)
+	return e
+}
+
+// Invoke records the start of an operation and returns its call id.
+func (h *History) Invoke(e Event) int {
+	h.mu.Lock()
+	h.calls++
+	e.Call = h.calls
+	h.mu.Unlock()
+	e.K = KInvoke
+	h.Add(e)
+	return e.Call
+}
+
+// Events returns a copy of the events so far.
+func (h *History) Events() []Event {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]Event(nil), h.events...)
+}
+
+// WriteJSONL writes the history, one event per line.
+func (h *History) WriteJSONL(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	for _, e := range h.Events() {
+		if err := enc.Encode(e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ReadHistory parses a JSONL history file.
+func ReadHistory(path string) ([]Event, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []Event
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 64<<20)
+	for line := 1; sc.Scan(); line++ {
+		if len(sc.Bytes()) == 0 || sc.Bytes()[0] == '#' {
+			continue
+		}
+		var e Event
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", path, line, err)
+		}
+		e.I = len(out)
+		out = append(out, e)
+	}
+	return out, sc.Err()
+}
