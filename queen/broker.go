@@ -41,6 +41,9 @@ type Options struct {
 	// NoBackground leaves background services to the caller (the lockstep
 	// simulator steps them itself).
 	NoBackground bool
+	// ConfigurePool, when set, adjusts the pool configuration before the
+	// pool opens (the simulator turns off wall-clock health checks).
+	ConfigurePool func(*pgxpool.Config)
 }
 
 // Broker is one queen process.
@@ -99,6 +102,9 @@ func (b *Broker) Start(ctx context.Context) error {
 	pc, err := PoolConfig(b.cfg)
 	if err != nil {
 		return err
+	}
+	if b.opts.ConfigurePool != nil {
+		b.opts.ConfigurePool(pc)
 	}
 	if b.pool, err = pgxpool.NewWithConfig(ctx, pc); err != nil {
 		return fmt.Errorf("database pool: %w", err)

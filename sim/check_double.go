@@ -34,12 +34,7 @@ func CheckNoDoubleDelivery(h []Event, _ Spec) []Violation {
 			out = append(out, Violation{"no-double-delivery", fmt.Sprintf("%s delivered in group %s (event %d) after it was completed (event %d)", d.key, d.group, d.okI, ci)})
 		}
 		if prev, ok := last[id]; ok && prev.lease != "" && prev.lease != d.lease && !prev.autoAck {
-			end := prev.invokeVT + int64(prev.leaseSecs)*1000
-			for _, x := range t.extends[prev.lease] {
-				if x.okI < d.okI && x.invokeVT+int64(x.secs)*1000 > end {
-					end = x.invokeVT + int64(x.secs)*1000
-				}
-			}
+			end := t.leaseEnd(prev, d.okI)
 			released := false
 			for _, ri := range t.releases[prev.lease] {
 				if ri < d.invokeI {
@@ -53,4 +48,16 @@ func CheckNoDoubleDelivery(h []Event, _ Spec) []Violation {
 		last[id] = d
 	}
 	return limit(out, 20)
+}
+
+// leaseEnd is the latest instant d's lease may be live, counting renewals
+// answered before event index before.
+func (t *timeline) leaseEnd(d delivery, before int) int64 {
+	end := d.invokeVT + int64(d.leaseSecs)*1000
+	for _, x := range t.extends[d.lease] {
+		if x.okI < before && x.invokeVT+int64(x.secs)*1000 > end {
+			end = x.invokeVT + int64(x.secs)*1000
+		}
+	}
+	return end
 }

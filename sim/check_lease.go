@@ -48,7 +48,7 @@ func CheckLeaseRecovery(h []Event, s Spec) []Violation {
 			if ci, ok := completed[id]; ok && ci < e.I {
 				continue // finished before the consumer left
 			}
-			end := d.invokeVT + int64(d.leaseSecs)*1000
+			end := t.leaseEnd(d, len(h))
 			redelivered := -1
 			for _, d2 := range t.deliveries {
 				if d2.key == d.key && d2.group == d.group && d2.okI > e.I {
@@ -69,7 +69,7 @@ func CheckLeaseRecovery(h []Event, s Spec) []Violation {
 				if groupOf(c.in.G) != d.group || c.in.Q != d.key.Q || c.in.Tenant != d.key.Tenant || (c.in.P != "" && c.in.P != d.key.P) {
 					continue
 				}
-				if c.in.VT >= end+s.RecoverySlackMS && healthy(c.in.VT) {
+				if c.in.VT >= end+s.RecoverySlackMS && healthy(c.in.VT) && !t.heldByOther(d, c.in.I, c.in.VT) {
 					out = append(out, Violation{"lease-recovery", fmt.Sprintf("%s still hidden at vt %d (pop event %d answered empty), its lease %s ended at vt %d", d.key, c.in.VT, c.in.I, e.Lease, end)})
 					break
 				}
@@ -77,4 +77,26 @@ func CheckLeaseRecovery(h []Event, s Spec) []Violation {
 		}
 	}
 	return limit(out, 20)
+}
+
+// heldByOther reports whether, at event index i and time vt, d's partition
+// is legitimately leased in d's group under another lease: a later
+// delivery from that partition whose lease is unreleased and unexpired.
+func (t *timeline) heldByOther(d delivery, i int, vt int64) bool {
+	for _, o := range t.deliveries {
+		if o.okI >= i || o.group != d.group || o.lease == d.lease || o.lease == "" || o.autoAck ||
+			o.key.Tenant != d.key.Tenant || o.key.Q != d.key.Q || o.key.P != d.key.P {
+			continue
+		}
+		released := false
+		for _, ri := range t.releases[o.lease] {
+			if ri < i {
+				released = true
+			}
+		}
+		if !released && t.leaseEnd(o, i) > vt {
+			return true
+		}
+	}
+	return false
 }

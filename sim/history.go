@@ -70,6 +70,7 @@ type Msg struct {
 	Released bool   `json:"released,omitempty"`
 	DLQ      bool   `json:"dlq,omitempty"`
 	Err      string `json:"err,omitempty"`
+	PID      string `json:"-"` // partition id, needed to ack; not part of the history
 }
 
 // Row is a message row found by the final database read.

@@ -1,0 +1,192 @@
+package sim
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"strconv"
+)
+
+// held is a batch a simulated consumer holds under a lease.
+type held struct {
+	tenant, q, g, lease string
+	msgs                []Msg
+}
+
+// actor performs operations against the cluster and records them.
+type actor struct {
+	cluster *Cluster
+	hist    *History
+	vt      func() int64
+}
+
+// outcome classifies an HTTP answer: 2xx ok, 4xx fail (it did not happen),
+// anything else info (it may have happened).
+func outcome(code int, err error) string {
+	switch {
+	case err != nil || code == 0:
+		return KInfo
+	case code >= 200 && code < 300:
+		return KOK
+	case code >= 400 && code < 500:
+		return KFail
+	}
+	return KInfo
+}
+
+func (a *actor) finish(call int, op string, b int, code int, err error, fill func(*Event)) string {
+	k := outcome(code, err)
+	e := Event{K: k, Call: call, Op: op, B: b, VT: a.vt()}
+	if k == KOK && fill != nil {
+		fill(&e)
+	} else if k != KOK {
+		e.Err = strconv.Itoa(code)
+		if err != nil {
+			e.Err = "transport"
+		}
+	}
+	a.hist.Add(e)
+	return k
+}
+
+func (a *actor) push(ctx context.Context, c, b int, k Key) {
+	call := a.hist.Invoke(Event{Op: "push", C: c, B: b, VT: a.vt(), Tenant: k.Tenant, Q: k.Q, P: k.P, Txid: k.Txid})
+	body, _ := json.Marshal(map[string]any{"items": []any{map[string]any{
+		"queue": k.Q, "partition": k.P, "transactionId": k.Txid, "payload": map[string]any{"sum": k.Txid}}}})
+	code, raw, err := a.cluster.Do(ctx, b, "POST", "/api/v1/push", k.Tenant, body)
+	a.finish(call, "push", b, code, err, func(e *Event) {
+		var res []struct {
+			Status string `json:"status"`
+		}
+		if json.Unmarshal(raw, &res) == nil && len(res) == 1 {
+			e.Status = res[0].Status
+		}
+	})
+}
+
+// pop returns the batch it got, if any.
+func (a *actor) pop(ctx context.Context, c, b int, tenant string, q QueueSpec, g string, batch int, autoAck bool) *held {
+	status := ""
+	if autoAck {
+		status = "autoack"
+	}
+	grp := g
+	if g == QueueMode {
+		grp = ""
+	}
+	call := a.hist.Invoke(Event{Op: "pop", C: c, B: b, VT: a.vt(), Tenant: tenant, Q: q.Name, G: grp, LeaseSecs: q.LeaseSecs, Status: status})
+	v := url.Values{"batch": {strconv.Itoa(batch)}}
+	if grp != "" {
+		v.Set("consumerGroup", grp)
+	}
+	if autoAck {
+		v.Set("autoAck", "true")
+	}
+	code, raw, err := a.cluster.Do(ctx, b, "GET", "/api/v1/pop/queue/"+url.PathEscape(q.Name)+"?"+v.Encode(), tenant, nil)
+	var h *held
+	a.finish(call, "pop", b, code, err, func(e *Event) {
+		if code == 204 {
+			return
+		}
+		var res struct {
+			LeaseID  string `json:"leaseId"`
+			Messages []struct {
+				TransactionID string `json:"transactionId"`
+				Partition     string `json:"partition"`
+				PartitionID   string `json:"partitionId"`
+				LeaseID       string `json:"leaseId"`
+			} `json:"messages"`
+		}
+		if json.Unmarshal(raw, &res) != nil {
+			return
+		}
+		h = &held{tenant: tenant, q: q.Name, g: grp, lease: res.LeaseID}
+		for _, m := range res.Messages {
+			msg := Msg{Tenant: tenant, Q: q.Name, P: m.Partition, Txid: m.TransactionID, Lease: m.LeaseID, PID: m.PartitionID}
+			e.Msgs = append(e.Msgs, msg)
+			h.msgs = append(h.msgs, msg)
+		}
+		if autoAck || len(h.msgs) == 0 {
+			h = nil
+		}
+	})
+	return h
+}
+
+func (a *actor) ack(ctx context.Context, c, b int, h *held, statuses []string) {
+	items := make([]Msg, len(h.msgs))
+	var acks []any
+	for i, m := range h.msgs {
+		items[i] = m
+		items[i].Status = statuses[i]
+		acks = append(acks, map[string]any{"transactionId": m.Txid, "partitionId": m.PID,
+			"leaseId": m.Lease, "status": statuses[i]})
+	}
+	call := a.hist.Invoke(Event{Op: "ack", C: c, B: b, VT: a.vt(), Tenant: h.tenant, Q: h.q, G: h.g, Lease: h.lease, Msgs: items})
+	var group any
+	if h.g != "" {
+		group = h.g
+	}
+	body, _ := json.Marshal(map[string]any{"consumerGroup": group, "acknowledgments": acks})
+	code, raw, err := a.cluster.Do(ctx, b, "POST", "/api/v1/ack/batch", h.tenant, body)
+	a.finish(call, "ack", b, code, err, func(e *Event) {
+		var res []struct {
+			Success       bool    `json:"success"`
+			Error         *string `json:"error"`
+			LeaseReleased bool    `json:"leaseReleased"`
+			DLQ           bool    `json:"dlq"`
+		}
+		if json.Unmarshal(raw, &res) != nil || len(res) != len(items) {
+			return
+		}
+		for i, r := range res {
+			m := items[i]
+			m.OK, m.Released, m.DLQ = r.Success, r.LeaseReleased, r.DLQ
+			if r.Error != nil {
+				m.Err = *r.Error
+			}
+			e.Msgs = append(e.Msgs, m)
+		}
+	})
+}
+
+func (a *actor) extend(ctx context.Context, c, b int, h *held, secs int) {
+	call := a.hist.Invoke(Event{Op: "extend", C: c, B: b, VT: a.vt(), Tenant: h.tenant, Lease: h.lease, LeaseSecs: secs})
+	code, raw, err := a.cluster.Do(ctx, b, "POST", "/api/v1/lease/"+h.lease+"/extend", h.tenant, []byte(fmt.Sprintf(`{"seconds":%d}`, secs)))
+	a.finish(call, "extend", b, code, err, func(e *Event) {
+		var res struct {
+			Renewed int `json:"renewed"`
+		}
+		if json.Unmarshal(raw, &res) == nil && res.Renewed > 0 {
+			e.Status = "renewed"
+		}
+	})
+}
+
+// txn pushes k and completes h's first message atomically.
+func (a *actor) txn(ctx context.Context, c, b int, k Key, h *held) {
+	m := h.msgs[0]
+	ops := []Msg{{Op: "push", Tenant: k.Tenant, Q: k.Q, P: k.P, Txid: k.Txid},
+		{Op: "ack", Tenant: m.Tenant, Q: m.Q, P: m.P, Txid: m.Txid, Lease: m.Lease, Status: "completed"}}
+	call := a.hist.Invoke(Event{Op: "txn", C: c, B: b, VT: a.vt(), Tenant: k.Tenant, G: h.g, Msgs: ops})
+	var group any
+	if h.g != "" {
+		group = h.g
+	}
+	body, _ := json.Marshal(map[string]any{"operations": []any{
+		map[string]any{"type": "push", "items": []any{map[string]any{"queue": k.Q, "partition": k.P, "transactionId": k.Txid, "payload": 1}}},
+		map[string]any{"type": "ack", "transactionId": m.Txid, "partitionId": m.PID, "consumerGroup": group, "leaseId": m.Lease},
+	}, "requiredLeases": []string{m.Lease}})
+	code, raw, err := a.cluster.Do(ctx, b, "POST", "/api/v1/transaction", k.Tenant, body)
+	a.finish(call, "txn", b, code, err, func(e *Event) {
+		var res struct {
+			Success bool `json:"success"`
+		}
+		if json.Unmarshal(raw, &res) == nil && res.Success {
+			e.Status = "committed"
+		} else {
+			e.Status = "rolledback"
+		}
+	})
+}

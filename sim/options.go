@@ -1,0 +1,111 @@
+package sim
+
+import "time"
+
+// QueueSpec is one queue of a run: its partitions, lease and the consumer
+// groups that read it (QueueMode for queue-mode consumers).
+type QueueSpec struct {
+	Name       string
+	Partitions int
+	LeaseSecs  int
+	Groups     []string
+}
+
+// Weights are the relative odds of each workload operation.
+type Weights struct {
+	Push, Pop, Ack, Extend, Txn, Abandon int
+	// ReusePct is the percentage of pushes that resend an earlier
+	// transactionId (which must come back duplicate).
+	ReusePct int
+	// FailPct is the percentage of acked messages acked as failed.
+	FailPct int
+}
+
+// DefaultWeights is the workload mix when a scenario names none.
+var DefaultWeights = Weights{Push: 45, Pop: 30, Ack: 18, Extend: 2, Txn: 3, Abandon: 2, ReusePct: 5, FailPct: 8}
+
+// FaultAt is one scheduled fault.
+type FaultAt struct {
+	At     time.Duration // from the start of the safety phase
+	Kind   string        // pg.blackhole pg.refuse pg.delay pg.reset broker.crash broker.start clock.skew
+	Broker int           // -1: every broker
+	For    time.Duration // how long a pg.* fault lasts
+	By     time.Duration // clock.skew offset, pg.delay delay
+}
+
+// Options describe one simulator run. Everything random derives from Seed.
+type Options struct {
+	Name     string
+	Seed     uint64
+	Mode     string // lockstep (default) or free
+	Brokers  int
+	Tenants  []string
+	Queues   []QueueSpec
+	Clients  int
+	Ops      int
+	VTime    time.Duration // safety phase length (virtual in lockstep, wall in free mode)
+	Converge time.Duration // liveness bound after heal
+	Weights  Weights
+	Faults   []FaultAt
+	// Expect names the properties to check (default: all).
+	Expect []string
+	// Sometimes names events that must have happened in the run ("pg.refuse",
+	// "broker.crash", "lease.recovered", ...); a run where one did not is
+	// a failed run.
+	Sometimes []string
+}
+
+func (o *Options) defaults() {
+	if o.Mode == "" {
+		o.Mode = "lockstep"
+	}
+	if o.Brokers == 0 {
+		o.Brokers = 1
+	}
+	if len(o.Tenants) == 0 {
+		o.Tenants = []string{"00000000-0000-0000-0000-000000000001"}
+	}
+	if len(o.Queues) == 0 {
+		o.Queues = []QueueSpec{{Name: "orders", Partitions: 4, LeaseSecs: 10, Groups: []string{QueueMode}}}
+	}
+	for i := range o.Queues {
+		if o.Queues[i].Partitions == 0 {
+			o.Queues[i].Partitions = 1
+		}
+		if o.Queues[i].LeaseSecs == 0 {
+			o.Queues[i].LeaseSecs = 10
+		}
+		if len(o.Queues[i].Groups) == 0 {
+			o.Queues[i].Groups = []string{QueueMode}
+		}
+	}
+	if o.Clients == 0 {
+		o.Clients = 4
+	}
+	if o.Ops == 0 {
+		o.Ops = 200
+	}
+	if o.VTime == 0 {
+		o.VTime = 120 * time.Second
+	}
+	if o.Converge == 0 {
+		o.Converge = 60 * time.Second
+	}
+	if o.Weights == (Weights{}) {
+		o.Weights = DefaultWeights
+	}
+	if len(o.Expect) == 0 {
+		for _, c := range Checkers {
+			o.Expect = append(o.Expect, c.Name)
+		}
+	}
+}
+
+// Spec derives the checkers' view of the run.
+func (o Options) Spec() Spec {
+	s := Spec{Groups: map[string][]string{}, RecoverySlackMS: 2000}
+	for _, q := range o.Queues {
+		s.Groups[q.Name] = q.Groups
+	}
+	return s
+}

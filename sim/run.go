@@ -1,0 +1,502 @@
+package sim
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/queen-go/queen/faults"
+	"github.com/queen-go/queen/queen/clock"
+)
+
+// Result is what a run produced and what the checkers found.
+type Result struct {
+	History    *History
+	Hash       string // lockstep: identical for identical seeds
+	Ops        int
+	Faults     int
+	Fired      map[string]int
+	Violations []Violation
+	// Missing names "sometimes" events the scenario required that never
+	// happened.
+	Missing []string
+}
+
+// Failed reports whether the run broke a property or missed coverage.
+func (r *Result) Failed() bool { return len(r.Violations) > 0 || len(r.Missing) > 0 }
+
+// Summary is a one-paragraph account of the run.
+func (r *Result) Summary() string {
+	fired := make([]string, 0, len(r.Fired))
+	for k, v := range r.Fired {
+		fired = append(fired, fmt.Sprintf("%s=%d", k, v))
+	}
+	sort.Strings(fired)
+	s := fmt.Sprintf("%d ops, %d faults scheduled, %d events, fired %v, hash %.12s", r.Ops, r.Faults, len(r.History.Events()), fired, r.Hash)
+	for _, v := range r.Violations {
+		s += "\n  VIOLATION " + v.String()
+	}
+	for _, m := range r.Missing {
+		s += "\n  NEVER HAPPENED (sometimes): " + m
+	}
+	return s
+}
+
+// epoch is the virtual instant every lockstep run starts at.
+var epoch = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+
+type client struct {
+	id     int
+	broker int
+	held   []*held
+}
+
+type runner struct {
+	o       Options
+	rng     *rand.Rand
+	pg      *clock.Sim
+	start   time.Time
+	cluster *Cluster
+	act     *actor
+	hist    *History
+	clients []*client
+	pushed  []Key
+	nextTx  int
+	fired   map[string]int
+	active  []activeFault
+	ctx     context.Context
+}
+
+type activeFault struct {
+	kind   string
+	broker int
+	until  time.Time
+}
+
+// Run executes one scenario against the migrated database dsn and checks
+// it. The error is for harness failures; property failures are in Result.
+func Run(ctx context.Context, dsn string, o Options, log io.Writer) (*Result, error) {
+	o.defaults()
+	if o.Mode == "free" {
+		return runFree(ctx, dsn, o, log)
+	}
+	r := &runner{o: o, rng: rand.New(rand.NewPCG(o.Seed, 0x9e3779b97f4a7c15)), pg: clock.NewSim(epoch), start: epoch,
+		hist: &History{}, fired: map[string]int{}, ctx: ctx}
+	var err error
+	r.cluster, err = NewCluster(ctx, ClusterOptions{DSN: dsn, Brokers: o.Brokers, Seed: o.Seed, Lockstep: true, PG: r.pg, Log: log})
+	if err != nil {
+		return nil, err
+	}
+	defer r.cluster.Close()
+	r.act = &actor{cluster: r.cluster, hist: r.hist, vt: r.vt}
+	for i := 0; i < o.Clients; i++ {
+		r.clients = append(r.clients, &client{id: i + 1, broker: i % o.Brokers})
+	}
+	if err := r.configure(); err != nil {
+		return nil, err
+	}
+	faultsLeft := append([]FaultAt(nil), o.Faults...)
+	sort.SliceStable(faultsLeft, func(i, j int) bool { return faultsLeft[i].At < faultsLeft[j].At })
+	step := o.VTime / time.Duration(o.Ops)
+	for i := 0; i < o.Ops; i++ {
+		now := r.start.Add(time.Duration(i) * step)
+		r.pg.AdvanceTo(now)
+		r.expireFaults(now)
+		for len(faultsLeft) > 0 && r.start.Add(faultsLeft[0].At).Compare(now) <= 0 {
+			if err := r.inject(faultsLeft[0]); err != nil {
+				return nil, err
+			}
+			faultsLeft = faultsLeft[1:]
+		}
+		r.step()
+	}
+	if err := r.heal(); err != nil {
+		return nil, err
+	}
+	r.drain()
+	res := &Result{History: r.hist, Ops: o.Ops, Faults: len(o.Faults), Fired: r.fired}
+	if err := finalRead(ctx, dsn, r.hist, r.vt()); err != nil {
+		return nil, err
+	}
+	r.cluster.Shutdown(ctx)
+	r.cluster.Close()
+	if err := checkLeaks(ctx, dsn, r.cluster.AppPrefix); err != nil {
+		res.Violations = append(res.Violations, Violation{"leaks", err.Error()})
+	}
+	for k, v := range r.cluster.Fired() {
+		res.Fired[k] += v
+	}
+	finish(res, o)
+	return res, nil
+}
+
+// finish runs the checkers, the coverage check and the hash.
+func finish(res *Result, o Options) {
+	h := res.History.Events()
+	for _, name := range o.Expect {
+		if c, ok := CheckerNamed(name); ok {
+			res.Violations = append(res.Violations, c.Check(h, o.Spec())...)
+		}
+	}
+	if recovered(h) > 0 {
+		res.Fired["lease.recovered"] = recovered(h)
+	}
+	for _, e := range h {
+		if e.K == KOK && e.Op == "push" && e.Status == "duplicate" {
+			res.Fired["push.duplicate"]++
+		}
+	}
+	for _, s := range o.Sometimes {
+		if res.Fired[s] == 0 {
+			res.Missing = append(res.Missing, s)
+		}
+	}
+	sum := sha256.New()
+	enc := json.NewEncoder(sum)
+	for _, e := range h {
+		_ = enc.Encode(e)
+	}
+	res.Hash = hex.EncodeToString(sum.Sum(nil))
+}
+
+// recovered counts abandoned deliveries that were delivered again.
+func recovered(h []Event) int {
+	t := build(h)
+	abandonedAt := map[string]int{}
+	for _, e := range h {
+		if e.K == KClient && e.What == "abandon" {
+			abandonedAt[e.Lease] = e.I
+		}
+	}
+	n := 0
+	for _, d := range t.deliveries {
+		at, ok := abandonedAt[d.lease]
+		if !ok {
+			continue
+		}
+		for _, d2 := range t.deliveries {
+			if d2.key == d.key && d2.group == d.group && d2.okI > at {
+				n++
+				break
+			}
+		}
+	}
+	return n
+}
+
+func (r *runner) vt() int64 { return r.pg.Now().Sub(r.start).Milliseconds() }
+
+func (r *runner) configure() error {
+	for _, t := range r.o.Tenants {
+		for _, q := range r.o.Queues {
+			body, _ := json.Marshal(map[string]any{"queue": q.Name, "options": map[string]any{"leaseTime": q.LeaseSecs, "retryLimit": 2}})
+			code, raw, err := r.cluster.Do(r.ctx, 0, "POST", "/api/v1/configure", t, body)
+			if err != nil || code != 200 {
+				return fmt.Errorf("configure %s: %d %s %v", q.Name, code, raw, err)
+			}
+		}
+	}
+	return nil
+}
+
+func (r *runner) brokerFor(c *client) (int, bool) {
+	for i := 0; i < r.o.Brokers; i++ {
+		b := (c.broker + i) % r.o.Brokers
+		if r.cluster.Up(b) {
+			return b, true
+		}
+	}
+	return 0, false
+}
+
+func (r *runner) pick(n int) int { return r.rng.IntN(n) }
+
+// step performs one seeded workload operation.
+func (r *runner) step() {
+	c := r.clients[r.pick(len(r.clients))]
+	b, ok := r.brokerFor(c)
+	if !ok {
+		return
+	}
+	w := r.o.Weights
+	total := w.Push + w.Pop + w.Ack + w.Extend + w.Txn + w.Abandon
+	x := r.pick(total)
+	switch {
+	case x < w.Push:
+		r.act.push(r.ctx, c.id, b, r.nextKey())
+	case x < w.Push+w.Pop:
+		q := r.o.Queues[r.pick(len(r.o.Queues))]
+		tenant := r.o.Tenants[r.pick(len(r.o.Tenants))]
+		g := q.Groups[r.pick(len(q.Groups))]
+		autoAck := g != QueueMode && r.pick(20) == 0
+		if h := r.act.pop(r.ctx, c.id, b, tenant, q, g, 1+r.pick(5), autoAck); h != nil {
+			c.held = append(c.held, h)
+		}
+	case x < w.Push+w.Pop+w.Ack:
+		if h := r.takeHeld(c); h != nil {
+			statuses := make([]string, len(h.msgs))
+			for i := range statuses {
+				statuses[i] = "completed"
+				if r.pick(100) < w.FailPct {
+					statuses[i] = []string{"failed", "retry"}[r.pick(2)]
+				}
+			}
+			r.act.ack(r.ctx, c.id, b, h, statuses)
+		}
+	case x < w.Push+w.Pop+w.Ack+w.Extend:
+		if len(c.held) > 0 {
+			r.act.extend(r.ctx, c.id, b, c.held[r.pick(len(c.held))], 30)
+		}
+	case x < w.Push+w.Pop+w.Ack+w.Extend+w.Txn:
+		if h := r.takeHeld(c); h != nil {
+			r.act.txn(r.ctx, c.id, b, r.freshKey(), h)
+		}
+	default:
+		if h := r.takeHeld(c); h != nil {
+			r.hist.Add(Event{K: KClient, What: "abandon", C: c.id, VT: r.vt(), Lease: h.lease})
+		}
+	}
+}
+
+func (r *runner) takeHeld(c *client) *held {
+	if len(c.held) == 0 {
+		return nil
+	}
+	i := r.pick(len(c.held))
+	h := c.held[i]
+	c.held = append(c.held[:i], c.held[i+1:]...)
+	return h
+}
+
+func (r *runner) freshKey() Key {
+	r.nextTx++
+	ti := r.pick(len(r.o.Tenants))
+	q := r.o.Queues[r.pick(len(r.o.Queues))]
+	k := Key{Tenant: r.o.Tenants[ti], Q: q.Name, P: fmt.Sprint("p", r.pick(q.Partitions)), Txid: fmt.Sprintf("s%x-t%d-%d", r.o.Seed&0xffff, ti, r.nextTx)}
+	r.pushed = append(r.pushed, k)
+	return k
+}
+
+func (r *runner) nextKey() Key {
+	if len(r.pushed) > 0 && r.pick(100) < r.o.Weights.ReusePct {
+		return r.pushed[r.pick(len(r.pushed))]
+	}
+	return r.freshKey()
+}
+
+func (r *runner) brokersOf(f FaultAt) []int {
+	if f.Broker >= 0 {
+		return []int{f.Broker % r.o.Brokers}
+	}
+	var out []int
+	for i := 0; i < r.o.Brokers; i++ {
+		out = append(out, i)
+	}
+	return out
+}
+
+// inject applies one scheduled fault and records it.
+func (r *runner) inject(f FaultAt) error {
+	until := r.pg.Now().Add(f.For)
+	e := Event{K: KFault, F: f.Kind, B: f.Broker, VT: r.vt(), Until: until.Sub(r.start).Milliseconds()}
+	switch f.Kind {
+	case "pg.blackhole", "pg.refuse", "pg.delay":
+		mode := map[string]faults.Mode{"pg.blackhole": faults.Blackhole, "pg.refuse": faults.Refuse, "pg.delay": faults.Delay}[f.Kind]
+		for _, b := range r.brokersOf(f) {
+			r.cluster.Proxy(b).SetMode(mode, f.By)
+			r.cluster.ResetPool(b)
+			r.active = append(r.active, activeFault{f.Kind, b, until})
+		}
+	case "pg.reset":
+		for _, b := range r.brokersOf(f) {
+			r.cluster.Proxy(b).Reset()
+			r.cluster.ResetPool(b)
+		}
+		r.fired["pg.reset"]++
+		e.Until = e.VT
+	case "broker.crash":
+		for _, b := range r.brokersOf(f) {
+			if !r.cluster.Up(b) {
+				continue
+			}
+			r.cluster.Crash(b)
+			r.fired["broker.crash"]++
+			r.hist.Add(Event{K: KBroker, What: "crash", B: b, VT: r.vt()})
+			// Consumers living beside the broker die with it.
+			for _, c := range r.clients {
+				if c.broker == b {
+					for _, h := range c.held {
+						r.hist.Add(Event{K: KClient, What: "abandon", C: c.id, VT: r.vt(), Lease: h.lease})
+					}
+					c.held = nil
+				}
+			}
+		}
+		return nil
+	case "broker.start":
+		for _, b := range r.brokersOf(f) {
+			if err := r.startBroker(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	case "clock.skew":
+		for _, b := range r.brokersOf(f) {
+			r.cluster.SetSkew(b, f.By)
+			r.fired["clock.skew"]++
+		}
+		e.Until = e.VT
+	default:
+		return fmt.Errorf("unknown fault kind %q", f.Kind)
+	}
+	r.hist.Add(e)
+	return nil
+}
+
+func (r *runner) startBroker(b int) error {
+	if r.cluster.Up(b) {
+		return nil
+	}
+	if err := r.cluster.Start(r.ctx, b); err != nil {
+		return err
+	}
+	r.hist.Add(Event{K: KBroker, What: "start", B: b, VT: r.vt()})
+	return nil
+}
+
+func (r *runner) expireFaults(now time.Time) {
+	kept := r.active[:0]
+	for _, a := range r.active {
+		if now.Before(a.until) {
+			kept = append(kept, a)
+			continue
+		}
+		r.cluster.Proxy(a.broker).SetMode(faults.Pass, 0)
+		r.cluster.ResetPool(a.broker)
+	}
+	r.active = kept
+}
+
+// heal clears every fault, restarts crashed brokers and lets consumers go:
+// whatever they still hold is abandoned and must come back after its lease.
+func (r *runner) heal() error {
+	for _, a := range r.active {
+		r.cluster.Proxy(a.broker).SetMode(faults.Pass, 0)
+		r.cluster.ResetPool(a.broker)
+	}
+	r.active = nil
+	for b := 0; b < r.o.Brokers; b++ {
+		if err := r.startBroker(b); err != nil {
+			return err
+		}
+	}
+	for _, c := range r.clients {
+		for _, h := range c.held {
+			r.hist.Add(Event{K: KClient, What: "abandon", C: c.id, VT: r.vt(), Lease: h.lease})
+		}
+		c.held = nil
+	}
+	return nil
+}
+
+// drain consumes and completes everything left, in every group of every
+// queue of every tenant, moving virtual time past leases when it finds
+// nothing, until two consecutive passes find nothing.
+func (r *runner) drain() {
+	maxLease := 0
+	for _, q := range r.o.Queues {
+		maxLease = max(maxLease, q.LeaseSecs)
+	}
+	deadline := r.pg.Now().Add(r.o.Converge + 10*time.Duration(maxLease)*time.Second)
+	for empty := 0; empty < 2 && r.pg.Now().Before(deadline); {
+		got := false
+		for _, t := range r.o.Tenants {
+			for _, q := range r.o.Queues {
+				for _, g := range q.Groups {
+					for i := 0; i < 1000; i++ {
+						h := r.act.pop(r.ctx, 0, 0, t, q, g, 100, false)
+						if h == nil {
+							break
+						}
+						got = true
+						statuses := make([]string, len(h.msgs))
+						for i := range statuses {
+							statuses[i] = "completed"
+						}
+						r.act.ack(r.ctx, 0, 0, h, statuses)
+					}
+				}
+			}
+		}
+		if got {
+			empty = 0
+		} else {
+			empty++
+		}
+		r.pg.Advance(time.Duration(maxLease+1) * time.Second)
+	}
+}
+
+// finalRead records every stored message, with the groups whose cursor is
+// past it and the groups that dead-lettered it.
+func finalRead(ctx context.Context, dsn string, h *History, vt int64) error {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `
+		SELECT q.tenant_id::text, q.name, p.name, m.transaction_id, count(*) OVER (PARTITION BY q.tenant_id, q.name, p.name, m.transaction_id),
+			array(SELECT pc.consumer_group FROM queen.partition_consumers pc
+				WHERE pc.partition_id = p.id AND pc.last_consumed_seq >= m.seq ORDER BY 1),
+			array(SELECT d.consumer_group FROM queen.dead_letter_queue d WHERE d.message_id = m.id ORDER BY 1)
+		FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id
+		ORDER BY 1, 2, 3, 4`)
+	if err != nil {
+		return fmt.Errorf("final read: %w", err)
+	}
+	final := Event{K: KFinal, VT: vt}
+	for rows.Next() {
+		var row Row
+		if err := rows.Scan(&row.Tenant, &row.Q, &row.P, &row.Txid, &row.Count, &row.DoneBy, &row.DLQBy); err != nil {
+			return err
+		}
+		final.Rows = append(final.Rows, row)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	h.Add(final)
+	return nil
+}
+
+// checkLeaks fails when a broker connection outlived its broker.
+func checkLeaks(ctx context.Context, dsn, appPrefix string) error {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var n int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE $1 || '%'`, appPrefix).Scan(&n); err != nil {
+			return err
+		}
+		if n == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d database connections of stopped brokers (%s*) still open", n, appPrefix)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
