@@ -127,7 +127,7 @@ type timeline struct {
 	pushes      []pushRec
 	deliveries  []delivery
 	completions []completion
-	releases    map[string][]int  // lease -> ok indexes of acks that released it
+	releases    map[string][]int  // lease -> invoke indexes of acks that released it
 	extends     map[string][]ext  // lease -> renewals
 	leaseGroup  map[string]string // lease -> group
 	rows        []Row
@@ -143,7 +143,7 @@ type pushRec struct {
 type ext struct {
 	invokeVT int64
 	secs     int
-	okI      int
+	invokeI  int
 }
 
 func build(h []Event) *timeline {
@@ -175,7 +175,9 @@ func build(h []Event) *timeline {
 			}
 			st := normStatus(m.Status)
 			if m.Released && m.Lease != "" {
-				t.releases[m.Lease] = append(t.releases[m.Lease], c.done.I)
+				// The release took effect somewhere between the ack's
+				// invoke and its answer: record the earliest it may have.
+				t.releases[m.Lease] = append(t.releases[m.Lease], c.in.I)
 			}
 			if st == "completed" || st == "dlq" || m.DLQ || (txn && st == "failed") {
 				t.completions = append(t.completions, completion{key: m.Key(), group: group, okI: c.done.I, dlq: m.DLQ})
@@ -216,7 +218,7 @@ func build(h []Event) *timeline {
 			}
 		case "extend":
 			if c.ok() && c.done.Status == "renewed" {
-				t.extends[in.Lease] = append(t.extends[in.Lease], ext{invokeVT: in.VT, secs: in.LeaseSecs, okI: c.done.I})
+				t.extends[in.Lease] = append(t.extends[in.Lease], ext{invokeVT: in.VT, secs: in.LeaseSecs, invokeI: in.I})
 			}
 		case "txn":
 			committed := c.ok() && c.done.Status == "committed"

@@ -8,7 +8,7 @@ import "fmt"
 //   - it is never handed to a second consumer while an earlier lease on it
 //     may still be live: a delivery D2 whose pop returned before
 //     E1 = (D1's pop invoke time, or the invoke time of D1's latest renewal)
-//     + lease length is a violation unless D1's lease was released first.
+//   - lease length is a violation unless D1's lease was released first.
 //     This is sound: D1's lease began no earlier than its invoke, and D2's
 //     grant happened no later than D2's return, both in database time.
 func CheckNoDoubleDelivery(h []Event, _ Spec) []Violation {
@@ -37,7 +37,7 @@ func CheckNoDoubleDelivery(h []Event, _ Spec) []Violation {
 			end := t.leaseEnd(prev, d.okI)
 			released := false
 			for _, ri := range t.releases[prev.lease] {
-				if ri < d.invokeI {
+				if ri < d.okI {
 					released = true
 				}
 			}
@@ -55,7 +55,7 @@ func CheckNoDoubleDelivery(h []Event, _ Spec) []Violation {
 func (t *timeline) leaseEnd(d delivery, before int) int64 {
 	end := d.invokeVT + int64(d.leaseSecs)*1000
 	for _, x := range t.extends[d.lease] {
-		if x.okI < before && x.invokeVT+int64(x.secs)*1000 > end {
+		if x.invokeI < before && x.invokeVT+int64(x.secs)*1000 > end {
 			end = x.invokeVT + int64(x.secs)*1000
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -41,6 +42,7 @@ type ClusterOptions struct {
 
 // Cluster is a set of brokers in this process sharing one database.
 type Cluster struct {
+	mu    sync.Mutex // guards node up/broker (free-running faults race requests)
 	opts  ClusterOptions
 	host  string
 	port  int
@@ -132,8 +134,10 @@ func (c *Cluster) Start(ctx context.Context, i int) error {
 		l.Close()
 		return fmt.Errorf("broker %d: %w", i, err)
 	}
+	c.mu.Lock()
 	n.broker, n.up = b, true
 	n.restarts++
+	c.mu.Unlock()
 	return nil
 }
 
@@ -149,15 +153,34 @@ func seedBytes(parts ...uint64) [32]byte {
 
 // Crash kills broker i at once.
 func (c *Cluster) Crash(i int) {
-	n := c.nodes[i]
-	if n.up {
-		n.broker.Crash()
-		n.up = false
+	if b := c.take(i); b != nil {
+		b.Crash()
 	}
 }
 
+// take marks broker i down and returns it (nil if it was down).
+func (c *Cluster) take(i int) *queen.Broker {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.nodes[i]
+	if !n.up {
+		return nil
+	}
+	n.up = false
+	return n.broker
+}
+
+func (c *Cluster) running(i int) *queen.Broker {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n := c.nodes[i]; n.up {
+		return n.broker
+	}
+	return nil
+}
+
 // Up reports whether broker i is running.
-func (c *Cluster) Up(i int) bool { return c.nodes[i].up }
+func (c *Cluster) Up(i int) bool { return c.running(i) != nil }
 
 // Proxy is broker i's path to PostgreSQL.
 func (c *Cluster) Proxy(i int) *faults.PGProxy { return c.nodes[i].proxy }
@@ -170,8 +193,8 @@ func (c *Cluster) SetSkew(i int, d time.Duration) { c.nodes[i].skew = d }
 // noticing a broken link; the simulator does it on every fault transition
 // so that runs do not depend on when the pool notices.
 func (c *Cluster) ResetPool(i int) {
-	if n := c.nodes[i]; n.up {
-		n.broker.Store().Pool().Reset()
+	if b := c.running(i); b != nil {
+		b.Store().Pool().Reset()
 	}
 }
 
@@ -179,7 +202,8 @@ func (c *Cluster) ResetPool(i int) {
 // directly; otherwise it goes over loopback HTTP.
 func (c *Cluster) Do(ctx context.Context, i int, method, path, tenant string, body []byte) (int, []byte, error) {
 	n := c.nodes[i]
-	if !n.up {
+	b := c.running(i)
+	if b == nil {
 		return 0, nil, fmt.Errorf("broker %d is down", i)
 	}
 	var rd io.Reader
@@ -193,10 +217,10 @@ func (c *Cluster) Do(ctx context.Context, i int, method, path, tenant string, bo
 			req.Header.Set("x-queen-tenant", tenant)
 		}
 		rec := httptest.NewRecorder()
-		n.broker.Handler().ServeHTTP(rec, req)
+		b.Handler().ServeHTTP(rec, req)
 		return rec.Code, rec.Body.Bytes(), nil
 	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+n.broker.Addr()+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+b.Addr()+path, rd)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -215,21 +239,17 @@ func (c *Cluster) Do(ctx context.Context, i int, method, path, tenant string, bo
 
 // Shutdown drains every running broker.
 func (c *Cluster) Shutdown(ctx context.Context) {
-	for _, n := range c.nodes {
-		if n.up {
-			_ = n.broker.Shutdown(ctx)
-			n.up = false
+	for i := range c.nodes {
+		if b := c.take(i); b != nil {
+			_ = b.Shutdown(ctx)
 		}
 	}
 }
 
 // Close crashes whatever still runs and stops the proxies.
 func (c *Cluster) Close() {
-	for _, n := range c.nodes {
-		if n.up {
-			n.broker.Crash()
-			n.up = false
-		}
+	for i, n := range c.nodes {
+		c.Crash(i)
 		n.client.CloseIdleConnections()
 		n.proxy.Close()
 	}

@@ -2,10 +2,102 @@ package sim
 
 import (
 	"context"
-	"errors"
 	"io"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"time"
 )
 
+// runFree is the free-running mode: real goroutines, real HTTP on loopback,
+// concurrent producers and consumers, PostgreSQL's own clock. The seed fixes
+// the workload and the fault schedule; what interleaves is up to the
+// machine, so properties come from the history alone. This is where races
+// between transactions (commit order versus creation order) show up.
 func runFree(ctx context.Context, dsn string, o Options, log io.Writer) (*Result, error) {
-	return nil, errors.New("free-running mode: not yet")
+	r := &runner{o: o, start: time.Now(), hist: &History{}, fired: map[string]int{}, ctx: ctx}
+	var err error
+	r.cluster, err = NewCluster(ctx, ClusterOptions{DSN: dsn, Brokers: o.Brokers, Seed: o.Seed, Log: log})
+	if err != nil {
+		return nil, err
+	}
+	defer r.cluster.Close()
+	r.act = &actor{cluster: r.cluster, hist: r.hist, vt: r.vt}
+	for i := 0; i < o.Clients; i++ {
+		r.clients = append(r.clients, &client{id: i + 1, broker: i % o.Brokers})
+	}
+	if err := r.configure(); err != nil {
+		return nil, err
+	}
+	stop := make(chan struct{})
+	var fwg sync.WaitGroup
+	fwg.Add(1)
+	go func() {
+		defer fwg.Done()
+		r.scheduleFaults(stop)
+	}()
+	var wg sync.WaitGroup
+	perClient := o.Ops / o.Clients
+	for _, c := range r.clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(o.Seed, uint64(c.id)))
+			for i := 0; i < perClient && ctx.Err() == nil; i++ {
+				if !r.cluster.Up(c.broker) {
+					r.abandonAll(c) // its broker died; so did it
+				}
+				r.step(rng, c)
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	fwg.Wait()
+	r.fmu.Lock()
+	err = r.heal()
+	r.fmu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	r.drain()
+	res := &Result{History: r.hist, Ops: perClient * o.Clients, Faults: len(o.Faults), Fired: r.fired}
+	if err := finalRead(ctx, dsn, r.hist, r.vt()); err != nil {
+		return nil, err
+	}
+	r.cluster.Shutdown(ctx)
+	r.cluster.Close()
+	if err := checkLeaks(ctx, dsn, r.cluster.AppPrefix); err != nil {
+		res.Violations = append(res.Violations, Violation{"leaks", err.Error()})
+	}
+	for k, v := range r.cluster.Fired() {
+		res.Fired[k] += v
+	}
+	finish(res, o)
+	return res, nil
+}
+
+// scheduleFaults applies the fault schedule on wall time until stop.
+func (r *runner) scheduleFaults(stop <-chan struct{}) {
+	fs := append([]FaultAt(nil), r.o.Faults...)
+	sort.SliceStable(fs, func(i, j int) bool { return fs[i].At < fs[j].At })
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		now := time.Now()
+		r.fmu.Lock()
+		r.expireFaults(now)
+		for len(fs) > 0 && !r.start.Add(fs[0].At).After(now) {
+			if err := r.inject(fs[0]); err != nil {
+				r.hist.Add(Event{K: KFault, F: fs[0].Kind, What: "error: " + err.Error(), VT: r.vt()})
+			}
+			fs = fs[1:]
+		}
+		r.fmu.Unlock()
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -54,6 +55,7 @@ func (r *Result) Summary() string {
 var epoch = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 
 type client struct {
+	mu     sync.Mutex // free-running: a crash may abandon while the worker runs
 	id     int
 	broker int
 	held   []*held
@@ -68,8 +70,10 @@ type runner struct {
 	act     *actor
 	hist    *History
 	clients []*client
+	mu      sync.Mutex // guards pushed and nextTx (free-running workers share them)
 	pushed  []Key
 	nextTx  int
+	fmu     sync.Mutex // free-running: serialises fault injection with heal
 	fired   map[string]int
 	active  []activeFault
 	ctx     context.Context
@@ -116,7 +120,7 @@ func Run(ctx context.Context, dsn string, o Options, log io.Writer) (*Result, er
 			}
 			faultsLeft = faultsLeft[1:]
 		}
-		r.step()
+		r.step(r.rng, r.clients[r.rng.IntN(len(r.clients))])
 	}
 	if err := r.heal(); err != nil {
 		return nil, err
@@ -192,7 +196,21 @@ func recovered(h []Event) int {
 	return n
 }
 
-func (r *runner) vt() int64 { return r.pg.Now().Sub(r.start).Milliseconds() }
+func (r *runner) vt() int64 {
+	if r.pg == nil {
+		return time.Since(r.start).Milliseconds()
+	}
+	return r.pg.Now().Sub(r.start).Milliseconds()
+}
+
+// wait lets d pass: virtual time in lockstep, real time when free-running.
+func (r *runner) wait(d time.Duration) {
+	if r.pg == nil {
+		time.Sleep(d)
+		return
+	}
+	r.pg.Advance(d)
+}
 
 func (r *runner) configure() error {
 	for _, t := range r.o.Tenants {
@@ -217,79 +235,86 @@ func (r *runner) brokerFor(c *client) (int, bool) {
 	return 0, false
 }
 
-func (r *runner) pick(n int) int { return r.rng.IntN(n) }
-
-// step performs one seeded workload operation.
-func (r *runner) step() {
-	c := r.clients[r.pick(len(r.clients))]
+// step performs one seeded workload operation as client c.
+func (r *runner) step(rng *rand.Rand, c *client) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	pick := rng.IntN
 	b, ok := r.brokerFor(c)
 	if !ok {
 		return
 	}
 	w := r.o.Weights
 	total := w.Push + w.Pop + w.Ack + w.Extend + w.Txn + w.Abandon
-	x := r.pick(total)
+	x := pick(total)
 	switch {
 	case x < w.Push:
-		r.act.push(r.ctx, c.id, b, r.nextKey())
+		r.act.push(r.ctx, c.id, b, r.nextKey(rng))
 	case x < w.Push+w.Pop:
-		q := r.o.Queues[r.pick(len(r.o.Queues))]
-		tenant := r.o.Tenants[r.pick(len(r.o.Tenants))]
-		g := q.Groups[r.pick(len(q.Groups))]
-		autoAck := g != QueueMode && r.pick(20) == 0
-		if h := r.act.pop(r.ctx, c.id, b, tenant, q, g, 1+r.pick(5), autoAck); h != nil {
+		q := r.o.Queues[pick(len(r.o.Queues))]
+		tenant := r.o.Tenants[pick(len(r.o.Tenants))]
+		g := q.Groups[pick(len(q.Groups))]
+		autoAck := g != QueueMode && pick(20) == 0
+		if h := r.act.pop(r.ctx, c.id, b, tenant, q, g, 1+pick(5), autoAck); h != nil {
 			c.held = append(c.held, h)
 		}
 	case x < w.Push+w.Pop+w.Ack:
-		if h := r.takeHeld(c); h != nil {
+		if h := takeHeld(rng, c); h != nil {
 			statuses := make([]string, len(h.msgs))
 			for i := range statuses {
 				statuses[i] = "completed"
-				if r.pick(100) < w.FailPct {
-					statuses[i] = []string{"failed", "retry"}[r.pick(2)]
+				if pick(100) < w.FailPct {
+					statuses[i] = []string{"failed", "retry"}[pick(2)]
 				}
 			}
 			r.act.ack(r.ctx, c.id, b, h, statuses)
 		}
 	case x < w.Push+w.Pop+w.Ack+w.Extend:
 		if len(c.held) > 0 {
-			r.act.extend(r.ctx, c.id, b, c.held[r.pick(len(c.held))], 30)
+			r.act.extend(r.ctx, c.id, b, c.held[pick(len(c.held))], 30)
 		}
 	case x < w.Push+w.Pop+w.Ack+w.Extend+w.Txn:
-		if h := r.takeHeld(c); h != nil {
-			r.act.txn(r.ctx, c.id, b, r.freshKey(), h)
+		if h := takeHeld(rng, c); h != nil {
+			r.act.txn(r.ctx, c.id, b, r.freshKey(rng), h)
 		}
 	default:
-		if h := r.takeHeld(c); h != nil {
+		if h := takeHeld(rng, c); h != nil {
 			r.hist.Add(Event{K: KClient, What: "abandon", C: c.id, VT: r.vt(), Lease: h.lease})
 		}
 	}
 }
 
-func (r *runner) takeHeld(c *client) *held {
+func takeHeld(rng *rand.Rand, c *client) *held {
 	if len(c.held) == 0 {
 		return nil
 	}
-	i := r.pick(len(c.held))
+	i := rng.IntN(len(c.held))
 	h := c.held[i]
 	c.held = append(c.held[:i], c.held[i+1:]...)
 	return h
 }
 
-func (r *runner) freshKey() Key {
+func (r *runner) freshKey(rng *rand.Rand) Key {
+	ti := rng.IntN(len(r.o.Tenants))
+	q := r.o.Queues[rng.IntN(len(r.o.Queues))]
+	p := rng.IntN(q.Partitions)
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.nextTx++
-	ti := r.pick(len(r.o.Tenants))
-	q := r.o.Queues[r.pick(len(r.o.Queues))]
-	k := Key{Tenant: r.o.Tenants[ti], Q: q.Name, P: fmt.Sprint("p", r.pick(q.Partitions)), Txid: fmt.Sprintf("s%x-t%d-%d", r.o.Seed&0xffff, ti, r.nextTx)}
+	k := Key{Tenant: r.o.Tenants[ti], Q: q.Name, P: fmt.Sprint("p", p), Txid: fmt.Sprintf("s%x-t%d-%d", r.o.Seed&0xffff, ti, r.nextTx)}
 	r.pushed = append(r.pushed, k)
 	return k
 }
 
-func (r *runner) nextKey() Key {
-	if len(r.pushed) > 0 && r.pick(100) < r.o.Weights.ReusePct {
-		return r.pushed[r.pick(len(r.pushed))]
+func (r *runner) nextKey(rng *rand.Rand) Key {
+	r.mu.Lock()
+	if n := len(r.pushed); n > 0 && rng.IntN(100) < r.o.Weights.ReusePct {
+		k := r.pushed[rng.IntN(n)]
+		r.mu.Unlock()
+		return k
 	}
-	return r.freshKey()
+	r.mu.Unlock()
+	return r.freshKey(rng)
 }
 
 func (r *runner) brokersOf(f FaultAt) []int {
@@ -305,7 +330,7 @@ func (r *runner) brokersOf(f FaultAt) []int {
 
 // inject applies one scheduled fault and records it.
 func (r *runner) inject(f FaultAt) error {
-	until := r.pg.Now().Add(f.For)
+	until := r.start.Add(time.Duration(r.vt())*time.Millisecond + f.For)
 	e := Event{K: KFault, F: f.Kind, B: f.Broker, VT: r.vt(), Until: until.Sub(r.start).Milliseconds()}
 	switch f.Kind {
 	case "pg.blackhole", "pg.refuse", "pg.delay":
@@ -333,10 +358,7 @@ func (r *runner) inject(f FaultAt) error {
 			// Consumers living beside the broker die with it.
 			for _, c := range r.clients {
 				if c.broker == b {
-					for _, h := range c.held {
-						r.hist.Add(Event{K: KClient, What: "abandon", C: c.id, VT: r.vt(), Lease: h.lease})
-					}
-					c.held = nil
+					r.abandonAll(c)
 				}
 			}
 		}
@@ -399,12 +421,19 @@ func (r *runner) heal() error {
 		}
 	}
 	for _, c := range r.clients {
-		for _, h := range c.held {
-			r.hist.Add(Event{K: KClient, What: "abandon", C: c.id, VT: r.vt(), Lease: h.lease})
-		}
-		c.held = nil
+		r.abandonAll(c)
 	}
 	return nil
+}
+
+// abandonAll records that c walked away from everything it holds.
+func (r *runner) abandonAll(c *client) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, h := range c.held {
+		r.hist.Add(Event{K: KClient, What: "abandon", C: c.id, VT: r.vt(), Lease: h.lease})
+	}
+	c.held = nil
 }
 
 // drain consumes and completes everything left, in every group of every
@@ -415,8 +444,8 @@ func (r *runner) drain() {
 	for _, q := range r.o.Queues {
 		maxLease = max(maxLease, q.LeaseSecs)
 	}
-	deadline := r.pg.Now().Add(r.o.Converge + 10*time.Duration(maxLease)*time.Second)
-	for empty := 0; empty < 2 && r.pg.Now().Before(deadline); {
+	deadline := r.vt() + (r.o.Converge + 10*time.Duration(maxLease)*time.Second).Milliseconds()
+	for empty := 0; empty < 2 && r.vt() < deadline; {
 		got := false
 		for _, t := range r.o.Tenants {
 			for _, q := range r.o.Queues {
@@ -441,7 +470,7 @@ func (r *runner) drain() {
 		} else {
 			empty++
 		}
-		r.pg.Advance(time.Duration(maxLease+1) * time.Second)
+		r.wait(time.Duration(maxLease+1) * time.Second)
 	}
 }
 

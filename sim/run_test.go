@@ -1,9 +1,9 @@
 package sim_test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
-	"context"
 	"testing"
 	"time"
 
@@ -30,6 +30,21 @@ func TestLockstepSmoke(t *testing.T) {
 			f.Close()
 			t.Log("history:", f.Name())
 		}
+		t.Fatal("run failed")
+	}
+}
+
+func TestFreeRunningSmoke(t *testing.T) {
+	o := sim.Options{Seed: 7, Mode: "free", Brokers: 2, Clients: 8, Ops: 800,
+		Queues: []sim.QueueSpec{{Name: "hot", Partitions: 2, LeaseSecs: 2, Groups: []string{sim.QueueMode, "g"}}},
+		Faults: []sim.FaultAt{{At: 300 * time.Millisecond, Kind: "pg.reset", Broker: -1}}}
+	start := time.Now()
+	res, err := sim.Run(context.Background(), storetest.DSN(t), o, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s in %v", res.Summary(), time.Since(start))
+	if res.Failed() {
 		t.Fatal("run failed")
 	}
 }
