@@ -51,6 +51,9 @@ func (r *Result) Summary() string {
 	return s
 }
 
+// extendSecs is how far the workload renews a lease.
+const extendSecs = 30
+
 // epoch is the virtual instant every lockstep run starts at.
 var epoch = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 
@@ -271,7 +274,7 @@ func (r *runner) step(rng *rand.Rand, c *client) {
 		}
 	case x < w.Push+w.Pop+w.Ack+w.Extend:
 		if len(c.held) > 0 {
-			r.act.extend(r.ctx, c.id, b, c.held[pick(len(c.held))], 30)
+			r.act.extend(r.ctx, c.id, b, c.held[pick(len(c.held))], extendSecs)
 		}
 	case x < w.Push+w.Pop+w.Ack+w.Extend+w.Txn:
 		if h := takeHeld(rng, c); h != nil {
@@ -339,6 +342,12 @@ func (r *runner) inject(f FaultAt) error {
 			r.cluster.Proxy(b).SetMode(mode, f.By)
 			r.cluster.ResetPool(b)
 			r.active = append(r.active, activeFault{f.Kind, b, until})
+			// Touch the database through the faulty path once, so the
+			// fault is exercised even if no client happens to use this
+			// broker while it lasts ("sometimes" coverage is certain).
+			if r.cluster.Up(b) {
+				_, _, _ = r.cluster.Do(r.ctx, b, "GET", "/health", "", nil)
+			}
 		}
 	case "pg.reset":
 		for _, b := range r.brokersOf(f) {
@@ -440,7 +449,9 @@ func (r *runner) abandonAll(c *client) {
 // queue of every tenant, moving virtual time past leases when it finds
 // nothing, until two consecutive passes find nothing.
 func (r *runner) drain() {
-	maxLease := 0
+	// A lease can outlive leaseTime by a renewal (extendSecs), so an empty
+	// pass waits out the longer of the two before concluding.
+	maxLease := extendSecs
 	for _, q := range r.o.Queues {
 		maxLease = max(maxLease, q.LeaseSecs)
 	}

@@ -1,0 +1,334 @@
+// Package scenarios names simulator runs: a seed, a cluster, a workload, a
+// fault schedule and the properties to check, in a line-oriented text
+// format that is easy to review and to hand-edit. It generates scenarios
+// from seeds, prints and parses them, and runs them.
+//
+//	scenario  pg-blackhole-and-crash
+//	seed      0x5eed
+//	mode      lockstep
+//	brokers   3
+//	tenants   t1 t2
+//	queues    orders(partitions=4,leaseTime=10s,groups=__QUEUE_MODE__|audit)
+//	workload  clients=6 ops=300 push=45 pop=30 ack=18 extend=2 txn=3 abandon=2 reuse=5% fail=8%
+//	vtime     120s
+//	converge  60s
+//	fault at=10s pg.blackhole broker=all for=15s
+//	fault at=40s broker.crash broker=1
+//	expect properties no-loss no-double-delivery fifo dedup tenant lease-recovery
+//	expect sometimes  pg.blackhole broker.crash
+//
+// "#" starts a comment. Tenant names that are not UUIDs map to a fixed
+// UUID derived from the name.
+package scenarios
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/queen-go/queen/queen/ids"
+	"github.com/queen-go/queen/sim"
+)
+
+// Scenario is a parsed scenario file.
+type Scenario struct {
+	sim.Options
+	// TenantNames are the names as written; Options.Tenants holds UUIDs.
+	TenantNames []string
+}
+
+// TenantID maps a tenant name to its UUID.
+func TenantID(name string) string {
+	if ids.Valid(name) {
+		return strings.ToLower(name)
+	}
+	sum := sha256.Sum256([]byte("queen-sim-tenant:" + name))
+	var b [16]byte
+	copy(b[:], sum[:16])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return ids.Format(b)
+}
+
+// Parse reads a scenario.
+func Parse(r io.Reader) (*Scenario, error) {
+	s := &Scenario{}
+	sc := bufio.NewScanner(r)
+	for n := 1; sc.Scan(); n++ {
+		line := sc.Text()
+		if i := strings.IndexByte(line, '#'); i >= 0 {
+			line = line[:i]
+		}
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		if err := s.apply(f); err != nil {
+			return nil, fmt.Errorf("line %d: %w", n, err)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if s.Name == "" {
+		return nil, fmt.Errorf("missing 'scenario' line")
+	}
+	return s, nil
+}
+
+func (s *Scenario) apply(f []string) error {
+	one := func() (string, error) {
+		if len(f) != 2 {
+			return "", fmt.Errorf("%s takes one value", f[0])
+		}
+		return f[1], nil
+	}
+	var err error
+	var v string
+	switch f[0] {
+	case "scenario":
+		s.Name, err = one()
+	case "seed":
+		if v, err = one(); err == nil {
+			s.Seed, err = strconv.ParseUint(v, 0, 64)
+		}
+	case "mode":
+		if v, err = one(); err == nil {
+			if v != "lockstep" && v != "free" {
+				return fmt.Errorf("mode must be lockstep or free")
+			}
+			s.Mode = v
+		}
+	case "brokers":
+		if v, err = one(); err == nil {
+			s.Brokers, err = strconv.Atoi(v)
+			if err == nil && (s.Brokers < 1 || s.Brokers > 3) {
+				err = fmt.Errorf("brokers must be 1..3")
+			}
+		}
+	case "tenants":
+		s.TenantNames = f[1:]
+		s.Tenants = nil
+		for _, t := range f[1:] {
+			s.Tenants = append(s.Tenants, TenantID(t))
+		}
+	case "queues":
+		for _, q := range f[1:] {
+			qs, err := parseQueue(q)
+			if err != nil {
+				return err
+			}
+			s.Queues = append(s.Queues, qs)
+		}
+	case "workload":
+		return s.parseWorkload(f[1:])
+	case "vtime":
+		if v, err = one(); err == nil {
+			s.VTime, err = time.ParseDuration(v)
+		}
+	case "converge":
+		if v, err = one(); err == nil {
+			s.Converge, err = time.ParseDuration(v)
+		}
+	case "fault":
+		fa, err := parseFault(f[1:])
+		if err != nil {
+			return err
+		}
+		s.Faults = append(s.Faults, fa)
+	case "expect":
+		if len(f) < 2 {
+			return fmt.Errorf("expect needs properties or sometimes")
+		}
+		switch f[1] {
+		case "properties":
+			for _, p := range f[2:] {
+				if _, ok := sim.CheckerNamed(p); !ok {
+					return fmt.Errorf("unknown property %q", p)
+				}
+			}
+			s.Expect = f[2:]
+		case "sometimes":
+			s.Sometimes = f[2:]
+		default:
+			return fmt.Errorf("expect %s: want properties or sometimes", f[1])
+		}
+	default:
+		return fmt.Errorf("unknown key %q", f[0])
+	}
+	return err
+}
+
+// parseQueue reads name(partitions=N,leaseTime=Ds,groups=a|b).
+func parseQueue(s string) (sim.QueueSpec, error) {
+	q := sim.QueueSpec{Name: s}
+	open := strings.IndexByte(s, '(')
+	if open < 0 {
+		return q, nil
+	}
+	if !strings.HasSuffix(s, ")") {
+		return q, fmt.Errorf("queue %q: missing ')'", s)
+	}
+	q.Name = s[:open]
+	for _, kv := range strings.Split(s[open+1:len(s)-1], ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return q, fmt.Errorf("queue %s: %q is not key=value", q.Name, kv)
+		}
+		var err error
+		switch k {
+		case "partitions":
+			q.Partitions, err = strconv.Atoi(v)
+		case "leaseTime":
+			var d time.Duration
+			d, err = time.ParseDuration(v)
+			q.LeaseSecs = int(d / time.Second)
+		case "groups":
+			q.Groups = strings.Split(v, "|")
+		default:
+			err = fmt.Errorf("unknown option %q", k)
+		}
+		if err != nil {
+			return q, fmt.Errorf("queue %s: %w", q.Name, err)
+		}
+	}
+	return q, nil
+}
+
+func (s *Scenario) parseWorkload(f []string) error {
+	w := sim.Weights{}
+	for _, kv := range f {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return fmt.Errorf("workload: %q is not key=value", kv)
+		}
+		n, err := strconv.Atoi(strings.TrimSuffix(v, "%"))
+		if err != nil {
+			return fmt.Errorf("workload %s: %w", k, err)
+		}
+		switch k {
+		case "clients":
+			s.Clients = n
+		case "ops":
+			s.Ops = n
+		case "push":
+			w.Push = n
+		case "pop":
+			w.Pop = n
+		case "ack":
+			w.Ack = n
+		case "extend":
+			w.Extend = n
+		case "txn":
+			w.Txn = n
+		case "abandon":
+			w.Abandon = n
+		case "reuse":
+			w.ReusePct = n
+		case "fail":
+			w.FailPct = n
+		default:
+			return fmt.Errorf("workload: unknown %q", k)
+		}
+	}
+	s.Weights = w
+	return nil
+}
+
+func parseFault(f []string) (sim.FaultAt, error) {
+	fa := sim.FaultAt{Broker: -1}
+	for _, tok := range f {
+		k, v, ok := strings.Cut(tok, "=")
+		if !ok {
+			if fa.Kind != "" {
+				return fa, fmt.Errorf("fault: two kinds (%s, %s)", fa.Kind, tok)
+			}
+			fa.Kind = tok
+			continue
+		}
+		var err error
+		switch k {
+		case "at":
+			fa.At, err = time.ParseDuration(v)
+		case "for":
+			fa.For, err = time.ParseDuration(v)
+		case "by":
+			fa.By, err = time.ParseDuration(strings.TrimPrefix(v, "+"))
+		case "broker":
+			if v == "all" {
+				fa.Broker = -1
+			} else {
+				fa.Broker, err = strconv.Atoi(v)
+			}
+		default:
+			err = fmt.Errorf("unknown %q", k)
+		}
+		if err != nil {
+			return fa, fmt.Errorf("fault %s: %w", tok, err)
+		}
+	}
+	switch fa.Kind {
+	case "pg.blackhole", "pg.refuse", "pg.delay", "pg.reset", "broker.crash", "broker.start", "clock.skew":
+	default:
+		return fa, fmt.Errorf("fault: unknown kind %q", fa.Kind)
+	}
+	return fa, nil
+}
+
+// Print writes s in the scenario format; Parse(Print(s)) gives s back.
+func Print(w io.Writer, s *Scenario) error {
+	b := &strings.Builder{}
+	fmt.Fprintf(b, "scenario  %s\n", s.Name)
+	fmt.Fprintf(b, "seed      %#x\n", s.Seed)
+	if s.Mode != "" {
+		fmt.Fprintf(b, "mode      %s\n", s.Mode)
+	}
+	if s.Brokers > 0 {
+		fmt.Fprintf(b, "brokers   %d\n", s.Brokers)
+	}
+	if len(s.TenantNames) > 0 {
+		fmt.Fprintf(b, "tenants   %s\n", strings.Join(s.TenantNames, " "))
+	}
+	if len(s.Queues) > 0 {
+		var qs []string
+		for _, q := range s.Queues {
+			qs = append(qs, fmt.Sprintf("%s(partitions=%d,leaseTime=%ds,groups=%s)", q.Name, q.Partitions, q.LeaseSecs, strings.Join(q.Groups, "|")))
+		}
+		fmt.Fprintf(b, "queues    %s\n", strings.Join(qs, " "))
+	}
+	w8 := s.Weights
+	fmt.Fprintf(b, "workload  clients=%d ops=%d push=%d pop=%d ack=%d extend=%d txn=%d abandon=%d reuse=%d%% fail=%d%%\n",
+		s.Clients, s.Ops, w8.Push, w8.Pop, w8.Ack, w8.Extend, w8.Txn, w8.Abandon, w8.ReusePct, w8.FailPct)
+	if s.VTime > 0 {
+		fmt.Fprintf(b, "vtime     %s\n", s.VTime)
+	}
+	if s.Converge > 0 {
+		fmt.Fprintf(b, "converge  %s\n", s.Converge)
+	}
+	for _, f := range s.Faults {
+		broker := "all"
+		if f.Broker >= 0 {
+			broker = strconv.Itoa(f.Broker)
+		}
+		fmt.Fprintf(b, "fault at=%s %s broker=%s", f.At, f.Kind, broker)
+		if f.For > 0 {
+			fmt.Fprintf(b, " for=%s", f.For)
+		}
+		if f.By != 0 {
+			fmt.Fprintf(b, " by=%s", f.By)
+		}
+		b.WriteString("\n")
+	}
+	if len(s.Expect) > 0 {
+		fmt.Fprintf(b, "expect properties %s\n", strings.Join(s.Expect, " "))
+	}
+	if len(s.Sometimes) > 0 {
+		fmt.Fprintf(b, "expect sometimes  %s\n", strings.Join(s.Sometimes, " "))
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}

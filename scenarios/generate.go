@@ -1,0 +1,70 @@
+package scenarios
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/queen-go/queen/sim"
+)
+
+// Generate derives a whole scenario from a seed: cluster size, tenants,
+// queues, workload mix and fault schedule. The same seed always gives the
+// same scenario, and Print freezes it into a file.
+func Generate(seed uint64) *Scenario {
+	rng := rand.New(rand.NewPCG(seed, 0x5ce7a410))
+	s := &Scenario{}
+	s.Name = fmt.Sprintf("seed-%#x", seed)
+	s.Seed = seed
+	s.Mode = "lockstep"
+	s.Brokers = 1 + rng.IntN(3)
+	for i := 0; i <= rng.IntN(2); i++ {
+		s.TenantNames = append(s.TenantNames, fmt.Sprintf("t%d", i+1))
+		s.Tenants = append(s.Tenants, TenantID(fmt.Sprintf("t%d", i+1)))
+	}
+	s.Queues = []sim.QueueSpec{{Name: "orders", Partitions: 1 + rng.IntN(4), LeaseSecs: 5 + rng.IntN(16), Groups: []string{sim.QueueMode}}}
+	if rng.IntN(2) == 0 {
+		s.Queues[0].Groups = append(s.Queues[0].Groups, "audit")
+	}
+	if rng.IntN(2) == 0 {
+		s.Queues = append(s.Queues, sim.QueueSpec{Name: "billing.invoices", Partitions: 1 + rng.IntN(2), LeaseSecs: 5 + rng.IntN(26), Groups: []string{"mailer"}})
+	}
+	s.Clients = 2 + rng.IntN(5)
+	s.Ops = 150 + rng.IntN(151)
+	s.VTime = 120 * time.Second
+	s.Converge = 60 * time.Second
+	s.Weights = sim.DefaultWeights
+	s.Weights.ReusePct = rng.IntN(11)
+	s.Weights.FailPct = rng.IntN(15)
+	fired := map[string]bool{}
+	for n := rng.IntN(5); n > 0; n-- {
+		at := time.Duration(5+rng.IntN(90)) * time.Second
+		switch k := rng.IntN(6); {
+		case k == 0:
+			s.Faults = append(s.Faults, sim.FaultAt{At: at, Kind: "pg.refuse", Broker: -1, For: time.Duration(3+rng.IntN(12)) * time.Second})
+		case k == 1:
+			s.Faults = append(s.Faults, sim.FaultAt{At: at, Kind: "pg.blackhole", Broker: -1, For: time.Duration(3+rng.IntN(12)) * time.Second})
+		case k == 2:
+			s.Faults = append(s.Faults, sim.FaultAt{At: at, Kind: "pg.reset", Broker: -1})
+		case k == 3 && s.Brokers > 1:
+			b := rng.IntN(s.Brokers)
+			s.Faults = append(s.Faults, sim.FaultAt{At: at, Kind: "broker.crash", Broker: b},
+				sim.FaultAt{At: at + time.Duration(5+rng.IntN(20))*time.Second, Kind: "broker.start", Broker: b})
+		case k == 4:
+			s.Faults = append(s.Faults, sim.FaultAt{At: at, Kind: "clock.skew", Broker: rng.IntN(s.Brokers), By: time.Duration(rng.IntN(20001)-10000) * time.Millisecond})
+		default:
+			continue
+		}
+		fired[s.Faults[len(s.Faults)-1].Kind] = true
+	}
+	delete(fired, "broker.start")
+	for _, k := range []string{"pg.refuse", "pg.blackhole", "pg.reset", "broker.crash", "clock.skew"} {
+		if fired[k] || (k == "broker.crash" && fired["broker.start"]) {
+			s.Sometimes = append(s.Sometimes, k)
+		}
+	}
+	for _, c := range sim.Checkers {
+		s.Expect = append(s.Expect, c.Name)
+	}
+	return s
+}

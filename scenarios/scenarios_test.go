@@ -1,0 +1,179 @@
+package scenarios_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/queen-go/queen/queen/store/storetest"
+	"github.com/queen-go/queen/scenarios"
+)
+
+func TestMain(m *testing.M) { storetest.Main(m) }
+
+const root = ".."
+
+func run(t *testing.T, s *scenarios.Scenario, fromFile string) *scenarios.Outcome {
+	t.Helper()
+	o, err := scenarios.Run(context.Background(), storetest.DSN(t), s, scenarios.OutDir(root), fromFile, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(o.Report())
+	if o.Failed() {
+		t.Errorf("FAILED %s\n%s", s.Name, o.Report())
+	}
+	return o
+}
+
+func load(t *testing.T, path string) *scenarios.Scenario {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	s, err := scenarios.Parse(f)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return s
+}
+
+// TestCommittedScenarios replays every scenario under testdata/scenarios:
+// the recorded regressions and the named fault scenarios.
+func TestCommittedScenarios(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(root, "testdata", "scenarios", "*.scn"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no committed scenarios (%v)", err)
+	}
+	for _, f := range files {
+		t.Run(strings.TrimSuffix(filepath.Base(f), ".scn"), func(t *testing.T) {
+			run(t, load(t, f), filepath.ToSlash(strings.TrimPrefix(f, root+"/")))
+		})
+	}
+}
+
+// seeds returns SIM_SEEDS seeds (default 4; make sim asks for 16), from
+// SIM_SEED when set, else from a fresh random base that is printed.
+func seeds(t *testing.T) []uint64 {
+	n := 4
+	if v, err := strconv.Atoi(os.Getenv("SIM_SEEDS")); err == nil && v > 0 {
+		n = v
+	}
+	var base uint64
+	if v := os.Getenv("SIM_SEED"); v != "" {
+		b, err := strconv.ParseUint(v, 0, 64)
+		if err != nil {
+			t.Fatalf("SIM_SEED=%q: %v", v, err)
+		}
+		base = b
+	} else {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		base = binary.LittleEndian.Uint64(b[:])
+	}
+	t.Logf("random seeds from base %#x (SIM_SEED=%#x reproduces this set)", base, base)
+	out := make([]uint64, n)
+	for i := range out {
+		out[i] = splitmix(base + uint64(i))
+	}
+	return out
+}
+
+func splitmix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}
+
+// TestRandomSeeds runs generated scenarios; a failure writes the scenario
+// file and prints the one command that replays it.
+func TestRandomSeeds(t *testing.T) {
+	for _, seed := range seeds(t) {
+		s := scenarios.Generate(seed)
+		t.Run(s.Name, func(t *testing.T) { run(t, s, "") })
+	}
+}
+
+// TestDeterminism runs one seed twice in lockstep mode: the histories must
+// hash the same, or the simulator cannot replay what it finds.
+func TestDeterminism(t *testing.T) {
+	seed := seeds(t)[0]
+	s := scenarios.Generate(seed)
+	a := run(t, s, "")
+	b := run(t, scenarios.Generate(seed), "")
+	if a.Hash != b.Hash {
+		t.Fatalf("seed %#x: hashes differ between two runs: %s vs %s", seed, a.Hash, b.Hash)
+	}
+	t.Logf("seed %#x: both runs hash %s", seed, a.Hash)
+}
+
+// TestReplayOne reruns one run with its history kept: make sim-replay
+// SEED=0x... or SCENARIO=path.
+func TestReplayOne(t *testing.T) {
+	seed, file := os.Getenv("SIM_REPLAY_SEED"), os.Getenv("SIM_REPLAY_SCENARIO")
+	var s *scenarios.Scenario
+	switch {
+	case file != "":
+		if !filepath.IsAbs(file) {
+			file = filepath.Join(root, file)
+		}
+		s = load(t, file)
+	case seed != "":
+		v, err := strconv.ParseUint(seed, 0, 64)
+		if err != nil {
+			t.Fatalf("SEED=%q: %v", seed, err)
+		}
+		s = scenarios.Generate(v)
+	default:
+		t.Skip("set SEED=0x... or SCENARIO=path (make sim-replay)")
+	}
+	o, err := scenarios.Run(context.Background(), storetest.DSN(t), s, scenarios.OutDir(root), file, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(o.Report())
+	if o.Failed() {
+		t.Fail()
+	}
+}
+
+func TestFormatRoundTrip(t *testing.T) {
+	for i := uint64(0); i < 50; i++ {
+		s := scenarios.Generate(splitmix(i))
+		var a, b bytes.Buffer
+		if err := scenarios.Print(&a, s); err != nil {
+			t.Fatal(err)
+		}
+		back, err := scenarios.Parse(bytes.NewReader(a.Bytes()))
+		if err != nil {
+			t.Fatalf("%v\n%s", err, a.String())
+		}
+		if err := scenarios.Print(&b, back); err != nil {
+			t.Fatal(err)
+		}
+		if a.String() != b.String() {
+			t.Fatalf("round trip changed the scenario:\n%s\nvs\n%s", a.String(), b.String())
+		}
+	}
+	for _, bad := range []string{
+		"seed 1",                          // no scenario line
+		"scenario x\nbrokers 9",           // out of range
+		"scenario x\nfault at=1s pg.boom", // unknown fault
+		"scenario x\nexpect properties no-such-property",
+		"scenario x\nqueues q(partitions=x)",
+		"scenario x\nfrobnicate 1",
+	} {
+		if _, err := scenarios.Parse(strings.NewReader(bad)); err == nil {
+			t.Errorf("parsed %q without error", bad)
+		}
+	}
+}
