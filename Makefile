@@ -12,6 +12,16 @@ test: ## run every test against real PostgreSQL (a throwaway cluster per test bi
 test-race: ## the tests under the race detector
 	$(GO) test -race -count=1 -timeout 20m ./...
 
+SIM_RUN := TestCheckers|TestCommittedScenarios|TestRandomSeeds|TestDeterminism|TestRapidScenarios|TestFormatRoundTrip
+sim: ## simulator: checker self-tests, committed scenarios, SIM_SEEDS random seeds (16), determinism double-run, rapid; prints every seed
+	SIM_SEEDS=$(SIM_SEEDS) $(GO) test -count=1 -tags canary -timeout 30m -v -run '$(SIM_RUN)' ./sim/ ./scenarios/
+
+sim-replay: ## rerun one run and keep its history in sim-out/: make sim-replay SEED=0x... or SCENARIO=path/to.scn
+	SIM_REPLAY_SEED=$(SEED) SIM_REPLAY_SCENARIO=$(SCENARIO) $(GO) test -count=1 -tags canary -v -run TestReplayOne ./scenarios/
+
+sim-canaries: ## run the simulator once per planted bug; passes only if every canary is caught
+	$(GO) test -count=1 -tags canary -timeout 20m -v -run TestCanariesAreCaught ./scenarios/
+
 lint: ## go vet and gofmt
 	$(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -22,4 +32,4 @@ build: ## build bin/queen
 help: ## list targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-.PHONY: run test test-race lint build help
+.PHONY: run test test-race sim sim-replay sim-canaries lint build help

@@ -39,6 +39,9 @@ type Scenario struct {
 	sim.Options
 	// TenantNames are the names as written; Options.Tenants holds UUIDs.
 	TenantNames []string
+	// Generated is true when Generate(Seed) reproduces the scenario, so
+	// the seed alone replays it.
+	Generated bool
 }
 
 // TenantID maps a tenant name to its UUID.

@@ -13,7 +13,7 @@ import (
 // same scenario, and Print freezes it into a file.
 func Generate(seed uint64) *Scenario {
 	rng := rand.New(rand.NewPCG(seed, 0x5ce7a410))
-	s := &Scenario{}
+	s := &Scenario{Generated: true}
 	s.Name = fmt.Sprintf("seed-%#x", seed)
 	s.Seed = seed
 	s.Mode = "lockstep"

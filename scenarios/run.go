@@ -12,10 +12,14 @@ import (
 // OutDir is where failing runs leave their artefacts: $SIM_OUT, else
 // sim-out/ at the repository root.
 func OutDir(repoRoot string) string {
-	if d := os.Getenv("SIM_OUT"); d != "" {
-		return d
+	d := os.Getenv("SIM_OUT")
+	if d == "" {
+		d = filepath.Join(repoRoot, "sim-out")
 	}
-	return filepath.Join(repoRoot, "sim-out")
+	if abs, err := filepath.Abs(d); err == nil {
+		return abs
+	}
+	return d
 }
 
 // Outcome is a finished run and, if it failed, where its artefacts are and
@@ -36,9 +40,10 @@ func Run(ctx context.Context, dsn string, s *Scenario, out, fromFile string, kee
 		return nil, fmt.Errorf("scenario %s (seed %#x): harness: %w", s.Name, s.Seed, err)
 	}
 	o := &Outcome{Result: res, Scenario: s}
-	if fromFile != "" {
+	switch {
+	case fromFile != "":
 		o.Replay = "make sim-replay SCENARIO=" + fromFile
-	} else {
+	case s.Generated:
 		o.Replay = fmt.Sprintf("make sim-replay SEED=%#x", s.Seed)
 	}
 	if !res.Failed() && !keep {
@@ -70,7 +75,11 @@ func Run(ctx context.Context, dsn string, s *Scenario, out, fromFile string, kee
 	hf.Close()
 	o.Files = []string{scn, hist}
 	if fromFile == "" && res.Failed() {
-		o.Replay += "   (or: make sim-replay SCENARIO=" + scn + ")"
+		if o.Replay != "" {
+			o.Replay += "   (or: make sim-replay SCENARIO=" + scn + ")"
+		} else {
+			o.Replay = "make sim-replay SCENARIO=" + scn
+		}
 	}
 	return o, err
 }

@@ -112,10 +112,12 @@ type delivery struct {
 // completion is an ack (or autoAck pop, or committed transaction ack) that
 // finished a message for a group.
 type completion struct {
-	key   Key
-	group string
-	okI   int
-	dlq   bool
+	key     Key
+	group   string
+	okI     int
+	invokeI int
+	lease   string
+	dlq     bool
 }
 
 // timeline is what the checkers derive from a history.
@@ -180,7 +182,7 @@ func build(h []Event) *timeline {
 				t.releases[m.Lease] = append(t.releases[m.Lease], c.in.I)
 			}
 			if st == "completed" || st == "dlq" || m.DLQ || (txn && st == "failed") {
-				t.completions = append(t.completions, completion{key: m.Key(), group: group, okI: c.done.I, dlq: m.DLQ})
+				t.completions = append(t.completions, completion{key: m.Key(), group: group, okI: c.done.I, invokeI: c.in.I, lease: m.Lease, dlq: m.DLQ})
 			}
 		}
 	}
@@ -209,7 +211,7 @@ func build(h []Event) *timeline {
 					t.leaseGroup[m.Lease] = g
 				}
 				if d.autoAck {
-					t.completions = append(t.completions, completion{key: d.key, group: g, okI: c.done.I})
+					t.completions = append(t.completions, completion{key: d.key, group: g, okI: c.done.I, invokeI: c.in.I})
 				}
 			}
 		case "ack":

@@ -5,6 +5,8 @@ import "fmt"
 // CheckNoDoubleDelivery, within each consumer group:
 //   - a message is completed at most once;
 //   - it is never delivered after it was completed;
+//   - it is never completed under a lease that another delivery of it had
+//     already superseded (a stale consumer's ack must lose);
 //   - it is never handed to a second consumer while an earlier lease on it
 //     may still be live: a delivery D2 whose pop returned before
 //     E1 = (D1's pop invoke time, or the invoke time of D1's latest renewal)
@@ -26,6 +28,23 @@ func CheckNoDoubleDelivery(h []Event, _ Spec) []Violation {
 			continue
 		}
 		completedAt[id] = c.okI
+	}
+	for _, c := range t.completions {
+		if c.lease == "" {
+			continue
+		}
+		own := -1
+		for _, d := range t.deliveries {
+			if d.key == c.key && d.group == c.group && d.lease == c.lease {
+				own = d.okI
+			}
+		}
+		for _, d := range t.deliveries {
+			if d.key == c.key && d.group == c.group && d.lease != c.lease && d.okI > own && d.okI < c.invokeI {
+				out = append(out, Violation{"no-double-delivery", fmt.Sprintf("%s completed under lease %s (event %d) after lease %s had taken it over (event %d)", c.key, c.lease, c.okI, d.lease, d.okI)})
+				break
+			}
+		}
 	}
 	last := map[gk]delivery{}
 	for _, d := range t.deliveries {

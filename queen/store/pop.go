@@ -145,7 +145,7 @@ func (s *Store) Pop(ctx context.Context, req PopRequest) (PopResult, error) {
 				JOIN queen.partitions p ON p.id = pc.partition_id
 				WHERE p.queue_id = $1 AND pc.consumer_group = $2
 					AND ($3::text = '' OR p.name = $3::text)
-					AND (pc.lease_expires_at IS NULL OR pc.lease_expires_at <= $4::timestamptz)
+					AND (pc.lease_expires_at IS NULL OR pc.lease_expires_at <= $4::timestamptz OR $9::bool)
 					AND p.last_seq > pc.last_consumed_seq
 					AND ($5::int = 0 OR p.last_message_at <= $4::timestamptz - make_interval(secs => $5::int))
 				ORDER BY pc.lease_acquired_at NULLS FIRST, p.id
@@ -158,7 +158,8 @@ func (s *Store) Pop(ctx context.Context, req PopRequest) (PopResult, error) {
 			FROM cand, queen.partitions p
 			WHERE pc.partition_id = cand.partition_id AND pc.consumer_group = $2 AND p.id = pc.partition_id
 			RETURNING pc.partition_id::text, p.name, pc.last_consumed_seq, pc.batch_retry_count, pc.lease_expires_at`,
-			q.ID, req.Group, req.Partition, now, q.Options.WindowBuffer, req.Partitions, leaseID, leaseSecs)
+			q.ID, req.Group, req.Partition, now, q.Options.WindowBuffer, req.Partitions, leaseID, leaseSecs,
+			canary("pop-ignores-lease"))
 		if err != nil {
 			return err
 		}

@@ -101,8 +101,14 @@ func (s *Store) pushTx(ctx context.Context, tx pgx.Tx, now time.Time, tenant str
 	for _, id := range pids {
 		idList = append(idList, id)
 	}
-	rows, err := tx.Query(ctx, `SELECT id::text, last_seq FROM queen.partitions
-		WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE`, idList)
+	lockSQL := `SELECT id::text, last_seq FROM queen.partitions WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE`
+	stranded := canary("stranded")
+	if stranded {
+		// The reference broker's bug: no per-partition serialisation, and
+		// an order fixed at creation rather than at commit.
+		lockSQL = `SELECT id::text, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint FROM queen.partitions WHERE id = ANY($1::uuid[])`
+	}
+	rows, err := tx.Query(ctx, lockSQL, idList)
 	if err != nil {
 		return nil, err
 	}
@@ -161,6 +167,11 @@ func (s *Store) pushTx(ctx context.Context, tx pgx.Tx, now time.Time, tenant str
 		res.TransactionID = txid
 		k := dedupKey{pid, txid}
 		if prev, dup := existing[k]; dup {
+			if canary("dedup-off") {
+				res.Status, res.MessageID = "queued", id
+				out[i] = res
+				continue
+			}
 			res.Status, res.MessageID = "duplicate", prev
 			out[i] = res
 			continue
@@ -191,6 +202,12 @@ func (s *Store) pushTx(ctx context.Context, tx pgx.Tx, now time.Time, tenant str
 		ins.id, ins.pid, ins.seq, ins.txid, ins.trace, ins.payload, now, producerSub); err != nil {
 		return nil, err
 	}
+	if stranded {
+		// Widen the window between taking a position and committing.
+		if _, err := tx.Exec(ctx, `SELECT pg_sleep(random() * 0.2)`); err != nil {
+			return nil, err
+		}
+	}
 	upd := struct {
 		pid []string
 		seq []int64
@@ -200,7 +217,7 @@ func (s *Store) pushTx(ctx context.Context, tx pgx.Tx, now time.Time, tenant str
 		upd.seq = append(upd.seq, seq)
 	}
 	_, err = tx.Exec(ctx, `
-		UPDATE queen.partitions p SET last_seq = v.seq, last_message_at = $3, last_activity = $3
+		UPDATE queen.partitions p SET last_seq = GREATEST(p.last_seq, v.seq), last_message_at = $3, last_activity = $3
 		FROM unnest($1::uuid[], $2::bigint[]) AS v(pid, seq)
 		WHERE p.id = v.pid AND p.last_seq <> v.seq`, upd.pid, upd.seq, now)
 	return out, err

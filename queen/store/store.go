@@ -27,6 +27,9 @@ import (
 //go:embed migrations/*.sql
 var migrationFS embed.FS
 
+// DefaultTenant owns every queue when tenancy is off.
+const DefaultTenant = "00000000-0000-0000-0000-000000000001"
+
 // migrationLock serialises schema migration across brokers starting at once.
 const migrationLock = 737000
 

@@ -56,7 +56,11 @@ func (s *Store) Transaction(ctx context.Context, tenant string, ops []TxnOp, req
 		for i, op := range ops {
 			switch op.Type {
 			case "push":
-				res, err := s.pushTx(ctx, tx, now, tenant, op.Items, producerSub)
+				pushTenant := tenant
+				if canary("tenant-dropped") {
+					pushTenant = DefaultTenant
+				}
+				res, err := s.pushTx(ctx, tx, now, pushTenant, op.Items, producerSub)
 				if err != nil {
 					return err
 				}

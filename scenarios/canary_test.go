@@ -1,0 +1,61 @@
+//go:build canary
+
+package scenarios_test
+
+import (
+	"context"
+	"maps"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/queen-go/queen/queen/store/storetest"
+	"github.com/queen-go/queen/scenarios"
+)
+
+// canaries are the bugs planted in queen/store behind the canary build tag.
+// Each is hunted by the scenario that can see it: stranding needs real
+// concurrency, so the free-running scenario hunts it.
+var canaries = map[string]string{
+	"ack-ignores-lease": "canary-hunt.scn",
+	"dedup-off":         "canary-hunt.scn",
+	"pop-ignores-lease": "canary-hunt.scn",
+	"tenant-dropped":    "canary-hunt.scn",
+	"stranded":          "canary-race.scn",
+}
+
+// TestCanariesAreCaught runs the canary scenario with each planted bug
+// switched on: the simulator must fail every one of them, and must pass
+// the same scenario with none switched on.
+func TestCanariesAreCaught(t *testing.T) {
+	run := func(t *testing.T, file string) *scenarios.Outcome {
+		s := load(t, filepath.Join(root, "testdata", "canaries", file))
+		o, err := scenarios.Run(context.Background(), storetest.DSN(t), s, t.TempDir(), "", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	for _, file := range []string{"canary-hunt.scn", "canary-race.scn"} {
+		t.Run("none/"+file, func(t *testing.T) {
+			t.Setenv("QUEEN_CANARY", "")
+			if o := run(t, file); o.Failed() {
+				t.Fatalf("fails with no canary: %s", o.Report())
+			}
+		})
+	}
+	for _, c := range slices.Sorted(maps.Keys(canaries)) {
+		t.Run(c, func(t *testing.T) {
+			t.Setenv("QUEEN_CANARY", c)
+			o := run(t, canaries[c])
+			if !o.Failed() {
+				t.Fatalf("canary %s survived: %s", c, o.Report())
+			}
+			caught := map[string]bool{}
+			for _, v := range o.Violations {
+				caught[v.Property] = true
+			}
+			t.Logf("canary %s caught by %v", c, caught)
+		})
+	}
+}
