@@ -75,4 +75,3 @@ func setFlagDefault(name, value string) {
 		_ = flag.Set(name, value)
 	}
 }
-
