@@ -47,6 +47,13 @@ type Config struct {
 	RetentionInterval  time.Duration // RETENTION_INTERVAL (ms), default 5000
 	RetentionBatchSize int           // RETENTION_BATCH_SIZE, default 1000
 
+	FileBufferDir           string        // FILE_BUFFER_DIR, default /var/lib/queen/buffers
+	FileBufferFlush         time.Duration // FILE_BUFFER_FLUSH_MS, default 100
+	FileBufferMaxBatch      int           // FILE_BUFFER_MAX_BATCH, default 100
+	FileBufferEventsPerFile int           // FILE_BUFFER_EVENTS_PER_FILE, default 10000
+	CacheRefreshInterval    time.Duration // QUEEN_CACHE_REFRESH_INTERVAL_MS, default 60000
+	AdmissionMaintShare     float64       // QUEEN_ADMISSION_SHARE_MAINT, default 0.05
+
 	ServerID      string     // QUEEN_SERVER_ID, default $HOSTNAME, else queen-<8hex>
 	TenancyHeader bool       // QUEEN_TENANCY_HEADER, default false
 	MaxBodyBytes  int64      // QUEEN_MAX_BODY_BYTES, default 64 MiB
@@ -74,6 +81,12 @@ func Default() Config {
 		RetentionInterval:       5 * time.Second,
 		RetentionBatchSize:      1000,
 		MaxBodyBytes:            64 << 20,
+		FileBufferDir:           "/var/lib/queen/buffers",
+		FileBufferFlush:         100 * time.Millisecond,
+		FileBufferMaxBatch:      100,
+		FileBufferEventsPerFile: 10000,
+		CacheRefreshInterval:    60 * time.Second,
+		AdmissionMaintShare:     0.05,
 		ApplySchema:             true,
 		LogLevel:                slog.LevelInfo,
 	}
@@ -113,6 +126,12 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	p.millis("POP_WAIT_MAX_INTERVAL_MS", &c.PopWaitMax)
 	p.millis("RETENTION_INTERVAL", &c.RetentionInterval)
 	p.intRange("RETENTION_BATCH_SIZE", &c.RetentionBatchSize, 1, 1000000)
+	p.str("FILE_BUFFER_DIR", &c.FileBufferDir)
+	p.millis("FILE_BUFFER_FLUSH_MS", &c.FileBufferFlush)
+	p.intRange("FILE_BUFFER_MAX_BATCH", &c.FileBufferMaxBatch, 1, 100000)
+	p.intRange("FILE_BUFFER_EVENTS_PER_FILE", &c.FileBufferEventsPerFile, 1, 10000000)
+	p.millis("QUEEN_CACHE_REFRESH_INTERVAL_MS", &c.CacheRefreshInterval)
+	p.float("QUEEN_ADMISSION_SHARE_MAINT", &c.AdmissionMaintShare, 0, 1)
 	p.str("QUEEN_SERVER_ID", &c.ServerID)
 	p.boolean("QUEEN_TENANCY_HEADER", &c.TenancyHeader)
 	var body int
@@ -136,6 +155,12 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		var b [4]byte
 		_, _ = rand.Read(b[:])
 		c.ServerID = "queen-" + hex.EncodeToString(b[:])
+	}
+	if c.FileBufferFlush <= 0 {
+		p.fail("FILE_BUFFER_FLUSH_MS", getenv("FILE_BUFFER_FLUSH_MS"), "must be positive")
+	}
+	if c.CacheRefreshInterval <= 0 {
+		p.fail("QUEEN_CACHE_REFRESH_INTERVAL_MS", getenv("QUEEN_CACHE_REFRESH_INTERVAL_MS"), "must be positive")
 	}
 	if c.DBConnectionTimeout <= 0 {
 		p.fail("DB_CONNECTION_TIMEOUT", getenv("DB_CONNECTION_TIMEOUT"), "must be positive")

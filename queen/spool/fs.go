@@ -1,7 +1,3 @@
-// Package spool will hold the on-disk buffer that keeps pushes alive while
-// PostgreSQL is unreachable. For now it defines the filesystem seam the
-// spool writes through, so the simulator can inject ENOSPC, EIO, torn
-// writes and the loss of unsynced data on a crash.
 package spool
 
 import (
@@ -11,7 +7,9 @@ import (
 	"sort"
 )
 
-// FS is the small filesystem surface the spool needs.
+// FS is the small filesystem surface the spool needs; it is a seam so the
+// simulator can inject ENOSPC, EIO, torn writes and the loss of unsynced
+// data on a crash.
 type FS interface {
 	MkdirAll(dir string) error
 	// Create opens name for appending, creating it if needed.

@@ -1,0 +1,285 @@
+// Package spool is the on-disk buffer that keeps pushes alive while
+// PostgreSQL is unreachable, and the drain that replays them exactly once
+// when it is back.
+//
+// A push that cannot commit is appended to the active file
+// (<dir>/<stamp>.tmp) and synced before the broker answers "buffered". The
+// active file is finalized (renamed to .buf) when it reaches
+// FILE_BUFFER_EVENTS_PER_FILE events and at every drain cycle; finalized
+// files replay oldest first. Each event keeps its original transactionId,
+// so an event that had in fact committed comes back duplicate and writes
+// nothing, and the tenant resolved at push time (omitted for the default
+// tenant). Files that fail permanently five times move to <dir>/failed.
+//
+// The spool is node-local and unreplicated: a broker drains only its own
+// directory, there is no size cap and no maximum age, and replay is
+// idempotent only as far back as deduplication reaches (the message rows).
+package spool
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/queen-go/queen/queen/clock"
+)
+
+// DefaultTenant is omitted from events, so a single-tenant broker writes
+// files without any tenant field.
+const DefaultTenant = "00000000-0000-0000-0000-000000000001"
+
+// Event is one buffered push item.
+type Event struct {
+	Tenant        string          `json:"tenant,omitempty"`
+	Queue         string          `json:"queue"`
+	Partition     string          `json:"partition"`
+	TransactionID string          `json:"transactionId"`
+	TraceID       string          `json:"traceId,omitempty"`
+	Payload       json.RawMessage `json:"payload"`
+}
+
+// TenantOrDefault is the tenant an event replays under.
+func (e Event) TenantOrDefault() string {
+	if e.Tenant == "" {
+		return DefaultTenant
+	}
+	return e.Tenant
+}
+
+// Options configure a Spool.
+type Options struct {
+	Dir           string
+	FS            FS
+	Clock         clock.Clock
+	EventsPerFile int
+	Log           *slog.Logger
+}
+
+// Spool is one broker's buffer directory.
+type Spool struct {
+	o Options
+
+	mu          sync.Mutex
+	active      File
+	activeName  string
+	activeCount int
+	seq         int
+
+	pending atomic.Int64 // events written and not yet replayed
+	healthy atomic.Bool  // false from a database failure until a replay or ping succeeds
+	paused  atomic.Bool  // push maintenance: the drain waits
+}
+
+// Open prepares dir (and dir/failed), finalizes any .tmp left by a crash,
+// and counts the events waiting to replay.
+func Open(o Options) (*Spool, error) {
+	if o.FS == nil {
+		o.FS = OSFS{}
+	}
+	if o.EventsPerFile < 1 {
+		o.EventsPerFile = 10000
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	s := &Spool{o: o}
+	s.healthy.Store(true)
+	if err := o.FS.MkdirAll(s.FailedDir()); err != nil {
+		return nil, fmt.Errorf("spool %s: %w", o.Dir, err)
+	}
+	names, err := o.FS.List(o.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("spool %s: %w", o.Dir, err)
+	}
+	for _, name := range names {
+		if strings.HasSuffix(name, ".tmp") {
+			if err := o.FS.Rename(name, strings.TrimSuffix(name, ".tmp")+".buf"); err != nil {
+				return nil, fmt.Errorf("spool finalize leftover %s: %w", name, err)
+			}
+			o.Log.Info("spool: finalized a file left by a previous run", "file", name)
+		}
+	}
+	files, err := s.Buffers()
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range files {
+		if evs, _, err := s.read(f); err == nil {
+			s.pending.Add(int64(len(evs)))
+		}
+	}
+	if n := s.pending.Load(); n > 0 {
+		o.Log.Info("spool: events waiting to replay", "events", n, "files", len(files))
+	}
+	return s, nil
+}
+
+// Dir is the spool directory.
+func (s *Spool) Dir() string { return s.o.Dir }
+
+// FailedDir holds quarantined files.
+func (s *Spool) FailedDir() string { return filepath.Join(s.o.Dir, "failed") }
+
+// Append writes events as one write and syncs, so a "buffered" answer is
+// durable. After a failed write or sync the active file is abandoned (it is
+// finalized with whatever intact records it holds) and the next append
+// starts a new one, so a torn record can only ever be a file's tail.
+func (s *Spool) Append(events []Event) error {
+	var buf []byte
+	for _, e := range events {
+		if e.Tenant == DefaultTenant {
+			e.Tenant = ""
+		}
+		raw, err := json.Marshal(e)
+		if err != nil {
+			return fmt.Errorf("spool encode: %w", err)
+		}
+		buf = appendRecord(buf, raw)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.active == nil {
+		s.seq++
+		name := filepath.Join(s.o.Dir, fmt.Sprintf("%020d-%06d.tmp", s.o.Clock.Now().UnixNano(), s.seq))
+		f, err := s.o.FS.Create(name)
+		if err != nil {
+			return fmt.Errorf("spool create %s: %w", name, err)
+		}
+		s.active, s.activeName, s.activeCount = f, name, 0
+	}
+	if _, err := s.active.Write(buf); err != nil {
+		s.abandonLocked()
+		return fmt.Errorf("spool append %s: %w", s.activeName, err)
+	}
+	if err := s.active.Sync(); err != nil {
+		s.abandonLocked()
+		return fmt.Errorf("spool sync %s: %w", s.activeName, err)
+	}
+	s.activeCount += len(events)
+	s.pending.Add(int64(len(events)))
+	if s.activeCount >= s.o.EventsPerFile {
+		return s.finalizeLocked()
+	}
+	return nil
+}
+
+// abandonLocked closes the active file after a failed write; it is
+// finalized like any other so its intact records still replay.
+func (s *Spool) abandonLocked() {
+	_ = s.finalizeLocked()
+}
+
+// Finalize makes the active file drainable.
+func (s *Spool) Finalize() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.finalizeLocked()
+}
+
+func (s *Spool) finalizeLocked() error {
+	if s.active == nil {
+		return nil
+	}
+	f, name := s.active, s.activeName
+	s.active, s.activeName, s.activeCount = nil, "", 0
+	_ = f.Close()
+	if err := s.o.FS.Rename(name, strings.TrimSuffix(name, ".tmp")+".buf"); err != nil {
+		return fmt.Errorf("spool finalize %s: %w", name, err)
+	}
+	return nil
+}
+
+// Buffers lists finalized files, oldest first.
+func (s *Spool) Buffers() ([]string, error) {
+	names, err := s.o.FS.List(s.o.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("spool list %s: %w", s.o.Dir, err)
+	}
+	var out []string
+	for _, n := range names {
+		if strings.HasSuffix(n, ".buf") {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+// read decodes a file's events. A torn tail is dropped (torn=true); an
+// unreadable file or an undecodable record is an error.
+func (s *Spool) read(name string) ([]Event, bool, error) {
+	r, err := s.o.FS.Open(name)
+	if err != nil {
+		return nil, false, fmt.Errorf("spool open %s: %w", name, err)
+	}
+	defer r.Close()
+	recs, torn, err := readRecords(r)
+	if err != nil {
+		return nil, false, fmt.Errorf("spool read %s: %w", name, err)
+	}
+	evs := make([]Event, 0, len(recs))
+	for i, rec := range recs {
+		var e Event
+		if err := json.Unmarshal(rec, &e); err != nil {
+			return nil, torn, fmt.Errorf("spool decode %s record %d: %w", name, i, err)
+		}
+		evs = append(evs, e)
+	}
+	return evs, torn, nil
+}
+
+// Pending is the number of events waiting to replay.
+func (s *Spool) Pending() int64 { return max(s.pending.Load(), 0) }
+
+// Failed counts quarantined files.
+func (s *Spool) Failed() int {
+	names, err := s.o.FS.List(s.FailedDir())
+	if err != nil {
+		return 0
+	}
+	return len(names)
+}
+
+// FailedBytes sums the sizes of quarantined files (OS filesystem only).
+func (s *Spool) FailedBytes() int64 {
+	names, _ := s.o.FS.List(s.FailedDir())
+	var n int64
+	for _, name := range names {
+		if fi, err := os.Stat(name); err == nil {
+			n += fi.Size()
+		}
+	}
+	return n
+}
+
+// Healthy is the push path's hint: false from a database failure until the
+// drain sees the database answer again. While false, pushes go straight to
+// the spool instead of waiting out a timeout each.
+func (s *Spool) Healthy() bool { return s.healthy.Load() }
+
+// SetHealthy records the database's state as last observed.
+func (s *Spool) SetHealthy(ok bool) {
+	if s.healthy.Swap(ok) != ok {
+		s.o.Log.Warn("spool: database health changed", "healthy", ok)
+	}
+}
+
+// Paused reports whether the drain is paused (push maintenance).
+func (s *Spool) Paused() bool { return s.paused.Load() }
+
+// SetPaused pauses or resumes the drain; resuming finalizes the active file
+// so everything buffered during the pause replays.
+func (s *Spool) SetPaused(p bool) error {
+	s.paused.Store(p)
+	if !p {
+		return s.Finalize()
+	}
+	return nil
+}
+
+// Close finalizes the active file.
+func (s *Spool) Close() error { return s.Finalize() }

@@ -1,0 +1,306 @@
+package spool_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/queen-go/queen/faults"
+	"github.com/queen-go/queen/queen/admission"
+	"github.com/queen-go/queen/queen/clock"
+	"github.com/queen-go/queen/queen/ids"
+	"github.com/queen-go/queen/queen/spool"
+	"github.com/queen-go/queen/queen/store"
+	"github.com/queen-go/queen/queen/store/storetest"
+)
+
+func TestMain(m *testing.M) { storetest.Main(m) }
+
+const t1 = "11111111-1111-4111-8111-111111111111"
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func open(t *testing.T, dir string, fs spool.FS, c clock.Clock) *spool.Spool {
+	t.Helper()
+	if fs == nil {
+		fs = spool.OSFS{}
+	}
+	s, err := spool.Open(spool.Options{Dir: dir, FS: fs, Clock: c, EventsPerFile: 3, Log: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func ev(tenant, txid string) spool.Event {
+	return spool.Event{Tenant: tenant, Queue: "q", Partition: "p", TransactionID: txid, Payload: json.RawMessage(`{"n":1}`)}
+}
+
+func TestFileFormatRotationAndTornTail(t *testing.T) {
+	dir := t.TempDir()
+	c := clock.NewSim(time.Unix(1000, 0))
+	s := open(t, dir, nil, c)
+	if err := s.Append([]spool.Event{ev(spool.DefaultTenant, "a"), ev(t1, "b")}); err != nil {
+		t.Fatal(err)
+	}
+	tmp, _ := filepath.Glob(filepath.Join(dir, "*.tmp"))
+	if len(tmp) != 1 {
+		t.Fatalf("want one active .tmp file, got %v", tmp)
+	}
+	raw, _ := os.ReadFile(tmp[0])
+	if strings.Contains(string(raw), spool.DefaultTenant) || !strings.Contains(string(raw), `"tenant":"`+t1+`"`) {
+		t.Fatalf("the default tenant must be omitted and others kept: %q", raw)
+	}
+	// The third event reaches FILE_BUFFER_EVENTS_PER_FILE (3): finalized.
+	if err := s.Append([]spool.Event{ev(t1, "c")}); err != nil {
+		t.Fatal(err)
+	}
+	if bufs, _ := s.Buffers(); len(bufs) != 1 || s.Pending() != 3 {
+		t.Fatalf("rotation: %v pending %d", bufs, s.Pending())
+	}
+	// A crash leaves a .tmp whose last record is torn: reopening finalizes
+	// it and the intact records still count.
+	if err := s.Append([]spool.Event{ev(t1, "d")}); err != nil {
+		t.Fatal(err)
+	}
+	tmp, _ = filepath.Glob(filepath.Join(dir, "*.tmp"))
+	f, _ := os.OpenFile(tmp[0], os.O_APPEND|os.O_WRONLY, 0)
+	f.Write([]byte{0, 0, 0, 50, 1, 2, 3}) // a header promising 50 bytes that never came
+	f.Close()
+	s2 := open(t, dir, nil, c)
+	if bufs, _ := s2.Buffers(); len(bufs) != 2 || s2.Pending() != 4 {
+		t.Fatalf("reopen: %v pending %d", bufs, s2.Pending())
+	}
+}
+
+// env is a drainer over a real database.
+type env struct {
+	st    *store.Store
+	sp    *spool.Spool
+	d     *spool.Drainer
+	clock *clock.Sim
+	dir   string
+}
+
+func newEnv(t *testing.T, fs spool.FS) *env {
+	t.Helper()
+	c := clock.NewSim(time.Unix(1000, 0))
+	e := &env{clock: c, dir: t.TempDir()}
+	e.st = store.New(storetest.Pool(t), store.Options{IDs: ids.NewSource(clock.Real{}, nil)})
+	e.sp = open(t, e.dir, fs, c)
+	e.d = &spool.Drainer{Spool: e.sp, Every: 100 * time.Millisecond, MaxBatch: 2, Arbiter: admission.New(4, 0.05),
+		Ping: e.st.Ping,
+		Replay: func(ctx context.Context, tenant string, items []store.PushItem) error {
+			_, err := e.st.Push(ctx, tenant, items, "")
+			return err
+		}}
+	return e
+}
+
+func (e *env) count(t *testing.T, tenant string) int {
+	t.Helper()
+	qs, err := e.st.ListQueues(context.Background(), tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, q := range qs {
+		n += int(q.Messages)
+	}
+	return n
+}
+
+func TestDrainReplaysExactlyOnceUnderItsTenant(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	// "a" already committed before the outage: replay must not write it again.
+	if _, err := e.st.Push(ctx, t1, []store.PushItem{{Queue: "q", Partition: "p", TransactionID: "a"}}, ""); err != nil {
+		t.Fatal(err)
+	}
+	for _, txid := range []string{"a", "b", "c", "d", "e"} {
+		if err := e.sp.Append([]spool.Event{ev(t1, txid)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.sp.Append([]spool.Event{ev(spool.DefaultTenant, "z")})
+	if err := e.d.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.count(t, t1); n != 5 {
+		t.Fatalf("tenant t1 holds %d messages, want 5 (a once, b-e)", n)
+	}
+	if n := e.count(t, spool.DefaultTenant); n != 1 {
+		t.Fatalf("default tenant holds %d, want 1", n)
+	}
+	if bufs, _ := e.sp.Buffers(); len(bufs) != 0 || e.sp.Pending() != 0 {
+		t.Fatalf("after drain: %v pending %d", bufs, e.sp.Pending())
+	}
+}
+
+// poison is an event PostgreSQL refuses every time (a NUL byte in text).
+func poison() spool.Event { return ev(t1, "bad\x00txid") }
+
+func TestPoisonFileQuarantinedAfterFiveAndNewerFilesReplay(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	e.sp.Append([]spool.Event{poison()})
+	e.sp.Finalize()
+	e.clock.Advance(time.Millisecond)
+	e.sp.Append([]spool.Event{ev(t1, "good")})
+	for i := 1; i <= 4; i++ {
+		e.d.RunOnce(ctx)
+		if e.d.Quarantined.Load() != 0 {
+			t.Fatalf("quarantined after %d failures", i)
+		}
+		if e.count(t, t1) != 0 {
+			t.Fatal("a newer file replayed while the head is still being retried")
+		}
+	}
+	e.d.RunOnce(ctx) // fifth permanent failure: quarantine, then go on
+	if e.d.Quarantined.Load() != 1 || e.sp.Failed() != 1 {
+		t.Fatalf("quarantined %d, failed dir %d", e.d.Quarantined.Load(), e.sp.Failed())
+	}
+	if e.count(t, t1) != 1 {
+		t.Fatal("the file behind the poison one did not replay in the same cycle")
+	}
+	if !e.sp.Healthy() {
+		t.Fatal("a permanent failure is not a database outage")
+	}
+}
+
+func TestUnreadableFileIsPermanentAndMoveFailureDeletes(t *testing.T) {
+	ffs := faults.NewFaultyFS(spool.OSFS{})
+	e := newEnv(t, ffs)
+	e.sp.Append([]spool.Event{ev(t1, "x")})
+	e.sp.Finalize()
+	ffs.FailNext("open", faults.ErrIO, 5)
+	ffs.FailNext("rename", faults.ErrIO, 1) // the quarantine move fails too
+	for i := 0; i < 5; i++ {
+		e.d.RunOnce(context.Background())
+	}
+	if e.d.Deleted.Load() != 1 {
+		t.Fatalf("want the poison file deleted when it cannot be moved; deleted=%d quarantined=%d", e.d.Deleted.Load(), e.d.Quarantined.Load())
+	}
+	if bufs, _ := e.sp.Buffers(); len(bufs) != 0 {
+		t.Fatalf("left %v", bufs)
+	}
+}
+
+func TestTransientFailuresCoolDownAfterTen(t *testing.T) {
+	e := newEnv(t, nil)
+	calls := 0
+	e.d.Replay = func(context.Context, string, []store.PushItem) error {
+		calls++
+		return &pgconn.PgError{Code: "08006"} // connection failure
+	}
+	e.sp.Append([]spool.Event{ev(t1, "x")})
+	ctx := context.Background()
+	for i := 0; i < 10; i++ {
+		e.d.RunOnce(ctx)
+		e.clock.Advance(100 * time.Millisecond)
+	}
+	if e.d.Cooldowns.Load() != 1 || e.sp.Healthy() {
+		t.Fatalf("cooldowns %d healthy %v", e.d.Cooldowns.Load(), e.sp.Healthy())
+	}
+	now := e.clock.Now()
+	if due := e.d.NextDue(now); due.Sub(now) < 4*time.Second {
+		t.Fatalf("parked only until %v", due.Sub(now))
+	}
+	before := calls
+	e.d.RunOnce(ctx) // parked: no attempt
+	e.clock.Advance(5 * time.Second)
+	e.d.RunOnce(ctx)
+	if calls != before+1 {
+		t.Fatalf("calls during/after the cooldown: %d -> %d", before, calls)
+	}
+	if e.d.Quarantined.Load() != 0 {
+		t.Fatal("transient failures must never quarantine")
+	}
+}
+
+func TestPacingTenFilesHealthyOneFailing(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	for i := 0; i < 25; i++ {
+		e.sp.Append([]spool.Event{ev(t1, fmt.Sprint("m", i))})
+		e.sp.Finalize()
+		e.clock.Advance(time.Millisecond)
+	}
+	e.sp.SetHealthy(false)
+	e.d.RunOnce(ctx)
+	if bufs, _ := e.sp.Buffers(); len(bufs) != 24 {
+		t.Fatalf("an unhealthy cycle replayed %d files, want 1", 25-len(bufs))
+	}
+	e.d.RunOnce(ctx) // healthy again after the success: ten
+	if bufs, _ := e.sp.Buffers(); len(bufs) != 14 {
+		t.Fatalf("a healthy cycle replayed %d files, want 10", 24-len(bufs))
+	}
+}
+
+func TestReplayWaitsForAMaintSlot(t *testing.T) {
+	e := newEnv(t, nil)
+	e.d.Arbiter = admission.New(1, 0.05)
+	release, _ := e.d.Arbiter.Acquire(context.Background(), admission.Push) // live traffic holds the only slot
+	e.sp.Append([]spool.Event{ev(t1, "x")})
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := e.d.RunOnce(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("replay did not wait for its slot: %v", err)
+	}
+	release()
+	if err := e.d.RunOnce(context.Background()); err != nil || e.count(t, t1) != 1 {
+		t.Fatalf("after the slot freed: %v", err)
+	}
+}
+
+func TestPausedDrainWaitsAndResumeFinalizes(t *testing.T) {
+	e := newEnv(t, nil)
+	e.sp.SetPaused(true)
+	e.sp.Append([]spool.Event{ev(t1, "x")})
+	e.d.RunOnce(context.Background())
+	if e.count(t, t1) != 0 {
+		t.Fatal("drained while paused")
+	}
+	if err := e.sp.SetPaused(false); err != nil {
+		t.Fatal(err)
+	}
+	if bufs, _ := e.sp.Buffers(); len(bufs) != 1 {
+		t.Fatal("resume did not finalize the active file")
+	}
+	e.d.RunOnce(context.Background())
+	if e.count(t, t1) != 1 {
+		t.Fatal("not drained after resume")
+	}
+}
+
+func TestWriteFailureAbandonsTheFile(t *testing.T) {
+	ffs := faults.NewFaultyFS(spool.OSFS{})
+	e := newEnv(t, ffs)
+	e.sp.Append([]spool.Event{ev(t1, "a")})
+	ffs.TearNextWrite()
+	if err := e.sp.Append([]spool.Event{ev(t1, "b")}); err == nil {
+		t.Fatal("a torn write must fail the append")
+	}
+	ffs.FailNext("write", faults.ErrNoSpace, 1)
+	if err := e.sp.Append([]spool.Event{ev(t1, "c")}); err == nil {
+		t.Fatal("ENOSPC must fail the append")
+	}
+	if err := e.sp.Append([]spool.Event{ev(t1, "d")}); err != nil {
+		t.Fatal(err)
+	}
+	e.d.RunOnce(context.Background())
+	// a and d replay; the torn b and the never-written c do not.
+	if n := e.count(t, t1); n != 2 {
+		t.Fatalf("replayed %d, want 2", n)
+	}
+}
