@@ -18,12 +18,15 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/queen-go/queen/queen/admission"
 	"github.com/queen-go/queen/queen/background"
 	"github.com/queen-go/queen/queen/clock"
 	"github.com/queen-go/queen/queen/config"
 	"github.com/queen-go/queen/queen/httpapi"
 	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/leader"
+	"github.com/queen-go/queen/queen/maintenance"
+	"github.com/queen-go/queen/queen/spool"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/waker"
 )
@@ -44,6 +47,8 @@ type Options struct {
 	// ConfigurePool, when set, adjusts the pool configuration before the
 	// pool opens (the simulator turns off wall-clock health checks).
 	ConfigurePool func(*pgxpool.Config)
+	// SpoolFS is the spool's filesystem; nil means the real one.
+	SpoolFS spool.FS
 }
 
 // Broker is one queen process.
@@ -58,6 +63,9 @@ type Broker struct {
 	http     *http.Server
 	listener net.Listener
 	services []background.Service
+	spool    *spool.Spool
+	drainer  *spool.Drainer
+	maint    *maintenance.State
 
 	cancel   context.CancelFunc // background services and request base context
 	wg       sync.WaitGroup
@@ -116,12 +124,40 @@ func (b *Broker) Start(ctx context.Context) error {
 		}
 	}
 	b.store = store.New(b.pool, store.Options{DBNow: b.opts.DBNow, IDs: b.opts.IDs, TxTimeout: b.cfg.DBStatementTimeout})
-	b.api = httpapi.New(httpapi.Options{Config: b.cfg, Store: b.store, Clock: b.opts.Clock, Waker: waker.New(),
-		IDs: b.opts.IDs, Logger: b.log})
+	arbiter := admission.New(b.cfg.DBPoolSize, b.cfg.AdmissionMaintShare)
+	if b.cfg.FileBufferDir != "" && b.cfg.FileBufferDir != "off" {
+		b.spool, err = spool.Open(spool.Options{Dir: b.cfg.FileBufferDir, FS: b.opts.SpoolFS, Clock: b.opts.Clock,
+			EventsPerFile: b.cfg.FileBufferEventsPerFile, Log: b.log})
+		if err != nil {
+			b.pool.Close()
+			return fmt.Errorf("FILE_BUFFER_DIR: %w", err)
+		}
+		st := b.store
+		b.drainer = &spool.Drainer{Spool: b.spool, Arbiter: arbiter, Every: b.cfg.FileBufferFlush, MaxBatch: b.cfg.FileBufferMaxBatch,
+			Replay: func(ctx context.Context, tenant string, items []store.PushItem) error {
+				_, err := st.Push(ctx, tenant, items, "")
+				return err
+			},
+			Ping: func(ctx context.Context) error {
+				ctx, cancel := context.WithTimeout(ctx, b.cfg.DBConnectionTimeout)
+				defer cancel()
+				return st.Ping(ctx)
+			}}
+	}
+	b.maint = maintenance.New(b.store, b.spool, b.log)
+	if err := b.maint.Load(ctx); err != nil {
+		b.log.Warn("could not read the maintenance switches; assuming off until the next reconcile", "err", err)
+	}
+	b.api = httpapi.New(httpapi.Options{Config: b.cfg, Store: b.store, Spool: b.spool, Drainer: b.drainer,
+		Maintenance: b.maint, Arbiter: arbiter, Clock: b.opts.Clock, Waker: waker.New(), IDs: b.opts.IDs, Logger: b.log})
 	b.handler = b.api.Handler()
 	b.services = []background.Service{
 		&leader.Retention{Store: b.store, Clock: b.opts.Clock, Batch: b.cfg.RetentionBatchSize, Log: b.log,
 			Every: background.Every{Interval: b.cfg.RetentionInterval}},
+		&maintenance.Reconcile{State: b.maint, Clock: b.opts.Clock, Every: background.Every{Interval: b.cfg.CacheRefreshInterval}},
+	}
+	if b.drainer != nil {
+		b.services = append(b.services, b.drainer)
 	}
 
 	base, cancel := context.WithCancel(context.Background())
@@ -187,6 +223,12 @@ func (b *Broker) Handler() http.Handler { return b.handler }
 // Store exposes the store, for the simulator's final reads.
 func (b *Broker) Store() *store.Store { return b.store }
 
+// Spool is the broker's file buffer (nil when disabled).
+func (b *Broker) Spool() *spool.Spool { return b.spool }
+
+// Drainer replays the spool (nil when disabled).
+func (b *Broker) Drainer() *spool.Drainer { return b.drainer }
+
 // Services are the background services, for callers that step them.
 func (b *Broker) Services() []background.Service { return b.services }
 
@@ -202,6 +244,11 @@ func (b *Broker) Shutdown(ctx context.Context) error {
 			_ = b.http.Close()
 		}
 		b.wg.Wait()
+		if b.spool != nil {
+			if err := b.spool.Close(); err != nil {
+				b.log.Warn("spool: finalize at shutdown failed; the file is finalized at next start", "err", err)
+			}
+		}
 		b.pool.Close()
 		b.log.Info("queen broker stopped")
 	})

@@ -32,6 +32,7 @@ func testConfig(t *testing.T, dsn string) config.Config {
 	cfg.PGHost, cfg.PGPort, cfg.PGUser, cfg.PGPassword, cfg.PGDatabase = pc.Host, int(pc.Port), pc.User, pc.Password, pc.Database
 	cfg.DBPoolSize = 10
 	cfg.ServerID = "t"
+	cfg.FileBufferDir = t.TempDir()
 	return cfg
 }
 
@@ -152,25 +153,35 @@ func TestDatabaseUnreachableAnswers503(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := config.Default()
-	cfg.Host, cfg.ServerID = "127.0.0.1", "t"
-	cfg.PGHost, cfg.PGPort = "127.0.0.1", port // nothing listens here
-	cfg.ApplySchema = false
-	cfg.DBConnectionTimeout = 500 * time.Millisecond
-	b := start(t, cfg)
-	defer b.Shutdown(context.Background())
-	base := "http://" + b.Addr()
-	if code, body := get(t, base+"/health"); code != 503 || !strings.Contains(body, `"database":"disconnected"`) {
-		t.Fatalf("health: %d %s", code, body)
-	}
-	if code, body := post(t, base+"/api/v1/push", `{"items":[{"queue":"q"}]}`); code != 503 || !strings.Contains(body, `"error"`) {
-		t.Fatalf("push: %d %s", code, body)
-	}
-	if code, _ := get(t, base+"/api/v1/pop/queue/q"); code != 503 {
-		t.Fatalf("pop: %d", code)
-	}
-	if code, _ := post(t, base+"/api/v1/ack", `{"transactionId":"x","partitionId":"01900000-0000-7000-8000-000000000000"}`); code != 503 {
-		t.Fatalf("ack: %d", code)
+	for _, spoolDir := range []string{"off", t.TempDir()} {
+		cfg := config.Default()
+		cfg.Host, cfg.ServerID = "127.0.0.1", "t"
+		cfg.PGHost, cfg.PGPort = "127.0.0.1", port // nothing listens here
+		cfg.ApplySchema = false
+		cfg.DBConnectionTimeout = 500 * time.Millisecond
+		cfg.FileBufferDir = spoolDir
+		b := start(t, cfg)
+		base := "http://" + b.Addr()
+		if code, body := get(t, base+"/health"); code != 503 || !strings.Contains(body, `"database":"disconnected"`) {
+			t.Fatalf("health: %d %s", code, body)
+		}
+		code, body := post(t, base+"/api/v1/push", `{"items":[{"queue":"q"}]}`)
+		if spoolDir == "off" && (code != 503 || !strings.Contains(body, `"error"`)) {
+			t.Fatalf("push without a spool: %d %s", code, body)
+		}
+		if spoolDir != "off" && (code != 201 || !strings.Contains(body, `"status":"buffered"`)) {
+			t.Fatalf("push with a spool: %d %s", code, body)
+		}
+		if code, _ := get(t, base+"/api/v1/pop/queue/q"); code != 503 {
+			t.Fatalf("pop: %d", code)
+		}
+		if code, _ := post(t, base+"/api/v1/ack", `{"transactionId":"x","partitionId":"01900000-0000-7000-8000-000000000000"}`); code != 503 {
+			t.Fatalf("ack: %d", code)
+		}
+		if code, _ := post(t, base+"/api/v1/transaction", `{"operations":[{"type":"push","queue":"q"}]}`); code != 503 {
+			t.Fatalf("transaction: %d", code)
+		}
+		b.Shutdown(context.Background())
 	}
 }
 

@@ -107,16 +107,19 @@ func dev(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		}
 	}()
 	cfg.PGHost, cfg.PGPort, cfg.PGUser, cfg.PGPassword, cfg.PGDatabase = "127.0.0.1", c.Port, "postgres", "", "postgres"
+	if os.Getenv("FILE_BUFFER_DIR") == "" {
+		cfg.FileBufferDir = filepath.Join(dir, "buffers")
+	}
 	url := fmt.Sprintf("http://localhost:%d", cfg.Port)
 	fmt.Printf(`
-queen dev: PostgreSQL on 127.0.0.1:%d (data in %s), broker on %s
+queen dev: PostgreSQL on 127.0.0.1:%d (data in %s), spool in %s, broker on %s
 try:
   curl -s -X POST %s/api/v1/push -H 'Content-Type: application/json' \
     -d '{"items":[{"queue":"demo","payload":{"hello":"world"}}]}'
   curl -s '%s/api/v1/pop/queue/demo?batch=1'
 Ctrl-C stops both.
 
-`, c.Port, dir, url, url, url)
+`, c.Port, dir, cfg.FileBufferDir, url, url, url)
 	return serve(ctx, cfg, log)
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/queen-go/queen/queen/admission"
 	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/store"
 )
@@ -99,7 +100,12 @@ func (s *Server) applyAcks(w http.ResponseWriter, r *http.Request, group string,
 			items[i].PartitionID = "00000000-0000-0000-0000-000000000000"
 		}
 	}
+	release, err := s.admit(r, admission.Ack)
+	if err != nil {
+		return
+	}
 	results, err := s.store.Ack(r.Context(), tenantOf(r), group, items)
+	release()
 	if err != nil {
 		s.storeError(w, r, "ack", err)
 		return
@@ -187,7 +193,12 @@ func (s *Server) transaction(w http.ResponseWriter, r *http.Request) {
 	}
 	txnID := s.ids.New()
 	s.stats.transactions.Add(1)
+	release, err := s.admit(r, admission.Ack)
+	if err != nil {
+		return
+	}
 	results, err := s.store.Transaction(r.Context(), tenantOf(r), ops, leases, "")
+	release()
 	if msg, rolledBack := store.IsRollback(err); rolledBack {
 		writeJSON(w, http.StatusOK, map[string]any{"transactionId": txnID, "success": false, "error": msg, "results": []any{}})
 		return

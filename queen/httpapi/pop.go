@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/queen-go/queen/queen/admission"
 	"github.com/queen-go/queen/queen/config"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/waker"
@@ -87,8 +88,17 @@ func (s *Server) pop(w http.ResponseWriter, r *http.Request) {
 		writeBad(w, err)
 		return
 	}
+	if s.maint.Pop() {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
 	key := waker.Key(p.req.Tenant, p.req.Queue)
 	s.longPoll(w, r, p, key, func(ctx context.Context) (store.PopResult, error) {
+		release, err := s.admit(r, admission.Pop)
+		if err != nil {
+			return store.PopResult{}, err
+		}
+		defer release()
 		return s.store.Pop(ctx, p.req)
 	})
 }
@@ -107,7 +117,16 @@ func (s *Server) popDiscover(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "namespace or task is required")
 		return
 	}
+	if s.maint.Pop() {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
 	s.longPoll(w, r, p, waker.Key(p.req.Tenant, ""), func(ctx context.Context) (store.PopResult, error) {
+		release, err := s.admit(r, admission.Pop)
+		if err != nil {
+			return store.PopResult{}, err
+		}
+		defer release()
 		queues, err := s.store.QueuesFor(ctx, p.req.Tenant, ns, task)
 		if err != nil {
 			return store.PopResult{}, err

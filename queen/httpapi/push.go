@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/queen-go/queen/queen/admission"
 	"github.com/queen-go/queen/queen/ids"
+	"github.com/queen-go/queen/queen/spool"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/waker"
 )
@@ -85,8 +87,32 @@ func (s *Server) push(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tenant := tenantOf(r)
-	results, err := s.store.Push(r.Context(), tenant, items, "")
+	for i := range items {
+		// Mint missing transactionIds up front: a push that ends up in the
+		// spool must replay under the same id it may already have
+		// committed under.
+		if items[i].TransactionID == "" {
+			items[i].TransactionID = s.ids.New()
+		}
+	}
+	if s.spool != nil && (s.maint.Push() || !s.spool.Healthy()) {
+		s.buffer(w, r, tenant, items)
+		return
+	}
+	release, err := s.admit(r, admission.Push)
 	if err != nil {
+		return
+	}
+	results, err := s.store.Push(r.Context(), tenant, items, "")
+	release()
+	if err != nil {
+		if s.spool != nil && store.Unavailable(err) && r.Context().Err() == nil {
+			s.log.Warn("push: database unavailable; buffering to the spool", "err", err)
+			s.stats.dbErrors.Add(1)
+			s.spool.SetHealthy(false)
+			s.buffer(w, r, tenant, items)
+			return
+		}
 		s.storeError(w, r, "push", err)
 		return
 	}
@@ -119,4 +145,38 @@ func (s *Server) notifyPushed(tenant string, results []store.PushResult) {
 	if len(seen) > 0 {
 		s.wake.Notify(waker.Key(tenant, ""))
 	}
+}
+
+// buffer appends the items to the spool and answers 201 with status
+// "buffered" per item, or 500 with status "failed" when the spool could not
+// keep them.
+func (s *Server) buffer(w http.ResponseWriter, r *http.Request, tenant string, items []store.PushItem) {
+	evs := make([]spool.Event, len(items))
+	for i, it := range items {
+		part := it.Partition
+		if part == "" {
+			part = store.DefaultPartition
+		}
+		evs[i] = spool.Event{Tenant: tenant, Queue: it.Queue, Partition: part, TransactionID: it.TransactionID,
+			TraceID: it.TraceID, Payload: it.Payload}
+		if len(evs[i].Payload) == 0 {
+			evs[i].Payload = json.RawMessage("null")
+		}
+	}
+	err := s.spool.Append(evs)
+	out := make([]map[string]any, len(items))
+	for i, e := range evs {
+		out[i] = map[string]any{"index": i, "status": "buffered", "queue": e.Queue, "queueName": e.Queue,
+			"partition": e.Partition, "transactionId": e.TransactionID, "transaction_id": e.TransactionID}
+		if err != nil {
+			out[i]["status"], out[i]["error"] = "failed", "File buffer write failed: "+err.Error()
+		}
+	}
+	if err != nil {
+		s.log.Error("push: spool write failed", "err", err)
+		writeJSON(w, http.StatusInternalServerError, out)
+		return
+	}
+	s.stats.buffered.Add(int64(len(items)))
+	writeJSON(w, http.StatusCreated, out)
 }

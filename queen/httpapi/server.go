@@ -17,9 +17,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/queen-go/queen/queen/admission"
 	"github.com/queen-go/queen/queen/clock"
 	"github.com/queen-go/queen/queen/config"
 	"github.com/queen-go/queen/queen/ids"
+	"github.com/queen-go/queen/queen/maintenance"
+	"github.com/queen-go/queen/queen/spool"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/waker"
 )
@@ -31,6 +34,10 @@ const Version = "0.1.0"
 type Server struct {
 	cfg     config.Config
 	store   *store.Store
+	spool   *spool.Spool
+	drainer *spool.Drainer
+	maint   *maintenance.State
+	arbiter *admission.Arbiter
 	clock   clock.Clock
 	wake    *waker.Hub
 	ids     *ids.Source
@@ -40,13 +47,19 @@ type Server struct {
 }
 
 type counters struct {
-	requests, pushMessages, popMessages, ackMessages, transactions, dbErrors, dlq atomic.Int64
+	requests, pushMessages, popMessages, ackMessages, transactions, dbErrors, dlq, buffered atomic.Int64
 }
 
 // Options are a Server's dependencies.
 type Options struct {
 	Config config.Config
 	Store  *store.Store
+	// Spool and Drainer are nil when no file buffer is configured: pushes
+	// then fail with 503 while the database is down.
+	Spool       *spool.Spool
+	Drainer     *spool.Drainer
+	Maintenance *maintenance.State
+	Arbiter     *admission.Arbiter
 	Clock  clock.Clock
 	Waker  *waker.Hub
 	IDs    *ids.Source
@@ -58,8 +71,11 @@ func New(o Options) *Server {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	return &Server{cfg: o.Config, store: o.Store, clock: o.Clock, wake: o.Waker, ids: o.IDs,
-		log: o.Logger, started: o.Clock.Now()}
+	if o.Maintenance == nil {
+		o.Maintenance = maintenance.New(o.Store, o.Spool, o.Logger)
+	}
+	return &Server{cfg: o.Config, store: o.Store, spool: o.Spool, drainer: o.Drainer, maint: o.Maintenance,
+		arbiter: o.Arbiter, clock: o.Clock, wake: o.Waker, ids: o.IDs, log: o.Logger, started: o.Clock.Now()}
 }
 
 // Handler returns the routed HTTP handler.
@@ -79,8 +95,14 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/resources/queues/{queue}", s.getQueue)
 	mux.HandleFunc("DELETE /api/v1/resources/queues/{queue}", s.deleteQueue)
 	mux.HandleFunc("GET /api/v1/resources/overview", s.overview)
+	mux.HandleFunc("GET /api/v1/system/maintenance", s.getMaintenance)
+	mux.HandleFunc("POST /api/v1/system/maintenance", s.setMaintenance)
+	mux.HandleFunc("GET /api/v1/system/maintenance/pop", s.getPopMaintenance)
+	mux.HandleFunc("POST /api/v1/system/maintenance/pop", s.setPopMaintenance)
+	mux.HandleFunc("GET /api/v1/status/buffers", s.bufferStatus)
 	mux.HandleFunc("GET /health", s.health)
 	mux.HandleFunc("GET /metrics", s.metrics)
+	mux.HandleFunc("GET /metrics/prometheus", s.prometheus)
 	return s.middleware(mux)
 }
 
@@ -304,4 +326,13 @@ func nullable(s string) any {
 		return nil
 	}
 	return s
+}
+
+// admit takes a slot in lane before database work; without an arbiter it
+// admits at once.
+func (s *Server) admit(r *http.Request, lane admission.Lane) (func(), error) {
+	if s.arbiter == nil {
+		return func() {}, nil
+	}
+	return s.arbiter.Acquire(r.Context(), lane)
 }

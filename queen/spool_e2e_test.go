@@ -1,0 +1,251 @@
+package queen_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/queen-go/queen/faults"
+	"github.com/queen-go/queen/queen"
+	"github.com/queen-go/queen/queen/store/storetest"
+)
+
+const (
+	tenantA = "aaaaaaaa-aaaa-4aaa-8aaa-aaaaaaaaaaaa"
+	tenantB = "bbbbbbbb-bbbb-4bbb-8bbb-bbbbbbbbbbbb"
+)
+
+func do(t *testing.T, method, url, tenant, body string) (int, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if tenant != "" {
+		req.Header.Set("x-queen-tenant", tenant)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, raw
+}
+
+// brokerBehindProxy starts a broker whose database path can be cut.
+func brokerBehindProxy(t *testing.T) (*queen.Broker, *faults.PGProxy) {
+	t.Helper()
+	dsn := storetest.DSN(t)
+	pc, _ := pgx.ParseConfig(dsn)
+	proxy, err := faults.NewPGProxy(fmt.Sprintf("%s:%d", pc.Host, pc.Port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	cfg := testConfig(t, dsn)
+	cfg.PGHost, cfg.PGPort = "127.0.0.1", proxy.Port()
+	cfg.TenancyHeader = true
+	cfg.DBConnectionTimeout = 300 * time.Millisecond
+	cfg.DBStatementTimeout = time.Second
+	cfg.FileBufferFlush = 50 * time.Millisecond
+	cfg.FileBufferEventsPerFile = 7
+	b := start(t, cfg)
+	t.Cleanup(func() { b.Shutdown(context.Background()) })
+	return b, proxy
+}
+
+func pushOne(t *testing.T, base, tenant, txid string) string {
+	t.Helper()
+	code, body := do(t, "POST", base+"/api/v1/push", tenant,
+		fmt.Sprintf(`{"items":[{"queue":"orders","partition":"p%d","transactionId":%q,"payload":{"t":%q}}]}`, len(txid)%3, txid, txid))
+	var res []map[string]any
+	if err := json.Unmarshal(body, &res); err != nil || len(res) != 1 {
+		t.Fatalf("push %s: %d %s", txid, code, body)
+	}
+	status := res[0]["status"].(string)
+	if (status == "buffered" || status == "queued" || status == "duplicate") != (code == 201) {
+		t.Fatalf("push %s: status %s with HTTP %d", txid, status, code)
+	}
+	return status
+}
+
+func bufferStatus(t *testing.T, base string) map[string]any {
+	t.Helper()
+	_, body := do(t, "GET", base+"/api/v1/status/buffers", "", "")
+	var m map[string]any
+	json.Unmarshal(body, &m)
+	return m
+}
+
+// drainAll pops and acks everything a tenant can see and returns the
+// transactionIds in delivery order.
+func drainAll(t *testing.T, base, tenant string) []string {
+	t.Helper()
+	var got []string
+	for {
+		code, body := do(t, "GET", base+"/api/v1/pop/queue/orders?batch=50", tenant, "")
+		if code == 204 {
+			return got
+		}
+		var p struct {
+			Messages []struct {
+				TransactionID, PartitionID, LeaseID string
+			} `json:"messages"`
+		}
+		if code != 200 || json.Unmarshal(body, &p) != nil {
+			t.Fatalf("pop: %d %s", code, body)
+		}
+		for _, m := range p.Messages {
+			got = append(got, m.TransactionID)
+			ack := fmt.Sprintf(`{"transactionId":%q,"partitionId":%q,"leaseId":%q}`, m.TransactionID, m.PartitionID, m.LeaseID)
+			if code, body := do(t, "POST", base+"/api/v1/ack", tenant, ack); code != 200 || !strings.Contains(string(body), `"success":true`) {
+				t.Fatalf("ack: %d %s", code, body)
+			}
+		}
+	}
+}
+
+func TestOutageBuffersPushesAndReplaysThemExactlyOnce(t *testing.T) {
+	b, proxy := brokerBehindProxy(t)
+	base := "http://" + b.Addr()
+	want := map[string][]string{}
+	for i := 0; i < 10; i++ {
+		for _, tn := range []string{tenantA, tenantB} {
+			txid := fmt.Sprintf("%s-before-%d", tn[:1], i)
+			if s := pushOne(t, base, tn, txid); s != "queued" {
+				t.Fatalf("healthy push answered %s", s)
+			}
+			want[tn] = append(want[tn], txid)
+		}
+	}
+	proxy.SetMode(faults.Refuse, 0) // PostgreSQL goes away
+	buffered := 0
+	for i := 0; i < 15; i++ {
+		for _, tn := range []string{tenantA, tenantB} {
+			txid := fmt.Sprintf("%s-during-%d", tn[:1], i)
+			start := time.Now()
+			s := pushOne(t, base, tn, txid)
+			if s != "buffered" {
+				t.Fatalf("push during the outage answered %s", s)
+			}
+			if i > 0 && time.Since(start) > 200*time.Millisecond {
+				t.Fatalf("after the first failure pushes must go straight to the spool; took %v", time.Since(start))
+			}
+			buffered++
+			want[tn] = append(want[tn], txid)
+		}
+	}
+	// A retry of something that had committed before the outage.
+	if s := pushOne(t, base, tenantA, "a-before-3"); s != "buffered" {
+		t.Fatalf("retry during outage: %s", s)
+	}
+	if st := bufferStatus(t, base); st["pending"].(float64) != float64(buffered+1) || st["dbHealthy"] != false {
+		t.Fatalf("status during outage: %v", st)
+	}
+	if code, _ := do(t, "GET", base+"/api/v1/pop/queue/orders", tenantA, ""); code != 503 {
+		t.Fatalf("pop during the outage: %d", code)
+	}
+	proxy.SetMode(faults.Pass, 0) // it comes back
+	deadline := time.Now().Add(20 * time.Second)
+	for bufferStatus(t, base)["pending"].(float64) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("spool not drained: %v", bufferStatus(t, base))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, tn := range []string{tenantA, tenantB} {
+		got := drainAll(t, base, tn)
+		seen := map[string]int{}
+		for _, g := range got {
+			seen[g]++
+		}
+		for _, w := range want[tn] {
+			if seen[w] != 1 {
+				t.Errorf("tenant %s: %s delivered %d times", tn[:1], w, seen[w])
+			}
+		}
+		if len(got) != len(want[tn]) {
+			t.Errorf("tenant %s: %d delivered, want %d (extra or cross-tenant deliveries)", tn[:1], len(got), len(want[tn]))
+		}
+	}
+	if st := bufferStatus(t, base); st["dbHealthy"] != true || st["failed"].(float64) != 0 {
+		t.Fatalf("status after recovery: %v", st)
+	}
+}
+
+func TestMaintenanceModeDivertsAndDrainsOnDisable(t *testing.T) {
+	b, _ := brokerBehindProxy(t)
+	base := "http://" + b.Addr()
+	code, body := do(t, "POST", base+"/api/v1/system/maintenance", "", `{"enabled":true}`)
+	if code != 200 || !strings.Contains(string(body), "Maintenance mode ENABLED. All PUSHes routing to file buffer.") {
+		t.Fatalf("enable: %d %s", code, body)
+	}
+	for i := 0; i < 5; i++ {
+		if s := pushOne(t, base, tenantA, fmt.Sprint("m", i)); s != "buffered" {
+			t.Fatalf("push in maintenance: %s", s)
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // several drain cycles: it must stay paused
+	_, body = do(t, "GET", base+"/api/v1/system/maintenance", "", "")
+	var m map[string]any
+	json.Unmarshal(body, &m)
+	if m["maintenanceMode"] != true || m["bufferedMessages"].(float64) != 5 || m["bufferStats"] == nil {
+		t.Fatalf("maintenance status: %s", body)
+	}
+	if got := drainAll(t, base, tenantA); len(got) != 0 {
+		t.Fatalf("drained while paused: %v", got)
+	}
+	code, body = do(t, "POST", base+"/api/v1/system/maintenance", "", `{"enabled":false}`)
+	if code != 200 || !strings.Contains(string(body), "Maintenance mode DISABLED. Background processor will drain buffer to DB.") {
+		t.Fatalf("disable: %d %s", code, body)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for bufferStatus(t, base)["pending"].(float64) > 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := drainAll(t, base, tenantA); len(got) != 5 {
+		t.Fatalf("after disable: %v", got)
+	}
+	for _, bad := range []string{`{}`, `{"enabled":"yes"}`} {
+		if code, body := do(t, "POST", base+"/api/v1/system/maintenance", "", bad); code != 400 || !strings.Contains(string(body), "enabled (boolean) is required") {
+			t.Fatalf("%s: %d %s", bad, code, body)
+		}
+	}
+	// Pop maintenance: pops answer 204 even with messages waiting.
+	pushOne(t, base, tenantA, "x")
+	if code, body := do(t, "POST", base+"/api/v1/system/maintenance/pop", "", `{"enabled":true}`); code != 200 || !strings.Contains(string(body), `"popMaintenanceMode":true`) {
+		t.Fatalf("pop maintenance on: %d %s", code, body)
+	}
+	if code, _ := do(t, "GET", base+"/api/v1/pop/queue/orders", tenantA, ""); code != 204 {
+		t.Fatalf("pop in pop maintenance: %d", code)
+	}
+	do(t, "POST", base+"/api/v1/system/maintenance/pop", "", `{"enabled":false}`)
+	if got := drainAll(t, base, tenantA); len(got) != 1 {
+		t.Fatalf("after pop maintenance: %v", got)
+	}
+	_, prom := do(t, "GET", base+"/metrics/prometheus", "", "")
+	for _, g := range []string{"queen_file_buffer_pending 0", "queen_file_buffer_failed 0", "queen_file_buffer_db_healthy 1", "queen_maintenance_mode_enabled 0"} {
+		if !strings.Contains(string(prom), g) {
+			t.Errorf("prometheus lacks %q:\n%s", g, prom)
+		}
+	}
+}
+
+func TestMaintenanceFlagPersistsAcrossBrokers(t *testing.T) {
+	dsn := storetest.DSN(t)
+	a := start(t, testConfig(t, dsn))
+	defer a.Shutdown(context.Background())
+	do(t, "POST", "http://"+a.Addr()+"/api/v1/system/maintenance/pop", "", `{"enabled":true}`)
+	b := start(t, testConfig(t, dsn)) // reads the row at start
+	defer b.Shutdown(context.Background())
+	do(t, "POST", "http://"+a.Addr()+"/api/v1/push", "", `{"items":[{"queue":"orders"}]}`)
+	if code, _ := do(t, "GET", "http://"+b.Addr()+"/api/v1/pop/queue/orders", "", ""); code != 204 {
+		t.Fatalf("a broker started after the flip must honour pop maintenance: %d", code)
+	}
+}
