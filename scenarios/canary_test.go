@@ -22,6 +22,8 @@ var canaries = map[string]string{
 	"pop-ignores-lease": "canary-hunt.scn",
 	"tenant-dropped":    "canary-hunt.scn",
 	"stranded":          "canary-race.scn",
+	// Spooled pushes must replay under the tenant resolved at push time.
+	"spool-tenant-dropped": "canary-spool.scn",
 }
 
 // TestCanariesAreCaught runs the canary scenario with each planted bug
@@ -36,7 +38,7 @@ func TestCanariesAreCaught(t *testing.T) {
 		}
 		return o
 	}
-	for _, file := range []string{"canary-hunt.scn", "canary-race.scn"} {
+	for _, file := range []string{"canary-hunt.scn", "canary-race.scn", "canary-spool.scn"} {
 		t.Run("none/"+file, func(t *testing.T) {
 			t.Setenv("QUEEN_CANARY", "")
 			if o := run(t, file); o.Failed() {

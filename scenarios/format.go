@@ -261,6 +261,8 @@ func parseFault(f []string) (sim.FaultAt, error) {
 			fa.For, err = time.ParseDuration(v)
 		case "by":
 			fa.By, err = time.ParseDuration(strings.TrimPrefix(v, "+"))
+		case "count":
+			fa.Count, err = strconv.Atoi(v)
 		case "broker":
 			if v == "all" {
 				fa.Broker = -1
@@ -275,7 +277,8 @@ func parseFault(f []string) (sim.FaultAt, error) {
 		}
 	}
 	switch fa.Kind {
-	case "pg.blackhole", "pg.refuse", "pg.delay", "pg.reset", "broker.crash", "broker.start", "clock.skew":
+	case "pg.blackhole", "pg.refuse", "pg.delay", "pg.reset", "broker.crash", "broker.start", "clock.skew",
+		"spool.eio", "spool.enospc", "spool.torn", "spool.poison":
 	default:
 		return fa, fmt.Errorf("fault: unknown kind %q", fa.Kind)
 	}
@@ -323,6 +326,9 @@ func Print(w io.Writer, s *Scenario) error {
 		}
 		if f.By != 0 {
 			fmt.Fprintf(b, " by=%s", f.By)
+		}
+		if f.Count != 0 {
+			fmt.Fprintf(b, " count=%d", f.Count)
 		}
 		b.WriteString("\n")
 	}

@@ -39,7 +39,7 @@ func Generate(seed uint64) *Scenario {
 	fired := map[string]bool{}
 	for n := rng.IntN(5); n > 0; n-- {
 		at := time.Duration(5+rng.IntN(90)) * time.Second
-		switch k := rng.IntN(6); {
+		switch k := rng.IntN(7); {
 		case k == 0:
 			s.Faults = append(s.Faults, sim.FaultAt{At: at, Kind: "pg.refuse", Broker: -1, For: time.Duration(3+rng.IntN(12)) * time.Second})
 		case k == 1:
@@ -50,6 +50,12 @@ func Generate(seed uint64) *Scenario {
 			b := rng.IntN(s.Brokers)
 			s.Faults = append(s.Faults, sim.FaultAt{At: at, Kind: "broker.crash", Broker: b},
 				sim.FaultAt{At: at + time.Duration(5+rng.IntN(20))*time.Second, Kind: "broker.start", Broker: b})
+		case k == 5:
+			// An outage under load fills the spools; their disks fail
+			// some writes meanwhile.
+			s.Faults = append(s.Faults, sim.FaultAt{At: at, Kind: "pg.refuse", Broker: -1, For: time.Duration(8+rng.IntN(8)) * time.Second},
+				sim.FaultAt{At: at, Kind: []string{"spool.eio", "spool.enospc", "spool.torn"}[rng.IntN(3)], Broker: -1, Count: 1 + rng.IntN(3)})
+			fired["pg.refuse"] = true
 		case k == 4:
 			s.Faults = append(s.Faults, sim.FaultAt{At: at, Kind: "clock.skew", Broker: rng.IntN(s.Brokers), By: time.Duration(rng.IntN(20001)-10000) * time.Millisecond})
 		default:
@@ -58,7 +64,7 @@ func Generate(seed uint64) *Scenario {
 		fired[s.Faults[len(s.Faults)-1].Kind] = true
 	}
 	delete(fired, "broker.start")
-	for _, k := range []string{"pg.refuse", "pg.blackhole", "pg.reset", "broker.crash", "clock.skew"} {
+	for _, k := range []string{"pg.refuse", "pg.blackhole", "pg.reset", "broker.crash", "clock.skew", "spool.eio", "spool.enospc", "spool.torn"} {
 		if fired[k] || (k == "broker.crash" && fired["broker.start"]) {
 			s.Sometimes = append(s.Sometimes, k)
 		}

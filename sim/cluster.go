@@ -9,8 +9,11 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -21,6 +24,7 @@ import (
 	"github.com/queen-go/queen/queen/clock"
 	"github.com/queen-go/queen/queen/config"
 	"github.com/queen-go/queen/queen/ids"
+	"github.com/queen-go/queen/queen/spool"
 )
 
 // ClusterOptions describe the brokers of one run.
@@ -44,6 +48,8 @@ type ClusterOptions struct {
 type Cluster struct {
 	mu    sync.Mutex // guards node up/broker (free-running faults race requests)
 	opts  ClusterOptions
+	dir   string         // spool directories live here
+	spool map[string]int // drain counters of brokers that stopped
 	host  string
 	port  int
 	nodes []*node
@@ -55,6 +61,9 @@ type Cluster struct {
 type node struct {
 	idx      int
 	proxy    *faults.PGProxy
+	fs       *faults.FaultyFS // the spool's filesystem; it outlives restarts, as a disk would
+	offset   atomic.Int64     // clock skew in ns, live (lockstep)
+	spoolDir string
 	broker   *queen.Broker
 	skew     time.Duration
 	up       bool
@@ -68,14 +77,20 @@ func NewCluster(ctx context.Context, o ClusterOptions) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{opts: o, host: pc.Host, port: int(pc.Port), AppPrefix: fmt.Sprintf("queen:sim-%x-", o.Seed)}
+	dir, err := os.MkdirTemp("", "queen-sim-spool-")
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{opts: o, host: pc.Host, port: int(pc.Port), AppPrefix: fmt.Sprintf("queen:sim-%x-", o.Seed),
+		dir: dir, spool: map[string]int{}}
 	for i := 0; i < o.Brokers; i++ {
 		p, err := faults.NewPGProxy(fmt.Sprintf("%s:%d", pc.Host, pc.Port))
 		if err != nil {
 			c.Close()
 			return nil, err
 		}
-		n := &node{idx: i, proxy: p, client: &http.Client{Timeout: 60 * time.Second}}
+		n := &node{idx: i, proxy: p, client: &http.Client{Timeout: 60 * time.Second},
+			fs: faults.NewFaultyFS(spool.OSFS{}), spoolDir: filepath.Join(dir, fmt.Sprint("broker-", i))}
 		c.nodes = append(c.nodes, n)
 		if err := c.Start(ctx, i); err != nil {
 			c.Close()
@@ -103,13 +118,16 @@ func (c *Cluster) Start(ctx context.Context, i int) error {
 	cfg.TenancyHeader = true
 	cfg.ApplySchema = false
 	cfg.PopWaitInitial, cfg.PopWaitMax = 20*time.Millisecond, 100*time.Millisecond
+	cfg.FileBufferDir = n.spoolDir
+	cfg.FileBufferFlush = 50 * time.Millisecond
+	cfg.FileBufferEventsPerFile = 20
 	logw := c.opts.Log
 	if logw == nil {
 		logw = io.Discard
 	}
-	opts := queen.Options{Config: cfg, Logger: slog.New(slog.NewTextHandler(logw, nil))}
+	opts := queen.Options{Config: cfg, Logger: slog.New(slog.NewTextHandler(logw, nil)), SpoolFS: n.fs}
 	if c.opts.Lockstep {
-		skewed := clock.Skewed{Base: c.opts.PG, Offset: n.skew}
+		skewed := &nodeClock{base: c.opts.PG, off: &n.offset}
 		opts.Clock = skewed
 		opts.DBNow = func() *time.Time { t := c.opts.PG.Now(); return &t }
 		// Ids are seeded per broker and per restart, so a run replays.
@@ -155,7 +173,49 @@ func seedBytes(parts ...uint64) [32]byte {
 func (c *Cluster) Crash(i int) {
 	if b := c.take(i); b != nil {
 		b.Crash()
+		c.noteSpool(b)
+		// What was written but never synced is gone, as after power loss.
+		_ = c.nodes[i].fs.Crash()
 	}
+}
+
+// noteSpool keeps a stopped broker's drain counters.
+func (c *Cluster) noteSpool(b *queen.Broker) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, v := range drainCounters(b) {
+		c.spool[k] += v
+	}
+}
+
+func drainCounters(b *queen.Broker) map[string]int {
+	d := b.Drainer()
+	if d == nil {
+		return nil
+	}
+	return map[string]int{"spool.replayed": int(d.Replayed.Load()), "spool.quarantined": int(d.Quarantined.Load() + d.Deleted.Load()),
+		"spool.cooldown": int(d.Cooldowns.Load())}
+}
+
+// Broker returns broker i if it is running.
+func (c *Cluster) Broker(i int) *queen.Broker { return c.running(i) }
+
+// SpoolFS is broker i's spool filesystem, for fault injection.
+func (c *Cluster) SpoolFS(i int) *faults.FaultyFS { return c.nodes[i].fs }
+
+// Skew is broker i's clock offset.
+func (c *Cluster) Skew(i int) time.Duration { return c.nodes[i].skew }
+
+// SpoolPending sums the events waiting in every running broker's spool,
+// and in the spool directories of stopped ones (which wait for a restart).
+func (c *Cluster) SpoolPending() int64 {
+	var n int64
+	for i := range c.nodes {
+		if b := c.running(i); b != nil && b.Spool() != nil {
+			n += b.Spool().Pending()
+		}
+	}
+	return n
 }
 
 // take marks broker i down and returns it (nil if it was down).
@@ -185,9 +245,29 @@ func (c *Cluster) Up(i int) bool { return c.running(i) != nil }
 // Proxy is broker i's path to PostgreSQL.
 func (c *Cluster) Proxy(i int) *faults.PGProxy { return c.nodes[i].proxy }
 
-// SetSkew sets broker i's clock offset; it applies from its next start in
-// lockstep mode (the clock is fixed at start).
-func (c *Cluster) SetSkew(i int, d time.Duration) { c.nodes[i].skew = d }
+// SetSkew sets broker i's clock offset, at once (lockstep mode; free-running
+// brokers use the real clock).
+func (c *Cluster) SetSkew(i int, d time.Duration) {
+	c.nodes[i].skew = d
+	c.nodes[i].offset.Store(int64(d))
+}
+
+// Now is broker i's own (possibly skewed) time in lockstep mode.
+func (c *Cluster) Now(i int) time.Time {
+	return c.opts.PG.Now().Add(time.Duration(c.nodes[i].offset.Load()))
+}
+
+// nodeClock is a broker's clock in lockstep mode: the virtual clock plus a
+// skew that a fault can change while the broker runs. Timers are durations
+// and so ignore skew, as with a real wrong clock.
+type nodeClock struct {
+	base *clock.Sim
+	off  *atomic.Int64
+}
+
+func (n *nodeClock) Now() time.Time { return n.base.Now().Add(time.Duration(n.off.Load())) }
+
+func (n *nodeClock) NewTimer(d time.Duration) clock.Timer { return n.base.NewTimer(d) }
 
 // ResetPool drops broker i's pooled connections, as a broker would after
 // noticing a broken link; the simulator does it on every fault transition
@@ -242,6 +322,7 @@ func (c *Cluster) Shutdown(ctx context.Context) {
 	for i := range c.nodes {
 		if b := c.take(i); b != nil {
 			_ = b.Shutdown(ctx)
+			c.noteSpool(b)
 		}
 	}
 }
@@ -249,15 +330,34 @@ func (c *Cluster) Shutdown(ctx context.Context) {
 // Close crashes whatever still runs and stops the proxies.
 func (c *Cluster) Close() {
 	for i, n := range c.nodes {
-		c.Crash(i)
+		if b := c.take(i); b != nil {
+			b.Crash()
+			c.noteSpool(b)
+		}
 		n.client.CloseIdleConnections()
 		n.proxy.Close()
 	}
+	os.RemoveAll(c.dir)
 }
 
 // Fired sums the proxies' fault counters.
 func (c *Cluster) Fired() map[string]int {
 	out := map[string]int{}
+	c.mu.Lock()
+	for k, v := range c.spool {
+		out[k] += v
+	}
+	c.mu.Unlock()
+	for i := range c.nodes {
+		if b := c.running(i); b != nil {
+			for k, v := range drainCounters(b) {
+				out[k] += v
+			}
+		}
+		for k, v := range c.nodes[i].fs.Fired() {
+			out[k] += v
+		}
+	}
 	for _, n := range c.nodes {
 		for k, v := range n.proxy.Fired() {
 			out[k] += v

@@ -60,6 +60,7 @@ func runFree(ctx context.Context, dsn string, o Options, log io.Writer) (*Result
 	if err != nil {
 		return nil, err
 	}
+	r.settleSpools()
 	r.drain()
 	res := &Result{History: r.hist, Ops: perClient * o.Clients, Faults: len(o.Faults), Fired: r.fired}
 	if err := finalRead(ctx, dsn, r.hist, r.vt()); err != nil {

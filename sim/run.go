@@ -16,6 +16,7 @@ import (
 
 	"github.com/queen-go/queen/faults"
 	"github.com/queen-go/queen/queen/clock"
+	"github.com/queen-go/queen/queen/spool"
 )
 
 // Result is what a run produced and what the checkers found.
@@ -38,7 +39,9 @@ func (r *Result) Failed() bool { return len(r.Violations) > 0 || len(r.Missing) 
 func (r *Result) Summary() string {
 	fired := make([]string, 0, len(r.Fired))
 	for k, v := range r.Fired {
-		fired = append(fired, fmt.Sprintf("%s=%d", k, v))
+		if v != 0 {
+			fired = append(fired, fmt.Sprintf("%s=%d", k, v))
+		}
 	}
 	sort.Strings(fired)
 	s := fmt.Sprintf("%d ops, %d faults scheduled, %d events, fired %v, hash %.12s", r.Ops, r.Faults, len(r.History.Events()), fired, r.Hash)
@@ -124,10 +127,12 @@ func Run(ctx context.Context, dsn string, o Options, log io.Writer) (*Result, er
 			faultsLeft = faultsLeft[1:]
 		}
 		r.step(r.rng, r.clients[r.rng.IntN(len(r.clients))])
+		r.stepServices()
 	}
 	if err := r.heal(); err != nil {
 		return nil, err
 	}
+	r.settleSpools()
 	r.drain()
 	res := &Result{History: r.hist, Ops: o.Ops, Faults: len(o.Faults), Fired: r.fired}
 	if err := finalRead(ctx, dsn, r.hist, r.vt()); err != nil {
@@ -157,8 +162,8 @@ func finish(res *Result, o Options) {
 		res.Fired["lease.recovered"] = recovered(h)
 	}
 	for _, e := range h {
-		if e.K == KOK && e.Op == "push" && e.Status == "duplicate" {
-			res.Fired["push.duplicate"]++
+		if e.K == KOK && e.Op == "push" && (e.Status == "duplicate" || e.Status == "buffered") {
+			res.Fired["push."+e.Status]++
 		}
 	}
 	for _, s := range o.Sometimes {
@@ -197,6 +202,38 @@ func recovered(h []Event) int {
 		}
 	}
 	return n
+}
+
+// stepServices runs every background service that is due on each running
+// broker, by that broker's own clock (lockstep: the driver is the shell).
+func (r *runner) stepServices() {
+	for b := 0; b < r.o.Brokers; b++ {
+		br := r.cluster.Broker(b)
+		if br == nil {
+			continue
+		}
+		now := r.cluster.Now(b)
+		for _, svc := range br.Services() {
+			if !svc.NextDue(now).After(now) {
+				_ = svc.RunOnce(r.ctx)
+			}
+		}
+	}
+}
+
+// settleSpools lets every spool drain after the heal: lockstep steps the
+// drains on virtual time (cooldowns included); free-running waits for the
+// background drains, within the convergence bound.
+func (r *runner) settleSpools() {
+	deadline := r.vt() + r.o.Converge.Milliseconds()
+	for r.cluster.SpoolPending() > 0 && r.vt() < deadline {
+		if r.pg != nil {
+			r.pg.Advance(100 * time.Millisecond)
+			r.stepServices()
+		} else {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
 }
 
 func (r *runner) vt() int64 {
@@ -379,6 +416,34 @@ func (r *runner) inject(f FaultAt) error {
 			}
 		}
 		return nil
+	case "spool.eio", "spool.enospc", "spool.torn":
+		for _, b := range r.brokersOf(f) {
+			fs := r.cluster.SpoolFS(b)
+			for i := 0; i < max(f.Count, 1); i++ {
+				switch f.Kind {
+				case "spool.eio":
+					fs.FailNext("write", faults.ErrIO, 1)
+				case "spool.enospc":
+					fs.FailNext("write", faults.ErrNoSpace, 1)
+				default:
+					fs.TearNextWrite()
+				}
+			}
+		}
+		e.Until = e.VT
+	case "spool.poison":
+		// A record PostgreSQL refuses every time (a NUL byte in text): the
+		// drain must quarantine its file and go on with newer ones.
+		for _, b := range r.brokersOf(f) {
+			if br := r.cluster.Broker(b); br != nil && br.Spool() != nil {
+				ev := spool.Event{Queue: r.o.Queues[0].Name, Partition: "p0", TransactionID: fmt.Sprintf("poison-%d\x00", r.vt()),
+					Payload: []byte("null")}
+				if err := br.Spool().Append([]spool.Event{ev}); err == nil && br.Spool().Finalize() == nil {
+					r.fired["spool.poison"]++
+				}
+			}
+		}
+		e.Until = e.VT
 	case "clock.skew":
 		for _, b := range r.brokersOf(f) {
 			r.cluster.SetSkew(b, f.By)

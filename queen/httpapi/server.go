@@ -60,10 +60,10 @@ type Options struct {
 	Drainer     *spool.Drainer
 	Maintenance *maintenance.State
 	Arbiter     *admission.Arbiter
-	Clock  clock.Clock
-	Waker  *waker.Hub
-	IDs    *ids.Source
-	Logger *slog.Logger
+	Clock       clock.Clock
+	Waker       *waker.Hub
+	IDs         *ids.Source
+	Logger      *slog.Logger
 }
 
 // New returns a Server.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/queen-go/queen/queen/admission"
+	"github.com/queen-go/queen/queen/canary"
 	"github.com/queen-go/queen/queen/store"
 )
 
@@ -155,7 +156,11 @@ func (d *Drainer) replayFile(ctx context.Context, name string) error {
 	var order []group
 	byGroup := map[group][]store.PushItem{}
 	for _, e := range evs {
-		g := group{e.TenantOrDefault(), e.Queue, e.Partition}
+		tenant := e.TenantOrDefault()
+		if canary.On("spool-tenant-dropped") {
+			tenant = DefaultTenant
+		}
+		g := group{tenant, e.Queue, e.Partition}
 		if _, ok := byGroup[g]; !ok {
 			order = append(order, g)
 		}

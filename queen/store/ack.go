@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"github.com/queen-go/queen/queen/canary"
 	"sort"
 	"strings"
 	"time"
@@ -176,11 +177,11 @@ func ackTx(ctx context.Context, tx pgx.Tx, now time.Time, tenant, group string, 
 			continue
 		}
 		live := st.worker != nil && st.expires != nil && st.expires.After(now)
-		if (!live || (it.LeaseID != "" && *st.worker != it.LeaseID)) && !canary("ack-ignores-lease") {
+		if (!live || (it.LeaseID != "" && *st.worker != it.LeaseID)) && !canary.On("ack-ignores-lease") {
 			out[i].Error = ErrInvalidLease
 			continue
 		}
-		if m.seq > st.leaseMax && !canary("ack-ignores-lease") {
+		if m.seq > st.leaseMax && !canary.On("ack-ignores-lease") {
 			// Never handed out under this lease: completing it would move
 			// the cursor past a message nobody has seen.
 			out[i].Error = ErrInvalidLease

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/queen-go/queen/queen/canary"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -159,7 +160,7 @@ func (s *Store) Pop(ctx context.Context, req PopRequest) (PopResult, error) {
 			WHERE pc.partition_id = cand.partition_id AND pc.consumer_group = $2 AND p.id = pc.partition_id
 			RETURNING pc.partition_id::text, p.name, pc.last_consumed_seq, pc.batch_retry_count, pc.lease_expires_at`,
 			q.ID, req.Group, req.Partition, now, q.Options.WindowBuffer, req.Partitions, leaseID, leaseSecs,
-			canary("pop-ignores-lease"))
+			canary.On("pop-ignores-lease"))
 		if err != nil {
 			return err
 		}

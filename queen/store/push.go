@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"github.com/queen-go/queen/queen/canary"
 	"sort"
 	"time"
 
@@ -102,7 +103,7 @@ func (s *Store) pushTx(ctx context.Context, tx pgx.Tx, now time.Time, tenant str
 		idList = append(idList, id)
 	}
 	lockSQL := `SELECT id::text, last_seq FROM queen.partitions WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE`
-	stranded := canary("stranded")
+	stranded := canary.On("stranded")
 	if stranded {
 		// The reference broker's bug: no per-partition serialisation, and
 		// an order fixed at creation rather than at commit.
@@ -167,7 +168,7 @@ func (s *Store) pushTx(ctx context.Context, tx pgx.Tx, now time.Time, tenant str
 		res.TransactionID = txid
 		k := dedupKey{pid, txid}
 		if prev, dup := existing[k]; dup {
-			if canary("dedup-off") {
+			if canary.On("dedup-off") {
 				res.Status, res.MessageID = "queued", id
 				out[i] = res
 				continue

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"github.com/queen-go/queen/queen/canary"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -57,7 +58,7 @@ func (s *Store) Transaction(ctx context.Context, tenant string, ops []TxnOp, req
 			switch op.Type {
 			case "push":
 				pushTenant := tenant
-				if canary("tenant-dropped") {
+				if canary.On("tenant-dropped") {
 					pushTenant = DefaultTenant
 				}
 				res, err := s.pushTx(ctx, tx, now, pushTenant, op.Items, producerSub)

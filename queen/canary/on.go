@@ -1,0 +1,13 @@
+//go:build canary
+
+package canary
+
+import "os"
+
+// On reports whether the planted bug name is switched on through
+// QUEEN_CANARY. Only the simulator's self-test builds with the canary tag:
+// each planted bug must make `make sim` fail, or the simulator is blind to
+// it. The bugs: ack-ignores-lease, dedup-off, pop-ignores-lease,
+// tenant-dropped, stranded (appends ordered at creation, not commit),
+// spool-tenant-dropped (replay under the default tenant).
+func On(name string) bool { return os.Getenv("QUEEN_CANARY") == name }
