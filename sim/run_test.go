@@ -3,7 +3,6 @@ package sim_test
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -25,7 +24,7 @@ func TestLockstepSmoke(t *testing.T) {
 	}
 	t.Logf("%s in %v", res.Summary(), time.Since(start))
 	if res.Failed() {
-		if f, err := os.Create(filepath.Join(os.TempDir(), "h.jsonl")); err == nil {
+		if f, err := os.CreateTemp("", "queen-sim-history-*.jsonl"); err == nil {
 			res.History.WriteJSONL(f)
 			f.Close()
 			t.Log("history:", f.Name())
@@ -35,7 +34,9 @@ func TestLockstepSmoke(t *testing.T) {
 }
 
 func TestFreeRunningSmoke(t *testing.T) {
-	o := sim.Options{Seed: 7, Mode: "free", Brokers: 2, Clients: 8, Ops: 800,
+	w := sim.DefaultWeights
+	w.Extend = 0 // a 30 s renewal would make the drain wait 30 s of real time
+	o := sim.Options{Seed: 7, Mode: "free", Brokers: 2, Clients: 8, Ops: 800, Weights: w,
 		Queues: []sim.QueueSpec{{Name: "hot", Partitions: 2, LeaseSecs: 2, Groups: []string{sim.QueueMode, "g"}}},
 		Faults: []sim.FaultAt{{At: 300 * time.Millisecond, Kind: "pg.reset", Broker: -1}}}
 	start := time.Now()
