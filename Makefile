@@ -4,7 +4,8 @@ GO ?= go
 SIM_SEEDS ?= 16
 
 run: ## start a local PostgreSQL (system binaries, data in .pg/) when PG_HOST is unset, then serve on :6632
-	$(GO) run ./cmd/queen dev
+	$(GO) build -o bin/queen ./cmd/queen
+	exec ./bin/queen dev
 
 test: ## run every test against real PostgreSQL (a throwaway cluster per test binary, or PG_TEST_DSN)
 	$(GO) test -count=1 -timeout 15m ./...

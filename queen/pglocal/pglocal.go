@@ -97,6 +97,11 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The parent holds the log and is ours; it must be traversable by the
+	// postgres user when we run as root.
+	if err := os.MkdirAll(filepath.Dir(dataDir), 0o755); err != nil {
+		return nil, fmt.Errorf("pglocal: create %s: %w", filepath.Dir(dataDir), err)
+	}
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("pglocal: create %s: %w", dataDir, err)
 	}
@@ -218,13 +223,21 @@ func credential() (*syscall.Credential, error) {
 }
 
 func chownTree(root string, uid, gid int) error {
-	// Every ancestor must be traversable by the postgres user.
+	// Every ancestor must be traversable by the postgres user. We open up
+	// the data directory's own parent (ours) and temp directories; any
+	// other closed ancestor is reported rather than silently changed.
 	for d := filepath.Dir(root); d != "/" && d != "."; d = filepath.Dir(d) {
-		if fi, err := os.Stat(d); err == nil && fi.Mode().Perm()&0o001 == 0 {
-			if strings.HasPrefix(d, os.TempDir()) {
-				_ = os.Chmod(d, fi.Mode().Perm()|0o711)
-			}
+		fi, err := os.Stat(d)
+		if err != nil || fi.Mode().Perm()&0o001 != 0 {
+			continue
 		}
+		if d == filepath.Dir(root) || strings.HasPrefix(d, os.TempDir()) {
+			if err := os.Chmod(d, fi.Mode().Perm()|0o711); err != nil {
+				return fmt.Errorf("pglocal: make %s traversable for the postgres user: %w", d, err)
+			}
+			continue
+		}
+		return fmt.Errorf("pglocal: %s is not traversable by the postgres user (mode %v); choose a data directory elsewhere", d, fi.Mode().Perm())
 	}
 	return filepath.Walk(root, func(p string, _ os.FileInfo, err error) error {
 		if err != nil {
