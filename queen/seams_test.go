@@ -1,0 +1,50 @@
+package queen_test
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestSeamsAreRespected keeps the broker honest about its seams: outside
+// queen/clock no production code reads the wall clock or sleeps on it, and
+// nothing draws from math/rand; store SQL never calls now() except inside
+// coalesce($n, now()) (or as a bookkeeping column DEFAULT); SQLSTATEs are compared through pgerrcode, never as
+// string literals. (pglocal and storetest are tooling, not the broker.)
+func TestSeamsAreRespected(t *testing.T) {
+	wallClock := regexp.MustCompile(`time\.(Now|Sleep|After|NewTimer|NewTicker|Tick)\(|"math/rand`)
+	bareNow := regexp.MustCompile(`(?i)now\(\)`)
+	sqlstate := regexp.MustCompile(`Code == "[0-9A-Z]{5}"`)
+	err := filepath.Walk(".", func(path string, info os.FileInfo, err error) error {
+		if err != nil || info.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return err
+		}
+		if strings.HasPrefix(path, "clock/") || strings.HasPrefix(path, "pglocal/") || strings.HasPrefix(path, "store/storetest/") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for i, line := range strings.Split(string(src), "\n") {
+			if strings.HasPrefix(strings.TrimSpace(line), "//") {
+				continue
+			}
+			if wallClock.MatchString(line) {
+				t.Errorf("%s:%d: reads wall time or math/rand outside queen/clock: %s", path, i+1, strings.TrimSpace(line))
+			}
+			if strings.HasPrefix(path, "store/") && bareNow.MatchString(line) && !strings.Contains(line, "coalesce(") && !strings.Contains(line, "DEFAULT now()") {
+				t.Errorf("%s:%d: now() outside coalesce($now, now()): database time must be injectable", path, i+1)
+			}
+			if sqlstate.MatchString(line) {
+				t.Errorf("%s:%d: compare SQLSTATEs through pgerrcode", path, i+1)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
