@@ -2,8 +2,9 @@
 //
 // Where the server comes from, in order: PG_TEST_DSN (an admin connection
 // string to an existing server); else a throwaway cluster started from the
-// system binaries (one per test binary, torn down by Main); else the test
-// fails and says how to provide one. There is no silent skip.
+// system binaries (one per test binary, torn down by Main); else a
+// postgres:15 container through dockertest when a Docker engine answers;
+// else the test fails and says how to provide one. There is no silent skip.
 //
 // Each test gets its own database, cloned from a migrated template with
 // CREATE DATABASE ... TEMPLATE, so tests run in parallel and never see each
@@ -22,6 +23,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/ory/dockertest/v3"
+	"github.com/ory/dockertest/v3/docker"
 	"go.uber.org/goleak"
 
 	"github.com/queen-go/queen/queen/pglocal"
@@ -33,6 +36,7 @@ var server struct {
 	once     sync.Once
 	err      error
 	cluster  *pglocal.Cluster
+	purge    func() // removes the dockertest container
 	tmpDir   string
 	adminDSN string
 	template string
@@ -49,6 +53,9 @@ func Main(m *testing.M) {
 			fmt.Fprintln(os.Stderr, "storetest:", err)
 		}
 		os.RemoveAll(server.tmpDir)
+	}
+	if server.purge != nil {
+		server.purge()
 	}
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
@@ -71,12 +78,17 @@ func setup() {
 		}
 		server.tmpDir = dir
 		c, err := pglocal.Start(ctx, pglocal.Options{DataDir: dir + "/data", Ephemeral: true})
-		if err != nil {
-			server.err = fmt.Errorf("%w\nstoretest: set PG_TEST_DSN to a PostgreSQL admin DSN, or install PostgreSQL's server binaries (apt-get install -y postgresql)", err)
-			return
+		if err == nil {
+			server.cluster = c
+			server.adminDSN = c.DSN("postgres")
+		} else {
+			dsn, purge, derr := dockerPostgres(ctx)
+			if derr != nil {
+				server.err = fmt.Errorf("%w\nstoretest: dockertest: %v\nstoretest: set PG_TEST_DSN to a PostgreSQL admin DSN, install PostgreSQL's server binaries (apt-get install -y postgresql), or run a Docker engine", err, derr)
+				return
+			}
+			server.adminDSN, server.purge = dsn, purge
 		}
-		server.cluster = c
-		server.adminDSN = c.DSN("postgres")
 	}
 	server.template = fmt.Sprintf("queen_tpl_%d_%d", os.Getpid(), time.Now().UnixNano()%1e6)
 	admin, err := pgx.Connect(ctx, server.adminDSN)
@@ -174,4 +186,37 @@ func redact(dsn string) string {
 		return "(unparseable DSN)"
 	}
 	return fmt.Sprintf("%s:%d/%s", cfg.Host, cfg.Port, cfg.Database)
+}
+
+// dockerPostgres starts postgres:15 in a container, for machines with a
+// Docker engine and no PostgreSQL binaries.
+func dockerPostgres(ctx context.Context) (string, func(), error) {
+	pool, err := dockertest.NewPool("")
+	if err != nil {
+		return "", nil, err
+	}
+	if err := pool.Client.Ping(); err != nil {
+		return "", nil, fmt.Errorf("no Docker engine answers: %w", err)
+	}
+	res, err := pool.RunWithOptions(&dockertest.RunOptions{Repository: "postgres", Tag: "15",
+		Env: []string{"POSTGRES_PASSWORD=postgres"}, Cmd: []string{"-c", "fsync=off", "-c", "max_connections=400"}},
+		func(hc *docker.HostConfig) { hc.AutoRemove = true })
+	if err != nil {
+		return "", nil, err
+	}
+	purge := func() { _ = pool.Purge(res) }
+	dsn := fmt.Sprintf("host=127.0.0.1 port=%s user=postgres password=postgres dbname=postgres sslmode=disable", res.GetPort("5432/tcp"))
+	pool.MaxWait = time.Minute
+	err = pool.Retry(func() error {
+		c, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			return err
+		}
+		return c.Close(ctx)
+	})
+	if err != nil {
+		purge()
+		return "", nil, err
+	}
+	return dsn, purge, nil
 }
