@@ -60,22 +60,7 @@ func runFree(ctx context.Context, dsn string, o Options, log io.Writer) (*Result
 	if err != nil {
 		return nil, err
 	}
-	r.settleSpools()
-	r.drain()
-	res := &Result{History: r.hist, Ops: perClient * o.Clients, Faults: len(o.Faults), Fired: r.fired}
-	if err := finalRead(ctx, dsn, r.hist, r.vt()); err != nil {
-		return nil, err
-	}
-	r.cluster.Shutdown(ctx)
-	r.cluster.Close()
-	if err := checkLeaks(ctx, dsn, r.cluster.AppPrefix); err != nil {
-		res.Violations = append(res.Violations, Violation{"leaks", err.Error()})
-	}
-	for k, v := range r.cluster.Fired() {
-		res.Fired[k] += v
-	}
-	finish(res, o)
-	return res, nil
+	return r.conclude(dsn, perClient*o.Clients)
 }
 
 // scheduleFaults applies the fault schedule on wall time until stop.

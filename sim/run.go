@@ -132,21 +132,28 @@ func Run(ctx context.Context, dsn string, o Options, log io.Writer) (*Result, er
 	if err := r.heal(); err != nil {
 		return nil, err
 	}
+	return r.conclude(dsn, o.Ops)
+}
+
+// conclude is the end of every run: let the spools replay, drain every
+// group, read the database, stop the brokers, check for leaked connections,
+// then judge the history.
+func (r *runner) conclude(dsn string, ops int) (*Result, error) {
 	r.settleSpools()
 	r.drain()
-	res := &Result{History: r.hist, Ops: o.Ops, Faults: len(o.Faults), Fired: r.fired}
-	if err := finalRead(ctx, dsn, r.hist, r.vt()); err != nil {
+	res := &Result{History: r.hist, Ops: ops, Faults: len(r.o.Faults), Fired: r.fired}
+	if err := finalRead(r.ctx, dsn, r.hist, r.vt()); err != nil {
 		return nil, err
 	}
-	r.cluster.Shutdown(ctx)
+	r.cluster.Shutdown(r.ctx)
 	r.cluster.Close()
-	if err := checkLeaks(ctx, dsn, r.cluster.AppPrefix); err != nil {
+	if err := checkLeaks(r.ctx, dsn, r.cluster.AppPrefix); err != nil {
 		res.Violations = append(res.Violations, Violation{"leaks", err.Error()})
 	}
 	for k, v := range r.cluster.Fired() {
 		res.Fired[k] += v
 	}
-	finish(res, o)
+	finish(res, r.o)
 	return res, nil
 }
 
