@@ -2,6 +2,7 @@
 .DEFAULT_GOAL := help
 GO ?= go
 SIM_SEEDS ?= 16
+ITERATIONS ?= 2000
 
 run: ## start a local PostgreSQL (system binaries, data in .pg/) when PG_HOST is unset, then serve on :6632
 	$(GO) build -o bin/queen ./cmd/queen
@@ -23,6 +24,9 @@ sim-replay: ## rerun one run and keep its history in sim-out/: make sim-replay S
 sim-canaries: ## run the simulator once per planted bug; passes only if every canary is caught
 	$(GO) test -count=1 -tags canary -timeout 20m -v -run TestCanariesAreCaught ./scenarios/
 
+bench: ## push throughput through the broker as a ratio to raw INSERTs into the same PostgreSQL, same run
+	$(GO) test -run '^$$' -bench . -benchtime $(ITERATIONS)x ./queen/...
+
 lint: ## go vet and gofmt
 	$(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -33,4 +37,4 @@ build: ## build bin/queen
 help: ## list targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-.PHONY: run test test-race sim sim-replay sim-canaries lint build help
+.PHONY: run test test-race bench sim sim-replay sim-canaries lint build help

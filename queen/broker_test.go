@@ -21,7 +21,7 @@ import (
 
 func TestMain(m *testing.M) { storetest.Main(m) }
 
-func testConfig(t *testing.T, dsn string) config.Config {
+func testConfig(t testing.TB, dsn string) config.Config {
 	t.Helper()
 	pc, err := pgx.ParseConfig(dsn)
 	if err != nil {
@@ -36,7 +36,7 @@ func testConfig(t *testing.T, dsn string) config.Config {
 	return cfg
 }
 
-func start(t *testing.T, cfg config.Config) *queen.Broker {
+func start(t testing.TB, cfg config.Config) *queen.Broker {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
