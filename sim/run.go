@@ -592,26 +592,3 @@ func finalRead(ctx context.Context, dsn string, h *History, vt int64) error {
 	h.Add(final)
 	return nil
 }
-
-// checkLeaks fails when a broker connection outlived its broker.
-func checkLeaks(ctx context.Context, dsn, appPrefix string) error {
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(ctx)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		var n int
-		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE $1 || '%'`, appPrefix).Scan(&n); err != nil {
-			return err
-		}
-		if n == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%d database connections of stopped brokers (%s*) still open", n, appPrefix)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
