@@ -81,9 +81,37 @@ func (s *Store) pushTx(ctx context.Context, tx pgx.Tx, now time.Time, tenant str
 		}
 		return keys[i].partition < keys[j].partition
 	})
-	queues := map[string]Queue{}
+	// The common case, every queue and partition already there, is one
+	// lookup; only missing ones take the create path below.
 	pids := map[partKey]string{}
+	qnames, pnames := make([]string, len(keys)), make([]string, len(keys))
+	for i, k := range keys {
+		qnames[i], pnames[i] = k.queue, k.partition
+	}
+	rows, err := tx.Query(ctx, `
+		SELECT q.name, p.name, p.id::text
+		FROM unnest($2::text[], $3::text[]) AS k(qn, pn)
+		JOIN queen.queues q ON q.tenant_id = $1 AND q.name = k.qn
+		JOIN queen.partitions p ON p.queue_id = q.id AND p.name = k.pn`, tenant, qnames, pnames)
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var k partKey
+		var id string
+		if err := rows.Scan(&k.queue, &k.partition, &id); err != nil {
+			return nil, err
+		}
+		pids[k] = id
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	queues := map[string]Queue{}
 	for _, k := range keys {
+		if _, ok := pids[k]; ok {
+			continue
+		}
 		q, ok := queues[k.queue]
 		if !ok {
 			var err error
@@ -109,7 +137,7 @@ func (s *Store) pushTx(ctx context.Context, tx pgx.Tx, now time.Time, tenant str
 		// an order fixed at creation rather than at commit.
 		lockSQL = `SELECT id::text, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint FROM queen.partitions WHERE id = ANY($1::uuid[])`
 	}
-	rows, err := tx.Query(ctx, lockSQL, idList)
+	rows, err = tx.Query(ctx, lockSQL, idList)
 	if err != nil {
 		return nil, err
 	}
@@ -195,14 +223,6 @@ func (s *Store) pushTx(ctx context.Context, tx pgx.Tx, now time.Time, tenant str
 	if len(ins.id) == 0 {
 		return out, nil
 	}
-	if _, err := tx.Exec(ctx, `
-		INSERT INTO queen.messages (id, partition_id, seq, transaction_id, trace_id, payload, created_at, producer_sub)
-		SELECT id, pid, seq, txid, nullif(trace, '')::uuid, payload::jsonb, $7, nullif($8, '')
-		FROM unnest($1::uuid[], $2::uuid[], $3::bigint[], $4::text[], $5::text[], $6::text[])
-			AS v(id, pid, seq, txid, trace, payload)`,
-		ins.id, ins.pid, ins.seq, ins.txid, ins.trace, ins.payload, now, producerSub); err != nil {
-		return nil, err
-	}
 	if stranded {
 		// Widen the window between taking a position and committing.
 		if _, err := tx.Exec(ctx, `SELECT pg_sleep(random() * 0.2)`); err != nil {
@@ -217,9 +237,18 @@ func (s *Store) pushTx(ctx context.Context, tx pgx.Tx, now time.Time, tenant str
 		upd.pid = append(upd.pid, pid)
 		upd.seq = append(upd.seq, seq)
 	}
+	// One statement appends the rows and moves each partition's allocator.
 	_, err = tx.Exec(ctx, `
-		UPDATE queen.partitions p SET last_seq = GREATEST(p.last_seq, v.seq), last_message_at = $3, last_activity = $3
-		FROM unnest($1::uuid[], $2::bigint[]) AS v(pid, seq)
-		WHERE p.id = v.pid AND p.last_seq <> v.seq`, upd.pid, upd.seq, now)
+		WITH appended AS (
+			INSERT INTO queen.messages (id, partition_id, seq, transaction_id, trace_id, payload, created_at, producer_sub)
+			SELECT id, pid, seq, txid, nullif(trace, '')::uuid, payload::jsonb, $7, nullif($8, '')
+			FROM unnest($1::uuid[], $2::uuid[], $3::bigint[], $4::text[], $5::text[], $6::text[])
+				AS v(id, pid, seq, txid, trace, payload)
+			RETURNING 1
+		)
+		UPDATE queen.partitions p SET last_seq = GREATEST(p.last_seq, v.seq), last_message_at = $7, last_activity = $7
+		FROM unnest($9::uuid[], $10::bigint[]) AS v(pid, seq)
+		WHERE p.id = v.pid AND p.last_seq <> v.seq`,
+		ins.id, ins.pid, ins.seq, ins.txid, ins.trace, ins.payload, now, producerSub, upd.pid, upd.seq)
 	return out, err
 }
