@@ -1,6 +1,10 @@
 package sim
 
-import "time"
+import (
+	"time"
+
+	"github.com/queen-go/queen/queen/store"
+)
 
 // QueueSpec is one queue of a run: its partitions, lease and the consumer
 // groups that read it (QueueMode for queue-mode consumers).
@@ -64,7 +68,7 @@ func (o *Options) defaults() {
 		o.Brokers = 1
 	}
 	if len(o.Tenants) == 0 {
-		o.Tenants = []string{"00000000-0000-0000-0000-000000000001"}
+		o.Tenants = []string{store.DefaultTenant}
 	}
 	if len(o.Queues) == 0 {
 		o.Queues = []QueueSpec{{Name: "orders", Partitions: 4, LeaseSecs: 10, Groups: []string{QueueMode}}}

@@ -27,11 +27,12 @@ import (
 	"sync/atomic"
 
 	"github.com/queen-go/queen/queen/clock"
+	"github.com/queen-go/queen/queen/store"
 )
 
 // DefaultTenant is omitted from events, so a single-tenant broker writes
 // files without any tenant field.
-const DefaultTenant = "00000000-0000-0000-0000-000000000001"
+const DefaultTenant = store.DefaultTenant
 
 // Event is one buffered push item.
 type Event struct {

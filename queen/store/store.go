@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/queen-go/queen/queen/config"
 	"github.com/queen-go/queen/queen/ids"
 )
 
@@ -28,7 +29,7 @@ import (
 var migrationFS embed.FS
 
 // DefaultTenant owns every queue when tenancy is off.
-const DefaultTenant = "00000000-0000-0000-0000-000000000001"
+const DefaultTenant = config.DefaultTenant
 
 // migrationLock serialises schema migration across brokers starting at once.
 const migrationLock = 737000
