@@ -143,8 +143,8 @@ func (s *Server) extendLease(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		seconds = 60
 	}
-	if seconds <= 0 {
-		writeError(w, http.StatusBadRequest, "seconds must be a positive integer")
+	if seconds <= 0 || seconds > maxLeaseSeconds {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("seconds must be between 1 and %d", maxLeaseSeconds))
 		return
 	}
 	n, exp, err := s.store.ExtendLease(r.Context(), tenantOf(r), leaseID, seconds)

@@ -14,6 +14,13 @@ import (
 	"github.com/queen-go/queen/queen/waker"
 )
 
+// Bounds on pop parameters: a lease is an integer number of seconds in
+// PostgreSQL, and one response must fit in memory.
+const (
+	maxLeaseSeconds = 366 * 24 * 3600
+	maxBatch        = 100000
+)
+
 // popParams are a pop's query parameters.
 type popParams struct {
 	req     store.PopRequest
@@ -59,6 +66,12 @@ func (s *Server) parsePop(r *http.Request) (popParams, error) {
 	}
 	if p.timeout < 0 {
 		return p, bad("timeout must not be negative")
+	}
+	if p.req.LeaseSeconds < 0 || p.req.LeaseSeconds > maxLeaseSeconds {
+		return p, bad("leaseSeconds must be between 1 and %d", maxLeaseSeconds)
+	}
+	if p.req.Batch > maxBatch {
+		return p, bad("batch must be at most %d", maxBatch)
 	}
 	mode, ok := config.NormalizeSubscriptionMode(q.Get("subscriptionMode"))
 	if !ok {

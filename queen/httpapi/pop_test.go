@@ -173,8 +173,15 @@ func TestMultiPartitionPopAndExtendRenewsAll(t *testing.T) {
 	if r["success"] != false || r["renewed"].(float64) != 0 {
 		t.Fatalf("unknown lease: %v", r)
 	}
-	if r := e.do("POST", "/api/v1/lease/x/extend", `{"seconds":"ten"}`); r.status != 400 {
-		t.Fatalf("bad seconds: %d", r.status)
+	for _, body := range []string{`{"seconds":"ten"}`, `{"seconds":0}`, `{"seconds":99999999999}`} {
+		if r := e.do("POST", "/api/v1/lease/x/extend", body); r.status != 400 {
+			t.Fatalf("bad seconds %s: %d", body, r.status)
+		}
+	}
+	for _, q := range []string{"leaseSeconds=99999999999", "leaseSeconds=-1", "batch=0", "batch=1000000", "partitions=0"} {
+		if r := e.do("GET", "/api/v1/pop/queue/mp?"+q, nil); r.status != 400 || r.obj(t)["error"] == nil {
+			t.Fatalf("pop with %s: %d %s", q, r.status, r.body)
+		}
 	}
 }
 

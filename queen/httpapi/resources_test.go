@@ -43,6 +43,8 @@ func TestConfigureMergeReplaceAndValidation(t *testing.T) {
 		{`{"queue":"q","options":{"deadLetterQueue":"yes"}}`, "options.deadLetterQueue must be a boolean"},
 		{`{"queue":"q","options":5}`, "options must be an object"},
 		{`{"queue":"q","mode":"upsert"}`, "mode must be"},
+		{`{"queue":"q","options":{"leaseTime":3000000000}}`, "options.leaseTime is out of range"},
+		{`{"queue":"q","options":{"priority":1.5}}`, "options.priority must be an integer"},
 	} {
 		r := e.do("POST", "/api/v1/configure", c.body)
 		if r.status != 400 || !strings.Contains(r.obj(t)["error"].(string), c.want) {

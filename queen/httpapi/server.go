@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -254,8 +255,12 @@ func (o obj) integer(name, path string) (int, bool, error) {
 		return 0, false, nil
 	}
 	var f float64
-	if err := json.Unmarshal(raw, &f); err != nil || f != float64(int(f)) {
+	if err := json.Unmarshal(raw, &f); err != nil || f != math.Trunc(f) {
 		return 0, false, bad("%s must be an integer", path+name)
+	}
+	// Every integer option is stored as a PostgreSQL integer.
+	if f > math.MaxInt32 || f < math.MinInt32 {
+		return 0, false, bad("%s is out of range", path+name)
 	}
 	return int(f), true, nil
 }
