@@ -16,19 +16,10 @@ import (
 // between transactions (commit order versus creation order) show up.
 func runFree(ctx context.Context, dsn string, o Options, log io.Writer) (*Result, error) {
 	r := &runner{o: o, start: time.Now(), hist: &History{}, fired: map[string]int{}, ctx: ctx}
-	var err error
-	r.cluster, err = NewCluster(ctx, ClusterOptions{DSN: dsn, Brokers: o.Brokers, Seed: o.Seed, Log: log})
-	if err != nil {
+	if err := r.setup(dsn, log); err != nil {
 		return nil, err
 	}
 	defer r.cluster.Close()
-	r.act = &actor{cluster: r.cluster, hist: r.hist, vt: r.vt}
-	for i := 0; i < o.Clients; i++ {
-		r.clients = append(r.clients, &client{id: i + 1, broker: i % o.Brokers})
-	}
-	if err := r.configure(); err != nil {
-		return nil, err
-	}
 	stop := make(chan struct{})
 	var fwg sync.WaitGroup
 	fwg.Add(1)
@@ -55,7 +46,7 @@ func runFree(ctx context.Context, dsn string, o Options, log io.Writer) (*Result
 	close(stop)
 	fwg.Wait()
 	r.fmu.Lock()
-	err = r.heal()
+	err := r.heal()
 	r.fmu.Unlock()
 	if err != nil {
 		return nil, err

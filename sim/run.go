@@ -100,19 +100,10 @@ func Run(ctx context.Context, dsn string, o Options, log io.Writer) (*Result, er
 	}
 	r := &runner{o: o, rng: rand.New(rand.NewPCG(o.Seed, 0x9e3779b97f4a7c15)), pg: clock.NewSim(epoch), start: epoch,
 		hist: &History{}, fired: map[string]int{}, ctx: ctx}
-	var err error
-	r.cluster, err = NewCluster(ctx, ClusterOptions{DSN: dsn, Brokers: o.Brokers, Seed: o.Seed, Lockstep: true, PG: r.pg, Log: log})
-	if err != nil {
+	if err := r.setup(dsn, log); err != nil {
 		return nil, err
 	}
 	defer r.cluster.Close()
-	r.act = &actor{cluster: r.cluster, hist: r.hist, vt: r.vt}
-	for i := 0; i < o.Clients; i++ {
-		r.clients = append(r.clients, &client{id: i + 1, broker: i % o.Brokers})
-	}
-	if err := r.configure(); err != nil {
-		return nil, err
-	}
 	faultsLeft := append([]FaultAt(nil), o.Faults...)
 	sort.SliceStable(faultsLeft, func(i, j int) bool { return faultsLeft[i].At < faultsLeft[j].At })
 	step := o.VTime / time.Duration(o.Ops)
@@ -133,6 +124,26 @@ func Run(ctx context.Context, dsn string, o Options, log io.Writer) (*Result, er
 		return nil, err
 	}
 	return r.conclude(dsn, o.Ops)
+}
+
+// setup starts the cluster (lockstep when the runner has a virtual clock),
+// the clients and the queues.
+func (r *runner) setup(dsn string, log io.Writer) error {
+	var err error
+	r.cluster, err = NewCluster(r.ctx, ClusterOptions{DSN: dsn, Brokers: r.o.Brokers, Seed: r.o.Seed,
+		Lockstep: r.pg != nil, PG: r.pg, Log: log})
+	if err != nil {
+		return err
+	}
+	r.act = &actor{cluster: r.cluster, hist: r.hist, vt: r.vt}
+	for i := 0; i < r.o.Clients; i++ {
+		r.clients = append(r.clients, &client{id: i + 1, broker: i % r.o.Brokers})
+	}
+	if err := r.configure(); err != nil {
+		r.cluster.Close()
+		return err
+	}
+	return nil
 }
 
 // conclude is the end of every run: let the spools replay, drain every
