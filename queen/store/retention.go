@@ -46,44 +46,32 @@ func (s *Store) TryLeader(ctx context.Context, id int64) (release func(), ok boo
 func (s *Store) RetentionPass(ctx context.Context, batch int) (RetentionResult, error) {
 	var r RetentionResult
 	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx, now time.Time) error {
-		tag, err := tx.Exec(ctx, `
-			DELETE FROM queen.messages WHERE id IN (
-				SELECT m.id FROM queen.messages m
-				JOIN queen.partitions p ON p.id = m.partition_id
-				JOIN queen.queues q ON q.id = p.queue_id
-				WHERE q.retention_enabled AND q.retention_seconds > 0
-					AND m.created_at < $1::timestamptz - make_interval(secs => q.retention_seconds)
-				LIMIT $2)`, now, batch)
-		if err != nil {
-			return err
+		for _, rule := range []struct {
+			count *int64
+			where string
+		}{
+			{&r.Expired, `q.retention_enabled AND q.retention_seconds > 0
+				AND m.created_at < $1::timestamptz - make_interval(secs => q.retention_seconds)`},
+			// A group still at the sentinel (0) holds back every message.
+			{&r.Completed, `q.retention_enabled AND q.completed_retention_seconds > 0
+				AND m.created_at < $1::timestamptz - make_interval(secs => q.completed_retention_seconds)
+				AND m.seq <= (SELECT min(pc.last_consumed_seq) FROM queen.partition_consumers pc
+					WHERE pc.partition_id = p.id)`},
+			{&r.Evicted, `q.max_wait_time_seconds > 0
+				AND m.created_at < $1::timestamptz - make_interval(secs => q.max_wait_time_seconds)`},
+		} {
+			tag, err := tx.Exec(ctx, `
+				DELETE FROM queen.messages WHERE id IN (
+					SELECT m.id FROM queen.messages m
+					JOIN queen.partitions p ON p.id = m.partition_id
+					JOIN queen.queues q ON q.id = p.queue_id
+					WHERE `+rule.where+`
+					LIMIT $2)`, now, batch)
+			if err != nil {
+				return err
+			}
+			*rule.count = tag.RowsAffected()
 		}
-		r.Expired = tag.RowsAffected()
-		tag, err = tx.Exec(ctx, `
-			DELETE FROM queen.messages WHERE id IN (
-				SELECT m.id FROM queen.messages m
-				JOIN queen.partitions p ON p.id = m.partition_id
-				JOIN queen.queues q ON q.id = p.queue_id
-				WHERE q.retention_enabled AND q.completed_retention_seconds > 0
-					AND m.created_at < $1::timestamptz - make_interval(secs => q.completed_retention_seconds)
-					AND m.seq <= (SELECT min(pc.last_consumed_seq) FROM queen.partition_consumers pc
-						WHERE pc.partition_id = p.id)
-				LIMIT $2)`, now, batch)
-		if err != nil {
-			return err
-		}
-		r.Completed = tag.RowsAffected()
-		tag, err = tx.Exec(ctx, `
-			DELETE FROM queen.messages WHERE id IN (
-				SELECT m.id FROM queen.messages m
-				JOIN queen.partitions p ON p.id = m.partition_id
-				JOIN queen.queues q ON q.id = p.queue_id
-				WHERE q.max_wait_time_seconds > 0
-					AND m.created_at < $1::timestamptz - make_interval(secs => q.max_wait_time_seconds)
-				LIMIT $2)`, now, batch)
-		if err != nil {
-			return err
-		}
-		r.Evicted = tag.RowsAffected()
 		return nil
 	})
 	return r, err
