@@ -123,7 +123,8 @@ func (b *Broker) Start(ctx context.Context) error {
 			return err
 		}
 	}
-	b.store = store.New(b.pool, store.Options{DBNow: b.opts.DBNow, IDs: b.opts.IDs, TxTimeout: b.cfg.DBStatementTimeout})
+	b.store = store.New(b.pool, store.Options{DBNow: b.opts.DBNow, IDs: b.opts.IDs, TxTimeout: b.cfg.DBStatementTimeout,
+		Clock: b.opts.Clock, CacheTTL: b.cfg.CacheRefreshInterval})
 	arbiter := admission.New(b.cfg.DBPoolSize, b.cfg.AdmissionMaintShare)
 	if b.cfg.FileBufferDir != "" && b.cfg.FileBufferDir != "off" {
 		b.spool, err = spool.Open(spool.Options{Dir: b.cfg.FileBufferDir, FS: b.opts.SpoolFS, Clock: b.opts.Clock,

@@ -2,13 +2,13 @@ package store
 
 import (
 	"context"
-	"errors"
-	"github.com/queen-go/queen/queen/canary"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/queen-go/queen/queen/canary"
 )
 
 // AckItem is one acknowledgement.
@@ -54,34 +54,248 @@ func NormalizeAckStatus(s string) string {
 	return "failed"
 }
 
-// Ack applies acknowledgements for one consumer group in one transaction.
-// Per-item failures are results, not errors.
+// Ack applies acknowledgements for one consumer group. Per-item failures
+// are results, not errors. A batch of completions (the common case) is one
+// statement; a batch with failures, retries or DLQ moves is two statements
+// in one short transaction. Neither count grows with the batch.
 func (s *Store) Ack(ctx context.Context, tenant, group string, items []AckItem) ([]AckResult, error) {
+	if group == "" {
+		group = QueueModeGroup
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	if allCompletedAndDistinct(items) {
+		return s.ackCompleted(ctx, tenant, group, items)
+	}
 	var out []AckResult
-	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx, now time.Time) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
-		out, err = ackTx(ctx, tx, now, tenant, group, items, false)
+		out, err = s.ackTx(ctx, tx, tenant, group, items, false)
 		return err
 	})
 	return out, err
 }
 
-type ackMsg struct {
-	id, partition, queue, tenant string
-	seq                          int64
-	createdAt                    time.Time
-	retryLimit                   int
+func allCompletedAndDistinct(items []AckItem) bool {
+	type key struct{ pid, txid string }
+	seen := make(map[key]bool, len(items))
+	for _, it := range items {
+		k := key{it.PartitionID, it.TransactionID}
+		if NormalizeAckStatus(it.Status) != "completed" || seen[k] {
+			return false
+		}
+		seen[k] = true
+	}
+	return true
 }
 
-// cursorState is a locked partition_consumers row being edited in Go; it is
-// written back once per partition.
+// ackCompletedSQL completes a batch of messages in one statement and answers
+// per input row: a verdict (ok, not_found, not_owned, invalid_lease,
+// committed), the queue and partition names, and whether this item's
+// completion released the lease.
+//
+// Invariant (lease compare-and-set): the group's cursor rows are locked FOR
+// UPDATE in partition id order, and an item counts only while the lease is
+// live in database time, held by the item's leaseId when it names one, and
+// covers the item (seq <= lease_max_seq). A consumer whose lease expired
+// cannot complete a message that was handed to someone else.
+//
+// Invariant (cursor moves forward only): the cursor moves to the highest
+// accepted seq, never back; the lease ends when it reaches lease_max_seq.
+const ackCompletedSQL = `
+WITH input AS (
+	SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[]) WITH ORDINALITY AS v(pid, txid, lease, ord)
+),
+found AS (
+	SELECT i.ord, i.pid, i.lease, m.id, m.seq, m.created_at, p.name AS pname, q.name AS qname,
+		q.tenant_id = $5::uuid AS owned
+	FROM input i
+	JOIN queen.messages m ON m.partition_id = i.pid AND m.transaction_id = i.txid
+	JOIN queen.partitions p ON p.id = m.partition_id
+	JOIN queen.queues q ON q.id = p.queue_id
+),
+cur AS (
+	SELECT pc.partition_id, pc.last_consumed_seq, pc.worker_id, pc.lease_expires_at, pc.lease_max_seq
+	FROM queen.partition_consumers pc
+	WHERE pc.consumer_group = $4 AND pc.partition_id IN (SELECT pid FROM found WHERE owned)
+	ORDER BY pc.partition_id
+	FOR UPDATE
+),
+clock AS (SELECT coalesce($6::timestamptz, now()) AS now),
+judged AS (
+	SELECT f.*, CASE
+		WHEN NOT f.owned THEN 'not_owned'
+		WHEN c.partition_id IS NULL THEN 'invalid_lease'
+		WHEN f.seq <= c.last_consumed_seq THEN 'committed'
+		WHEN $7::bool THEN 'ok'
+		WHEN c.worker_id IS NULL OR c.lease_expires_at IS NULL OR c.lease_expires_at <= clock.now THEN 'invalid_lease'
+		WHEN f.lease <> '' AND f.lease <> c.worker_id THEN 'invalid_lease'
+		WHEN f.seq > c.lease_max_seq THEN 'invalid_lease'
+		ELSE 'ok' END AS verdict
+	FROM found f LEFT JOIN cur c ON c.partition_id = f.pid, clock
+),
+accepted AS (
+	SELECT pid, max(seq) AS seq, count(*) AS n, (array_agg(id ORDER BY seq DESC))[1] AS id,
+		(array_agg(created_at ORDER BY seq DESC))[1] AS created_at
+	FROM judged WHERE verdict = 'ok' GROUP BY pid
+),
+moved AS (
+	UPDATE queen.partition_consumers pc SET
+		last_consumed_seq = a.seq, last_consumed_id = a.id, last_consumed_created_at = a.created_at,
+		acked_count = pc.acked_count + a.n,
+		worker_id = CASE WHEN a.seq >= pc.lease_max_seq THEN NULL ELSE pc.worker_id END,
+		lease_expires_at = CASE WHEN a.seq >= pc.lease_max_seq THEN NULL ELSE pc.lease_expires_at END,
+		batch_retry_count = CASE WHEN a.seq >= pc.lease_max_seq THEN 0 ELSE pc.batch_retry_count END,
+		total_messages_consumed = pc.total_messages_consumed + a.n,
+		total_batches_consumed = pc.total_batches_consumed + CASE WHEN a.seq >= pc.lease_max_seq THEN 1 ELSE 0 END,
+		last_consumed_at = clock.now
+	FROM accepted a, clock
+	WHERE pc.partition_id = a.pid AND pc.consumer_group = $4
+	RETURNING pc.partition_id, a.seq AS top, pc.worker_id IS NULL AS released
+)
+SELECT i.ord, coalesce(j.verdict, 'not_found'), coalesce(j.qname, ''), coalesce(j.pname, ''),
+	coalesce(mv.released AND j.seq = mv.top, false)
+FROM input i
+LEFT JOIN judged j ON j.ord = i.ord
+LEFT JOIN moved mv ON mv.partition_id = j.pid
+ORDER BY i.ord`
+
+type ackCompletedParams struct {
+	PartitionIDs, TransactionIDs, LeaseIDs []string
+	Group, Tenant                          string
+	Now                                    *time.Time
+	IgnoreLease                            bool
+}
+
+var ackVerdicts = map[string]string{
+	"not_found": ErrMsgNotFound, "not_owned": ErrNotOwned, "invalid_lease": ErrInvalidLease,
+	"committed": ErrAlreadyCommitted, "ok": "",
+}
+
+func (s *Store) ackCompleted(ctx context.Context, tenant, group string, items []AckItem) ([]AckResult, error) {
+	p := ackCompletedParams{Group: group, Tenant: tenant, Now: s.dbNow(), IgnoreLease: canary.On("ack-ignores-lease")}
+	for _, it := range items {
+		p.PartitionIDs = append(p.PartitionIDs, it.PartitionID)
+		p.TransactionIDs = append(p.TransactionIDs, it.TransactionID)
+		p.LeaseIDs = append(p.LeaseIDs, it.LeaseID)
+	}
+	rows, err := s.pool.Query(ctx, ackCompletedSQL, p.PartitionIDs, p.TransactionIDs, p.LeaseIDs, p.Group, p.Tenant,
+		p.Now, p.IgnoreLease)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := make([]AckResult, len(items))
+	for rows.Next() {
+		var ord int64
+		var verdict string
+		var r AckResult
+		if err := rows.Scan(&ord, &verdict, &r.QueueName, &r.PartitionName, &r.LeaseReleased); err != nil {
+			return nil, err
+		}
+		r.Index = int(ord - 1)
+		r.TransactionID = items[r.Index].TransactionID
+		r.Error = ackVerdicts[verdict]
+		r.Success = verdict == "ok"
+		if verdict == "not_found" || verdict == "not_owned" {
+			r.QueueName, r.PartitionName = "", ""
+		}
+		out[r.Index] = r
+	}
+	return out, rows.Err()
+}
+
+// ackReadSQL reads, for a general ack batch inside a transaction, each
+// item's message and its group's cursor row, locking the cursor rows FOR
+// UPDATE in partition id order (the global lock order: cursor rows, then
+// partition rows).
+const ackReadSQL = `
+WITH input AS (
+	SELECT * FROM unnest($1::uuid[], $2::text[]) WITH ORDINALITY AS v(pid, txid, ord)
+),
+found AS (
+	SELECT i.ord, i.pid, m.id, m.seq, m.created_at, p.name AS pname, q.name AS qname, q.retry_limit,
+		q.tenant_id = $4::uuid AS owned
+	FROM input i
+	JOIN queen.messages m ON m.partition_id = i.pid AND m.transaction_id = i.txid
+	JOIN queen.partitions p ON p.id = m.partition_id
+	JOIN queen.queues q ON q.id = p.queue_id
+),
+cur AS (
+	SELECT pc.partition_id, pc.last_consumed_seq, pc.last_consumed_id::text AS last_id, pc.last_consumed_created_at,
+		pc.worker_id, pc.lease_expires_at, pc.acked_count, pc.batch_retry_count, pc.lease_max_seq
+	FROM queen.partition_consumers pc
+	WHERE pc.consumer_group = $3 AND pc.partition_id IN (SELECT pid FROM found WHERE owned)
+	ORDER BY pc.partition_id
+	FOR UPDATE
+)
+SELECT i.ord, f.id IS NOT NULL, coalesce(f.owned, false), f.id::text, f.seq, f.created_at, f.pname, f.qname, f.retry_limit,
+	c.partition_id IS NOT NULL, c.last_consumed_seq, c.last_id, c.last_consumed_created_at, c.worker_id,
+	c.lease_expires_at, c.acked_count, c.batch_retry_count, c.lease_max_seq, coalesce($5::timestamptz, now())
+FROM input i
+LEFT JOIN found f ON f.ord = i.ord
+LEFT JOIN cur c ON c.partition_id = f.pid
+ORDER BY i.ord`
+
+// ackWriteSQL writes back the edited cursor rows and the DLQ rows of a
+// general ack batch in one statement. lease_acquired_at is left alone: a
+// released partition keeps its place in the fairness order.
+const ackWriteSQL = `
+WITH cursors AS (
+	UPDATE queen.partition_consumers pc SET
+		last_consumed_seq = v.seq, last_consumed_id = v.id, last_consumed_created_at = v.created_at,
+		worker_id = v.worker, lease_expires_at = v.expires, acked_count = v.acked, batch_retry_count = v.retries,
+		total_messages_consumed = pc.total_messages_consumed + v.completed,
+		total_batches_consumed = pc.total_batches_consumed + v.batches,
+		last_consumed_at = CASE WHEN v.completed > 0 THEN coalesce($12::timestamptz, now()) ELSE pc.last_consumed_at END
+	FROM unnest($1::uuid[], $2::bigint[], $3::uuid[], $4::timestamptz[], $5::text[], $6::timestamptz[],
+		$7::int[], $8::int[], $9::int[], $10::int[]) AS v(pid, seq, id, created_at, worker, expires, acked, retries, completed, batches)
+	WHERE pc.partition_id = v.pid AND pc.consumer_group = $11
+	RETURNING 1
+),
+dead AS (
+	INSERT INTO queen.dead_letter_queue
+		(message_id, partition_id, consumer_group, error_message, retry_count, original_created_at, failed_at)
+	SELECT d.mid, d.pid, $11, d.msg, d.retries, d.created_at, coalesce($12::timestamptz, now())
+	FROM unnest($13::uuid[], $14::uuid[], $15::text[], $16::int[], $17::timestamptz[]) AS d(mid, pid, msg, retries, created_at)
+	ON CONFLICT (message_id, consumer_group) DO NOTHING
+	RETURNING 1
+)
+SELECT (SELECT count(*) FROM cursors), (SELECT count(*) FROM dead)`
+
+type ackWriteParams struct {
+	PartitionIDs                       []string
+	Seqs                               []int64
+	IDs                                []string
+	CreatedAts                         []*time.Time
+	Workers                            []*string
+	Expires                            []*time.Time
+	Acked, Retries, Completed, Batches []int
+	Group                              string
+	Now                                *time.Time
+	DLQ                                struct {
+		MessageIDs, PartitionIDs, Messages []string
+		Retries                            []int
+		CreatedAts                         []time.Time
+	}
+}
+
+type ackMsg struct {
+	id, partition, queue string
+	seq                  int64
+	createdAt            time.Time
+	retryLimit           int
+}
+
+// cursorState is a locked cursor row being edited in Go; it is written back
+// once per partition.
 type cursorState struct {
 	seq                int64
 	id                 string
 	createdAt          *time.Time
 	worker             *string
 	expires            *time.Time
-	batchSize, acked   int
+	acked              int
 	leaseMax           int64
 	retries            int
 	releasedBy         string // the lease this request gave back, if any
@@ -89,43 +303,73 @@ type cursorState struct {
 	dirty              bool
 }
 
-// ackTx applies acks inside tx. Items are applied in (partition, seq) order
-// so that a batch ack walks the cursor forward.
-//
-// Invariant (lease compare-and-set): the partition_consumers row is locked
-// FOR UPDATE, and an ack applies only while its lease is live in database
-// time and, when a leaseId is given, held by that leaseId. A consumer whose
-// lease expired cannot complete a message that was handed to someone else.
+// ackTx applies a general ack batch inside tx: one read, the state machine
+// in Go, one write. Items are applied in (partition, seq) order so that a
+// batch walks the cursor forward. The lease compare-and-set is
+// ackCompletedSQL's, applied per item.
 //
 // strict (transactions): a failed or dlq ack goes straight to the DLQ, and
 // any per-item failure aborts the transaction.
-func ackTx(ctx context.Context, tx pgx.Tx, now time.Time, tenant, group string, items []AckItem, strict bool) ([]AckResult, error) {
+func (s *Store) ackTx(ctx context.Context, tx pgx.Tx, tenant, group string, items []AckItem, strict bool) ([]AckResult, error) {
 	if group == "" {
 		group = QueueModeGroup
 	}
 	out := make([]AckResult, len(items))
 	msgs := make([]*ackMsg, len(items))
+	states := map[string]*cursorState{}
+	var now time.Time
+	pids, txids := make([]string, len(items)), make([]string, len(items))
 	for i, it := range items {
+		pids[i], txids[i] = it.PartitionID, it.TransactionID
 		out[i] = AckResult{Index: i, TransactionID: it.TransactionID}
-		var m ackMsg
-		err := tx.QueryRow(ctx, `
-			SELECT m.id::text, m.seq, m.created_at, p.name, q.name, q.retry_limit, q.tenant_id::text
-			FROM queen.messages m
-			JOIN queen.partitions p ON p.id = m.partition_id
-			JOIN queen.queues q ON q.id = p.queue_id
-			WHERE m.partition_id = $1::uuid AND m.transaction_id = $2`, it.PartitionID, it.TransactionID).
-			Scan(&m.id, &m.seq, &m.createdAt, &m.partition, &m.queue, &m.retryLimit, &m.tenant)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-			out[i].Error = ErrMsgNotFound
-		case err != nil:
-			return nil, err
-		case m.tenant != tenant:
-			out[i].Error = ErrNotOwned
-		default:
-			msgs[i] = &m
-			out[i].QueueName, out[i].PartitionName = m.queue, m.partition
+	}
+	rows, err := tx.Query(ctx, ackReadSQL, pids, txids, group, tenant, s.dbNow())
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var ord int64
+		var found, owned, hasCursor bool
+		var m struct {
+			id, pname, qname *string
+			seq              *int64
+			created          *time.Time
+			limit            *int
 		}
+		var c struct {
+			seq, leaseMax    *int64
+			id               *string
+			created, expires *time.Time
+			worker           *string
+			acked, retries   *int
+		}
+		if err := rows.Scan(&ord, &found, &owned, &m.id, &m.seq, &m.created, &m.pname, &m.qname, &m.limit,
+			&hasCursor, &c.seq, &c.id, &c.created, &c.worker, &c.expires, &c.acked, &c.retries, &c.leaseMax, &now); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		i := int(ord - 1)
+		switch {
+		case !found:
+			out[i].Error = ErrMsgNotFound
+			continue
+		case !owned:
+			out[i].Error = ErrNotOwned
+			continue
+		}
+		msgs[i] = &ackMsg{id: *m.id, partition: *m.pname, queue: *m.qname, seq: *m.seq, createdAt: *m.created, retryLimit: *m.limit}
+		out[i].QueueName, out[i].PartitionName = *m.qname, *m.pname
+		if _, ok := states[items[i].PartitionID]; ok || !hasCursor {
+			if !hasCursor {
+				states[items[i].PartitionID] = nil
+			}
+			continue
+		}
+		states[items[i].PartitionID] = &cursorState{seq: *c.seq, id: *c.id, createdAt: c.created, worker: c.worker,
+			expires: c.expires, acked: *c.acked, retries: *c.retries, leaseMax: *c.leaseMax}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
 	}
 	order := make([]int, 0, len(items))
 	for i := range items {
@@ -140,113 +384,29 @@ func ackTx(ctx context.Context, tx pgx.Tx, now time.Time, tenant, group string, 
 		}
 		return msgs[ia].seq < msgs[ib].seq
 	})
-	states := map[string]*cursorState{}
-	var pidOrder []string
+	w := ackWriteParams{Group: group, Now: s.dbNow()}
 	for _, i := range order {
-		it, m := items[i], msgs[i]
-		st, ok := states[it.PartitionID]
-		if !ok {
-			st = &cursorState{}
-			err := tx.QueryRow(ctx, `
-				SELECT last_consumed_seq, last_consumed_id::text, last_consumed_created_at, worker_id,
-					lease_expires_at, batch_size, acked_count, batch_retry_count, lease_max_seq
-				FROM queen.partition_consumers WHERE partition_id = $1 AND consumer_group = $2
-				FOR UPDATE`, it.PartitionID, group).
-				Scan(&st.seq, &st.id, &st.createdAt, &st.worker, &st.expires, &st.batchSize, &st.acked, &st.retries, &st.leaseMax)
-			if errors.Is(err, pgx.ErrNoRows) {
-				st = nil
-			} else if err != nil {
-				return nil, err
-			}
-			states[it.PartitionID] = st
-			pidOrder = append(pidOrder, it.PartitionID)
-		}
-		if st == nil {
-			out[i].Error = ErrInvalidLease
-			continue
-		}
-		status := NormalizeAckStatus(it.Status)
-		if st.releasedBy != "" && status != "completed" && (it.LeaseID == "" || it.LeaseID == st.releasedBy) {
-			// An earlier item of this request already gave the lease back
-			// for a retry; the rest of that batch is redelivered with it.
-			out[i].Success, out[i].LeaseReleased = true, true
-			continue
-		}
-		if m.seq <= st.seq {
-			out[i].Error = ErrAlreadyCommitted
-			continue
-		}
-		live := st.worker != nil && st.expires != nil && st.expires.After(now)
-		if (!live || (it.LeaseID != "" && *st.worker != it.LeaseID)) && !canary.On("ack-ignores-lease") {
-			out[i].Error = ErrInvalidLease
-			continue
-		}
-		if m.seq > st.leaseMax && !canary.On("ack-ignores-lease") {
-			// Never handed out under this lease: completing it would move
-			// the cursor past a message nobody has seen.
-			out[i].Error = ErrInvalidLease
-			continue
-		}
-		toDLQ := status == "dlq" || (status == "failed" && (strict || st.retries >= m.retryLimit))
-		switch {
-		case status == "completed" || toDLQ:
-			if toDLQ {
-				msg := it.Error
-				if msg == "" {
-					msg = "Retries exhausted"
-					if status == "dlq" {
-						msg = "Moved to DLQ"
-					}
-				}
-				if _, err := tx.Exec(ctx, `
-					INSERT INTO queen.dead_letter_queue
-						(message_id, partition_id, consumer_group, error_message, retry_count, original_created_at, failed_at)
-					VALUES ($1, $2, $3, $4, $5, $6, $7)
-					ON CONFLICT (message_id, consumer_group) DO NOTHING`,
-					m.id, it.PartitionID, group, msg, st.retries, m.createdAt, now); err != nil {
-					return nil, err
-				}
-				out[i].DLQ = true
-			}
-			st.seq, st.id, st.createdAt = m.seq, m.id, &m.createdAt
-			st.acked++
-			st.completed++
-			if st.seq >= st.leaseMax {
-				st.worker, st.expires = nil, nil
-				st.retries = 0
-				st.batches++
-				out[i].LeaseReleased = true
-			}
-		case status == "failed":
-			st.retries++
-			st.releasedBy = deref(st.worker)
-			st.worker, st.expires = nil, nil
-			out[i].LeaseReleased = true
-		case status == "retry":
-			st.releasedBy = deref(st.worker)
-			st.worker, st.expires = nil, nil
-			out[i].LeaseReleased = true
-		}
-		st.dirty = true
-		out[i].Success = true
+		applyAck(items[i], msgs[i], states[items[i].PartitionID], now, strict, &out[i], &w)
 	}
-	for _, pid := range pidOrder {
-		st := states[pid]
+	for pid, st := range states {
 		if st == nil || !st.dirty {
 			continue
 		}
-		if _, err := tx.Exec(ctx, `
-			UPDATE queen.partition_consumers SET
-				last_consumed_seq = $3, last_consumed_id = $4::uuid, last_consumed_created_at = $5,
-				worker_id = $6, lease_expires_at = $7,
-				lease_acquired_at = CASE WHEN $6::text IS NULL THEN NULL ELSE lease_acquired_at END,
-				acked_count = $8, batch_retry_count = $9,
-				total_messages_consumed = total_messages_consumed + $10,
-				total_batches_consumed = total_batches_consumed + $11,
-				last_consumed_at = CASE WHEN $10 > 0 THEN $12 ELSE last_consumed_at END
-			WHERE partition_id = $1 AND consumer_group = $2`,
-			pid, group, st.seq, st.id, st.createdAt, st.worker, st.expires, st.acked, st.retries,
-			st.completed, st.batches, now); err != nil {
+		w.PartitionIDs = append(w.PartitionIDs, pid)
+		w.Seqs = append(w.Seqs, st.seq)
+		w.IDs = append(w.IDs, st.id)
+		w.CreatedAts = append(w.CreatedAts, st.createdAt)
+		w.Workers = append(w.Workers, st.worker)
+		w.Expires = append(w.Expires, st.expires)
+		w.Acked = append(w.Acked, st.acked)
+		w.Retries = append(w.Retries, st.retries)
+		w.Completed = append(w.Completed, st.completed)
+		w.Batches = append(w.Batches, st.batches)
+	}
+	if len(w.PartitionIDs) > 0 || len(w.DLQ.MessageIDs) > 0 {
+		if _, err := tx.Exec(ctx, ackWriteSQL, w.PartitionIDs, w.Seqs, w.IDs, w.CreatedAts, w.Workers, w.Expires,
+			w.Acked, w.Retries, w.Completed, w.Batches, w.Group, w.Now,
+			w.DLQ.MessageIDs, w.DLQ.PartitionIDs, w.DLQ.Messages, w.DLQ.Retries, w.DLQ.CreatedAts); err != nil {
 			return nil, err
 		}
 	}
@@ -260,37 +420,111 @@ func ackTx(ctx context.Context, tx pgx.Tx, now time.Time, tenant, group string, 
 	return out, nil
 }
 
-// ExtendLease pushes out every live lease held by leaseID to at least
-// now+seconds. It returns how many partition leases it renewed and the new
-// expiry. An expired lease is not revived: its messages may already be
-// someone else's.
+// applyAck is the per-item state machine of a general ack: it edits st and
+// res, and queues a DLQ row in w.
+func applyAck(it AckItem, m *ackMsg, st *cursorState, now time.Time, strict bool, res *AckResult, w *ackWriteParams) {
+	if st == nil {
+		res.Error = ErrInvalidLease
+		return
+	}
+	status := NormalizeAckStatus(it.Status)
+	if st.releasedBy != "" && status != "completed" && (it.LeaseID == "" || it.LeaseID == st.releasedBy) {
+		// An earlier item of this request already gave the lease back for
+		// a retry; the rest of that batch is redelivered with it.
+		res.Success, res.LeaseReleased = true, true
+		return
+	}
+	if m.seq <= st.seq {
+		res.Error = ErrAlreadyCommitted
+		return
+	}
+	ignore := canary.On("ack-ignores-lease")
+	live := st.worker != nil && st.expires != nil && st.expires.After(now)
+	if (!live || (it.LeaseID != "" && *st.worker != it.LeaseID)) && !ignore {
+		res.Error = ErrInvalidLease
+		return
+	}
+	if m.seq > st.leaseMax && !ignore {
+		// Never handed out under this lease: completing it would move the
+		// cursor past a message nobody has seen.
+		res.Error = ErrInvalidLease
+		return
+	}
+	toDLQ := status == "dlq" || (status == "failed" && (strict || st.retries >= m.retryLimit))
+	switch {
+	case status == "completed" || toDLQ:
+		if toDLQ {
+			msg := it.Error
+			if msg == "" {
+				msg = "Retries exhausted"
+				if status == "dlq" {
+					msg = "Moved to DLQ"
+				}
+			}
+			w.DLQ.MessageIDs = append(w.DLQ.MessageIDs, m.id)
+			w.DLQ.PartitionIDs = append(w.DLQ.PartitionIDs, it.PartitionID)
+			w.DLQ.Messages = append(w.DLQ.Messages, msg)
+			w.DLQ.Retries = append(w.DLQ.Retries, st.retries)
+			w.DLQ.CreatedAts = append(w.DLQ.CreatedAts, m.createdAt)
+			res.DLQ = true
+		}
+		st.seq, st.id, st.createdAt = m.seq, m.id, &m.createdAt
+		st.acked++
+		st.completed++
+		if st.seq >= st.leaseMax {
+			st.worker, st.expires = nil, nil
+			st.retries = 0
+			st.batches++
+			res.LeaseReleased = true
+		}
+	case status == "failed":
+		st.retries++
+		st.releasedBy = deref(st.worker)
+		st.worker, st.expires = nil, nil
+		res.LeaseReleased = true
+	case status == "retry":
+		st.releasedBy = deref(st.worker)
+		st.worker, st.expires = nil, nil
+		res.LeaseReleased = true
+	}
+	st.dirty = true
+	res.Success = true
+}
+
+// extendSQL pushes out every live lease held by a token, of the tenant's
+// queues, to at least now+seconds. An expired lease is not revived: its
+// messages may already be someone else's.
+const extendSQL = `
+UPDATE queen.partition_consumers pc
+SET lease_expires_at = GREATEST(pc.lease_expires_at, coalesce($3::timestamptz, now()) + make_interval(secs => $4::int))
+FROM queen.queues q
+WHERE pc.queue_id = q.id AND q.tenant_id = $1
+	AND pc.worker_id = $2 AND pc.lease_expires_at > coalesce($3::timestamptz, now())
+RETURNING pc.lease_expires_at`
+
+// ExtendLease extends every live lease held by leaseID. It returns how many
+// partition leases it renewed and the new expiry.
 func (s *Store) ExtendLease(ctx context.Context, tenant, leaseID string, seconds int) (int64, *time.Time, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	rows, err := s.pool.Query(ctx, extendSQL, tenant, leaseID, s.dbNow(), seconds)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer rows.Close()
 	var n int64
 	var exp *time.Time
-	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx, now time.Time) error {
-		rows, err := tx.Query(ctx, `
-			UPDATE queen.partition_consumers pc
-			SET lease_expires_at = GREATEST(pc.lease_expires_at, $3::timestamptz + make_interval(secs => $4::int))
-			FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
-			WHERE pc.partition_id = p.id AND q.tenant_id = $1
-				AND pc.worker_id = $2 AND pc.lease_expires_at > $3::timestamptz
-			RETURNING pc.lease_expires_at`, tenant, leaseID, now, seconds)
-		if err != nil {
-			return err
+	for rows.Next() {
+		var t time.Time
+		if err := rows.Scan(&t); err != nil {
+			return 0, nil, err
 		}
-		for rows.Next() {
-			var t time.Time
-			if err := rows.Scan(&t); err != nil {
-				return err
-			}
-			n++
-			if exp == nil || t.After(*exp) {
-				exp = &t
-			}
+		n++
+		if exp == nil || t.After(*exp) {
+			exp = &t
 		}
-		return rows.Err()
-	})
-	return n, exp, err
+	}
+	return n, exp, rows.Err()
 }
 
 func deref(s *string) string {

@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/queen-go/queen/queen/canary"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/queen-go/queen/queen/canary"
 )
 
 // QueueModeGroup is the consumer group of plain queue-mode consumers: one
@@ -52,31 +54,145 @@ type Message struct {
 // PopResult is what a pop claimed. An empty Messages means nothing was
 // claimed and no lease is held.
 type PopResult struct {
-	Queue              string
-	Partition          string
-	PartitionID        string
-	LeaseID            string
-	Group              string
-	Messages           []Message
-	PartitionsClaimed  int
-	WindowBufferActive bool
-	LeaseExpiresAt     time.Time
+	Queue             string
+	Partition         string
+	PartitionID       string
+	LeaseID           string
+	Group             string
+	Messages          []Message
+	PartitionsClaimed int
+	LeaseExpiresAt    time.Time
 }
 
-type claimed struct {
-	pid, name  string
-	cursor     int64
-	retryCount int
+// popSQL claims partitions, reads their messages and leases them, in one
+// statement. $1 queue id, $2 group, $3 max partitions, $4 max messages,
+// $5 lease token, $6 lease seconds (0: the queue's leaseTime), $7 autoAck,
+// $8 now, $9 partition name (specific pops only).
+//
+// Invariant (exclusive lease): a cursor row is claimed only if its lease is
+// absent or expired in database time, under FOR UPDATE SKIP LOCKED, so two
+// pops of one group never hold the same partition at once.
+//
+// Invariant (nothing skipped): a claim reads a prefix of the messages after
+// the cursor in seq order, stopping before the first one delayedProcessing
+// still hides; appendSQL makes every committed prefix visible in seq order.
+//
+// Invariant (fair and live): only partitions whose first message after the
+// cursor exists and is visible are candidates, so a partition emptied by
+// retention, or whose head is still delayed, never takes a claim that yields
+// nothing; candidates are served least-recently-claimed first (a release
+// keeps lease_acquired_at), so one busy partition cannot starve the others.
+const popSQL = `
+WITH q AS (
+	SELECT id, lease_time, delayed_processing, window_buffer, coalesce($8::timestamptz, now()) AS now
+	FROM queen.queues WHERE id = $1
+),
+cand AS (
+	SELECT pc.partition_id, pc.last_consumed_seq AS cursor, pc.batch_retry_count AS retries,
+		pc.lease_acquired_at AS acquired, p.name
+	FROM q
+	JOIN queen.partition_consumers pc ON pc.queue_id = q.id AND pc.consumer_group = $2
+	JOIN queen.partitions p ON p.id = pc.partition_id
+	WHERE /*partition*/ TRUE
+		AND (pc.lease_expires_at IS NULL OR pc.lease_expires_at <= q.now)
+		AND p.last_seq > pc.last_consumed_seq
+		AND (q.window_buffer = 0 OR p.last_message_at <= q.now - make_interval(secs => q.window_buffer))
+		AND EXISTS (
+			SELECT 1 FROM (
+				SELECT h.created_at FROM queen.messages h
+				WHERE h.partition_id = pc.partition_id AND h.seq > pc.last_consumed_seq
+				ORDER BY h.seq LIMIT 1
+			) head
+			WHERE q.delayed_processing = 0 OR head.created_at <= q.now - make_interval(secs => q.delayed_processing))
+	ORDER BY /*order*/ pc.lease_acquired_at ASC NULLS FIRST, pc.partition_id
+	LIMIT $3::int
+	FOR UPDATE OF pc SKIP LOCKED
+),
+claimed AS (
+	SELECT c.*, row_number() OVER (ORDER BY c.acquired ASC NULLS FIRST, c.partition_id) AS rank,
+		CASE WHEN q.delayed_processing = 0 THEN NULL ELSE (
+			SELECT min(h.seq) FROM queen.messages h
+			WHERE h.partition_id = c.partition_id AND h.seq > c.cursor
+				AND h.created_at > q.now - make_interval(secs => q.delayed_processing)) END AS hidden_from
+	FROM cand c, q
+),
+picked AS (
+	SELECT * FROM (
+		SELECT c.partition_id, c.name, c.retries, m.id, m.transaction_id, m.trace_id, m.payload, m.producer_sub,
+			m.created_at, m.seq, row_number() OVER (ORDER BY c.rank, m.seq) AS n
+		FROM claimed c
+		CROSS JOIN LATERAL (
+			SELECT * FROM queen.messages m
+			WHERE m.partition_id = c.partition_id AND m.seq > c.cursor
+				AND (c.hidden_from IS NULL OR m.seq < c.hidden_from)
+			ORDER BY m.seq LIMIT $4::int
+		) m
+	) x WHERE n <= $4::int
+),
+per_partition AS (
+	SELECT partition_id, count(*) AS n, max(seq) AS last_seq,
+		(array_agg(id ORDER BY seq DESC))[1] AS last_id,
+		(array_agg(created_at ORDER BY seq DESC))[1] AS last_created
+	FROM picked GROUP BY partition_id
+),
+leased AS (
+	UPDATE queen.partition_consumers pc SET
+		lease_acquired_at = q.now,
+		worker_id = CASE WHEN $7::bool THEN NULL ELSE $5::text END,
+		lease_expires_at = CASE WHEN $7::bool THEN NULL
+			ELSE q.now + make_interval(secs => coalesce(nullif($6::int, 0), nullif(q.lease_time, 0), 60)) END,
+		batch_size = CASE WHEN $7::bool THEN 0 ELSE s.n END,
+		acked_count = 0,
+		lease_max_seq = s.last_seq,
+		last_consumed_seq = CASE WHEN $7::bool THEN s.last_seq ELSE pc.last_consumed_seq END,
+		last_consumed_id = CASE WHEN $7::bool THEN s.last_id ELSE pc.last_consumed_id END,
+		last_consumed_created_at = CASE WHEN $7::bool THEN s.last_created ELSE pc.last_consumed_created_at END,
+		batch_retry_count = CASE WHEN $7::bool THEN 0 ELSE pc.batch_retry_count END,
+		total_messages_consumed = pc.total_messages_consumed + CASE WHEN $7::bool THEN s.n ELSE 0 END,
+		total_batches_consumed = pc.total_batches_consumed + CASE WHEN $7::bool THEN 1 ELSE 0 END,
+		last_consumed_at = CASE WHEN $7::bool THEN q.now ELSE pc.last_consumed_at END
+	FROM per_partition s, q
+	WHERE pc.partition_id = s.partition_id AND pc.consumer_group = $2
+	RETURNING pc.partition_id, pc.lease_expires_at
+)
+SELECT p.partition_id::text, p.name, p.retries, p.id::text, p.transaction_id, p.trace_id::text, p.payload,
+	p.producer_sub, p.created_at, p.seq, l.lease_expires_at
+FROM picked p JOIN leased l ON l.partition_id = p.partition_id
+ORDER BY p.n`
+
+// popSQLFor returns the statement for a wildcard or a specific-partition pop.
+func popSQLFor(partition bool) string {
+	sql := popSQL
+	if partition {
+		sql = strings.Replace(sql, `/*partition*/ TRUE`,
+			`pc.partition_id = (SELECT p2.id FROM queen.partitions p2 WHERE p2.queue_id = $1 AND p2.name = $9::text)`, 1)
+	}
+	if canary.On("claim-unfair") {
+		// Lowest partition id first, whoever was served last.
+		sql = strings.Replace(sql, `/*order*/ pc.lease_acquired_at ASC NULLS FIRST,`, ``, 1)
+		sql = strings.Replace(sql, `ORDER BY c.acquired ASC NULLS FIRST, c.partition_id`, `ORDER BY c.partition_id`, 1)
+	}
+	if canary.On("pop-ignores-lease") {
+		sql = strings.Replace(sql, `(pc.lease_expires_at IS NULL OR pc.lease_expires_at <= q.now)`, `TRUE`, 1)
+	}
+	return sql
+}
+
+type popParams struct {
+	QueueID      string
+	Group        string
+	Partitions   int
+	Batch        int
+	LeaseID      string
+	LeaseSeconds int
+	AutoAck      bool
+	Now          *time.Time
+	Partition    string
 }
 
 // Pop claims up to req.Partitions partitions for the group and returns up
-// to req.Batch messages after the group's cursor, in seq order.
-//
-// Invariant (exclusive lease): a partition_consumers row is claimed only if
-// its lease is absent or expired in database time, under FOR UPDATE SKIP
-// LOCKED, so two pops of one group never hold the same partition at once.
-// Invariant (nothing skipped): delivery stops at the first message still
-// inside delayedProcessing, so a cursor never jumps over a younger message.
+// to req.Batch messages after the group's cursor, in seq order. The first
+// pop of a group on a queue subscribes it (subscribe).
 func (s *Store) Pop(ctx context.Context, req PopRequest) (PopResult, error) {
 	if req.Group == "" {
 		req.Group = QueueModeGroup
@@ -92,206 +208,135 @@ func (s *Store) Pop(ctx context.Context, req PopRequest) (PopResult, error) {
 		// The client is gone: claim nothing.
 		return res, err
 	}
-	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx, now time.Time) error {
-		q, err := getQueue(ctx, tx, req.Tenant, req.Queue, false)
-		if errors.Is(err, ErrNotFound) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		subStart, err := subscriptionStart(ctx, tx, now, req)
-		if err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `
-			INSERT INTO queen.partition_consumers (partition_id, consumer_group, last_consumed_seq, created_at)
-			SELECT p.id, $2,
-				CASE WHEN $3::timestamptz IS NULL THEN 0
-				ELSE coalesce((SELECT max(m.seq) FROM queen.messages m
-					WHERE m.partition_id = p.id AND m.created_at <= $3::timestamptz), 0) END,
-				$5
-			FROM queen.partitions p
-			WHERE p.queue_id = $1 AND ($4::text = '' OR p.name = $4::text)
-				AND NOT EXISTS (SELECT 1 FROM queen.partition_consumers pc
-					WHERE pc.partition_id = p.id AND pc.consumer_group = $2)
-			ON CONFLICT DO NOTHING`, q.ID, req.Group, subStart, req.Partition, now); err != nil {
-			return err
-		}
-		if req.Partition != "" && q.Options.WindowBuffer > 0 {
-			var active bool
-			err := tx.QueryRow(ctx, `SELECT coalesce(last_message_at > $3::timestamptz - make_interval(secs => $4::int), false)
-				FROM queen.partitions WHERE queue_id = $1 AND name = $2`,
-				q.ID, req.Partition, now, q.Options.WindowBuffer).Scan(&active)
-			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-				return err
-			}
-			if active {
-				res.WindowBufferActive = true
-				return nil
-			}
-		}
-		leaseSecs := req.LeaseSeconds
-		if leaseSecs <= 0 {
-			leaseSecs = q.Options.LeaseTime
-		}
-		if leaseSecs <= 0 {
-			leaseSecs = 60
-		}
-		leaseID := s.ids.New()
-		rows, err := tx.Query(ctx, `
-			WITH cand AS (
-				SELECT pc.partition_id
-				FROM queen.partition_consumers pc
-				JOIN queen.partitions p ON p.id = pc.partition_id
-				WHERE p.queue_id = $1 AND pc.consumer_group = $2
-					AND ($3::text = '' OR p.name = $3::text)
-					AND (pc.lease_expires_at IS NULL OR pc.lease_expires_at <= $4::timestamptz OR $9::bool)
-					AND p.last_seq > pc.last_consumed_seq
-					AND ($5::int = 0 OR p.last_message_at <= $4::timestamptz - make_interval(secs => $5::int))
-				ORDER BY pc.lease_acquired_at NULLS FIRST, p.id
-				LIMIT $6
-				FOR UPDATE OF pc SKIP LOCKED
-			)
-			UPDATE queen.partition_consumers pc
-			SET worker_id = $7, lease_acquired_at = $4::timestamptz,
-				lease_expires_at = $4::timestamptz + make_interval(secs => $8::int), batch_size = 0, acked_count = 0
-			FROM cand, queen.partitions p
-			WHERE pc.partition_id = cand.partition_id AND pc.consumer_group = $2 AND p.id = pc.partition_id
-			RETURNING pc.partition_id::text, p.name, pc.last_consumed_seq, pc.batch_retry_count, pc.lease_expires_at`,
-			q.ID, req.Group, req.Partition, now, q.Options.WindowBuffer, req.Partitions, leaseID, leaseSecs,
-			canary.On("pop-ignores-lease"))
-		if err != nil {
-			return err
-		}
-		var claims []claimed
-		for rows.Next() {
-			var c claimed
-			if err := rows.Scan(&c.pid, &c.name, &c.cursor, &c.retryCount, &res.LeaseExpiresAt); err != nil {
-				return err
-			}
-			claims = append(claims, c)
-		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		remaining := req.Batch
-		for _, c := range claims {
-			var msgs []Message
-			if remaining > 0 {
-				msgs, err = fetchAfter(ctx, tx, c, remaining, now, q.Options.DelayedProcessing)
-				if err != nil {
-					return err
-				}
-			}
-			if len(msgs) == 0 {
-				if _, err := tx.Exec(ctx, `UPDATE queen.partition_consumers
-					SET worker_id = NULL, lease_expires_at = NULL, lease_acquired_at = NULL
-					WHERE partition_id = $1 AND consumer_group = $2`, c.pid, req.Group); err != nil {
-					return err
-				}
-				continue
-			}
-			remaining -= len(msgs)
-			last := msgs[len(msgs)-1]
-			if req.AutoAck {
-				_, err = tx.Exec(ctx, `UPDATE queen.partition_consumers
-					SET last_consumed_seq = $3, last_consumed_id = $4, last_consumed_created_at = $5,
-						worker_id = NULL, lease_expires_at = NULL, lease_acquired_at = NULL,
-						batch_size = 0, acked_count = 0, batch_retry_count = 0,
-						total_messages_consumed = total_messages_consumed + $6,
-						total_batches_consumed = total_batches_consumed + 1, last_consumed_at = $7
-					WHERE partition_id = $1 AND consumer_group = $2`,
-					c.pid, req.Group, last.Seq, last.ID, last.CreatedAt, len(msgs), now)
-			} else {
-				_, err = tx.Exec(ctx, `UPDATE queen.partition_consumers SET batch_size = $3, lease_max_seq = $4
-					WHERE partition_id = $1 AND consumer_group = $2`, c.pid, req.Group, len(msgs), last.Seq)
-			}
-			if err != nil {
-				return err
-			}
-			if res.PartitionID == "" {
-				res.PartitionID, res.Partition = c.pid, c.name
-			}
-			res.PartitionsClaimed++
-			for i := range msgs {
-				msgs[i].Queue, msgs[i].ConsumerGroup = req.Queue, req.Group
-				if !req.AutoAck {
-					msgs[i].LeaseID = leaseID
-				}
-			}
-			res.Messages = append(res.Messages, msgs...)
-		}
-		if len(res.Messages) > 0 && !req.AutoAck {
-			res.LeaseID = leaseID
-		}
-		return nil
-	})
-	if err != nil {
-		return PopResult{Queue: req.Queue, Group: req.Group}, err
+	qid, err := s.subscribed(ctx, req)
+	if errors.Is(err, ErrNotFound) {
+		return res, nil
 	}
-	return res, nil
-}
-
-// fetchAfter reads up to limit messages after the claim's cursor, stopping
-// at the first one that delayedProcessing still hides.
-func fetchAfter(ctx context.Context, tx pgx.Tx, c claimed, limit int, now time.Time, delaySecs int) ([]Message, error) {
-	rows, err := tx.Query(ctx, `
-		SELECT id::text, transaction_id, trace_id::text, payload, producer_sub, created_at, seq
-		FROM queen.messages WHERE partition_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`, c.pid, c.cursor, limit)
 	if err != nil {
-		return nil, err
+		return res, err
+	}
+	p := popParams{QueueID: qid, Group: req.Group, Partitions: req.Partitions, Batch: req.Batch, LeaseID: s.ids.New(),
+		LeaseSeconds: req.LeaseSeconds, AutoAck: req.AutoAck, Now: s.dbNow(), Partition: req.Partition}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	args := []any{p.QueueID, p.Group, p.Partitions, p.Batch, p.LeaseID, p.LeaseSeconds, p.AutoAck, p.Now}
+	if p.Partition != "" {
+		args = append(args, p.Partition)
+	}
+	rows, err := s.pool.Query(ctx, popSQLFor(p.Partition != ""), args...)
+	if err != nil {
+		return res, err
 	}
 	defer rows.Close()
-	visibleBefore := now.Add(-time.Duration(delaySecs) * time.Second)
-	var out []Message
+	parts := map[string]bool{}
 	for rows.Next() {
-		m := Message{PartitionID: c.pid, Partition: c.name, RetryCount: c.retryCount}
+		m := Message{Queue: req.Queue, ConsumerGroup: req.Group}
 		var payload []byte
-		if err := rows.Scan(&m.ID, &m.TransactionID, &m.TraceID, &payload, &m.ProducerSub, &m.CreatedAt, &m.Seq); err != nil {
-			return nil, err
-		}
-		if delaySecs > 0 && m.CreatedAt.After(visibleBefore) {
-			break
+		var expires *time.Time
+		if err := rows.Scan(&m.PartitionID, &m.Partition, &m.RetryCount, &m.ID, &m.TransactionID, &m.TraceID, &payload,
+			&m.ProducerSub, &m.CreatedAt, &m.Seq, &expires); err != nil {
+			return PopResult{Queue: req.Queue, Group: req.Group}, err
 		}
 		if payload == nil {
 			payload = []byte("null")
 		}
 		m.Data = payload
-		out = append(out, m)
+		if !req.AutoAck {
+			m.LeaseID = p.LeaseID
+		}
+		if res.PartitionID == "" {
+			res.PartitionID, res.Partition = m.PartitionID, m.Partition
+		}
+		if expires != nil {
+			res.LeaseExpiresAt = *expires
+		}
+		parts[m.PartitionID] = true
+		res.Messages = append(res.Messages, m)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return PopResult{Queue: req.Queue, Group: req.Group}, err
+	}
+	res.PartitionsClaimed = len(parts)
+	if len(res.Messages) > 0 && !req.AutoAck {
+		res.LeaseID = p.LeaseID
+	}
+	return res, nil
 }
 
-// subscriptionStart records the group's subscription on first touch and
-// returns the instant its cursor starts after (nil: from the beginning).
-// The first touch wins; later modes are ignored, as in Queen.
-func subscriptionStart(ctx context.Context, tx pgx.Tx, now time.Time, req PopRequest) (*time.Time, error) {
-	if req.Group == QueueModeGroup {
-		return nil, nil
+// lockQueueSQL serialises a group's subscription against partition creation
+// (see createPartitionsSQL) and returns the queue's id.
+const lockQueueSQL = `SELECT id::text FROM queen.queues WHERE tenant_id = $1 AND name = $2 FOR UPDATE`
+
+// subscribeSQL records a group's subscription to a queue (the first one
+// wins; later modes are ignored, as in Queen) and gives the group a cursor
+// row in every partition: at the start for mode all, else after the last
+// message created at or before the subscription instant.
+const subscribeSQL = `
+WITH sub AS (
+	INSERT INTO queen.consumer_groups_metadata
+		(tenant_id, consumer_group, queue_name, subscription_mode, subscription_timestamp, created_at)
+	VALUES ($1, $3, $4, $5, coalesce($6::timestamptz, $7::timestamptz, now()), coalesce($7::timestamptz, now()))
+	ON CONFLICT DO NOTHING
+	RETURNING subscription_mode, subscription_timestamp
+),
+mode AS (
+	SELECT subscription_mode, subscription_timestamp FROM sub
+	UNION ALL
+	SELECT subscription_mode, subscription_timestamp FROM queen.consumer_groups_metadata
+	WHERE tenant_id = $1 AND consumer_group = $3 AND queue_name = $4
+		AND partition_name = '' AND namespace = '' AND task = ''
+	LIMIT 1
+)
+INSERT INTO queen.partition_consumers (partition_id, queue_id, consumer_group, last_consumed_seq, created_at)
+SELECT p.id, p.queue_id, $3,
+	CASE WHEN m.subscription_mode = 'all' THEN 0
+	ELSE coalesce((SELECT max(x.seq) FROM queen.messages x
+		WHERE x.partition_id = p.id AND x.created_at <= m.subscription_timestamp), 0) END,
+	coalesce($7::timestamptz, now())
+FROM queen.partitions p, mode m
+WHERE p.queue_id = $2
+ON CONFLICT DO NOTHING`
+
+type subscribeParams struct {
+	Tenant, QueueID, Group, Queue, Mode string
+	From                                *time.Time
+	Now                                 *time.Time
+}
+
+// subscribed returns the queue's id once the group is known to be
+// subscribed to it, subscribing it on first use. ErrNotFound: no such queue.
+func (s *Store) subscribed(ctx context.Context, req PopRequest) (string, error) {
+	key := subName{tenant: req.Tenant, queue: req.Queue, group: req.Group}
+	if id, ok := s.cache.subscription(key); ok {
+		return id, nil
 	}
-	mode, ts := req.SubscriptionMode, now
-	if req.SubscriptionFrom != nil {
-		mode, ts = "from", *req.SubscriptionFrom
+	p := subscribeParams{Tenant: req.Tenant, Group: req.Group, Queue: req.Queue, Mode: req.SubscriptionMode,
+		From: req.SubscriptionFrom, Now: s.dbNow()}
+	switch {
+	case req.Group == QueueModeGroup:
+		p.Mode, p.From = "all", nil
+	case p.From != nil:
+		p.Mode = "from"
+	case p.Mode == "":
+		p.Mode = "all"
 	}
-	if mode == "" {
-		mode = "all"
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, lockQueueSQL, p.Tenant, p.Queue).Scan(&p.QueueID); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				return ErrNotFound
+			}
+			return err
+		}
+		_, err := tx.Exec(ctx, subscribeSQL, p.Tenant, p.QueueID, p.Group, p.Queue, p.Mode, p.From, p.Now)
+		return err
+	})
+	if err != nil {
+		return "", err
 	}
-	if _, err := tx.Exec(ctx, `
-		INSERT INTO queen.consumer_groups_metadata (tenant_id, consumer_group, queue_name, subscription_mode, subscription_timestamp, created_at)
-		VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING`,
-		req.Tenant, req.Group, req.Queue, mode, ts, now); err != nil {
-		return nil, err
-	}
-	if err := tx.QueryRow(ctx, `SELECT subscription_mode, subscription_timestamp FROM queen.consumer_groups_metadata
-		WHERE tenant_id = $1 AND consumer_group = $2 AND queue_name = $3 AND partition_name = '' AND namespace = '' AND task = ''`,
-		req.Tenant, req.Group, req.Queue).Scan(&mode, &ts); err != nil {
-		return nil, err
-	}
-	if mode == "all" {
-		return nil, nil
-	}
-	return &ts, nil
+	s.cache.putSubscription(key, p.QueueID)
+	return p.QueueID, nil
 }
 
 // QueuesFor lists the tenant's queues matching a namespace and/or task,
@@ -306,17 +351,19 @@ func (s *Store) QueuesFor(ctx context.Context, tenant, namespace, task string) (
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
-// Release gives back every live lease held by leaseID without moving any
-// cursor: the messages are redelivered at once. Used when a pop's client
-// went away after the claim committed.
+// releaseSQL gives back every live lease held by a token without moving any
+// cursor. lease_acquired_at stays, so the partition keeps its place at the
+// back of the fairness order.
+const releaseSQL = `
+UPDATE queen.partition_consumers SET worker_id = NULL, lease_expires_at = NULL
+WHERE worker_id = $1 AND lease_expires_at > coalesce($2::timestamptz, now())`
+
+// Release gives back every live lease held by leaseID: the messages are
+// redelivered at once. Used when a pop's client went away after the claim
+// committed.
 func (s *Store) Release(ctx context.Context, leaseID string) (int64, error) {
-	var n int64
-	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx, now time.Time) error {
-		tag, err := tx.Exec(ctx, `UPDATE queen.partition_consumers
-			SET worker_id = NULL, lease_expires_at = NULL, lease_acquired_at = NULL
-			WHERE worker_id = $1 AND lease_expires_at > $2`, leaseID, now)
-		n = tag.RowsAffected()
-		return err
-	})
-	return n, err
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	tag, err := s.pool.Exec(ctx, releaseSQL, leaseID, s.dbNow())
+	return tag.RowsAffected(), err
 }

@@ -3,11 +3,11 @@ package store
 import (
 	"context"
 	"encoding/json"
-	"github.com/queen-go/queen/queen/canary"
-	"sort"
+	"fmt"
+	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/queen-go/queen/queen/canary"
 )
 
 // PushItem is one message to append.
@@ -30,225 +30,300 @@ type PushResult struct {
 	TraceID       string
 }
 
-// Push appends items in one transaction and returns one result per item, in
-// input order. It returns only after COMMIT: a "queued" answer is durable.
-// Queues and partitions are created on first use.
-func (s *Store) Push(ctx context.Context, tenant string, items []PushItem, producerSub string) ([]PushResult, error) {
-	var out []PushResult
-	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx, now time.Time) error {
-		var err error
-		out, err = s.pushTx(ctx, tx, now, tenant, items, producerSub)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
+// appendSQL appends messages to partitions whose ids are known, in one
+// statement, and answers per input row: the message id (new or the stored
+// duplicate's) and whether this statement inserted it.
+//
+// Invariant (cursor order = visibility order): every partition row that gets
+// a message is locked FOR NO KEY UPDATE, in id order, and its last_seq
+// allocates the new seqs under that lock, held to COMMIT. So within a
+// partition a higher seq never becomes visible before a lower one, and a
+// reader that sees seq k sees every committed seq below k. (NO KEY UPDATE, not
+// UPDATE: a DLQ insert's foreign-key check on the partition does not wait for
+// pushes.)
+//
+// Invariant (exact dedup): (partition_id, transaction_id) is unique. A row
+// already visible is answered from existing; one committed by a concurrent
+// push after this statement's snapshot is caught by ON CONFLICT DO NOTHING
+// and answered by dupLookupSQL. Either way the answer is "duplicate" with the
+// stored message's id.
+//
+// Invariant (no phantom backlog): last_seq moves to the highest seq actually
+// inserted, never to a seq a conflicting row did not take.
+const appendSQL = `
+WITH input AS (
+	SELECT v.id, v.pid, v.txid, v.trace, v.payload, v.sub, v.ord
+	FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[])
+		WITH ORDINALITY AS v(id, pid, txid, trace, payload, sub, ord)
+),
+existing AS (
+	SELECT i.ord, m.id
+	FROM input i JOIN queen.messages m ON m.partition_id = i.pid AND m.transaction_id = i.txid
+),
+fresh_input AS (
+	SELECT i.* FROM input i WHERE NOT EXISTS (SELECT 1 FROM existing e WHERE e.ord = i.ord)
+),
+locked AS (
+	SELECT p.id, p.last_seq FROM queen.partitions p
+	WHERE p.id IN (SELECT pid FROM fresh_input)
+	ORDER BY p.id
+	FOR NO KEY UPDATE
+),
+fresh AS (
+	SELECT f.*, l.last_seq + row_number() OVER (PARTITION BY f.pid ORDER BY f.ord) AS seq
+	FROM fresh_input f JOIN locked l ON l.id = f.pid
+),
+appended AS (
+	INSERT INTO queen.messages (id, partition_id, seq, transaction_id, trace_id, payload, created_at, producer_sub)
+	SELECT id, pid, seq, txid, nullif(trace, '')::uuid, payload::jsonb, coalesce($7::timestamptz, now()), nullif(sub, '')
+	FROM fresh
+	ON CONFLICT (partition_id, transaction_id) DO NOTHING
+	RETURNING id, partition_id, seq
+),
+advanced AS (
+	UPDATE queen.partitions p
+	SET last_seq = a.seq, last_message_at = coalesce($7::timestamptz, now()), last_activity = coalesce($7::timestamptz, now())
+	FROM (SELECT partition_id, max(seq) AS seq FROM appended GROUP BY partition_id) a
+	WHERE p.id = a.partition_id
+	RETURNING p.id
+)
+SELECT i.ord, coalesce(a.id, e.id, i.id)::text, a.id IS NOT NULL, a.id IS NOT NULL OR e.id IS NOT NULL,
+	(SELECT count(*) FROM advanced)
+FROM input i
+LEFT JOIN appended a ON a.id = i.id
+LEFT JOIN existing e ON e.ord = i.ord
+ORDER BY i.ord`
+
+type appendParams struct {
+	IDs, PartitionIDs, TransactionIDs, TraceIDs, Payloads, ProducerSubs []string
+	Now                                                                 *time.Time
 }
 
-type partKey struct{ queue, partition string }
+// dupLookupSQL finds the stored rows that a concurrent push committed after
+// appendSQL's snapshot: a new statement, so a new snapshot.
+const dupLookupSQL = `
+SELECT v.ord, m.id::text
+FROM unnest($1::uuid[], $2::text[]) WITH ORDINALITY AS v(pid, txid, ord)
+JOIN queen.messages m ON m.partition_id = v.pid AND m.transaction_id = v.txid`
 
-// pushTx appends items inside tx.
-//
-// Invariant (cursor order = visibility order): each touched partition row is
-// locked FOR UPDATE until COMMIT and its last_seq allocates the new seqs, so
-// within a partition a higher seq never becomes visible before a lower one.
-// Invariant (exact dedup): the (partition, transactionId) lookup happens
-// under that same lock, so concurrent identical pushes serialise and the
-// second sees the first's row.
-func (s *Store) pushTx(ctx context.Context, tx pgx.Tx, now time.Time, tenant string, items []PushItem, producerSub string) ([]PushResult, error) {
+// strandedSQL is the stranded canary: the reference broker's bug. No
+// per-partition serialisation, an order fixed at creation rather than at
+// commit, and a pause between taking a position and committing.
+func strandedSQL(sql string) string {
+	sql = strings.Replace(sql, `SELECT p.id, p.last_seq FROM queen.partitions p
+	WHERE p.id IN (SELECT pid FROM fresh_input)
+	ORDER BY p.id
+	FOR NO KEY UPDATE`, `SELECT p.id, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS last_seq
+	FROM queen.partitions p WHERE p.id IN (SELECT pid FROM fresh_input)`, 1)
+	return strings.Replace(sql, `(SELECT count(*) FROM advanced)`, `(SELECT count(*) FROM advanced, pg_sleep(random() * 0.2))`, 1)
+}
+
+// appendRow is one message bound for a known partition.
+type appendRow struct {
+	id, pid, txid, trace, payload, sub string
+}
+
+// appendOut is one row's outcome.
+type appendOut struct {
+	messageID string
+	queued    bool
+	// gone: the row's partition no longer exists (deleted since its id
+	// was cached); nothing was written for it.
+	gone bool
+}
+
+// Push appends items and returns one result per item, in input order. It
+// returns only after COMMIT: a "queued" answer is durable. Queues and
+// partitions are created on first use. Concurrent pushes are combined into
+// one statement (see combiner).
+func (s *Store) Push(ctx context.Context, tenant string, items []PushItem, producerSub string) ([]PushResult, error) {
 	out := make([]PushResult, len(items))
 	if len(items) == 0 {
 		return out, nil
 	}
-	// Resolve queues and partitions in a fixed (name) order so concurrent
-	// pushes that create them cannot wait on each other in a cycle.
-	keys := make([]partKey, 0, len(items))
-	seen := map[partKey]bool{}
-	for i := range items {
-		if items[i].Partition == "" {
-			items[i].Partition = DefaultPartition
-		}
-		k := partKey{items[i].Queue, items[i].Partition}
-		if !seen[k] {
-			seen[k] = true
-			keys = append(keys, k)
-		}
+	todo := make([]int, len(items))
+	for i := range todo {
+		todo[i] = i
 	}
-	sort.Slice(keys, func(i, j int) bool {
-		if keys[i].queue != keys[j].queue {
-			return keys[i].queue < keys[j].queue
+	for attempt := 0; len(todo) > 0; attempt++ {
+		if attempt == 2 {
+			return nil, fmt.Errorf("push: partitions deleted while pushing into them")
 		}
-		return keys[i].partition < keys[j].partition
-	})
-	// The common case, every queue and partition already there, is one
-	// lookup; only missing ones take the create path below.
-	pids := map[partKey]string{}
-	qnames, pnames := make([]string, len(keys)), make([]string, len(keys))
-	for i, k := range keys {
-		qnames[i], pnames[i] = k.queue, k.partition
-	}
-	rows, err := tx.Query(ctx, `
-		SELECT q.name, p.name, p.id::text
-		FROM unnest($2::text[], $3::text[]) AS k(qn, pn)
-		JOIN queen.queues q ON q.tenant_id = $1 AND q.name = k.qn
-		JOIN queen.partitions p ON p.queue_id = q.id AND p.name = k.pn`, tenant, qnames, pnames)
-	if err != nil {
-		return nil, err
-	}
-	for rows.Next() {
-		var k partKey
-		var id string
-		if err := rows.Scan(&k.queue, &k.partition, &id); err != nil {
-			return nil, err
+		sub := make([]PushItem, len(todo))
+		for j, i := range todo {
+			sub[j] = items[i]
 		}
-		pids[k] = id
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	queues := map[string]Queue{}
-	for _, k := range keys {
-		if _, ok := pids[k]; ok {
-			continue
-		}
-		q, ok := queues[k.queue]
-		if !ok {
-			var err error
-			if q, err = s.ensureQueue(ctx, tx, tenant, k.queue, now); err != nil {
-				return nil, err
-			}
-			queues[k.queue] = q
-		}
-		pid, err := s.ensurePartition(ctx, tx, q.ID, k.partition, now)
+		rows, err := s.pushRows(ctx, tenant, sub, producerSub)
 		if err != nil {
 			return nil, err
 		}
-		pids[k] = pid
+		res, err := s.pushes.do(ctx, rows)
+		if err != nil {
+			return nil, err
+		}
+		var again []int
+		gone := map[string]bool{}
+		for j, i := range todo {
+			if res[j].gone {
+				// A partition this process had cached was deleted: forget
+				// it and resolve the name again.
+				gone[rows[j].pid] = true
+				again = append(again, i)
+				continue
+			}
+			out[i] = PushResult{Index: i, Status: "duplicate", MessageID: res[j].messageID, TransactionID: rows[j].txid,
+				PartitionID: rows[j].pid, QueueName: items[i].Queue, TraceID: items[i].TraceID}
+			if res[j].queued {
+				out[i].Status = "queued"
+			}
+		}
+		s.cache.forgetPartitionIDs(gone)
+		todo = again
 	}
-	idList := make([]string, 0, len(pids))
-	for _, id := range pids {
-		idList = append(idList, id)
+	return out, nil
+}
+
+// pushRows resolves the items' partitions and mints their message ids.
+func (s *Store) pushRows(ctx context.Context, tenant string, items []PushItem, producerSub string) ([]appendRow, error) {
+	keys := make([]partName, len(items))
+	for i, it := range items {
+		keys[i] = partName{tenant: tenant, queue: it.Queue, partition: it.Partition}
+		if keys[i].partition == "" {
+			keys[i].partition = DefaultPartition
+		}
 	}
-	lockSQL := `SELECT id::text, last_seq FROM queen.partitions WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE`
-	stranded := canary.On("stranded")
-	if stranded {
-		// The reference broker's bug: no per-partition serialisation, and
-		// an order fixed at creation rather than at commit.
-		lockSQL = `SELECT id::text, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint FROM queen.partitions WHERE id = ANY($1::uuid[])`
-	}
-	rows, err = tx.Query(ctx, lockSQL, idList)
+	pids, err := s.partitionIDs(ctx, tenant, keys)
 	if err != nil {
 		return nil, err
 	}
-	lastSeq := map[string]int64{}
-	for rows.Next() {
-		var id string
-		var seq int64
-		if err := rows.Scan(&id, &seq); err != nil {
-			return nil, err
-		}
-		lastSeq[id] = seq
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-
-	type dedupKey struct{ pid, txid string }
-	itemPIDs := make([]string, len(items))
-	txids := make([]string, len(items))
+	rows := make([]appendRow, len(items))
 	for i, it := range items {
-		itemPIDs[i] = pids[partKey{it.Queue, it.Partition}]
-		txids[i] = it.TransactionID
-	}
-	existing := map[dedupKey]string{}
-	rows, err = tx.Query(ctx, `SELECT m.partition_id::text, m.transaction_id, m.id::text
-		FROM queen.messages m
-		JOIN unnest($1::uuid[], $2::text[]) AS k(pid, txid) ON m.partition_id = k.pid AND m.transaction_id = k.txid`,
-		itemPIDs, txids)
-	if err != nil {
-		return nil, err
-	}
-	for rows.Next() {
-		var k dedupKey
-		var id string
-		if err := rows.Scan(&k.pid, &k.txid, &id); err != nil {
-			return nil, err
-		}
-		existing[k] = id
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-
-	var ins struct {
-		id, pid, txid, trace, payload []string
-		seq                           []int64
-	}
-	for i, it := range items {
-		pid := itemPIDs[i]
-		res := PushResult{Index: i, PartitionID: pid, QueueName: it.Queue, TraceID: it.TraceID}
 		id := s.ids.New()
 		txid := it.TransactionID
 		if txid == "" {
 			txid = id
 		}
-		res.TransactionID = txid
-		k := dedupKey{pid, txid}
-		if prev, dup := existing[k]; dup {
-			if canary.On("dedup-off") {
-				res.Status, res.MessageID = "queued", id
-				out[i] = res
-				continue
-			}
-			res.Status, res.MessageID = "duplicate", prev
-			out[i] = res
-			continue
-		}
-		existing[k] = id
-		lastSeq[pid]++
 		payload := "null"
 		if len(it.Payload) > 0 {
 			payload = string(it.Payload)
 		}
-		ins.id = append(ins.id, id)
-		ins.pid = append(ins.pid, pid)
-		ins.seq = append(ins.seq, lastSeq[pid])
-		ins.txid = append(ins.txid, txid)
-		ins.trace = append(ins.trace, it.TraceID)
-		ins.payload = append(ins.payload, payload)
-		res.Status, res.MessageID = "queued", id
-		out[i] = res
+		rows[i] = appendRow{id: id, pid: pids[keys[i]], txid: txid, trace: it.TraceID, payload: payload, sub: producerSub}
 	}
-	if len(ins.id) == 0 {
-		return out, nil
+	return rows, nil
+}
+
+// appendRows runs appendSQL on q for rows whose (partition, transactionId)
+// pairs are distinct, and answers one outcome per row.
+func (s *Store) appendRows(ctx context.Context, q querier, rows []appendRow) ([]appendOut, error) {
+	p := appendParams{Now: s.dbNow()}
+	for _, r := range rows {
+		p.IDs = append(p.IDs, r.id)
+		p.PartitionIDs = append(p.PartitionIDs, r.pid)
+		p.TransactionIDs = append(p.TransactionIDs, r.txid)
+		p.TraceIDs = append(p.TraceIDs, r.trace)
+		p.Payloads = append(p.Payloads, r.payload)
+		p.ProducerSubs = append(p.ProducerSubs, r.sub)
 	}
-	if stranded {
-		// Widen the window between taking a position and committing.
-		if _, err := tx.Exec(ctx, `SELECT pg_sleep(random() * 0.2)`); err != nil {
+	sql := appendSQL
+	if canary.On("stranded") {
+		sql = strandedSQL(sql)
+	}
+	res, err := q.Query(ctx, sql, p.IDs, p.PartitionIDs, p.TransactionIDs, p.TraceIDs, p.Payloads, p.ProducerSubs, p.Now)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]appendOut, len(rows))
+	var raced []int
+	for res.Next() {
+		var ord, advanced int64
+		var found bool
+		var o appendOut
+		if err := res.Scan(&ord, &o.messageID, &o.queued, &found, &advanced); err != nil {
+			res.Close()
+			return nil, err
+		}
+		out[ord-1] = o
+		if !found {
+			raced = append(raced, int(ord-1))
+		}
+	}
+	if err := res.Err(); err != nil {
+		return nil, err
+	}
+	if len(raced) > 0 {
+		if err := s.lookupRacedDuplicates(ctx, q, rows, raced, out); err != nil {
 			return nil, err
 		}
 	}
-	upd := struct {
-		pid []string
-		seq []int64
-	}{}
-	for pid, seq := range lastSeq {
-		upd.pid = append(upd.pid, pid)
-		upd.seq = append(upd.seq, seq)
+	if canary.On("dedup-off") {
+		for i := range out {
+			out[i] = appendOut{messageID: rows[i].id, queued: true}
+		}
 	}
-	// One statement appends the rows and moves each partition's allocator.
-	_, err = tx.Exec(ctx, `
-		WITH appended AS (
-			INSERT INTO queen.messages (id, partition_id, seq, transaction_id, trace_id, payload, created_at, producer_sub)
-			SELECT id, pid, seq, txid, nullif(trace, '')::uuid, payload::jsonb, $7, nullif($8, '')
-			FROM unnest($1::uuid[], $2::uuid[], $3::bigint[], $4::text[], $5::text[], $6::text[])
-				AS v(id, pid, seq, txid, trace, payload)
-			RETURNING 1
-		)
-		UPDATE queen.partitions p SET last_seq = GREATEST(p.last_seq, v.seq), last_message_at = $7, last_activity = $7
-		FROM unnest($9::uuid[], $10::bigint[]) AS v(pid, seq)
-		WHERE p.id = v.pid AND p.last_seq <> v.seq`,
-		ins.id, ins.pid, ins.seq, ins.txid, ins.trace, ins.payload, now, producerSub, upd.pid, upd.seq)
-	return out, err
+	return out, nil
+}
+
+// lookupRacedDuplicates answers the rows that lost an insert race to a
+// concurrent push of the same (partition, transactionId).
+func (s *Store) lookupRacedDuplicates(ctx context.Context, q querier, rows []appendRow, raced []int, out []appendOut) error {
+	pids, txids := make([]string, len(raced)), make([]string, len(raced))
+	for j, i := range raced {
+		pids[j], txids[j] = rows[i].pid, rows[i].txid
+	}
+	res, err := q.Query(ctx, dupLookupSQL, pids, txids)
+	if err != nil {
+		return err
+	}
+	defer res.Close()
+	for _, i := range raced {
+		// Neither inserted nor stored: the partition row is gone (appendSQL
+		// joins it), unless the lookup below finds the row.
+		out[i] = appendOut{gone: true}
+	}
+	for res.Next() {
+		var ord int64
+		var id string
+		if err := res.Scan(&ord, &id); err != nil {
+			return err
+		}
+		out[raced[ord-1]] = appendOut{messageID: id}
+	}
+	return res.Err()
+}
+
+// appendDistinct runs appendRows over rows that may repeat a (partition,
+// transactionId) pair: a repeat is answered as a duplicate of the first.
+func (s *Store) appendDistinct(ctx context.Context, q querier, rows []appendRow) ([]appendOut, error) {
+	type key struct{ pid, txid string }
+	first := make(map[key]int, len(rows))
+	alias := make([]int, len(rows))
+	uniq := make([]appendRow, 0, len(rows))
+	for i, r := range rows {
+		k := key{r.pid, r.txid}
+		if j, ok := first[k]; ok {
+			alias[i] = j
+			continue
+		}
+		first[k] = len(uniq)
+		alias[i] = len(uniq)
+		uniq = append(uniq, r)
+	}
+	res, err := s.appendRows(ctx, q, uniq)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]appendOut, len(rows))
+	taken := make([]bool, len(uniq))
+	for i := range rows {
+		j := alias[i]
+		out[i] = res[j]
+		switch {
+		case taken[j] && canary.On("dedup-off"):
+			out[i] = appendOut{messageID: rows[i].id, queued: true}
+		case taken[j]:
+			out[i].queued = false
+		}
+		taken[j] = true
+	}
+	return out, nil
 }

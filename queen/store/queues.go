@@ -195,46 +195,19 @@ func (s *Store) Configure(ctx context.Context, in ConfigureInput) (ConfigureResu
 			return err
 		}
 		res.Queue = q
-		res.DefaultPartitionID, err = s.ensurePartition(ctx, tx, q.ID, DefaultPartition, now)
-		return err
+		return nil
 	})
-	return res, err
-}
-
-// ensureQueue returns the queue's id, creating it with default options if
-// it does not exist. DO NOTHING + SELECT rather than an upsert, so pushes to
-// one queue never queue up behind a row lock on it.
-func (s *Store) ensureQueue(ctx context.Context, tx pgx.Tx, tenant, name string, now time.Time) (Queue, error) {
-	q, err := getQueue(ctx, tx, tenant, name, false)
-	if err == nil || !errors.Is(err, ErrNotFound) {
-		return q, err
+	if err != nil {
+		return res, err
 	}
-	ns, task := splitName(name)
-	d := DefaultQueueOptions()
-	if _, err := tx.Exec(ctx, `
-		INSERT INTO queen.queues (id, tenant_id, name, namespace, task, lease_time, retry_limit, retry_delay, ttl, created_at)
-		VALUES ($1, $2, $3, nullif($4, ''), nullif($5, ''), $6, $7, $8, $9, $10)
-		ON CONFLICT (tenant_id, name) DO NOTHING`,
-		s.ids.New(), tenant, name, ns, task, d.LeaseTime, d.RetryLimit, d.RetryDelay, d.TTL, now); err != nil {
-		return q, err
+	s.cache.forgetQueue(in.Tenant, in.Queue)
+	key := partName{tenant: in.Tenant, queue: in.Queue, partition: DefaultPartition}
+	pids, err := s.partitionIDs(ctx, in.Tenant, []partName{key})
+	if err != nil {
+		return res, err
 	}
-	return getQueue(ctx, tx, tenant, name, false)
-}
-
-// ensurePartition returns the partition's id, creating it if needed.
-func (s *Store) ensurePartition(ctx context.Context, tx pgx.Tx, queueID, name string, now time.Time) (string, error) {
-	var id string
-	err := tx.QueryRow(ctx, `SELECT id FROM queen.partitions WHERE queue_id = $1 AND name = $2`, queueID, name).Scan(&id)
-	if err == nil || !errors.Is(err, pgx.ErrNoRows) {
-		return id, err
-	}
-	if _, err := tx.Exec(ctx, `
-		INSERT INTO queen.partitions (id, queue_id, name, created_at, last_activity) VALUES ($1, $2, $3, $4, $4)
-		ON CONFLICT (queue_id, name) DO NOTHING`, s.ids.New(), queueID, name, now); err != nil {
-		return "", err
-	}
-	err = tx.QueryRow(ctx, `SELECT id FROM queen.partitions WHERE queue_id = $1 AND name = $2`, queueID, name).Scan(&id)
-	return id, err
+	res.DefaultPartitionID = pids[key]
+	return res, nil
 }
 
 // QueueInfo is a queue with its counts, for the resources routes.
@@ -326,7 +299,12 @@ func queueInfo(ctx context.Context, tx pgx.Tx, q Queue) (QueueInfo, error) {
 // DeleteQueue removes a queue and, by cascade, its partitions, messages,
 // cursors and DLQ rows. It reports whether the queue existed.
 func (s *Store) DeleteQueue(ctx context.Context, tenant, name string) (bool, error) {
-	tag, err := s.pool.Exec(ctx, `DELETE FROM queen.queues WHERE tenant_id = $1 AND name = $2`, tenant, name)
+	// The queue's subscriptions go with it: a queue created again under the
+	// same name starts with none.
+	tag, err := s.pool.Exec(ctx, `
+		WITH subs AS (DELETE FROM queen.consumer_groups_metadata WHERE tenant_id = $1 AND queue_name = $2)
+		DELETE FROM queen.queues WHERE tenant_id = $1 AND name = $2`, tenant, name)
+	s.cache.forgetQueue(tenant, name)
 	if err != nil {
 		return false, err
 	}

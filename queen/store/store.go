@@ -19,7 +19,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/queen-go/queen/queen/clock"
 
 	"github.com/queen-go/queen/queen/config"
 	"github.com/queen-go/queen/queen/ids"
@@ -45,6 +48,18 @@ type Options struct {
 	// that stopped answering (a blackholed link) fails the call instead of
 	// hanging it. Zero means no bound beyond the caller's context.
 	TxTimeout time.Duration
+	// Clock ages the name cache; nil means the wall clock.
+	Clock clock.Clock
+	// CacheTTL bounds how long a cached name -> id entry is trusted
+	// (QUEEN_CACHE_REFRESH_INTERVAL_MS). Zero means 60 s.
+	CacheTTL time.Duration
+	// PushStatements is how many combined push statements may be in flight
+	// at once; pushes arriving while they run wait and go together in the
+	// next one. Zero means 4.
+	PushStatements int
+	// PushBatchRows caps the rows of one combined push statement. Zero
+	// means 1000.
+	PushBatchRows int
 }
 
 // Store runs queen's statements over a connection pool.
@@ -53,6 +68,8 @@ type Store struct {
 	dbNow     func() *time.Time
 	ids       *ids.Source
 	txTimeout time.Duration
+	cache     *cache
+	pushes    *combiner
 }
 
 // New wraps an open pool.
@@ -60,7 +77,37 @@ func New(pool *pgxpool.Pool, o Options) *Store {
 	if o.DBNow == nil {
 		o.DBNow = func() *time.Time { return nil }
 	}
-	return &Store{pool: pool, dbNow: o.DBNow, ids: o.IDs, txTimeout: o.TxTimeout}
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	if o.CacheTTL <= 0 {
+		o.CacheTTL = 60 * time.Second
+	}
+	if o.PushStatements <= 0 {
+		o.PushStatements = 4
+	}
+	if o.PushBatchRows <= 0 {
+		o.PushBatchRows = 1000
+	}
+	s := &Store{pool: pool, dbNow: o.DBNow, ids: o.IDs, txTimeout: o.TxTimeout, cache: newCache(o.Clock, o.CacheTTL)}
+	s.pushes = &combiner{run: s.appendCombined, maxInFlight: o.PushStatements, maxRows: o.PushBatchRows}
+	return s
+}
+
+// bound applies the client-side statement bound (TxTimeout), so a database
+// that stopped answering fails the call instead of hanging it.
+func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if s.txTimeout > 0 {
+		return context.WithTimeout(ctx, s.txTimeout)
+	}
+	return context.WithCancel(ctx)
+}
+
+// querier is what a statement runs on: the pool (autocommit) or a
+// transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
 // Pool exposes the pool for health and metrics.

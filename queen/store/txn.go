@@ -2,10 +2,11 @@ package store
 
 import (
 	"context"
-	"github.com/queen-go/queen/queen/canary"
-	"time"
+	"sort"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/queen-go/queen/queen/canary"
 )
 
 // TxnOp is one operation of an atomic transaction: a push of Items, or one
@@ -31,61 +32,159 @@ type TxnResult struct {
 	DLQ           bool
 }
 
+// txnLockSQL locks, before anything else in a transaction, every cursor row
+// it relies on: the rows holding its requiredLeases and the rows its acks
+// will move, in (partition, group) order. Cursor rows first, partition rows
+// (appendSQL) after, is the one global lock order, so concurrent
+// transactions cannot deadlock; and a required lease cannot expire into
+// someone else's hands, or be acked away, while the transaction runs.
+const txnLockSQL = `
+SELECT pc.worker_id, pc.worker_id = ANY($1::text[]) AND pc.lease_expires_at > coalesce($5::timestamptz, now())
+	AND q.tenant_id = $4::uuid
+FROM queen.partition_consumers pc
+JOIN queen.queues q ON q.id = pc.queue_id
+WHERE pc.worker_id = ANY($1::text[])
+	OR (pc.partition_id, pc.consumer_group) IN (SELECT * FROM unnest($2::uuid[], $3::text[]))
+ORDER BY pc.partition_id, pc.consumer_group
+FOR UPDATE OF pc`
+
+type txnLockParams struct {
+	Leases       []string
+	PartitionIDs []string
+	Groups       []string
+	Tenant       string
+}
+
 // Transaction applies ops all-or-nothing. Every lease in requiredLeases must
 // be live (and the tenant's) or nothing is written. A business failure comes
 // back as an error for which IsRollback is true; the caller answers
 // success:false. A push of an existing transactionId is reported duplicate
 // and does not abort the transaction, so a retried transaction is safe.
+//
+// Statements: one lock, one append for every pushed item, and one read and
+// one write per consumer group acked, however many operations.
 func (s *Store) Transaction(ctx context.Context, tenant string, ops []TxnOp, requiredLeases []string, producerSub string) ([]TxnResult, error) {
-	var out []TxnResult
-	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx, now time.Time) error {
-		out = out[:0]
-		for _, lease := range requiredLeases {
-			var live bool
-			if err := tx.QueryRow(ctx, `
-				SELECT EXISTS (SELECT 1 FROM queen.partition_consumers pc
-					JOIN queen.partitions p ON p.id = pc.partition_id
-					JOIN queen.queues q ON q.id = p.queue_id
-					WHERE pc.worker_id = $1 AND pc.lease_expires_at > $2 AND q.tenant_id = $3)`,
-				lease, now, tenant).Scan(&live); err != nil {
+	pushTenant := tenant
+	if canary.On("tenant-dropped") {
+		pushTenant = DefaultTenant
+	}
+	var items []PushItem
+	byGroup := map[string][]int{}
+	var groups []string
+	lp := txnLockParams{Leases: append([]string{}, requiredLeases...), Tenant: tenant}
+	for i, op := range ops {
+		switch op.Type {
+		case "push":
+			items = append(items, op.Items...)
+		case "ack":
+			g := op.Group
+			if g == "" {
+				g = QueueModeGroup
+			}
+			if _, ok := byGroup[g]; !ok {
+				groups = append(groups, g)
+			}
+			byGroup[g] = append(byGroup[g], i)
+			lp.PartitionIDs = append(lp.PartitionIDs, op.Ack.PartitionID)
+			lp.Groups = append(lp.Groups, g)
+		default:
+			return nil, rollback("operations[%d]: unknown type %q", i, op.Type)
+		}
+	}
+	sort.Strings(groups)
+	// Names resolve (and queues and partitions are created) before the
+	// transaction: creating them is harmless if it rolls back.
+	rows, err := s.pushRows(ctx, pushTenant, items, producerSub)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	var pushed []appendOut
+	acked := make([]AckResult, len(ops))
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := s.lockForTxn(ctx, tx, lp, requiredLeases); err != nil {
+			return err
+		}
+		if len(rows) > 0 {
+			var err error
+			if pushed, err = s.appendDistinct(ctx, tx, rows); err != nil {
 				return err
 			}
-			if !live {
-				return rollback("lease %s is invalid or expired", lease)
+			for _, o := range pushed {
+				if o.gone {
+					return rollback("a partition was deleted during the transaction")
+				}
 			}
 		}
-		for i, op := range ops {
-			switch op.Type {
-			case "push":
-				pushTenant := tenant
-				if canary.On("tenant-dropped") {
-					pushTenant = DefaultTenant
+		for _, g := range groups {
+			idx := byGroup[g]
+			acks := make([]AckItem, len(idx))
+			for j, i := range idx {
+				acks[j] = ops[i].Ack
+				if acks[j].LeaseID == "" && len(requiredLeases) == 1 {
+					acks[j].LeaseID = requiredLeases[0]
 				}
-				res, err := s.pushTx(ctx, tx, now, pushTenant, op.Items, producerSub)
-				if err != nil {
-					return err
-				}
-				for _, r := range res {
-					out = append(out, TxnResult{Index: i, Type: "push", Success: true, TransactionID: r.TransactionID,
-						MessageID: r.MessageID, PartitionID: r.PartitionID, QueueName: r.QueueName,
-						Duplicate: r.Status == "duplicate"})
-				}
-			case "ack":
-				a := op.Ack
-				if a.LeaseID == "" && len(requiredLeases) == 1 {
-					a.LeaseID = requiredLeases[0]
-				}
-				res, err := ackTx(ctx, tx, now, tenant, op.Group, []AckItem{a}, true)
-				if err != nil {
-					return err
-				}
-				out = append(out, TxnResult{Index: i, Type: "ack", Success: true, TransactionID: a.TransactionID,
-					PartitionID: a.PartitionID, QueueName: res[0].QueueName, DLQ: res[0].DLQ})
-			default:
-				return rollback("operations[%d]: unknown type %q", i, op.Type)
+			}
+			res, err := s.ackTx(ctx, tx, tenant, g, acks, true)
+			if err != nil {
+				return err
+			}
+			for j, i := range idx {
+				acked[i] = res[j]
 			}
 		}
 		return nil
 	})
-	return out, err
+	if err != nil {
+		return nil, err
+	}
+	var out []TxnResult
+	next := 0
+	for i, op := range ops {
+		if op.Type == "ack" {
+			out = append(out, TxnResult{Index: i, Type: "ack", Success: true, TransactionID: op.Ack.TransactionID,
+				PartitionID: op.Ack.PartitionID, QueueName: acked[i].QueueName, DLQ: acked[i].DLQ})
+			continue
+		}
+		for _, it := range op.Items {
+			r, o := rows[next], pushed[next]
+			next++
+			out = append(out, TxnResult{Index: i, Type: "push", Success: true, TransactionID: r.txid,
+				MessageID: o.messageID, PartitionID: r.pid, QueueName: it.Queue, Duplicate: !o.queued})
+		}
+	}
+	return out, nil
+}
+
+// lockForTxn runs txnLockSQL and checks every required lease is held.
+func (s *Store) lockForTxn(ctx context.Context, tx pgx.Tx, p txnLockParams, required []string) error {
+	if len(p.Leases) == 0 && len(p.PartitionIDs) == 0 {
+		return nil
+	}
+	rows, err := tx.Query(ctx, txnLockSQL, p.Leases, p.PartitionIDs, p.Groups, p.Tenant, s.dbNow())
+	if err != nil {
+		return err
+	}
+	held := map[string]bool{}
+	for rows.Next() {
+		var worker *string
+		var holds *bool
+		if err := rows.Scan(&worker, &holds); err != nil {
+			rows.Close()
+			return err
+		}
+		if worker != nil && holds != nil && *holds {
+			held[*worker] = true
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, lease := range required {
+		if !held[lease] {
+			return rollback("lease %s is invalid or expired", lease)
+		}
+	}
+	return nil
 }

@@ -1,0 +1,120 @@
+package store
+
+import (
+	"sync"
+	"time"
+
+	"github.com/queen-go/queen/queen/clock"
+)
+
+// cache is the process cache of names to ids: (tenant, queue, partition) ->
+// partition id for pushes, and (tenant, queue, group) -> queue id for pops
+// whose group is known to be subscribed. It holds ids only, never state a
+// statement decides on: queue configuration is read inside each statement.
+//
+// Entries live for ttl (QUEEN_CACHE_REFRESH_INTERVAL_MS) and are dropped at
+// once on a local configure or delete, and on a foreign-key miss (a push into
+// a partition another broker deleted). A stale entry costs at most one retry
+// or, for a queue deleted and recreated on another broker, empty pops until
+// the entry expires.
+type cache struct {
+	clock clock.Clock
+	ttl   time.Duration
+
+	mu    sync.Mutex
+	parts map[partName]cached
+	subs  map[subName]cached
+}
+
+// maxCacheEntries is where a put starts pruning expired entries, so names
+// used once do not accumulate for the life of the process.
+const maxCacheEntries = 100000
+
+type partName struct{ tenant, queue, partition string }
+
+type subName struct{ tenant, queue, group string }
+
+type cached struct {
+	id      string
+	expires time.Time
+}
+
+func newCache(c clock.Clock, ttl time.Duration) *cache {
+	return &cache{clock: c, ttl: ttl, parts: map[partName]cached{}, subs: map[subName]cached{}}
+}
+
+func (c *cache) partition(k partName) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.parts[k]
+	if !ok || c.clock.Now().After(e.expires) {
+		return "", false
+	}
+	return e.id, true
+}
+
+func (c *cache) putPartition(k partName, id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.clock.Now()
+	if len(c.parts) >= maxCacheEntries {
+		for k, e := range c.parts {
+			if now.After(e.expires) {
+				delete(c.parts, k)
+			}
+		}
+	}
+	c.parts[k] = cached{id: id, expires: now.Add(c.ttl)}
+}
+
+func (c *cache) subscription(k subName) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.subs[k]
+	if !ok || c.clock.Now().After(e.expires) {
+		return "", false
+	}
+	return e.id, true
+}
+
+func (c *cache) putSubscription(k subName, queueID string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.clock.Now()
+	if len(c.subs) >= maxCacheEntries {
+		for k, e := range c.subs {
+			if now.After(e.expires) {
+				delete(c.subs, k)
+			}
+		}
+	}
+	c.subs[k] = cached{id: queueID, expires: now.Add(c.ttl)}
+}
+
+// forgetQueue drops every entry of one queue: after configure or delete.
+func (c *cache) forgetQueue(tenant, queue string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k := range c.parts {
+		if k.tenant == tenant && k.queue == queue {
+			delete(c.parts, k)
+		}
+	}
+	for k := range c.subs {
+		if k.tenant == tenant && k.queue == queue {
+			delete(c.subs, k)
+		}
+	}
+}
+
+// forgetPartitionIDs drops the entries naming these partition ids: after a
+// foreign-key miss says one of them no longer exists.
+func (c *cache) forgetPartitionIDs(ids map[string]bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, e := range c.parts {
+		if ids[e.id] {
+			delete(c.parts, k)
+		}
+	}
+}

@@ -1,0 +1,145 @@
+package store
+
+import (
+	"context"
+	"sync"
+)
+
+// combiner sends concurrent pushes to PostgreSQL together. Up to maxInFlight
+// append statements run at once; a push that arrives while they are all busy
+// waits, and when one finishes, every waiting push (up to maxRows rows) goes
+// in the next statement: one commit and one lock per partition for all of
+// them. Each push still answers only after the COMMIT of the statement that
+// carried it.
+//
+// There is no goroutine of its own: the caller whose push finds a free slot
+// runs the statement, and a finishing statement hands its slot, with the
+// waiting pushes, to the first of them. A single caller (the lockstep
+// simulator) therefore always runs its own push alone, at once.
+type combiner struct {
+	run         func(ctx context.Context, batch []*pushCall)
+	maxInFlight int
+	maxRows     int
+
+	mu       sync.Mutex
+	inFlight int
+	waiting  []*pushCall
+}
+
+// pushCall is one Push waiting in or running through the combiner.
+type pushCall struct {
+	ctx  context.Context
+	rows []appendRow
+	out  []appendOut
+	err  error
+	done chan struct{}
+	// lead receives the batch this call must run, when a finishing
+	// statement hands it the slot.
+	lead chan []*pushCall
+}
+
+// do appends rows and returns one outcome per row.
+func (c *combiner) do(ctx context.Context, rows []appendRow) ([]appendOut, error) {
+	call := &pushCall{ctx: ctx, rows: rows, done: make(chan struct{}), lead: make(chan []*pushCall, 1)}
+	c.mu.Lock()
+	if c.inFlight < c.maxInFlight {
+		// A free slot means nobody is waiting: run alone, now.
+		c.inFlight++
+		c.mu.Unlock()
+		c.lead([]*pushCall{call})
+		return call.out, call.err
+	}
+	c.waiting = append(c.waiting, call)
+	c.mu.Unlock()
+	select {
+	case <-call.done:
+		return call.out, call.err
+	case batch := <-call.lead:
+		c.lead(batch)
+		return call.out, call.err
+	case <-ctx.Done():
+	}
+	c.mu.Lock()
+	for i, w := range c.waiting {
+		if w == call {
+			// Still waiting: nothing was sent for it.
+			c.waiting = append(c.waiting[:i], c.waiting[i+1:]...)
+			c.mu.Unlock()
+			return nil, ctx.Err()
+		}
+	}
+	c.mu.Unlock()
+	// Already taken into a statement: its outcome is the answer.
+	select {
+	case <-call.done:
+	case batch := <-call.lead:
+		c.lead(batch)
+	}
+	return call.out, call.err
+}
+
+// lead runs batch, then hands the slot, with the next batch, to the first
+// waiting call, or frees it.
+func (c *combiner) lead(batch []*pushCall) {
+	c.run(context.WithoutCancel(batch[0].ctx), batch)
+	for _, b := range batch {
+		close(b.done)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.waiting) == 0 {
+		c.inFlight--
+		return
+	}
+	next := c.take()
+	next[0].lead <- next
+}
+
+// take removes the next batch from the waiting list: whole calls, oldest
+// first, up to maxRows rows (at least one call). Called with mu held.
+func (c *combiner) take() []*pushCall {
+	n, rows := 0, 0
+	for n < len(c.waiting) && (n == 0 || rows+len(c.waiting[n].rows) <= c.maxRows) {
+		rows += len(c.waiting[n].rows)
+		n++
+	}
+	batch := append([]*pushCall(nil), c.waiting[:n]...)
+	c.waiting = c.waiting[n:]
+	return batch
+}
+
+// appendCombined is the combiner's statement: every call's rows in one
+// appendSQL. A permanent error (a row PostgreSQL refuses) re-runs the calls
+// one by one, so one bad push never fails another's.
+func (s *Store) appendCombined(ctx context.Context, batch []*pushCall) {
+	runOne := func(b *pushCall) {
+		ctx, cancel := s.bound(ctx)
+		defer cancel()
+		b.out, b.err = s.appendDistinct(ctx, s.pool, b.rows)
+	}
+	if len(batch) == 1 {
+		runOne(batch[0])
+		return
+	}
+	var rows []appendRow
+	for _, b := range batch {
+		rows = append(rows, b.rows...)
+	}
+	bctx, cancel := s.bound(ctx)
+	out, err := s.appendDistinct(bctx, s.pool, rows)
+	cancel()
+	switch {
+	case err == nil:
+		for _, b := range batch {
+			b.out, out = out[:len(b.rows)], out[len(b.rows):]
+		}
+	case Classify(err) == Permanent:
+		for _, b := range batch {
+			runOne(b)
+		}
+	default:
+		for _, b := range batch {
+			b.err = err
+		}
+	}
+}

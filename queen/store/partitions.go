@@ -1,0 +1,209 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// lookupPartitionsSQL maps (queue, partition) names of one tenant to
+// partition ids. Missing names are simply absent from the result.
+const lookupPartitionsSQL = `
+SELECT k.qn, k.pn, p.id::text
+FROM unnest($2::text[], $3::text[]) AS k(qn, pn)
+JOIN queen.queues q ON q.tenant_id = $1 AND q.name = k.qn
+JOIN queen.partitions p ON p.queue_id = q.id AND p.name = k.pn`
+
+type lookupPartitionsParams struct {
+	Tenant     string
+	Queues     []string
+	Partitions []string
+}
+
+// createQueuesSQL creates missing queues with default options. DO NOTHING
+// rather than an upsert: an existing queue's row is never locked by a push.
+const createQueuesSQL = `
+INSERT INTO queen.queues (id, tenant_id, name, namespace, task, lease_time, retry_limit, retry_delay, ttl, created_at)
+SELECT v.id, $1, v.name, nullif(v.ns, ''), nullif(v.task, ''), $6, $7, $8, $9, coalesce($10::timestamptz, now())
+FROM unnest($2::uuid[], $3::text[], $4::text[], $5::text[]) AS v(id, name, ns, task)
+ON CONFLICT (tenant_id, name) DO NOTHING`
+
+type createQueuesParams struct {
+	Tenant                                 string
+	IDs, Names, Namespaces, Tasks          []string
+	LeaseTime, RetryLimit, RetryDelay, TTL int
+	Now                                    *time.Time
+}
+
+// createPartitionsSQL creates missing partitions and returns the ones this
+// statement created.
+//
+// Invariant (every subscribed group sees every partition): the insert takes
+// a KEY SHARE lock on the queue row through the foreign key, and a group's
+// subscription holds that row FOR UPDATE (subscribeSQL). So either the
+// subscription committed first and createConsumersSQL, a later statement
+// of this transaction, sees it; or this transaction committed first and the
+// subscription's cursor insert, a later statement, sees the partition.
+const createPartitionsSQL = `
+INSERT INTO queen.partitions (id, queue_id, name, created_at, last_activity)
+SELECT v.id, q.id, v.pn, coalesce($5::timestamptz, now()), coalesce($5::timestamptz, now())
+FROM unnest($2::uuid[], $3::text[], $4::text[]) AS v(id, qn, pn)
+JOIN queen.queues q ON q.tenant_id = $1 AND q.name = v.qn
+ON CONFLICT (queue_id, name) DO NOTHING
+RETURNING id::text, queue_id::text`
+
+type createPartitionsParams struct {
+	Tenant                  string
+	IDs, Queues, Partitions []string
+	Now                     *time.Time
+}
+
+// createConsumersSQL gives each new partition a cursor row for every group
+// subscribed to its queue. A new partition's messages are all newer than any
+// subscription, so every cursor starts at the beginning.
+const createConsumersSQL = `
+INSERT INTO queen.partition_consumers (partition_id, queue_id, consumer_group, created_at)
+SELECT v.pid, v.qid, g.consumer_group, coalesce($4::timestamptz, now())
+FROM unnest($2::uuid[], $3::uuid[]) AS v(pid, qid)
+JOIN queen.queues q ON q.id = v.qid
+JOIN queen.consumer_groups_metadata g ON g.tenant_id = $1 AND g.queue_name = q.name
+ON CONFLICT DO NOTHING`
+
+type createConsumersParams struct {
+	Tenant       string
+	PartitionIDs []string
+	QueueIDs     []string
+	Now          *time.Time
+}
+
+// partitionIDs resolves (queue, partition) names of one tenant to partition
+// ids, from the cache when it can, creating queues and partitions that do
+// not exist yet.
+func (s *Store) partitionIDs(ctx context.Context, tenant string, keys []partName) (map[partName]string, error) {
+	out := make(map[partName]string, len(keys))
+	var missing []partName
+	for _, k := range keys {
+		if id, ok := s.cache.partition(k); ok {
+			out[k] = id
+		} else {
+			missing = append(missing, k)
+		}
+	}
+	if len(missing) == 0 {
+		return out, nil
+	}
+	if err := s.lookupPartitions(ctx, tenant, missing, out); err != nil {
+		return nil, err
+	}
+	var create []partName
+	for _, k := range missing {
+		if _, ok := out[k]; !ok {
+			create = append(create, k)
+		}
+	}
+	if len(create) == 0 {
+		return out, nil
+	}
+	if err := s.createPartitions(ctx, tenant, create); err != nil {
+		return nil, err
+	}
+	if err := s.lookupPartitions(ctx, tenant, create, out); err != nil {
+		return nil, err
+	}
+	for _, k := range create {
+		if _, ok := out[k]; !ok {
+			// Deleted again between create and lookup: let the caller retry.
+			return nil, fmt.Errorf("partition %s/%s vanished while being created", k.queue, k.partition)
+		}
+	}
+	return out, nil
+}
+
+func (s *Store) lookupPartitions(ctx context.Context, tenant string, keys []partName, out map[partName]string) error {
+	p := lookupPartitionsParams{Tenant: tenant}
+	for _, k := range keys {
+		p.Queues = append(p.Queues, k.queue)
+		p.Partitions = append(p.Partitions, k.partition)
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	rows, err := s.pool.Query(ctx, lookupPartitionsSQL, p.Tenant, p.Queues, p.Partitions)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		k := partName{tenant: tenant}
+		var id string
+		if err := rows.Scan(&k.queue, &k.partition, &id); err != nil {
+			return err
+		}
+		out[k] = id
+		s.cache.putPartition(k, id)
+	}
+	return rows.Err()
+}
+
+// createPartitions creates queues and partitions, and the new partitions'
+// cursor rows, in one short transaction. Names are sorted so that two
+// brokers creating the same set wait on each other in one order.
+func (s *Store) createPartitions(ctx context.Context, tenant string, keys []partName) error {
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].queue != keys[j].queue {
+			return keys[i].queue < keys[j].queue
+		}
+		return keys[i].partition < keys[j].partition
+	})
+	d := DefaultQueueOptions()
+	qp := createQueuesParams{Tenant: tenant, LeaseTime: d.LeaseTime, RetryLimit: d.RetryLimit, RetryDelay: d.RetryDelay,
+		TTL: d.TTL, Now: s.dbNow()}
+	pp := createPartitionsParams{Tenant: tenant, Now: s.dbNow()}
+	seen := map[string]bool{}
+	for _, k := range keys {
+		if !seen[k.queue] {
+			seen[k.queue] = true
+			ns, task := splitName(k.queue)
+			qp.IDs = append(qp.IDs, s.ids.New())
+			qp.Names = append(qp.Names, k.queue)
+			qp.Namespaces = append(qp.Namespaces, ns)
+			qp.Tasks = append(qp.Tasks, task)
+		}
+		pp.IDs = append(pp.IDs, s.ids.New())
+		pp.Queues = append(pp.Queues, k.queue)
+		pp.Partitions = append(pp.Partitions, k.partition)
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, createQueuesSQL, qp.Tenant, qp.IDs, qp.Names, qp.Namespaces, qp.Tasks,
+			qp.LeaseTime, qp.RetryLimit, qp.RetryDelay, qp.TTL, qp.Now); err != nil {
+			return fmt.Errorf("create queues: %w", err)
+		}
+		rows, err := tx.Query(ctx, createPartitionsSQL, pp.Tenant, pp.IDs, pp.Queues, pp.Partitions, pp.Now)
+		if err != nil {
+			return fmt.Errorf("create partitions: %w", err)
+		}
+		cp := createConsumersParams{Tenant: tenant, Now: s.dbNow()}
+		for rows.Next() {
+			var pid, qid string
+			if err := rows.Scan(&pid, &qid); err != nil {
+				return err
+			}
+			cp.PartitionIDs = append(cp.PartitionIDs, pid)
+			cp.QueueIDs = append(cp.QueueIDs, qid)
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("create partitions: %w", err)
+		}
+		if len(cp.PartitionIDs) == 0 {
+			return nil
+		}
+		if _, err := tx.Exec(ctx, createConsumersSQL, cp.Tenant, cp.PartitionIDs, cp.QueueIDs, cp.Now); err != nil {
+			return fmt.Errorf("create cursors: %w", err)
+		}
+		return nil
+	})
+}

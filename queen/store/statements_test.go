@@ -1,0 +1,279 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/queen-go/queen/queen/clock"
+	"github.com/queen-go/queen/queen/ids"
+	"github.com/queen-go/queen/queen/store"
+	"github.com/queen-go/queen/queen/store/storetest"
+)
+
+// timedStore is a store whose database "now" the test moves.
+func timedStore(t *testing.T, o store.Options) (*store.Store, *time.Time) {
+	t.Helper()
+	now := time.Now().UTC()
+	o.IDs = ids.NewSource(clock.Real{}, nil)
+	o.DBNow = func() *time.Time { v := now; return &v }
+	return store.New(storetest.Pool(t), o), &now
+}
+
+func push(t *testing.T, s *store.Store, queue, partition, txid string) {
+	t.Helper()
+	res, err := s.Push(context.Background(), tenant, []store.PushItem{{Queue: queue, Partition: partition, TransactionID: txid}}, "")
+	if err != nil || res[0].Status != "queued" {
+		t.Fatalf("push %s/%s %s: %+v %v", queue, partition, txid, res, err)
+	}
+}
+
+func popOne(t *testing.T, s *store.Store, req store.PopRequest) store.PopResult {
+	t.Helper()
+	req.Tenant = tenant
+	res, err := s.Pop(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func ackAll(t *testing.T, s *store.Store, group string, res store.PopResult) {
+	t.Helper()
+	items := make([]store.AckItem, len(res.Messages))
+	for i, m := range res.Messages {
+		items[i] = store.AckItem{TransactionID: m.TransactionID, PartitionID: m.PartitionID, LeaseID: res.LeaseID}
+	}
+	out, err := s.Ack(context.Background(), tenant, group, items)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range out {
+		if !r.Success {
+			t.Fatalf("ack: %+v", out)
+		}
+	}
+}
+
+// A partition that keeps getting messages must not starve the others: a
+// wildcard pop serves the least-recently-claimed partition first.
+func TestWildcardPopServesLeastRecentlyClaimedFirst(t *testing.T) {
+	t.Parallel()
+	s, _ := timedStore(t, store.Options{})
+	push(t, s, "fair", "busy", "b-0") // created first: the lower partition id
+	push(t, s, "fair", "quiet", "q-0")
+	first := popOne(t, s, store.PopRequest{Queue: "fair", Batch: 1})
+	if first.Partition != "busy" {
+		t.Fatalf("first pop: want the never-claimed lowest id (busy), got %q", first.Partition)
+	}
+	ackAll(t, s, "", first)
+	push(t, s, "fair", "busy", "b-1")
+	second := popOne(t, s, store.PopRequest{Queue: "fair", Batch: 1})
+	if second.Partition != "quiet" {
+		t.Fatalf("second pop served %q again; quiet was never claimed", second.Partition)
+	}
+}
+
+// Rows past a cursor that eviction deleted leave last_seq ahead of the
+// cursor; such a partition must not take the claim from one with messages.
+func TestEmptiedPartitionDoesNotBlockWildcardPop(t *testing.T) {
+	t.Parallel()
+	s, now := timedStore(t, store.Options{})
+	ctx := context.Background()
+	if _, err := s.Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: "ev",
+		Patch: store.OptionPatch{MaxWaitTimeSeconds: intp(60)}}); err != nil {
+		t.Fatal(err)
+	}
+	push(t, s, "ev", "a-evicted", "a-1")
+	*now = now.Add(2 * time.Minute)
+	if res, err := s.RetentionPass(ctx, 100); err != nil || res.Evicted != 1 {
+		t.Fatalf("eviction: %+v %v", res, err)
+	}
+	push(t, s, "ev", "b-live", "b-1")
+	got := popOne(t, s, store.PopRequest{Queue: "ev", Batch: 10})
+	if len(got.Messages) != 1 || got.Partition != "b-live" {
+		t.Fatalf("pop: want b-live's message, got %+v", got)
+	}
+}
+
+// A partition whose head is still inside delayedProcessing must not take
+// the claim from one whose head is visible.
+func TestDelayedHeadDoesNotBlockWildcardPop(t *testing.T) {
+	t.Parallel()
+	s, now := timedStore(t, store.Options{})
+	ctx := context.Background()
+	if _, err := s.Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: "dl",
+		Patch: store.OptionPatch{DelayedProcessing: intp(30)}}); err != nil {
+		t.Fatal(err)
+	}
+	t0 := *now
+	push(t, s, "dl", "a-fresh", "a-0") // created first: the lower partition id
+	push(t, s, "dl", "b-old", "b-0")
+	*now = t0.Add(time.Minute)
+	both := popOne(t, s, store.PopRequest{Queue: "dl", Batch: 10, Partitions: 2})
+	if len(both.Messages) != 2 {
+		t.Fatalf("first pop: %+v", both)
+	}
+	ackAll(t, s, "", both)
+	push(t, s, "dl", "a-fresh", "a-1") // hidden for 30 s
+	*now = t0
+	push(t, s, "dl", "b-old", "b-1") // created at t0: visible
+	*now = t0.Add(time.Minute)
+	got := popOne(t, s, store.PopRequest{Queue: "dl", Batch: 10})
+	if len(got.Messages) != 1 || got.Messages[0].TransactionID != "b-1" {
+		t.Fatalf("want b-1 while a-fresh's head is delayed, got %+v", got)
+	}
+	ackAll(t, s, "", got)
+	if early := popOne(t, s, store.PopRequest{Queue: "dl", Batch: 10}); len(early.Messages) != 0 {
+		t.Fatalf("delivered inside delayedProcessing: %+v", early)
+	}
+	*now = t0.Add(2 * time.Minute)
+	last := popOne(t, s, store.PopRequest{Queue: "dl", Batch: 10})
+	if len(last.Messages) != 1 || last.Messages[0].TransactionID != "a-1" {
+		t.Fatalf("after the delay: %+v", last)
+	}
+}
+
+// "completed" retention never deletes what a subscribed group has not
+// consumed, even in a partition where that group has no cursor row yet.
+func TestCompletedRetentionWaitsForEverySubscribedGroup(t *testing.T) {
+	t.Parallel()
+	s, now := timedStore(t, store.Options{})
+	ctx := context.Background()
+	if _, err := s.Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: "cr",
+		Patch: store.OptionPatch{RetentionEnabled: boolp(true), CompletedRetentionSeconds: intp(60)}}); err != nil {
+		t.Fatal(err)
+	}
+	push(t, s, "cr", "p", "m-1")
+	fast := popOne(t, s, store.PopRequest{Queue: "cr", Group: "fast"})
+	ackAll(t, s, "fast", fast)
+	slow := popOne(t, s, store.PopRequest{Queue: "cr", Group: "slow"}) // subscribes slow
+	if len(slow.Messages) != 1 {
+		t.Fatalf("slow pop: %+v", slow)
+	}
+	if _, err := s.Release(ctx, slow.LeaseID); err != nil {
+		t.Fatal(err)
+	}
+	// slow's cursor row in p goes missing (a partition that appeared while
+	// it subscribed, in the worst interleaving): its subscription still
+	// holds the messages back.
+	if _, err := s.Pool().Exec(ctx, `DELETE FROM queen.partition_consumers WHERE consumer_group = 'slow'`); err != nil {
+		t.Fatal(err)
+	}
+	*now = now.Add(2 * time.Minute)
+	res, err := s.RetentionPass(ctx, 100)
+	if err != nil || res.Completed != 0 {
+		t.Fatalf("retention deleted a message the slow group never consumed: %+v %v", res, err)
+	}
+}
+
+// A group's subscription reaches partitions created after it.
+func TestSubscribedGroupSeesPartitionsCreatedLater(t *testing.T) {
+	t.Parallel()
+	s, _ := timedStore(t, store.Options{})
+	push(t, s, "later", "first", "f-1")
+	got := popOne(t, s, store.PopRequest{Queue: "later", Group: "g", Batch: 10})
+	ackAll(t, s, "g", got)
+	push(t, s, "later", "second", "s-1")
+	got = popOne(t, s, store.PopRequest{Queue: "later", Group: "g", Batch: 10})
+	if len(got.Messages) != 1 || got.Messages[0].TransactionID != "s-1" {
+		t.Fatalf("pop after a new partition: %+v", got)
+	}
+}
+
+// Retention keeps up: a backlog many batches deep clears in one pass.
+func TestRetentionClearsABacklogInOnePass(t *testing.T) {
+	t.Parallel()
+	s, now := timedStore(t, store.Options{})
+	ctx := context.Background()
+	if _, err := s.Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: "bulk",
+		Patch: store.OptionPatch{RetentionEnabled: boolp(true), RetentionSeconds: intp(60)}}); err != nil {
+		t.Fatal(err)
+	}
+	items := make([]store.PushItem, 2500)
+	for i := range items {
+		items[i] = store.PushItem{Queue: "bulk", Partition: fmt.Sprint("p", i%7), TransactionID: fmt.Sprint("t", i)}
+	}
+	if _, err := s.Push(ctx, tenant, items, ""); err != nil {
+		t.Fatal(err)
+	}
+	*now = now.Add(2 * time.Minute)
+	res, err := s.RetentionPass(ctx, 100)
+	if err != nil || res.Expired != 2500 {
+		t.Fatalf("one pass: %+v %v", res, err)
+	}
+}
+
+// Concurrent pushes are combined into shared statements, and each still
+// gets exact answers: every transactionId is queued once, a repeat is a
+// duplicate carrying the stored id, and a request PostgreSQL refuses fails
+// alone.
+func TestCombinedPushesAnswerEachRequestExactly(t *testing.T) {
+	t.Parallel()
+	s, _ := timedStore(t, store.Options{PushStatements: 1})
+	ctx := context.Background()
+	const workers, each = 24, 20
+	type answer struct{ status, id string }
+	var mu sync.Mutex
+	got := map[string][]answer{}
+	var wg sync.WaitGroup
+	errs := make(chan error, workers*each)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				txid := fmt.Sprint("t", (w*each+i)%(workers*each/2)) // every txid pushed twice
+				items := []store.PushItem{{Queue: "comb", Partition: fmt.Sprint("p", i%3), TransactionID: txid}}
+				if w == 0 && i == 5 {
+					// jsonb refuses \u0000: a permanent error for this request only.
+					items = append(items, store.PushItem{Queue: "comb", TransactionID: "poison",
+						Payload: json.RawMessage(`{"s":"\u0000"}`)})
+				}
+				res, err := s.Push(ctx, tenant, items, "")
+				if w == 0 && i == 5 {
+					if err == nil {
+						errs <- fmt.Errorf("poison push succeeded: %+v", res)
+					}
+					continue
+				}
+				if err != nil {
+					errs <- err
+					continue
+				}
+				mu.Lock()
+				got[txid] = append(got[txid], answer{res[0].Status, res[0].MessageID})
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for txid, as := range got {
+		queued := 0
+		for _, a := range as {
+			if a.status == "queued" {
+				queued++
+			}
+			if a.id != as[0].id {
+				t.Errorf("%s: answers name different messages: %+v", txid, as)
+			}
+		}
+		if queued > 1 {
+			t.Errorf("%s: queued %d times", txid, queued)
+		}
+	}
+	var rows, poison int
+	if err := s.Pool().QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE transaction_id = 'poison') FROM queen.messages`).Scan(&rows, &poison); err != nil {
+		t.Fatal(err)
+	}
+	if rows != len(got) || poison != 0 {
+		t.Fatalf("stored %d rows (%d poison) for %d transactionIds", rows, poison, len(got))
+	}
+}
