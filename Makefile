@@ -2,7 +2,6 @@
 .DEFAULT_GOAL := help
 GO ?= go
 SIM_SEEDS ?= 16
-ITERATIONS ?= 2000
 
 run: ## start a local PostgreSQL (system binaries, data in .pg/) when PG_HOST is unset, then serve on :6632
 	$(GO) build -o bin/queen ./cmd/queen
@@ -24,8 +23,12 @@ sim-replay: ## rerun one run and keep its history in sim-out/: make sim-replay S
 sim-canaries: ## run the simulator once per planted bug; passes only if every canary is caught
 	$(GO) test -count=1 -tags canary -timeout 20m -v -run TestCanariesAreCaught ./scenarios/
 
-bench: ## push throughput through the broker as a ratio to raw INSERTs into the same PostgreSQL, same run
-	$(GO) test -run '^$$' -bench . -benchtime $(ITERATIONS)x ./queen/...
+BENCH_WINDOW ?= 5s
+BENCH_WINDOWS ?= 3
+bench: ## broker vs raw PostgreSQL in one run (own throwaway server): ratios, latency, bootstrap, CPU, exactly-once; writes bench-result.json
+	$(GO) build -o bin/queen ./cmd/queen
+	$(GO) build -o bin/queen-bench ./cmd/queen-bench
+	./bin/queen-bench -queen bin/queen -window $(BENCH_WINDOW) -windows $(BENCH_WINDOWS) -out bench-result.json
 
 lint: ## go vet and gofmt
 	$(GO) vet ./...

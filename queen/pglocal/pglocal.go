@@ -193,6 +193,9 @@ func (c *Cluster) DSN(db string) string {
 	return fmt.Sprintf("host=127.0.0.1 port=%d user=postgres dbname=%s sslmode=disable", c.Port, db)
 }
 
+// PID is the postmaster's process id (the benchmark reads its CPU time).
+func (c *Cluster) PID() int { return c.cmd.Process.Pid }
+
 // Stop asks postgres for a fast shutdown and waits for it to exit.
 func (c *Cluster) Stop() error {
 	defer c.logFile.Close()

@@ -110,12 +110,13 @@ JOIN queen.messages m ON m.partition_id = v.pid AND m.transaction_id = v.txid`
 // per-partition serialisation, an order fixed at creation rather than at
 // commit, and a pause between taking a position and committing.
 func strandedSQL(sql string) string {
-	sql = strings.Replace(sql, `SELECT p.id, p.last_seq FROM queen.partitions p
+	return strings.Replace(sql, `SELECT p.id, p.last_seq FROM queen.partitions p
 	WHERE p.id IN (SELECT pid FROM fresh_input)
 	ORDER BY p.id
-	FOR NO KEY UPDATE`, `SELECT p.id, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS last_seq
-	FROM queen.partitions p WHERE p.id IN (SELECT pid FROM fresh_input)`, 1)
-	return strings.Replace(sql, `(SELECT count(*) FROM advanced)`, `(SELECT count(*) FROM advanced, pg_sleep(random() * 0.2))`, 1)
+	FOR NO KEY UPDATE`, `SELECT x.id, x.last_seq FROM (
+		SELECT p.id, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS last_seq
+		FROM queen.partitions p WHERE p.id IN (SELECT pid FROM fresh_input) OFFSET 0) x,
+		LATERAL (SELECT pg_sleep(random() * 0.2)) pause`, 1)
 }
 
 // appendRow is one message bound for a known partition.

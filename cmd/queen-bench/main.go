@@ -1,0 +1,173 @@
+// Command queen-bench measures the broker against PostgreSQL itself, in one
+// run on one throwaway server: raw probes through pgx alternate with the
+// broker over loopback HTTP, window by window, and each broker figure is
+// reported as a ratio to its raw counterpart (medians of the windows), with
+// CPU-seconds per 1,000 messages for the broker and for PostgreSQL. Every
+// message the broker answered "queued" is checked to be stored once, and
+// every delivery to be the only one in its group. The result is printed and
+// written as JSON.
+//
+// It is run by `make bench`, never by the tests: timing belongs here.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/queen-go/queen/queen/pglocal"
+)
+
+type options struct {
+	window   time.Duration
+	windows  int
+	binary   string
+	out      string
+	parts    int
+	skipBoot bool
+}
+
+func main() {
+	var o options
+	flag.DurationVar(&o.window, "window", 5*time.Second, "length of one measurement window")
+	flag.IntVar(&o.windows, "windows", 3, "alternating windows per workload (medians are reported)")
+	flag.StringVar(&o.binary, "queen", "bin/queen", "the broker binary")
+	flag.StringVar(&o.out, "out", "bench-result.json", "where to write the JSON result")
+	flag.IntVar(&o.parts, "bootstrap-partitions", 5000, "partitions of the bootstrap workload")
+	flag.BoolVar(&o.skipBoot, "skip-bootstrap", false, "skip the bootstrap workload")
+	flag.Parse()
+	if err := run(o); err != nil {
+		log.Fatal("queen-bench: ", err)
+	}
+}
+
+// env is what every workload measures against.
+type env struct {
+	o      options
+	pool   *pgxpool.Pool
+	url    string
+	pgPID  int
+	broker *exec.Cmd
+	http   *httpClient
+}
+
+func run(o options) error {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "queen-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return err
+	}
+	// A durable server (fsync on), as in production: both sides pay it.
+	pg, err := pglocal.Start(ctx, pglocal.Options{DataDir: filepath.Join(dir, "data")})
+	if err != nil {
+		return err
+	}
+	defer pg.Stop()
+	pool, err := pgxpool.New(ctx, pg.DSN("postgres")+" pool_max_conns=64")
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	port, err := pglocal.FreePort()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(o.binary, "serve")
+	cmd.Env = append(os.Environ(), "PG_HOST=127.0.0.1", "PG_PORT="+strconv.Itoa(pg.Port), "PG_USER=postgres",
+		"PG_DB=postgres", "PORT="+strconv.Itoa(port), "HOST=127.0.0.1", "FILE_BUFFER_DIR="+filepath.Join(dir, "spool"),
+		"DB_POOL_SIZE=64", "LOG_LEVEL=warn")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", o.binary, err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	e := &env{o: o, pool: pool, url: fmt.Sprintf("http://127.0.0.1:%d", port), pgPID: pg.PID(), broker: cmd, http: newHTTPClient()}
+	if err := e.waitHealthy(ctx); err != nil {
+		return err
+	}
+	fmt.Printf("queen-bench: %d windows of %s per workload, PostgreSQL on :%d (fsync on), broker %s\n\n",
+		o.windows, o.window, pg.Port, e.url)
+	res := result{Window: o.window.String(), Windows: o.windows, Started: time.Now().UTC()}
+	for _, w := range workloads() {
+		c, err := e.compare(ctx, w)
+		if err != nil {
+			return fmt.Errorf("%s: %w", w.name, err)
+		}
+		res.Comparisons = append(res.Comparisons, c)
+		c.print()
+	}
+	lat, err := e.latency(ctx)
+	if err != nil {
+		return fmt.Errorf("latency: %w", err)
+	}
+	res.Latency = lat
+	lat.print()
+	if !o.skipBoot {
+		b, err := e.bootstrap(ctx, o.parts)
+		if err != nil {
+			return fmt.Errorf("bootstrap: %w", err)
+		}
+		res.Bootstrap = &b
+		b.print()
+	}
+	if err := e.verifyStored(ctx, &res); err != nil {
+		return err
+	}
+	res.check()
+	body, _ := json.MarshalIndent(res, "", "  ")
+	if err := os.WriteFile(o.out, append(body, '\n'), 0o644); err != nil {
+		return err
+	}
+	fmt.Printf("\nwritten %s\n", o.out)
+	if !res.ExactlyOnce {
+		return fmt.Errorf("exactly-once verification failed: %v", res.Violations)
+	}
+	return nil
+}
+
+func (e *env) waitHealthy(ctx context.Context) error {
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		if code, _, err := e.http.do(ctx, "GET", e.url+"/health", nil); err == nil && code == 200 {
+			return nil
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return fmt.Errorf("broker at %s not healthy after 60s", e.url)
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func percentile(xs []float64, p float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	i := int(p * float64(len(s)-1))
+	return s[i]
+}

@@ -1,0 +1,276 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// latencyResult is push-to-pop latency at a fixed offered rate.
+type latencyResult struct {
+	Rate      int       `json:"ratePerSecond"`
+	Samples   int       `json:"samples"`
+	P50ms     float64   `json:"p50ms"`
+	P99ms     float64   `json:"p99ms"`
+	P50PerWin []float64 `json:"p50msPerWindow"`
+	P99PerWin []float64 `json:"p99msPerWindow"`
+	TargetP99 float64   `json:"targetP99ms"`
+	Met       bool      `json:"met"`
+}
+
+// latency pushes 1,000 msg/s (10 producers, one message every 10 ms each)
+// while 4 consumers long-poll, and measures from just before the push to the
+// pop's answer. Reported: medians over windows of each window's p50 and p99.
+func (e *env) latency(ctx context.Context) (latencyResult, error) {
+	const queue, producers, every = "bench-latency", 10, 10 * time.Millisecond
+	r := latencyResult{Rate: producers * int(time.Second/every), TargetP99: 50}
+	for win := 0; win < e.o.windows; win++ {
+		var mu sync.Mutex
+		var samples []float64
+		wctx, cancel := context.WithTimeout(ctx, e.o.window)
+		var wg sync.WaitGroup
+		var sent atomic.Int64
+		errs := make(chan error, producers+4)
+		for p := 0; p < producers; p++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				t := time.NewTicker(every)
+				defer t.Stop()
+				for i := 0; ; i++ {
+					select {
+					case <-wctx.Done():
+						return
+					case <-t.C:
+					}
+					body := fmt.Sprintf(`{"items":[{"queue":%q,"partition":"p%d","transactionId":"lat-%d-%d-%d","payload":{"t":%d}}]}`,
+						queue, p%8, win, p, i, time.Now().UnixNano())
+					code, resp, err := e.http.do(context.WithoutCancel(ctx), "POST", e.url+"/api/v1/push", []byte(body))
+					if err != nil || code != 201 {
+						errs <- fmt.Errorf("push: %d %s %v", code, resp, err)
+						return
+					}
+					sent.Add(1)
+				}
+			}()
+		}
+		var got atomic.Int64
+		consume := func(c context.Context) {
+			for c.Err() == nil {
+				_, err := e.popAck(c, queue, "", 100, true, func(p popped) {
+					now := time.Now().UnixNano()
+					mu.Lock()
+					defer mu.Unlock()
+					for _, m := range p.Messages {
+						var d struct{ T int64 }
+						if json.Unmarshal(m.Data, &d) == nil {
+							samples = append(samples, float64(now-d.T)/1e6)
+						}
+					}
+					got.Add(int64(len(p.Messages)))
+				})
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}
+		cctx, stopConsumers := context.WithCancel(ctx)
+		var cwg sync.WaitGroup
+		for c := 0; c < 4; c++ {
+			cwg.Add(1)
+			go func() { defer cwg.Done(); consume(cctx) }()
+		}
+		wg.Wait()
+		cancel()
+		// Let the consumers drain what was sent, then stop them.
+		deadline := time.Now().Add(10 * time.Second)
+		for got.Load() < sent.Load() && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		stopConsumers()
+		cwg.Wait()
+		close(errs)
+		for err := range errs {
+			return r, err
+		}
+		if got.Load() != sent.Load() {
+			ledger.problem("latency window %d: %d pushed, %d delivered", win, sent.Load(), got.Load())
+		}
+		ledger.addQueued(queue, sent.Load())
+		r.Samples += len(samples)
+		r.P50PerWin = append(r.P50PerWin, percentile(samples, 0.50))
+		r.P99PerWin = append(r.P99PerWin, percentile(samples, 0.99))
+	}
+	r.P50ms, r.P99ms = median(r.P50PerWin), median(r.P99PerWin)
+	r.Met = r.P99ms < r.TargetP99
+	return r, nil
+}
+
+func (r latencyResult) print() {
+	fmt.Printf("%-13s push-to-pop at %d msg/s: p50 %.1f ms, p99 %.1f ms (target p99 < %.0f ms, %s); per window p50 %v p99 %v\n",
+		"latency", r.Rate, r.P50ms, r.P99ms, r.TargetP99, metWord(r.Met), rounded(r.P50PerWin), rounded(r.P99PerWin))
+}
+
+func metWord(ok bool) string {
+	if ok {
+		return "MET"
+	}
+	return "below target"
+}
+
+// bootstrapResult is the many-partition start-up workload.
+type bootstrapResult struct {
+	Partitions     int     `json:"partitions"`
+	Groups         int     `json:"groups"`
+	Seconds        float64 `json:"seconds"`
+	PushSeconds    float64 `json:"pushSeconds"`
+	TargetSeconds  float64 `json:"targetSeconds"`
+	Met            bool    `json:"met"`
+	BrokerCPUPer1k float64 `json:"brokerCpuSecondsPer1000"`
+	PGCPUPer1k     float64 `json:"postgresCpuSecondsPer1000"`
+}
+
+// bootstrap pushes one message into each of n new partitions (16
+// producers) while two consumer groups (8 consumers each) pop and ack, and
+// times until both groups have every message.
+func (e *env) bootstrap(ctx context.Context, n int) (bootstrapResult, error) {
+	const queue = "bench-bootstrap"
+	groups := []string{"g1", "g2"}
+	r := bootstrapResult{Partitions: n, Groups: len(groups), TargetSeconds: 120}
+	before := e.cpu()
+	start := time.Now()
+	var next atomic.Int64
+	var pwg sync.WaitGroup
+	errs := make(chan error, 64)
+	for p := 0; p < 16; p++ {
+		pwg.Add(1)
+		go func() {
+			defer pwg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				body := fmt.Sprintf(`{"items":[{"queue":%q,"partition":"p%d","transactionId":"boot-%d","payload":{"n":1}}]}`, queue, i, i)
+				code, resp, err := e.http.do(ctx, "POST", e.url+"/api/v1/push", []byte(body))
+				if err != nil || code != 201 {
+					errs <- fmt.Errorf("push: %d %s %v", code, resp, err)
+					return
+				}
+			}
+		}()
+	}
+	done := map[string]*atomic.Int64{}
+	for _, g := range groups {
+		done[g] = &atomic.Int64{}
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	var cwg sync.WaitGroup
+	for _, g := range groups {
+		for c := 0; c < 8; c++ {
+			cwg.Add(1)
+			go func() {
+				defer cwg.Done()
+				for cctx.Err() == nil && done[g].Load() < int64(n) {
+					k, err := e.popAck(cctx, queue, g, 10, true, nil)
+					if err != nil {
+						if cctx.Err() == nil {
+							errs <- err
+						}
+						return
+					}
+					done[g].Add(int64(k))
+				}
+			}()
+		}
+	}
+	pwg.Wait()
+	r.PushSeconds = elapsed(start)
+	cwg.Wait()
+	r.Seconds = elapsed(start)
+	after := e.cpu()
+	close(errs)
+	for err := range errs {
+		return r, err
+	}
+	for _, g := range groups {
+		if got := done[g].Load(); got != int64(n) {
+			return r, fmt.Errorf("group %s got %d of %d messages", g, got, n)
+		}
+	}
+	ledger.addQueued(queue, int64(n))
+	msgs := float64(n * (1 + len(groups)))
+	r.BrokerCPUPer1k = 1000 * (after.broker - before.broker) / msgs
+	r.PGCPUPer1k = 1000 * (after.pg - before.pg) / msgs
+	r.Met = r.Seconds < r.TargetSeconds
+	return r, nil
+}
+
+func (r bootstrapResult) print() {
+	fmt.Printf("%-13s %d partitions, %d groups: %.1f s (pushes done at %.1f s; target < %.0f s, %s); CPU-s per 1,000 msgs: broker %.3f, postgres %.3f\n",
+		"bootstrap", r.Partitions, r.Groups, r.Seconds, r.PushSeconds, r.TargetSeconds, metWord(r.Met), r.BrokerCPUPer1k, r.PGCPUPer1k)
+}
+
+// result is the JSON written at the end.
+type result struct {
+	Started     time.Time        `json:"started"`
+	Window      string           `json:"window"`
+	Windows     int              `json:"windows"`
+	Comparisons []comparison     `json:"comparisons"`
+	Latency     latencyResult    `json:"latency"`
+	Bootstrap   *bootstrapResult `json:"bootstrap,omitempty"`
+	Stored      map[string]int64 `json:"storedPerQueue"`
+	ExactlyOnce bool             `json:"exactlyOnce"`
+	Violations  []string         `json:"violations,omitempty"`
+	AllMet      bool             `json:"allTargetsMet"`
+}
+
+// verifyStored checks that every queue holds exactly the messages answered
+// queued, each once.
+func (e *env) verifyStored(ctx context.Context, res *result) error {
+	rows, err := e.pool.Query(ctx, `
+		SELECT q.name, count(*), count(DISTINCT (m.partition_id, m.transaction_id))
+		FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id
+		GROUP BY q.name`)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	res.Stored = map[string]int64{}
+	for rows.Next() {
+		var name string
+		var n, distinct int64
+		if err := rows.Scan(&name, &n, &distinct); err != nil {
+			return err
+		}
+		res.Stored[name] = n
+		if n != distinct {
+			ledger.problem("%s: %d rows but %d distinct transactionIds", name, n, distinct)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for q, n := range ledger.queued {
+		if res.Stored[q] != n {
+			ledger.problem("%s: %d answered queued, %d stored", q, n, res.Stored[q])
+		}
+	}
+	res.Violations = ledger.problems
+	res.ExactlyOnce = len(ledger.problems) == 0
+	fmt.Printf("\nexactly-once: %s (%d queues checked)\n", map[bool]string{true: "verified", false: "VIOLATED " + strings.Join(ledger.problems, "; ")}[res.ExactlyOnce], len(ledger.queued))
+	return nil
+}
+
+func (r *result) check() {
+	r.AllMet = r.Latency.Met && (r.Bootstrap == nil || r.Bootstrap.Met)
+	for _, c := range r.Comparisons {
+		r.AllMet = r.AllMet && c.Met
+	}
+}

@@ -1,0 +1,326 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// workload is one broker figure and the raw PostgreSQL figure it is a
+// ratio to.
+type workload struct {
+	name, raw string
+	target    float64
+	setup     func(ctx context.Context, e *env) error
+	rawOp     func(e *env) (workers int, op func(ctx context.Context, worker, iter int) (int, error))
+	brokerOp  func(e *env, win int) (workers int, op func(ctx context.Context, worker, iter int) (int, error))
+}
+
+// books is what the exactly-once verification needs from the workloads.
+type books struct {
+	mu        sync.Mutex
+	queued    map[string]int64 // queue -> pushes answered queued
+	delivered sync.Map         // queue/group/txid -> struct{}
+	problems  []string
+}
+
+var ledger = &books{queued: map[string]int64{}}
+
+func (b *books) problem(format string, a ...any) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.problems) < 20 {
+		b.problems = append(b.problems, fmt.Sprintf(format, a...))
+	}
+}
+
+func (b *books) addQueued(queue string, n int64) {
+	b.mu.Lock()
+	b.queued[queue] += n
+	b.mu.Unlock()
+}
+
+// deliver records a delivery and reports a second one to the same group.
+func (b *books) deliver(queue, group, txid string) {
+	if _, dup := b.delivered.LoadOrStore(queue+"/"+group+"/"+txid, struct{}{}); dup {
+		b.problem("%s: %s delivered twice to group %s", queue, txid, group)
+	}
+}
+
+func workloads() []workload {
+	return []workload{
+		pushWorkload("push-b1", 1, 50, "single-row INSERT commits/s, 16 clients", 0.7, rawInsert(1, 16)),
+		pushWorkload("push-b10", 10, 32, "100-row INSERT rows/s, 4 clients", 0.4, rawInsert(100, 4)),
+		pushWorkload("push-b100", 100, 16, "100-row INSERT rows/s, 4 clients", 0.6, rawInsert(100, 4)),
+		popWorkload("pop+ack-b10", 10, 10, 0.7, 10000),
+		popWorkload("pop+ack-b100", 100, 10, 0.5, 25000),
+	}
+}
+
+const rawSchema = `
+CREATE TABLE IF NOT EXISTS raw_messages (
+	id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+	partition_id int NOT NULL,
+	seq bigserial,
+	transaction_id text NOT NULL,
+	payload jsonb,
+	created_at timestamptz NOT NULL DEFAULT now(),
+	UNIQUE (partition_id, transaction_id));
+CREATE TABLE IF NOT EXISTS raw_queue (
+	id bigserial PRIMARY KEY,
+	partition_id int NOT NULL,
+	payload jsonb,
+	created_at timestamptz NOT NULL DEFAULT now())`
+
+// rawInsert is n-row INSERTs into a table shaped like queen.messages.
+func rawInsert(rows, clients int) func(e *env) (int, func(ctx context.Context, worker, iter int) (int, error)) {
+	var seq atomic.Int64
+	return func(e *env) (int, func(ctx context.Context, worker, iter int) (int, error)) {
+		return clients, func(ctx context.Context, worker, iter int) (int, error) {
+			parts, txids := make([]int32, rows), make([]string, rows)
+			for i := range txids {
+				parts[i] = int32(rand.IntN(10))
+				txids[i] = fmt.Sprint("raw-", seq.Add(1))
+			}
+			_, err := e.pool.Exec(context.WithoutCancel(ctx), `INSERT INTO raw_messages (partition_id, transaction_id, payload)
+				SELECT p, t, '{"n":1}'::jsonb FROM unnest($1::int[], $2::text[]) AS v(p, t)`, parts, txids)
+			return rows, err
+		}
+	}
+}
+
+func pushWorkload(name string, batch, producers int, raw string, target float64,
+	rawOp func(e *env) (int, func(ctx context.Context, worker, iter int) (int, error))) workload {
+	queue := "bench-" + name
+	return workload{name: name, raw: raw, target: target, rawOp: rawOp,
+		setup: func(ctx context.Context, e *env) error {
+			_, err := e.pool.Exec(ctx, rawSchema)
+			return err
+		},
+		brokerOp: func(e *env, win int) (int, func(ctx context.Context, worker, iter int) (int, error)) {
+			return producers, func(ctx context.Context, worker, iter int) (int, error) {
+				items := make([]string, batch)
+				for k := range items {
+					items[k] = fmt.Sprintf(`{"queue":%q,"partition":"p%d","transactionId":"%s-%d-%d-%d-%d","payload":{"n":1}}`,
+						queue, rand.IntN(10), name, win, worker, iter, k)
+				}
+				body := []byte(`{"items":[` + strings.Join(items, ",") + `]}`)
+				code, resp, err := e.http.do(context.WithoutCancel(ctx), "POST", e.url+"/api/v1/push", body)
+				if err != nil {
+					return 0, err
+				}
+				var out []struct{ Status string }
+				if code != 201 || json.Unmarshal(resp, &out) != nil || len(out) != batch {
+					return 0, fmt.Errorf("push: %d %s", code, resp)
+				}
+				for _, r := range out {
+					if r.Status != "queued" {
+						ledger.problem("%s: a fresh transactionId answered %q", queue, r.Status)
+					}
+				}
+				ledger.addQueued(queue, int64(batch))
+				return batch, nil
+			}
+		}}
+}
+
+type popped struct {
+	LeaseID  string `json:"leaseId"`
+	Messages []struct {
+		TransactionID string          `json:"transactionId"`
+		PartitionID   string          `json:"partitionId"`
+		Data          json.RawMessage `json:"data"`
+	} `json:"messages"`
+}
+
+// popAck pops up to batch messages of queue for group and acks them all.
+// It returns how many it completed (0 when the pop found nothing).
+func (e *env) popAck(ctx context.Context, queue, group string, batch int, wait bool, seen func(popped)) (int, error) {
+	url := fmt.Sprintf("%s/api/v1/pop/queue/%s?batch=%d&wait=%t&timeout=1000", e.url, queue, batch, wait)
+	if group != "" {
+		url += "&consumerGroup=" + group
+	}
+	// Never cancelled mid-flight: a claim whose answer is lost would hold
+	// its partition for a whole lease.
+	code, body, err := e.http.do(context.WithoutCancel(ctx), "GET", url, nil)
+	if err != nil || code == 204 {
+		return 0, err
+	}
+	var p popped
+	if code != 200 || json.Unmarshal(body, &p) != nil {
+		return 0, fmt.Errorf("pop: %d %s", code, body)
+	}
+	if seen != nil {
+		seen(p)
+	}
+	acks := make([]string, len(p.Messages))
+	for i, m := range p.Messages {
+		ledger.deliver(queue, group, m.TransactionID)
+		acks[i] = fmt.Sprintf(`{"transactionId":%q,"partitionId":%q,"leaseId":%q,"status":"completed"}`, m.TransactionID, m.PartitionID, p.LeaseID)
+	}
+	ackBody := fmt.Sprintf(`{"consumerGroup":%q,"acknowledgments":[%s]}`, group, strings.Join(acks, ","))
+	code, body, err = e.http.do(context.WithoutCancel(ctx), "POST", e.url+"/api/v1/ack/batch", []byte(ackBody))
+	if err != nil {
+		return 0, err
+	}
+	var res []struct {
+		Success bool
+		Error   *string
+	}
+	if code != 200 || json.Unmarshal(body, &res) != nil {
+		return 0, fmt.Errorf("ack: %d %s", code, body)
+	}
+	for _, r := range res {
+		if !r.Success {
+			ledger.problem("%s: ack refused: %v", queue, r.Error)
+		}
+	}
+	return len(p.Messages), nil
+}
+
+// popWorkload pops and acks a prefilled backlog; raw deletes from an equal
+// backlog with SKIP LOCKED.
+func popWorkload(name string, batch, consumers int, target float64, perPartition int) workload {
+	queue := "bench-" + strings.ReplaceAll(name, "+", "")
+	const partitions = 20
+	raw := fmt.Sprintf("SELECT ... FOR UPDATE SKIP LOCKED LIMIT %d + DELETE rows/s, 4 clients", batch)
+	return workload{name: name, raw: raw, target: target,
+		setup: func(ctx context.Context, e *env) error {
+			if _, err := e.pool.Exec(ctx, rawSchema); err != nil {
+				return err
+			}
+			if _, err := e.pool.Exec(ctx, `TRUNCATE raw_queue; INSERT INTO raw_queue (partition_id, payload)
+				SELECT g % 20, '{"n":1}' FROM generate_series(1, $1::int) g`, perPartition*partitions); err != nil {
+				return err
+			}
+			return e.prefill(ctx, queue, partitions, perPartition)
+		},
+		rawOp: func(e *env) (int, func(ctx context.Context, worker, iter int) (int, error)) {
+			return 4, func(ctx context.Context, worker, iter int) (int, error) {
+				tag, err := e.pool.Exec(context.WithoutCancel(ctx), `DELETE FROM raw_queue WHERE id IN (
+					SELECT id FROM raw_queue ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED)`, batch)
+				return int(tag.RowsAffected()), err
+			}
+		},
+		brokerOp: func(e *env, win int) (int, func(ctx context.Context, worker, iter int) (int, error)) {
+			return consumers, func(ctx context.Context, worker, iter int) (int, error) {
+				return e.popAck(ctx, queue, "", batch, false, nil)
+			}
+		}}
+}
+
+// prefill creates queue with partitions through the broker, then appends
+// perPartition messages to each directly, keeping seq and last_seq as the
+// broker would.
+func (e *env) prefill(ctx context.Context, queue string, partitions, perPartition int) error {
+	items := make([]string, partitions)
+	for i := range items {
+		items[i] = fmt.Sprintf(`{"queue":%q,"partition":"p%d","transactionId":"seed-%d","payload":{"n":0}}`, queue, i, i)
+	}
+	if code, body, err := e.http.do(ctx, "POST", e.url+"/api/v1/push", []byte(`{"items":[`+strings.Join(items, ",")+`]}`)); err != nil || code != 201 {
+		return fmt.Errorf("prefill push: %d %s %v", code, body, err)
+	}
+	_, err := e.pool.Exec(ctx, `
+		WITH p AS (
+			SELECT p.id, p.last_seq FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1
+		), ins AS (
+			INSERT INTO queen.messages (id, partition_id, seq, transaction_id, payload, created_at)
+			SELECT gen_random_uuid(), p.id, p.last_seq + g, 'pre-' || p.id || '-' || g, '{"n":1}', now()
+			FROM p, generate_series(1, $2::int) g
+		)
+		UPDATE queen.partitions SET last_seq = last_seq + $2::int WHERE id IN (SELECT id FROM p)`, queue, perPartition)
+	if err != nil {
+		return fmt.Errorf("prefill: %w", err)
+	}
+	ledger.addQueued(queue, int64(partitions*(perPartition+1)))
+	return nil
+}
+
+// comparison is one workload's result.
+type comparison struct {
+	Name           string    `json:"name"`
+	Raw            string    `json:"raw"`
+	RawRates       []float64 `json:"rawRates"`
+	BrokerRates    []float64 `json:"brokerRates"`
+	RawMedian      float64   `json:"rawMedian"`
+	BrokerMedian   float64   `json:"brokerMedian"`
+	Ratio          float64   `json:"ratio"`
+	Target         float64   `json:"target"`
+	Met            bool      `json:"met"`
+	BrokerCPUPer1k float64   `json:"brokerCpuSecondsPer1000"`
+	PGCPUPer1k     float64   `json:"postgresCpuSecondsPer1000"`
+	RawPGCPUPer1k  float64   `json:"rawPostgresCpuSecondsPer1000"`
+}
+
+// compare alternates raw and broker windows.
+func (e *env) compare(ctx context.Context, w workload) (comparison, error) {
+	c := comparison{Name: w.name, Raw: w.raw, Target: w.target}
+	if err := w.setup(ctx, e); err != nil {
+		return c, err
+	}
+	secs := e.o.window.Seconds()
+	var brokerCPU, pgCPU, rawPG, brokerMsgs, rawRows float64
+	for win := 0; win < e.o.windows; win++ {
+		workers, op := w.rawOp(e)
+		before := e.cpu()
+		n, err := window(ctx, e.o.window, workers, op)
+		if err != nil {
+			return c, fmt.Errorf("raw window: %w", err)
+		}
+		after := e.cpu()
+		rawPG += after.pg - before.pg
+		rawRows += float64(n)
+		c.RawRates = append(c.RawRates, float64(n)/secs)
+
+		workers, op = w.brokerOp(e, win)
+		before = e.cpu()
+		n, err = window(ctx, e.o.window, workers, op)
+		if err != nil {
+			return c, fmt.Errorf("broker window: %w", err)
+		}
+		after = e.cpu()
+		brokerCPU += after.broker - before.broker
+		pgCPU += after.pg - before.pg
+		brokerMsgs += float64(n)
+		c.BrokerRates = append(c.BrokerRates, float64(n)/secs)
+	}
+	c.RawMedian, c.BrokerMedian = median(c.RawRates), median(c.BrokerRates)
+	if c.RawMedian > 0 {
+		c.Ratio = c.BrokerMedian / c.RawMedian
+	}
+	c.Met = c.Ratio >= c.Target
+	if brokerMsgs > 0 {
+		c.BrokerCPUPer1k, c.PGCPUPer1k = 1000*brokerCPU/brokerMsgs, 1000*pgCPU/brokerMsgs
+	}
+	if rawRows > 0 {
+		c.RawPGCPUPer1k = 1000 * rawPG / rawRows
+	}
+	return c, nil
+}
+
+func (c comparison) print() {
+	mark := "MET"
+	if !c.Met {
+		mark = "below target"
+	}
+	fmt.Printf("%-13s broker %9.0f msg/s  raw %9.0f/s (%s)  ratio %.2f (target >= %.2f, %s)\n",
+		c.Name, c.BrokerMedian, c.RawMedian, c.Raw, c.Ratio, c.Target, mark)
+	fmt.Printf("%-13s windows broker %v raw %v; CPU-s per 1,000 msgs: broker %.3f, postgres %.3f (raw: postgres %.3f)\n",
+		"", rounded(c.BrokerRates), rounded(c.RawRates), c.BrokerCPUPer1k, c.PGCPUPer1k, c.RawPGCPUPer1k)
+}
+
+func rounded(xs []float64) []int {
+	out := make([]int, len(xs))
+	for i, x := range xs {
+		out[i] = int(x + 0.5)
+	}
+	return out
+}
+
+// elapsed is a small helper for timing phases.
+func elapsed(start time.Time) float64 { return time.Since(start).Seconds() }
