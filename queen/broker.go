@@ -99,6 +99,11 @@ func PoolConfig(cfg config.Config) (*pgxpool.Config, error) {
 	rp["application_name"] = "queen:" + cfg.ServerID
 	rp["statement_timeout"] = fmt.Sprint(cfg.DBStatementTimeout.Milliseconds())
 	rp["lock_timeout"] = fmt.Sprint(cfg.DBLockTimeout.Milliseconds())
+	// Every statement is prepared once per connection and written so that
+	// one plan fits every parameter value (index paths, LIMITs from
+	// parameters). Custom plans would re-plan the CTEs on every call, which
+	// cost more CPU than executing them.
+	rp["plan_cache_mode"] = "force_generic_plan"
 	return pc, nil
 }
 
@@ -124,7 +129,8 @@ func (b *Broker) Start(ctx context.Context) error {
 		}
 	}
 	b.store = store.New(b.pool, store.Options{DBNow: b.opts.DBNow, IDs: b.opts.IDs, TxTimeout: b.cfg.DBStatementTimeout,
-		Clock: b.opts.Clock, CacheTTL: b.cfg.CacheRefreshInterval})
+		Clock: b.opts.Clock, CacheTTL: b.cfg.CacheRefreshInterval, PushStatements: b.cfg.PushStatements,
+		PushBatchRows: b.cfg.PushBatchRows})
 	arbiter := admission.New(b.cfg.DBPoolSize, b.cfg.AdmissionMaintShare)
 	if b.cfg.FileBufferDir != "" && b.cfg.FileBufferDir != "off" {
 		b.spool, err = spool.Open(spool.Options{Dir: b.cfg.FileBufferDir, FS: b.opts.SpoolFS, Clock: b.opts.Clock,

@@ -53,6 +53,8 @@ type Config struct {
 	FileBufferEventsPerFile int           // FILE_BUFFER_EVENTS_PER_FILE, default 10000
 	CacheRefreshInterval    time.Duration // QUEEN_CACHE_REFRESH_INTERVAL_MS, default 60000
 	AdmissionMaintShare     float64       // QUEEN_ADMISSION_SHARE_MAINT, default 0.05
+	PushStatements          int           // QUEEN_PUSH_STATEMENTS, default 1: combined push statements in flight
+	PushBatchRows           int           // QUEEN_PUSH_BATCH_ROWS, default 1000: rows in one combined push statement
 
 	ServerID      string     // QUEEN_SERVER_ID, default $HOSTNAME, else queen-<8hex>
 	TenancyHeader bool       // QUEEN_TENANCY_HEADER, default false
@@ -87,6 +89,8 @@ func Default() Config {
 		FileBufferEventsPerFile: 10000,
 		CacheRefreshInterval:    60 * time.Second,
 		AdmissionMaintShare:     0.05,
+		PushStatements:          1,
+		PushBatchRows:           1000,
 		ApplySchema:             true,
 		LogLevel:                slog.LevelInfo,
 	}
@@ -132,6 +136,8 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	p.intRange("FILE_BUFFER_EVENTS_PER_FILE", &c.FileBufferEventsPerFile, 1, 10000000)
 	p.millis("QUEEN_CACHE_REFRESH_INTERVAL_MS", &c.CacheRefreshInterval)
 	p.float("QUEEN_ADMISSION_SHARE_MAINT", &c.AdmissionMaintShare, 0, 1)
+	p.intRange("QUEEN_PUSH_STATEMENTS", &c.PushStatements, 1, 1000)
+	p.intRange("QUEEN_PUSH_BATCH_ROWS", &c.PushBatchRows, 1, 100000)
 	p.str("QUEEN_SERVER_ID", &c.ServerID)
 	p.boolean("QUEEN_TENANCY_HEADER", &c.TenancyHeader)
 	var body int

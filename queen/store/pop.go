@@ -90,20 +90,21 @@ WITH q AS (
 cand AS (
 	SELECT pc.partition_id, pc.last_consumed_seq AS cursor, pc.batch_retry_count AS retries,
 		pc.lease_acquired_at AS acquired, p.name
-	FROM q
-	JOIN queen.partition_consumers pc ON pc.queue_id = q.id AND pc.consumer_group = $2
+	FROM queen.partition_consumers pc
 	JOIN queen.partitions p ON p.id = pc.partition_id
-	WHERE /*partition*/ TRUE
-		AND (pc.lease_expires_at IS NULL OR pc.lease_expires_at <= q.now)
+	WHERE pc.queue_id = $1 AND pc.consumer_group = $2 AND /*partition*/ TRUE
+		AND (pc.lease_expires_at IS NULL OR pc.lease_expires_at <= coalesce($8::timestamptz, now()))
 		AND p.last_seq > pc.last_consumed_seq
-		AND (q.window_buffer = 0 OR p.last_message_at <= q.now - make_interval(secs => q.window_buffer))
+		AND ((SELECT window_buffer FROM q) = 0
+			OR p.last_message_at <= coalesce($8::timestamptz, now()) - make_interval(secs => (SELECT window_buffer FROM q)))
 		AND EXISTS (
 			SELECT 1 FROM (
 				SELECT h.created_at FROM queen.messages h
 				WHERE h.partition_id = pc.partition_id AND h.seq > pc.last_consumed_seq
 				ORDER BY h.seq LIMIT 1
 			) head
-			WHERE q.delayed_processing = 0 OR head.created_at <= q.now - make_interval(secs => q.delayed_processing))
+			WHERE (SELECT delayed_processing FROM q) = 0
+				OR head.created_at <= coalesce($8::timestamptz, now()) - make_interval(secs => (SELECT delayed_processing FROM q)))
 	ORDER BY /*order*/ pc.lease_acquired_at ASC NULLS FIRST, pc.partition_id
 	LIMIT $3::int
 	FOR UPDATE OF pc SKIP LOCKED
@@ -173,7 +174,7 @@ func popSQLFor(partition bool) string {
 		sql = strings.Replace(sql, `ORDER BY c.acquired ASC NULLS FIRST, c.partition_id`, `ORDER BY c.partition_id`, 1)
 	}
 	if canary.On("pop-ignores-lease") {
-		sql = strings.Replace(sql, `(pc.lease_expires_at IS NULL OR pc.lease_expires_at <= q.now)`, `TRUE`, 1)
+		sql = strings.Replace(sql, `(pc.lease_expires_at IS NULL OR pc.lease_expires_at <= coalesce($8::timestamptz, now()))`, `TRUE`, 1)
 	}
 	return sql
 }

@@ -42,11 +42,12 @@ type PushResult struct {
 // UPDATE: a DLQ insert's foreign-key check on the partition does not wait for
 // pushes.)
 //
-// Invariant (exact dedup): (partition_id, transaction_id) is unique. A row
-// already visible is answered from existing; one committed by a concurrent
-// push after this statement's snapshot is caught by ON CONFLICT DO NOTHING
-// and answered by dupLookupSQL. Either way the answer is "duplicate" with the
-// stored message's id.
+// Invariant (exact dedup): (partition_id, transaction_id) is unique, and ON
+// CONFLICT DO NOTHING skips a row already stored (or committed by a
+// concurrent push while this one waited for the partition lock). Rows not
+// inserted are answered by dupLookupSQL, a later statement with a fresh
+// snapshot, as "duplicate" with the stored message's id. Duplicates are the
+// rare path (client retries), so the common path probes the index once.
 //
 // Invariant (no phantom backlog): last_seq moves to the highest seq actually
 // inserted, never to a seq a conflicting row did not take.
@@ -56,22 +57,15 @@ WITH input AS (
 	FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[])
 		WITH ORDINALITY AS v(id, pid, txid, trace, payload, sub, ord)
 ),
-existing AS (
-	SELECT i.ord, m.id
-	FROM input i JOIN queen.messages m ON m.partition_id = i.pid AND m.transaction_id = i.txid
-),
-fresh_input AS (
-	SELECT i.* FROM input i WHERE NOT EXISTS (SELECT 1 FROM existing e WHERE e.ord = i.ord)
-),
 locked AS (
 	SELECT p.id, p.last_seq FROM queen.partitions p
-	WHERE p.id IN (SELECT pid FROM fresh_input)
+	WHERE p.id IN (SELECT pid FROM input)
 	ORDER BY p.id
 	FOR NO KEY UPDATE
 ),
 fresh AS (
-	SELECT f.*, l.last_seq + row_number() OVER (PARTITION BY f.pid ORDER BY f.ord) AS seq
-	FROM fresh_input f JOIN locked l ON l.id = f.pid
+	SELECT i.*, l.last_seq + row_number() OVER (PARTITION BY i.pid ORDER BY i.ord) AS seq
+	FROM input i JOIN locked l ON l.id = i.pid
 ),
 appended AS (
 	INSERT INTO queen.messages (id, partition_id, seq, transaction_id, trace_id, payload, created_at, producer_sub)
@@ -87,11 +81,8 @@ advanced AS (
 	WHERE p.id = a.partition_id
 	RETURNING p.id
 )
-SELECT i.ord, coalesce(a.id, e.id, i.id)::text, a.id IS NOT NULL, a.id IS NOT NULL OR e.id IS NOT NULL,
-	(SELECT count(*) FROM advanced)
-FROM input i
-LEFT JOIN appended a ON a.id = i.id
-LEFT JOIN existing e ON e.ord = i.ord
+SELECT i.ord, i.id::text, a.id IS NOT NULL, (SELECT count(*) FROM advanced)
+FROM input i LEFT JOIN appended a ON a.id = i.id
 ORDER BY i.ord`
 
 type appendParams struct {
@@ -99,8 +90,9 @@ type appendParams struct {
 	Now                                                                 *time.Time
 }
 
-// dupLookupSQL finds the stored rows that a concurrent push committed after
-// appendSQL's snapshot: a new statement, so a new snapshot.
+// dupLookupSQL finds the stored rows of the rows appendSQL did not insert:
+// a new statement, so its snapshot sees a row a concurrent push committed
+// while appendSQL waited.
 const dupLookupSQL = `
 SELECT v.ord, m.id::text
 FROM unnest($1::uuid[], $2::text[]) WITH ORDINALITY AS v(pid, txid, ord)
@@ -111,11 +103,11 @@ JOIN queen.messages m ON m.partition_id = v.pid AND m.transaction_id = v.txid`
 // commit, and a pause between taking a position and committing.
 func strandedSQL(sql string) string {
 	return strings.Replace(sql, `SELECT p.id, p.last_seq FROM queen.partitions p
-	WHERE p.id IN (SELECT pid FROM fresh_input)
+	WHERE p.id IN (SELECT pid FROM input)
 	ORDER BY p.id
 	FOR NO KEY UPDATE`, `SELECT x.id, x.last_seq FROM (
 		SELECT p.id, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS last_seq
-		FROM queen.partitions p WHERE p.id IN (SELECT pid FROM fresh_input) OFFSET 0) x,
+		FROM queen.partitions p WHERE p.id IN (SELECT pid FROM input) OFFSET 0) x,
 		LATERAL (SELECT pg_sleep(random() * 0.2)) pause`, 1)
 }
 
@@ -237,14 +229,13 @@ func (s *Store) appendRows(ctx context.Context, q querier, rows []appendRow) ([]
 	var raced []int
 	for res.Next() {
 		var ord, advanced int64
-		var found bool
 		var o appendOut
-		if err := res.Scan(&ord, &o.messageID, &o.queued, &found, &advanced); err != nil {
+		if err := res.Scan(&ord, &o.messageID, &o.queued, &advanced); err != nil {
 			res.Close()
 			return nil, err
 		}
 		out[ord-1] = o
-		if !found {
+		if !o.queued {
 			raced = append(raced, int(ord-1))
 		}
 	}
@@ -252,7 +243,7 @@ func (s *Store) appendRows(ctx context.Context, q querier, rows []appendRow) ([]
 		return nil, err
 	}
 	if len(raced) > 0 {
-		if err := s.lookupRacedDuplicates(ctx, q, rows, raced, out); err != nil {
+		if err := s.lookupDuplicates(ctx, q, rows, raced, out); err != nil {
 			return nil, err
 		}
 	}
@@ -264,9 +255,9 @@ func (s *Store) appendRows(ctx context.Context, q querier, rows []appendRow) ([]
 	return out, nil
 }
 
-// lookupRacedDuplicates answers the rows that lost an insert race to a
-// concurrent push of the same (partition, transactionId).
-func (s *Store) lookupRacedDuplicates(ctx context.Context, q querier, rows []appendRow, raced []int, out []appendOut) error {
+// lookupDuplicates answers the rows appendSQL did not insert: their
+// (partition, transactionId) is stored already, or their partition is gone.
+func (s *Store) lookupDuplicates(ctx context.Context, q querier, rows []appendRow, raced []int, out []appendOut) error {
 	pids, txids := make([]string, len(raced)), make([]string, len(raced))
 	for j, i := range raced {
 		pids[j], txids[j] = rows[i].pid, rows[i].txid
