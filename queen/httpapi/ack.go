@@ -110,7 +110,7 @@ func (s *Server) applyAcks(w http.ResponseWriter, r *http.Request, group string,
 		s.storeError(w, r, "ack", err)
 		return
 	}
-	out := make([]map[string]any, len(results))
+	out := make([]ackResultWire, len(results))
 	for i, res := range results {
 		if res.Success {
 			s.stats.ackMessages.Add(1)
@@ -118,12 +118,9 @@ func (s *Server) applyAcks(w http.ResponseWriter, r *http.Request, group string,
 		if res.DLQ {
 			s.stats.dlq.Add(1)
 		}
-		out[i] = map[string]any{
-			"index": res.Index, "transactionId": res.TransactionID, "success": res.Success,
-			"error": nullable(res.Error), "queueName": nullable(res.QueueName),
-			"partitionName": nullable(res.PartitionName), "leaseReleased": res.LeaseReleased,
-			"dlq": res.DLQ,
-		}
+		out[i] = ackResultWire{Index: res.Index, TransactionID: res.TransactionID, Success: res.Success,
+			Error: strPtr(res.Error), QueueName: strPtr(res.QueueName), PartitionName: strPtr(res.PartitionName),
+			LeaseReleased: res.LeaseReleased, DLQ: res.DLQ}
 	}
 	writeJSON(w, http.StatusOK, out)
 }

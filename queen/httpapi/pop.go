@@ -163,14 +163,17 @@ func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, p popParams, k
 	ctx := r.Context()
 	deadline := s.clock.Now().Add(p.timeout)
 	interval := s.cfg.PopWaitInitial
+	group := p.req.Group
 	for empties := 0; ; empties++ {
-		woken := s.wake.Wait(key)
+		woken, withdraw := s.wake.Wait(key, group)
 		res, err := try(ctx)
 		if err != nil {
+			withdraw(true)
 			s.storeError(w, r, "pop", err)
 			return
 		}
 		if len(res.Messages) > 0 {
+			withdraw(true)
 			if ctx.Err() != nil {
 				// The claim raced the client's disconnect: give it back so
 				// the partition is not hidden for a whole lease.
@@ -183,6 +186,7 @@ func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, p popParams, k
 		}
 		left := deadline.Sub(s.clock.Now())
 		if !p.wait || left <= 0 {
+			withdraw(true)
 			w.WriteHeader(http.StatusNoContent)
 			return
 		}
@@ -197,11 +201,13 @@ func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, p popParams, k
 		select {
 		case <-ctx.Done():
 			t.Stop()
+			withdraw(true)
 			return
 		case <-woken:
 			t.Stop()
 		case <-t.C():
 		}
+		withdraw(false) // this pop re-checks itself
 	}
 }
 
@@ -213,22 +219,5 @@ func (s *Server) releaseAbandoned(leaseID string) {
 	defer cancel()
 	if _, err := s.store.Release(ctx, leaseID); err != nil {
 		s.log.Warn("release of abandoned pop failed; its lease will expire instead", "lease", leaseID, "err", err)
-	}
-}
-
-func popBody(res store.PopResult) map[string]any {
-	msgs := make([]map[string]any, len(res.Messages))
-	for i, m := range res.Messages {
-		msgs[i] = map[string]any{
-			"id": m.ID, "transactionId": m.TransactionID, "traceId": m.TraceID, "data": m.Data,
-			"payload": m.Data, "producerSub": m.ProducerSub, "createdAt": timestamp(m.CreatedAt),
-			"partitionId": m.PartitionID, "partition": m.Partition, "queue": m.Queue, "leaseId": m.LeaseID,
-			"consumerGroup": m.ConsumerGroup, "retryCount": m.RetryCount, "offset": m.Seq,
-		}
-	}
-	return map[string]any{
-		"success": true, "queue": res.Queue, "partition": res.Partition, "partitionId": res.PartitionID,
-		"leaseId": res.LeaseID, "consumerGroup": res.Group, "messages": msgs,
-		"partitionsClaimed": res.PartitionsClaimed,
 	}
 }

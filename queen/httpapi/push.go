@@ -29,30 +29,18 @@ func parsePushItem(raw json.RawMessage, path string) (store.PushItem, error) {
 	if !ok || q == "" {
 		return it, bad("%squeue is required", path)
 	}
-	if err := cleanName(q, path+"queue"); err != nil {
-		return it, err
-	}
 	it.Queue = q
 	if it.Partition, _, err = o.str("partition", path); err != nil {
-		return it, err
-	}
-	if err := cleanName(it.Partition, path+"partition"); err != nil {
 		return it, err
 	}
 	if it.TransactionID, _, err = o.str("transactionId", path); err != nil {
 		return it, err
 	}
-	if len(it.TransactionID) > maxTransactionIDBytes {
-		return it, bad("%stransactionId exceeds %d bytes", path, maxTransactionIDBytes)
-	}
-	if err := cleanName(it.TransactionID, path+"transactionId"); err != nil {
-		return it, err
-	}
 	if it.TraceID, _, err = o.str("traceId", path); err != nil {
 		return it, err
 	}
-	if it.TraceID != "" && !ids.Valid(it.TraceID) {
-		return it, bad("%straceId must be a UUID", path)
+	if err := checkPushItem(it, path); err != nil {
+		return it, err
 	}
 	// Clients send the body as payload (JS also as data); a missing one is
 	// stored as JSON null.
@@ -64,23 +52,96 @@ func parsePushItem(raw json.RawMessage, path string) (store.PushItem, error) {
 	return it, nil
 }
 
-func (s *Server) push(w http.ResponseWriter, r *http.Request) {
-	body, err := readObject(r, false)
-	if err != nil {
-		writeBad(w, err)
-		return
+// parsePushTyped decodes a well-formed push body into items; ok is false
+// when the body does not fit the typed shape (the caller then re-reads it
+// field by field to name the bad field). Field-level rules that the types
+// cannot express answer their own 400 here.
+func parsePushTyped(body []byte) (items []store.PushItem, ok bool, err error) {
+	var b pushBody
+	if json.Unmarshal(body, &b) != nil || b.Items == nil {
+		return nil, false, nil
 	}
+	items = make([]store.PushItem, len(*b.Items))
+	for i, w := range *b.Items {
+		path := fmt.Sprintf("items[%d].", i)
+		if w.Queue == nil || *w.Queue == "" {
+			return nil, true, bad("%squeue is required", path)
+		}
+		it := store.PushItem{Queue: *w.Queue, Payload: w.Payload}
+		if it.Payload == nil {
+			it.Payload = w.Data
+		}
+		if w.Partition != nil {
+			it.Partition = *w.Partition
+		}
+		if w.TransactionID != nil {
+			it.TransactionID = *w.TransactionID
+		}
+		if w.TraceID != nil {
+			it.TraceID = *w.TraceID
+		}
+		if err := checkPushItem(it, path); err != nil {
+			return nil, true, err
+		}
+		items[i] = it
+	}
+	return items, true, nil
+}
+
+// checkPushItem applies the rules both parsers share.
+func checkPushItem(it store.PushItem, path string) error {
+	if err := cleanName(it.Queue, path+"queue"); err != nil {
+		return err
+	}
+	if err := cleanName(it.Partition, path+"partition"); err != nil {
+		return err
+	}
+	if len(it.TransactionID) > maxTransactionIDBytes {
+		return bad("%stransactionId exceeds %d bytes", path, maxTransactionIDBytes)
+	}
+	if err := cleanName(it.TransactionID, path+"transactionId"); err != nil {
+		return err
+	}
+	if it.TraceID != "" && !ids.Valid(it.TraceID) {
+		return bad("%straceId must be a UUID", path)
+	}
+	return nil
+}
+
+func (s *Server) parsePush(r *http.Request) ([]store.PushItem, error) {
+	raw, err := readBody(r, false)
+	if err != nil {
+		return nil, err
+	}
+	if items, ok, err := parsePushTyped(raw); ok {
+		return items, err
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil || m == nil {
+		if err == nil {
+			return nil, bad("Invalid JSON: body must be an object")
+		}
+		return nil, bad("Invalid JSON: %v", err)
+	}
+	body := obj(m)
 	rawItems, ok, err := body.array("items", "")
 	if err != nil || !ok {
-		writeError(w, http.StatusBadRequest, "items array is required")
-		return
+		return nil, bad("items array is required")
 	}
 	items := make([]store.PushItem, len(rawItems))
 	for i, raw := range rawItems {
 		if items[i], err = parsePushItem(raw, fmt.Sprintf("items[%d].", i)); err != nil {
-			writeBad(w, err)
-			return
+			return nil, err
 		}
+	}
+	return items, nil
+}
+
+func (s *Server) push(w http.ResponseWriter, r *http.Request) {
+	items, err := s.parsePush(r)
+	if err != nil {
+		writeBad(w, err)
+		return
 	}
 	if len(items) == 0 {
 		writeJSON(w, http.StatusCreated, []any{})
@@ -117,33 +178,34 @@ func (s *Server) push(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.notifyPushed(tenant, results)
-	out := make([]map[string]any, len(results))
-	for i, res := range results {
+	for _, res := range results {
 		if res.Status == "queued" {
 			s.stats.pushMessages.Add(1)
 		}
-		out[i] = map[string]any{
-			"index": res.Index, "status": res.Status, "queueName": res.QueueName,
-			"transaction_id": res.TransactionID, "transactionId": res.TransactionID,
-			"message_id": res.MessageID, "messageId": res.MessageID,
-			"partition_id": res.PartitionID, "partitionId": res.PartitionID,
-			"trace_id": nullable(res.TraceID), "traceId": nullable(res.TraceID),
-		}
 	}
-	writeJSON(w, http.StatusCreated, out)
+	writeJSON(w, http.StatusCreated, pushResults(results))
 }
 
-// notifyPushed wakes pops parked on the queues that just got messages.
+// notifyPushed wakes pops parked on the queues that just got messages: per
+// group, one pop per partition that got some.
 func (s *Server) notifyPushed(tenant string, results []store.PushResult) {
-	seen := map[string]bool{}
+	parts := map[string]map[string]bool{}
+	total := map[string]bool{}
 	for _, res := range results {
-		if res.Status == "queued" && !seen[res.QueueName] {
-			seen[res.QueueName] = true
-			s.wake.Notify(waker.Key(tenant, res.QueueName))
+		if res.Status != "queued" {
+			continue
 		}
+		if parts[res.QueueName] == nil {
+			parts[res.QueueName] = map[string]bool{}
+		}
+		parts[res.QueueName][res.PartitionID] = true
+		total[res.PartitionID] = true
 	}
-	if len(seen) > 0 {
-		s.wake.Notify(waker.Key(tenant, ""))
+	for queue, ps := range parts {
+		s.wake.Notify(waker.Key(tenant, queue), len(ps))
+	}
+	if len(total) > 0 {
+		s.wake.Notify(waker.Key(tenant, ""), len(total))
 	}
 }
 
