@@ -8,8 +8,8 @@
 //	mode      lockstep
 //	brokers   3
 //	tenants   t1 t2
-//	queues    orders(partitions=4,leaseTime=10s,groups=__QUEUE_MODE__|audit)
-//	workload  clients=6 ops=300 push=45 pop=30 ack=18 extend=2 txn=3 abandon=2 reuse=5% fail=8%
+//	queues    orders(partitions=4,leaseTime=10s,groups=__QUEUE_MODE__|audit,completedRetention=5s)
+//	workload  clients=6 ops=300 push=45 pop=30 ack=18 extend=2 txn=3 abandon=2 reuse=5% fail=8% hot=80%
 //	vtime     120s
 //	converge  60s
 //	fault at=10s pg.blackhole broker=all for=15s
@@ -166,7 +166,7 @@ func (s *Scenario) apply(f []string) error {
 	return err
 }
 
-// parseQueue reads name(partitions=N,leaseTime=Ds,groups=a|b).
+// parseQueue reads name(partitions=N,leaseTime=Ds,groups=a|b,completedRetention=Ds).
 func parseQueue(s string) (sim.QueueSpec, error) {
 	q := sim.QueueSpec{Name: s}
 	open := strings.IndexByte(s, '(')
@@ -192,6 +192,10 @@ func parseQueue(s string) (sim.QueueSpec, error) {
 			q.LeaseSecs = int(d / time.Second)
 		case "groups":
 			q.Groups = strings.Split(v, "|")
+		case "completedRetention":
+			var d time.Duration
+			d, err = time.ParseDuration(v)
+			q.CompletedRetentionSecs = int(d / time.Second)
 		default:
 			err = fmt.Errorf("unknown option %q", k)
 		}
@@ -234,6 +238,8 @@ func (s *Scenario) parseWorkload(f []string) error {
 			w.ReusePct = n
 		case "fail":
 			w.FailPct = n
+		case "hot":
+			w.HotPct = n
 		default:
 			return fmt.Errorf("workload: unknown %q", k)
 		}
@@ -302,13 +308,21 @@ func Print(w io.Writer, s *Scenario) error {
 	if len(s.Queues) > 0 {
 		var qs []string
 		for _, q := range s.Queues {
-			qs = append(qs, fmt.Sprintf("%s(partitions=%d,leaseTime=%ds,groups=%s)", q.Name, q.Partitions, q.LeaseSecs, strings.Join(q.Groups, "|")))
+			spec := fmt.Sprintf("%s(partitions=%d,leaseTime=%ds,groups=%s", q.Name, q.Partitions, q.LeaseSecs, strings.Join(q.Groups, "|"))
+			if q.CompletedRetentionSecs > 0 {
+				spec += fmt.Sprintf(",completedRetention=%ds", q.CompletedRetentionSecs)
+			}
+			qs = append(qs, spec+")")
 		}
 		fmt.Fprintf(b, "queues    %s\n", strings.Join(qs, " "))
 	}
 	w8 := s.Weights
-	fmt.Fprintf(b, "workload  clients=%d ops=%d push=%d pop=%d ack=%d extend=%d txn=%d abandon=%d reuse=%d%% fail=%d%%\n",
+	fmt.Fprintf(b, "workload  clients=%d ops=%d push=%d pop=%d ack=%d extend=%d txn=%d abandon=%d reuse=%d%% fail=%d%%",
 		s.Clients, s.Ops, w8.Push, w8.Pop, w8.Ack, w8.Extend, w8.Txn, w8.Abandon, w8.ReusePct, w8.FailPct)
+	if w8.HotPct > 0 {
+		fmt.Fprintf(b, " hot=%d%%", w8.HotPct)
+	}
+	fmt.Fprintln(b)
 	if s.VTime > 0 {
 		fmt.Fprintf(b, "vtime     %s\n", s.VTime)
 	}

@@ -36,10 +36,31 @@ func Generate(seed uint64) *Scenario {
 	s.Weights = sim.DefaultWeights
 	s.Weights.ReusePct = rng.IntN(11)
 	s.Weights.FailPct = rng.IntN(15)
+	if rng.IntN(3) == 0 {
+		// One busy partition: the others must still be served.
+		s.Queues[0].Partitions = max(s.Queues[0].Partitions, 2)
+		s.Weights.HotPct = 60 + rng.IntN(31)
+	}
+	retention := rng.IntN(3) == 0
+	if retention {
+		// Completed retention while two groups read at their own speeds.
+		// No resent transactionIds and no outages: a push replayed after
+		// its row was legitimately deleted is stored again (dedup reaches
+		// as far as the rows do), which is not what this run checks.
+		s.Queues[0].CompletedRetentionSecs = 2 + rng.IntN(9)
+		if len(s.Queues[0].Groups) < 2 {
+			s.Queues[0].Groups = append(s.Queues[0].Groups, "audit")
+		}
+		s.Weights.ReusePct = 0
+	}
 	fired := map[string]bool{}
 	for n := rng.IntN(5); n > 0; n-- {
 		at := time.Duration(5+rng.IntN(90)) * time.Second
-		switch k := rng.IntN(7); {
+		k := rng.IntN(7)
+		if retention && k != 3 && k != 4 {
+			continue
+		}
+		switch {
 		case k == 0:
 			s.Faults = append(s.Faults, sim.FaultAt{At: at, Kind: "pg.refuse", Broker: -1, For: time.Duration(3+rng.IntN(12)) * time.Second})
 		case k == 1:

@@ -21,6 +21,8 @@ type Spec struct {
 	// (QueueMode for plain queue-mode consumers). No-loss is checked per
 	// group.
 	Groups map[string][]string
+	// Partitions is each queue's partition count (the fairness bound).
+	Partitions map[string]int
 	// RecoverySlackMS is how long after a lease ends an abandoned message
 	// may stay hidden before a pop that finds nothing is a violation.
 	RecoverySlackMS int64
@@ -44,6 +46,7 @@ var Checkers = []Checker{
 	{"dedup", CheckDedup},
 	{"tenant", CheckTenant},
 	{"lease-recovery", CheckLeaseRecovery},
+	{"fairness", CheckFairness},
 }
 
 // CheckerNamed returns the checker called name.

@@ -7,7 +7,7 @@ import (
 	"github.com/queen-go/queen/sim"
 )
 
-var spec = sim.Spec{Groups: map[string][]string{"q": {sim.QueueMode}}, RecoverySlackMS: 1000}
+var spec = sim.Spec{Groups: map[string][]string{"q": {sim.QueueMode}}, Partitions: map[string]int{"q": 2}, RecoverySlackMS: 1000}
 
 func load(t *testing.T, name string) []sim.Event {
 	t.Helper()

@@ -13,6 +13,10 @@ type QueueSpec struct {
 	Partitions int
 	LeaseSecs  int
 	Groups     []string
+	// CompletedRetentionSecs > 0 turns on "completed" retention: the
+	// retention leader deletes messages every group consumed that long ago,
+	// while groups read at their own speeds.
+	CompletedRetentionSecs int
 }
 
 // Weights are the relative odds of each workload operation.
@@ -23,6 +27,10 @@ type Weights struct {
 	ReusePct int
 	// FailPct is the percentage of acked messages acked as failed.
 	FailPct int
+	// HotPct is the percentage of fresh pushes that go to partition p0
+	// (also the run's first push, so p0 is the oldest partition): one busy
+	// partition that must not starve the others.
+	HotPct int
 }
 
 // DefaultWeights is the workload mix when a scenario names none.
@@ -108,9 +116,10 @@ func (o *Options) defaults() {
 
 // Spec derives the checkers' view of the run.
 func (o Options) Spec() Spec {
-	s := Spec{Groups: map[string][]string{}, RecoverySlackMS: 2000}
+	s := Spec{Groups: map[string][]string{}, Partitions: map[string]int{}, RecoverySlackMS: 2000}
 	for _, q := range o.Queues {
 		s.Groups[q.Name] = q.Groups
+		s.Partitions[q.Name] = q.Partitions
 	}
 	return s
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net/url"
 	"sort"
 	"sync"
 	"time"
@@ -79,10 +80,12 @@ type runner struct {
 	mu      sync.Mutex // guards pushed and nextTx (free-running workers share them)
 	pushed  []Key
 	nextTx  int
-	fmu     sync.Mutex // free-running: serialises fault injection with heal
-	fired   map[string]int
-	active  []activeFault
-	ctx     context.Context
+	// hotStarted: tenant/queue pairs that had their first push (hot runs).
+	hotStarted map[string]bool
+	fmu        sync.Mutex // free-running: serialises fault injection with heal
+	fired      map[string]int
+	active     []activeFault
+	ctx        context.Context
 }
 
 type activeFault struct {
@@ -273,11 +276,38 @@ func (r *runner) wait(d time.Duration) {
 func (r *runner) configure() error {
 	for _, t := range r.o.Tenants {
 		for _, q := range r.o.Queues {
-			body, _ := json.Marshal(map[string]any{"queue": q.Name, "options": map[string]any{"leaseTime": q.LeaseSecs, "retryLimit": 2}})
+			opts := map[string]any{"leaseTime": q.LeaseSecs, "retryLimit": 2}
+			if q.CompletedRetentionSecs > 0 {
+				opts["retentionEnabled"], opts["completedRetentionSeconds"] = true, q.CompletedRetentionSecs
+			}
+			body, _ := json.Marshal(map[string]any{"queue": q.Name, "options": opts})
 			code, raw, err := r.cluster.Do(r.ctx, 0, "POST", "/api/v1/configure", t, body)
 			if err != nil || code != 200 {
 				return fmt.Errorf("configure %s: %d %s %v", q.Name, code, raw, err)
 			}
+			if q.CompletedRetentionSecs > 0 {
+				if err := r.subscribe(t, q); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// subscribe starts every group of q before anything is pushed, as
+// consumers started before producers would: completed retention waits only
+// for groups that exist, and the checkers expect each listed group to see
+// every message.
+func (r *runner) subscribe(tenant string, q QueueSpec) error {
+	for _, g := range q.Groups {
+		path := "/api/v1/pop/queue/" + url.PathEscape(q.Name) + "?batch=1"
+		if g != QueueMode {
+			path += "&consumerGroup=" + url.QueryEscape(g)
+		}
+		code, raw, err := r.cluster.Do(r.ctx, 0, "GET", path, tenant, nil)
+		if err != nil || code != 204 {
+			return fmt.Errorf("subscribe %s to %s: %d %s %v", g, q.Name, code, raw, err)
 		}
 	}
 	return nil
@@ -313,7 +343,19 @@ func (r *runner) step(rng *rand.Rand, c *client) {
 		tenant := r.o.Tenants[pick(len(r.o.Tenants))]
 		g := q.Groups[pick(len(q.Groups))]
 		autoAck := g != QueueMode && pick(20) == 0
-		if h := r.act.pop(r.ctx, c.id, b, tenant, q, g, 1+pick(5), autoAck); h != nil {
+		batch := 1 + pick(5)
+		if w.HotPct > 0 {
+			// Eager consumers of one message at a time: the busy
+			// partition keeps a backlog and is claimable again at once,
+			// so only the claim order decides whether the others are
+			// served.
+			batch = 1
+		}
+		h := r.act.pop(r.ctx, c.id, b, tenant, q, g, batch, autoAck)
+		switch {
+		case h != nil && w.HotPct > 0:
+			r.act.ack(r.ctx, c.id, b, h, []string{"completed"})
+		case h != nil:
 			c.held = append(c.held, h)
 		}
 	case x < w.Push+w.Pop+w.Ack:
@@ -358,6 +400,18 @@ func (r *runner) freshKey(rng *rand.Rand) Key {
 	p := rng.IntN(q.Partitions)
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if w := r.o.Weights.HotPct; w > 0 {
+		// The first push into each tenant's queue goes to p0, so the
+		// busy partition is also the oldest (the lowest id).
+		started := r.hotStarted[r.o.Tenants[ti]+"/"+q.Name]
+		if !started || rng.IntN(100) < w {
+			p = 0
+		}
+		if r.hotStarted == nil {
+			r.hotStarted = map[string]bool{}
+		}
+		r.hotStarted[r.o.Tenants[ti]+"/"+q.Name] = true
+	}
 	r.nextTx++
 	k := Key{Tenant: r.o.Tenants[ti], Q: q.Name, P: fmt.Sprint("p", p), Txid: fmt.Sprintf("s%x-t%d-%d", r.o.Seed&0xffff, ti, r.nextTx)}
 	r.pushed = append(r.pushed, k)

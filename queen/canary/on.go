@@ -9,5 +9,7 @@ import "os"
 // each planted bug must make `make sim` fail, or the simulator is blind to
 // it. The bugs: ack-ignores-lease, dedup-off, pop-ignores-lease,
 // tenant-dropped, stranded (appends ordered at creation, not commit),
+// claim-unfair (wildcard pops serve the lowest partition id first),
+// retention-ignores-group (completed retention deletes what one group consumed),
 // spool-tenant-dropped (replay under the default tenant).
 func On(name string) bool { return os.Getenv("QUEEN_CANARY") == name }

@@ -87,6 +87,8 @@ func (s *Store) RetentionPass(ctx context.Context, batch int) (RetentionResult, 
 	for _, rule := range retentionRules {
 		where := rule.where
 		if rule.name == "completed" && canary.On("retention-ignores-group") {
+			// Deletes what any one group consumed, whatever the others.
+			where = strings.Replace(where, "min(pc.last_consumed_seq)", "max(pc.last_consumed_seq)", 1)
 			where = strings.Replace(where, "/*subscribed*/", "AND false", 1)
 		}
 		sql := fmt.Sprintf(retentionSQL, where)

@@ -1,0 +1,130 @@
+package sim
+
+import "fmt"
+
+// CheckFairness: a wildcard pop serves partitions least-recently-claimed
+// first, so a partition with a message waiting is served before any other
+// partition of its queue is served twice. From the moment a push into
+// partition Y is answered queued until that message's first delivery in a
+// group, at most (partitions of the queue) successful pops of that group
+// and queue in a row may serve other partitions while Y is claimable (no
+// live lease of that group holds it); a pop that serves Y starts the count
+// again. More means Y was starved: with steady traffic into one partition,
+// the others would never be served.
+func CheckFairness(h []Event, s Spec) []Violation {
+	t := build(h)
+	type pk struct{ tenant, q, p, g string }
+	// Successful non-empty pops, in order, with the partitions they served.
+	type served struct {
+		invokeI int
+		vt      int64
+		tenant  string
+		q, g    string
+		parts   map[string]bool
+	}
+	var pops []served
+	// A pop whose answer was lost may hold a claim the history cannot
+	// see, until its lease ends: no pop of its group counts before that.
+	unknownUntil := map[[3]string]int64{}
+	for _, c := range calls(h) {
+		if c.in.Op != "pop" {
+			continue
+		}
+		if !c.ok() {
+			k := [3]string{c.in.Tenant, c.in.Q, groupOf(c.in.G)}
+			unknownUntil[k] = max(unknownUntil[k], c.in.VT+int64(c.in.LeaseSecs)*1000+2000)
+			continue
+		}
+		if len(c.done.Msgs) == 0 || c.in.P != "" {
+			continue
+		}
+		if c.in.VT < unknownUntil[[3]string{c.in.Tenant, c.in.Q, groupOf(c.in.G)}] {
+			continue
+		}
+		sv := served{invokeI: c.in.I, vt: c.in.VT, tenant: c.in.Tenant, q: c.in.Q, g: groupOf(c.in.G), parts: map[string]bool{}}
+		for _, m := range c.done.Msgs {
+			sv.parts[m.P] = true
+		}
+		pops = append(pops, sv)
+	}
+	firstDelivery := map[[2]string]int{} // key+group -> okI of its first delivery
+	for _, d := range t.deliveries {
+		id := [2]string{d.key.String(), d.group}
+		if _, ok := firstDelivery[id]; !ok {
+			firstDelivery[id] = d.okI
+		}
+	}
+	reported := map[pk]bool{}
+	var out []Violation
+	for _, p := range t.pushes {
+		if p.status != "queued" {
+			continue
+		}
+		groups := s.Groups[p.key.Q]
+		if len(groups) == 0 {
+			groups = []string{QueueMode}
+		}
+		bound := s.Partitions[p.key.Q]
+		if bound == 0 {
+			continue
+		}
+		for _, g := range groups {
+			id := pk{p.key.Tenant, p.key.Q, p.key.P, g}
+			if reported[id] {
+				continue
+			}
+			until, ok := firstDelivery[[2]string{p.key.String(), g}]
+			if !ok {
+				until = len(h)
+			}
+			skipped, worst := 0, 0
+			for _, sv := range pops {
+				if sv.invokeI <= p.okI || sv.invokeI >= until {
+					continue
+				}
+				if sv.g != g || sv.q != p.key.Q || sv.tenant != p.key.Tenant {
+					continue
+				}
+				if sv.parts[p.key.P] {
+					// The partition was served (its earlier messages):
+					// it is not starved; count again from here.
+					skipped = 0
+					continue
+				}
+				if t.partitionLeased(p.key, g, sv.invokeI, sv.vt) {
+					continue
+				}
+				skipped++
+				worst = max(worst, skipped)
+			}
+			if worst > bound {
+				reported[id] = true
+				out = append(out, Violation{"fairness", fmt.Sprintf("%s waited while %d pops in a row of group %s served other partitions of %s (at most %d may)",
+					p.key, worst, g, p.key.Q, bound)})
+			}
+		}
+	}
+	return limit(out, 20)
+}
+
+// partitionLeased reports whether, at event index i and time vt, k's
+// partition is held in group g by a live lease: a delivery from it whose
+// lease is neither released nor expired.
+func (t *timeline) partitionLeased(k Key, g string, i int, vt int64) bool {
+	for _, o := range t.deliveries {
+		if o.okI >= i || o.group != g || o.lease == "" || o.autoAck ||
+			o.key.Tenant != k.Tenant || o.key.Q != k.Q || o.key.P != k.P {
+			continue
+		}
+		released := false
+		for _, ri := range t.releases[o.lease] {
+			if ri < i {
+				released = true
+			}
+		}
+		if !released && t.leaseEnd(o, i) > vt {
+			return true
+		}
+	}
+	return false
+}
