@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -35,6 +36,7 @@ type options struct {
 	out      string
 	parts    int
 	skipBoot bool
+	only     string
 }
 
 func main() {
@@ -45,6 +47,7 @@ func main() {
 	flag.StringVar(&o.out, "out", "bench-result.json", "where to write the JSON result")
 	flag.IntVar(&o.parts, "bootstrap-partitions", 5000, "partitions of the bootstrap workload")
 	flag.BoolVar(&o.skipBoot, "skip-bootstrap", false, "skip the bootstrap workload")
+	flag.StringVar(&o.only, "only", "", "comma-separated workload names to run (default: all, with latency and bootstrap)")
 	flag.Parse()
 	if err := run(o); err != nil {
 		log.Fatal("queen-bench: ", err)
@@ -103,6 +106,9 @@ func run(o options) error {
 		o.windows, o.window, pg.Port, e.url)
 	res := result{Window: o.window.String(), Windows: o.windows, Started: time.Now().UTC()}
 	for _, w := range workloads() {
+		if o.only != "" && !strings.Contains(","+o.only+",", ","+w.name+",") {
+			continue
+		}
 		c, err := e.compare(ctx, w)
 		if err != nil {
 			return fmt.Errorf("%s: %w", w.name, err)
@@ -110,13 +116,15 @@ func run(o options) error {
 		res.Comparisons = append(res.Comparisons, c)
 		c.print()
 	}
-	lat, err := e.latency(ctx)
-	if err != nil {
-		return fmt.Errorf("latency: %w", err)
+	if o.only == "" || strings.Contains(","+o.only+",", ",latency,") {
+		lat, err := e.latency(ctx)
+		if err != nil {
+			return fmt.Errorf("latency: %w", err)
+		}
+		res.Latency = &lat
+		lat.print()
 	}
-	res.Latency = lat
-	lat.print()
-	if !o.skipBoot {
+	if !o.skipBoot && (o.only == "" || strings.Contains(","+o.only+",", ",bootstrap,")) {
 		b, err := e.bootstrap(ctx, o.parts)
 		if err != nil {
 			return fmt.Errorf("bootstrap: %w", err)

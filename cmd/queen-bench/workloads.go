@@ -17,8 +17,11 @@ type workload struct {
 	name, raw string
 	target    float64
 	setup     func(ctx context.Context, e *env) error
-	rawOp     func(e *env) (workers int, op func(ctx context.Context, worker, iter int) (int, error))
-	brokerOp  func(e *env, win int) (workers int, op func(ctx context.Context, worker, iter int) (int, error))
+	// refill, when set, runs untimed before every window (raw and broker),
+	// so neither side ever runs out of backlog mid-window.
+	refill   func(ctx context.Context, e *env) error
+	rawOp    func(e *env) (workers int, op func(ctx context.Context, worker, iter int) (int, error))
+	brokerOp func(e *env, win int) (workers int, op func(ctx context.Context, worker, iter int) (int, error))
 }
 
 // books is what the exactly-once verification needs from the workloads.
@@ -57,10 +60,13 @@ func workloads() []workload {
 		pushWorkload("push-b1", 1, 50, "single-row INSERT commits/s, 16 clients", 0.7, rawInsert(1, 16)),
 		pushWorkload("push-b10", 10, 32, "100-row INSERT rows/s, 4 clients", 0.4, rawInsert(100, 4)),
 		pushWorkload("push-b100", 100, 16, "100-row INSERT rows/s, 4 clients", 0.6, rawInsert(100, 4)),
-		popWorkload("pop+ack-b10", 10, 10, 0.7, 10000),
+		popWorkload("pop+ack-b10", 10, 10, 0.7, 6000),
 		popWorkload("pop+ack-b100", 100, 10, 0.5, 25000),
 	}
 }
+
+// rawSeq numbers raw rows across every raw workload.
+var rawSeq atomic.Int64
 
 const rawSchema = `
 CREATE TABLE IF NOT EXISTS raw_messages (
@@ -79,13 +85,12 @@ CREATE TABLE IF NOT EXISTS raw_queue (
 
 // rawInsert is n-row INSERTs into a table shaped like queen.messages.
 func rawInsert(rows, clients int) func(e *env) (int, func(ctx context.Context, worker, iter int) (int, error)) {
-	var seq atomic.Int64
 	return func(e *env) (int, func(ctx context.Context, worker, iter int) (int, error)) {
 		return clients, func(ctx context.Context, worker, iter int) (int, error) {
 			parts, txids := make([]int32, rows), make([]string, rows)
 			for i := range txids {
 				parts[i] = int32(rand.IntN(10))
-				txids[i] = fmt.Sprint("raw-", seq.Add(1))
+				txids[i] = fmt.Sprint("raw-", rawSeq.Add(1))
 			}
 			_, err := e.pool.Exec(context.WithoutCancel(ctx), `INSERT INTO raw_messages (partition_id, transaction_id, payload)
 				SELECT p, t, '{"n":1}'::jsonb FROM unnest($1::int[], $2::text[]) AS v(p, t)`, parts, txids)
@@ -194,11 +199,18 @@ func popWorkload(name string, batch, consumers int, target float64, perPartition
 			if _, err := e.pool.Exec(ctx, rawSchema); err != nil {
 				return err
 			}
-			if _, err := e.pool.Exec(ctx, `TRUNCATE raw_queue; INSERT INTO raw_queue (partition_id, payload)
-				SELECT g % 20, '{"n":1}' FROM generate_series(1, $1::int) g`, perPartition*partitions); err != nil {
+			if _, err := e.pool.Exec(ctx, `TRUNCATE raw_queue`); err != nil {
 				return err
 			}
-			return e.prefill(ctx, queue, partitions, perPartition)
+			return e.createPartitions(ctx, queue, partitions)
+		},
+		refill: func(ctx context.Context, e *env) error {
+			if _, err := e.pool.Exec(ctx, `INSERT INTO raw_queue (partition_id, payload)
+				SELECT g % 20, '{"n":1}' FROM generate_series(1, greatest(0, $1::int - (SELECT count(*) FROM raw_queue)::int)) g`,
+				perPartition*partitions); err != nil {
+				return err
+			}
+			return e.topUp(ctx, queue, perPartition)
 		},
 		rawOp: func(e *env) (int, func(ctx context.Context, worker, iter int) (int, error)) {
 			return 4, func(ctx context.Context, worker, iter int) (int, error) {
@@ -214,30 +226,44 @@ func popWorkload(name string, batch, consumers int, target float64, perPartition
 		}}
 }
 
-// prefill creates queue with partitions through the broker, then appends
-// perPartition messages to each directly, keeping seq and last_seq as the
-// broker would.
-func (e *env) prefill(ctx context.Context, queue string, partitions, perPartition int) error {
+// createPartitions creates queue with its partitions through the broker.
+func (e *env) createPartitions(ctx context.Context, queue string, partitions int) error {
 	items := make([]string, partitions)
 	for i := range items {
 		items[i] = fmt.Sprintf(`{"queue":%q,"partition":"p%d","transactionId":"seed-%d","payload":{"n":0}}`, queue, i, i)
 	}
 	if code, body, err := e.http.do(ctx, "POST", e.url+"/api/v1/push", []byte(`{"items":[`+strings.Join(items, ",")+`]}`)); err != nil || code != 201 {
-		return fmt.Errorf("prefill push: %d %s %v", code, body, err)
+		return fmt.Errorf("create partitions: %d %s %v", code, body, err)
 	}
-	_, err := e.pool.Exec(ctx, `
+	ledger.addQueued(queue, int64(partitions))
+	return nil
+}
+
+// topUp appends messages straight into each partition of queue until it
+// has perPartition past the queue-mode cursor, keeping seq and last_seq as
+// the broker would. Untimed: it sets up the next window.
+func (e *env) topUp(ctx context.Context, queue string, perPartition int) error {
+	var added int64
+	err := e.pool.QueryRow(ctx, `
 		WITH p AS (
-			SELECT p.id, p.last_seq FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1
+			SELECT p.id, p.last_seq, greatest(0, $2::int - (p.last_seq - coalesce(pc.last_consumed_seq, 0)))::int AS need
+			FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+			LEFT JOIN queen.partition_consumers pc ON pc.partition_id = p.id AND pc.consumer_group = '__QUEUE_MODE__'
+			WHERE q.name = $1
+			FOR UPDATE OF p
 		), ins AS (
 			INSERT INTO queen.messages (id, partition_id, seq, transaction_id, payload, created_at)
-			SELECT gen_random_uuid(), p.id, p.last_seq + g, 'pre-' || p.id || '-' || g, '{"n":1}', now()
-			FROM p, generate_series(1, $2::int) g
+			SELECT gen_random_uuid(), p.id, p.last_seq + g, 'pre-' || p.id || '-' || (p.last_seq + g), '{"n":1}', now()
+			FROM p, generate_series(1, p.need) g
+			RETURNING 1
+		), moved AS (
+			UPDATE queen.partitions x SET last_seq = x.last_seq + p.need FROM p WHERE x.id = p.id AND p.need > 0
 		)
-		UPDATE queen.partitions SET last_seq = last_seq + $2::int WHERE id IN (SELECT id FROM p)`, queue, perPartition)
+		SELECT count(*) FROM ins`, queue, perPartition).Scan(&added)
 	if err != nil {
-		return fmt.Errorf("prefill: %w", err)
+		return fmt.Errorf("top up: %w", err)
 	}
-	ledger.addQueued(queue, int64(partitions*(perPartition+1)))
+	ledger.addQueued(queue, added)
 	return nil
 }
 
@@ -265,7 +291,16 @@ func (e *env) compare(ctx context.Context, w workload) (comparison, error) {
 	}
 	secs := e.o.window.Seconds()
 	var brokerCPU, pgCPU, rawPG, brokerMsgs, rawRows float64
+	refill := func() error {
+		if w.refill == nil {
+			return nil
+		}
+		return w.refill(ctx, e)
+	}
 	for win := 0; win < e.o.windows; win++ {
+		if err := refill(); err != nil {
+			return c, err
+		}
 		workers, op := w.rawOp(e)
 		before := e.cpu()
 		n, err := window(ctx, e.o.window, workers, op)
@@ -277,6 +312,9 @@ func (e *env) compare(ctx context.Context, w workload) (comparison, error) {
 		rawRows += float64(n)
 		c.RawRates = append(c.RawRates, float64(n)/secs)
 
+		if err := refill(); err != nil {
+			return c, err
+		}
 		workers, op = w.brokerOp(e, win)
 		before = e.cpu()
 		n, err = window(ctx, e.o.window, workers, op)

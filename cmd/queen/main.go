@@ -10,6 +10,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -78,6 +80,17 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	b := queen.New(queen.Options{Config: cfg, Logger: log})
 	if err := b.Start(ctx); err != nil {
 		return err
+	}
+	if addr := os.Getenv("QUEEN_PPROF_ADDR"); addr != "" {
+		// Profiling for operators and `make bench` investigations, on its
+		// own listener (keep it on loopback): never on the API port.
+		mux := http.NewServeMux()
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = srv.ListenAndServe() }()
+		defer srv.Close()
+		log.Info("pprof serving", "addr", addr)
 	}
 	<-ctx.Done()
 	log.Info("shutting down: draining in-flight requests")
