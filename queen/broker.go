@@ -239,17 +239,20 @@ func (b *Broker) Drainer() *spool.Drainer { return b.drainer }
 // Services are the background services, for callers that step them.
 func (b *Broker) Services() []background.Service { return b.services }
 
-// Shutdown stops accepting requests, wakes parked long polls (they answer
-// 204 and release nothing they did not claim), waits for in-flight requests
-// until ctx ends, then stops background services and closes the pool.
+// Shutdown stops gracefully: it stops accepting connections, answers
+// parked long polls 204, lets requests in flight finish with their contexts
+// intact (a push commits or spools, and answers), then stops background
+// services, finalizes the spool's active file and closes the pool. When ctx
+// ends first, the remaining requests are cut as in a crash.
 func (b *Broker) Shutdown(ctx context.Context) error {
 	var err error
 	b.stopOnce.Do(func() {
-		b.cancel()
-		err = b.http.Shutdown(ctx)
-		if err != nil {
+		b.api.Drain()
+		if err = b.http.Shutdown(ctx); err != nil {
+			b.log.Warn("shutdown deadline passed; cutting the requests still running", "err", err)
 			_ = b.http.Close()
 		}
+		b.cancel()
 		b.wg.Wait()
 		if b.spool != nil {
 			if err := b.spool.Close(); err != nil {

@@ -135,6 +135,93 @@ func TestShutdownReleasesParkedLongPolls(t *testing.T) {
 	<-done
 }
 
+// A graceful stop lets a push that is waiting on a partition lock commit
+// and answer 201 queued, answers a parked long poll 204 at once, and
+// returns only when the push has answered.
+func TestShutdownLetsInFlightRequestsAnswer(t *testing.T) {
+	dsn := storetest.DSN(t)
+	b := start(t, testConfig(t, dsn))
+	url := "http://" + b.Addr()
+	if code, body := post(t, url+"/api/v1/push", `{"items":[{"queue":"q","partition":"p","transactionId":"first"}]}`); code != 201 {
+		t.Fatal(code, body)
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM queen.partitions WHERE name = 'p' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		code int
+		body string
+		err  error
+	}
+	pushed, popped := make(chan answer, 1), make(chan answer, 1)
+	call := func(ch chan answer, req func() (*http.Response, error)) {
+		resp, err := req()
+		if err != nil {
+			ch <- answer{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		ch <- answer{code: resp.StatusCode, body: string(raw)}
+	}
+	go call(pushed, func() (*http.Response, error) {
+		return http.Post(url+"/api/v1/push", "application/json",
+			strings.NewReader(`{"items":[{"queue":"q","partition":"p","transactionId":"in-flight"}]}`))
+	})
+	go call(popped, func() (*http.Response, error) {
+		return http.Get(url + "/api/v1/pop/queue/other?wait=true&timeout=30000")
+	})
+	for waiting := 0; waiting == 0; time.Sleep(20 * time.Millisecond) {
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND datname = current_database()`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // let the long poll park
+	stopped := make(chan error, 1)
+	go func() {
+		sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		stopped <- b.Shutdown(sctx)
+	}()
+	select {
+	case a := <-popped:
+		if a.err != nil || a.code != 204 {
+			t.Fatalf("parked long poll at shutdown: %+v", a)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a parked long poll held the shutdown")
+	}
+	select {
+	case err := <-stopped:
+		t.Fatalf("shutdown returned (%v) while a push was in flight", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if a := <-pushed; a.err != nil || a.code != 201 || !strings.Contains(a.body, `"queued"`) {
+		t.Fatalf("push in flight at shutdown: %+v", a)
+	}
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM queen.messages WHERE transaction_id = 'in-flight'`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("in-flight push stored %d times: %v", n, err)
+	}
+}
+
 func TestCrashStopsEverything(t *testing.T) {
 	b := start(t, testConfig(t, storetest.DSN(t)))
 	code, _ := post(t, "http://"+b.Addr()+"/api/v1/push", `{"items":[{"queue":"q"}]}`)

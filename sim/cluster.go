@@ -112,6 +112,9 @@ func (c *Cluster) Start(ctx context.Context, i int) error {
 	cfg.Host, cfg.Port = "127.0.0.1", 0
 	cfg.PGHost, cfg.PGPort, cfg.PGUser, cfg.PGPassword, cfg.PGDatabase = "127.0.0.1", n.proxy.Port(), "postgres", "", c.dbName()
 	cfg.DBPoolSize = 8
+	// Several push statements in flight per broker: more concurrent
+	// commits for free-running runs to race (production defaults to one).
+	cfg.PushStatements = 4
 	cfg.DBConnectionTimeout = 300 * time.Millisecond
 	cfg.DBStatementTimeout = 2 * time.Second
 	cfg.ServerID = fmt.Sprintf("%s%d", strings.TrimPrefix(c.AppPrefix, "queen:"), i)

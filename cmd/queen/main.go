@@ -93,8 +93,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		log.Info("pprof serving", "addr", addr)
 	}
 	<-ctx.Done()
-	log.Info("shutting down: draining in-flight requests")
-	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// A second SIGINT or SIGTERM now takes its default action: exit at once.
+	signal.Reset(os.Interrupt, syscall.SIGTERM)
+	log.Info("shutting down: draining in-flight requests (a second signal forces exit)", "timeout", cfg.ShutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
 	return b.Shutdown(sctx)
 }

@@ -185,7 +185,7 @@ func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, p popParams, k
 			return
 		}
 		left := deadline.Sub(s.clock.Now())
-		if !p.wait || left <= 0 {
+		if !p.wait || left <= 0 || s.isDraining() {
 			withdraw(true)
 			w.WriteHeader(http.StatusNoContent)
 			return
@@ -206,6 +206,12 @@ func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, p popParams, k
 		case <-woken:
 			t.Stop()
 		case <-t.C():
+		case <-s.draining:
+			// Graceful stop: answer now rather than hold the shutdown.
+			t.Stop()
+			withdraw(true)
+			w.WriteHeader(http.StatusNoContent)
+			return
 		}
 		withdraw(false) // this pop re-checks itself
 	}

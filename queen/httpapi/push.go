@@ -39,9 +39,6 @@ func parsePushItem(raw json.RawMessage, path string) (store.PushItem, error) {
 	if it.TraceID, _, err = o.str("traceId", path); err != nil {
 		return it, err
 	}
-	if err := checkPushItem(it, path); err != nil {
-		return it, err
-	}
 	// Clients send the body as payload (JS also as data); a missing one is
 	// stored as JSON null.
 	if p, ok := o["payload"]; ok {
@@ -49,7 +46,7 @@ func parsePushItem(raw json.RawMessage, path string) (store.PushItem, error) {
 	} else if d, ok := o["data"]; ok {
 		it.Payload = d
 	}
-	return it, nil
+	return it, checkPushItem(it, path)
 }
 
 // parsePushTyped decodes a well-formed push body into items; ok is false
@@ -104,6 +101,9 @@ func checkPushItem(it store.PushItem, path string) error {
 	}
 	if it.TraceID != "" && !ids.Valid(it.TraceID) {
 		return bad("%straceId must be a UUID", path)
+	}
+	if why, ok := jsonbSafe(it.Payload); !ok {
+		return bad("%spayload contains %s", path, why)
 	}
 	return nil
 }
@@ -168,9 +168,16 @@ func (s *Server) push(w http.ResponseWriter, r *http.Request) {
 	release()
 	if err != nil {
 		if s.spool != nil && store.Unavailable(err) && r.Context().Err() == nil {
-			s.log.Warn("push: database unavailable; buffering to the spool", "err", err)
 			s.stats.dbErrors.Add(1)
-			s.spool.SetHealthy(false)
+			if store.Contention(err) {
+				// The database is up; this push lost a lock race
+				// several times over. Keep it, but do not send every
+				// later push to disk.
+				s.log.Warn("push: lock contention outlasted the retries; buffering this push only", "err", err)
+			} else {
+				s.log.Warn("push: database unavailable; buffering to the spool", "err", err)
+				s.spool.SetHealthy(false)
+			}
 			s.buffer(w, r, tenant, items)
 			return
 		}

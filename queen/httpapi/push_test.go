@@ -80,6 +80,8 @@ func TestPushRejectsBadInputAndWritesNothing(t *testing.T) {
 		{`{"items":[{"queue":"ok","traceId":"not-a-uuid"}]}`, 400, "items[0].traceId must be a UUID"},
 		{`{"items":[{"queue":"bad\u0001name"}]}`, 400, "items[0].queue must not contain control characters"},
 		{`{"items":[3]}`, 400, "items[0] must be an object"},
+		{`{"items":[{"queue":"ok"},{"queue":"ok","payload":{"s":"a\u0000b"}}]}`, 400, "items[1].payload contains \\u0000"},
+		{`{"items":[{"queue":"ok","data":"\udc00"}]}`, 400, "items[0].payload contains a lone low surrogate"},
 		{`{"items":[{"queue":"ok","payload":"` + strings.Repeat("x", 3000) + `"}]}`, 413, "QUEEN_MAX_BODY_BYTES"},
 	}
 	for _, c := range cases {

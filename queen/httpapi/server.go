@@ -15,6 +15,7 @@ import (
 	"math"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -45,6 +46,9 @@ type Server struct {
 	log     *slog.Logger
 	started time.Time
 	stats   counters
+
+	draining  chan struct{} // closed by Drain
+	drainOnce sync.Once
 }
 
 type counters struct {
@@ -76,7 +80,22 @@ func New(o Options) *Server {
 		o.Maintenance = maintenance.New(o.Store, o.Spool, o.Logger)
 	}
 	return &Server{cfg: o.Config, store: o.Store, spool: o.Spool, drainer: o.Drainer, maint: o.Maintenance,
-		arbiter: o.Arbiter, clock: o.Clock, wake: o.Waker, ids: o.IDs, log: o.Logger, started: o.Clock.Now()}
+		arbiter: o.Arbiter, clock: o.Clock, wake: o.Waker, ids: o.IDs, log: o.Logger, started: o.Clock.Now(),
+		draining: make(chan struct{})}
+}
+
+// Drain starts a graceful stop: parked long polls answer 204 at once and
+// new ones do not park. Requests in flight keep their contexts, so a push
+// commits (or spools) and answers.
+func (s *Server) Drain() { s.drainOnce.Do(func() { close(s.draining) }) }
+
+func (s *Server) isDraining() bool {
+	select {
+	case <-s.draining:
+		return true
+	default:
+		return false
+	}
 }
 
 // Handler returns the routed HTTP handler.

@@ -32,6 +32,21 @@ func NewSource(c clock.Clock, r io.Reader) *Source {
 	return &Source{clock: c, rand: r}
 }
 
+// Jitter returns a number in [0, n) from the source's randomness, for
+// back-off pauses (seeded, so the simulator replays them).
+func (s *Source) Jitter(n int) int {
+	if n <= 1 {
+		return 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var b [2]byte
+	if _, err := io.ReadFull(s.rand, b[:]); err != nil {
+		return 0
+	}
+	return int(binary.BigEndian.Uint16(b[:])) % n
+}
+
 // New returns a fresh UUIDv7 in canonical text form. Within one millisecond
 // the 12-bit rand_a field counts up so ids from one Source sort by creation.
 func (s *Source) New() string {

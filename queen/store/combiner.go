@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // combiner sends concurrent pushes to PostgreSQL together. Up to maxInFlight
@@ -113,9 +114,7 @@ func (c *combiner) take() []*pushCall {
 // one by one, so one bad push never fails another's.
 func (s *Store) appendCombined(ctx context.Context, batch []*pushCall) {
 	runOne := func(b *pushCall) {
-		ctx, cancel := s.bound(ctx)
-		defer cancel()
-		b.out, b.err = s.appendDistinct(ctx, s.pool, b.rows)
+		b.out, b.err = s.appendRetrying(ctx, b.rows)
 	}
 	if len(batch) == 1 {
 		runOne(batch[0])
@@ -125,9 +124,7 @@ func (s *Store) appendCombined(ctx context.Context, batch []*pushCall) {
 	for _, b := range batch {
 		rows = append(rows, b.rows...)
 	}
-	bctx, cancel := s.bound(ctx)
-	out, err := s.appendDistinct(bctx, s.pool, rows)
-	cancel()
+	out, err := s.appendRetrying(ctx, rows)
 	switch {
 	case err == nil:
 		for _, b := range batch {
@@ -140,6 +137,32 @@ func (s *Store) appendCombined(ctx context.Context, batch []*pushCall) {
 	default:
 		for _, b := range batch {
 			b.err = err
+		}
+	}
+}
+
+// contentionRetries is how often a push statement that lost a lock race
+// (deadlock, serialization failure, lock timeout) runs again at once,
+// before its error reaches the caller.
+const contentionRetries = 3
+
+// appendRetrying runs one append statement, again after a short jittered
+// pause when it lost a lock race: contention is not an outage.
+func (s *Store) appendRetrying(ctx context.Context, rows []appendRow) ([]appendOut, error) {
+	for attempt := 0; ; attempt++ {
+		bctx, cancel := s.bound(ctx)
+		out, err := s.appendDistinct(bctx, s.pool, rows)
+		cancel()
+		if err == nil || !Contention(err) || attempt == contentionRetries {
+			return out, err
+		}
+		pause := time.Duration(5+s.ids.Jitter(20)) * time.Millisecond * time.Duration(attempt+1)
+		t := s.cache.clock.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C():
 		}
 	}
 }

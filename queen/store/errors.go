@@ -61,3 +61,18 @@ func Unavailable(err error) bool {
 	}
 	return Classify(err) == Transient
 }
+
+// Contention reports whether err is a lock conflict on a healthy database:
+// a serialization failure, a deadlock or a lock timeout. The same statement
+// usually succeeds when run again at once.
+func Contention(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	switch pgErr.Code {
+	case pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected, pgerrcode.LockNotAvailable:
+		return true
+	}
+	return false
+}

@@ -101,14 +101,21 @@ JOIN queen.messages m ON m.partition_id = v.pid AND m.transaction_id = v.txid`
 // strandedSQL is the stranded canary: the reference broker's bug. No
 // per-partition serialisation, an order fixed at creation rather than at
 // commit, and a pause between taking a position and committing.
+//
+// The pause refers to x so that it runs after the seq is read, whatever
+// join order the planner picks.
 func strandedSQL(sql string) string {
-	return strings.Replace(sql, `SELECT p.id, p.last_seq FROM queen.partitions p
+	out := strings.Replace(sql, `SELECT p.id, p.last_seq FROM queen.partitions p
 	WHERE p.id IN (SELECT pid FROM input)
 	ORDER BY p.id
 	FOR NO KEY UPDATE`, `SELECT x.id, x.last_seq FROM (
 		SELECT p.id, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS last_seq
 		FROM queen.partitions p WHERE p.id IN (SELECT pid FROM input) OFFSET 0) x,
-		LATERAL (SELECT pg_sleep(random() * 0.2)) pause`, 1)
+		LATERAL (SELECT pg_sleep(random() * 0.2 + 0 * x.last_seq)) pause`, 1)
+	if out == sql {
+		panic("store: the stranded canary no longer matches appendSQL")
+	}
+	return out
 }
 
 // appendRow is one message bound for a known partition.
