@@ -108,11 +108,17 @@ func CheckFairness(h []Event, s Spec) []Violation {
 }
 
 // partitionLeased reports whether, at event index i and time vt, k's
-// partition is held in group g by a live lease: a delivery from it whose
-// lease is neither released nor expired.
+// partition is held in group g by a live lease.
 func (t *timeline) partitionLeased(k Key, g string, i int, vt int64) bool {
+	return t.leasedExcept(k, g, "", i, vt)
+}
+
+// leasedExcept reports whether, at event index i and time vt, k's
+// partition is held in group g by a live lease other than except: a
+// delivery from it whose lease is neither released nor expired.
+func (t *timeline) leasedExcept(k Key, g, except string, i int, vt int64) bool {
 	for _, o := range t.deliveries {
-		if o.okI >= i || o.group != g || o.lease == "" || o.autoAck ||
+		if o.okI >= i || o.group != g || o.lease == "" || o.lease == except || o.autoAck ||
 			o.key.Tenant != k.Tenant || o.key.Q != k.Q || o.key.P != k.P {
 			continue
 		}

@@ -83,20 +83,5 @@ func CheckLeaseRecovery(h []Event, s Spec) []Violation {
 // is legitimately leased in d's group under another lease: a later
 // delivery from that partition whose lease is unreleased and unexpired.
 func (t *timeline) heldByOther(d delivery, i int, vt int64) bool {
-	for _, o := range t.deliveries {
-		if o.okI >= i || o.group != d.group || o.lease == d.lease || o.lease == "" || o.autoAck ||
-			o.key.Tenant != d.key.Tenant || o.key.Q != d.key.Q || o.key.P != d.key.P {
-			continue
-		}
-		released := false
-		for _, ri := range t.releases[o.lease] {
-			if ri < i {
-				released = true
-			}
-		}
-		if !released && t.leaseEnd(o, i) > vt {
-			return true
-		}
-	}
-	return false
+	return t.leasedExcept(d.key, d.group, d.lease, i, vt)
 }

@@ -43,52 +43,39 @@ func newCache(c clock.Clock, ttl time.Duration) *cache {
 	return &cache{clock: c, ttl: ttl, parts: map[partName]cached{}, subs: map[subName]cached{}}
 }
 
-func (c *cache) partition(k partName) (string, bool) {
+func (c *cache) partition(k partName) (string, bool) { return lookup(c, c.parts, k) }
+
+func (c *cache) putPartition(k partName, id string) { store(c, c.parts, k, id) }
+
+func (c *cache) subscription(k subName) (string, bool) { return lookup(c, c.subs, k) }
+
+func (c *cache) putSubscription(k subName, queueID string) { store(c, c.subs, k, queueID) }
+
+// lookup returns a live entry of m.
+func lookup[K comparable](c *cache, m map[K]cached, k K) (string, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e, ok := c.parts[k]
+	e, ok := m[k]
 	if !ok || c.clock.Now().After(e.expires) {
 		return "", false
 	}
 	return e.id, true
 }
 
-func (c *cache) putPartition(k partName, id string) {
+// store puts an entry in m for ttl, first pruning expired entries when m
+// is large.
+func store[K comparable](c *cache, m map[K]cached, k K, id string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.clock.Now()
-	if len(c.parts) >= maxCacheEntries {
-		for k, e := range c.parts {
+	if len(m) >= maxCacheEntries {
+		for k, e := range m {
 			if now.After(e.expires) {
-				delete(c.parts, k)
+				delete(m, k)
 			}
 		}
 	}
-	c.parts[k] = cached{id: id, expires: now.Add(c.ttl)}
-}
-
-func (c *cache) subscription(k subName) (string, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.subs[k]
-	if !ok || c.clock.Now().After(e.expires) {
-		return "", false
-	}
-	return e.id, true
-}
-
-func (c *cache) putSubscription(k subName, queueID string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	now := c.clock.Now()
-	if len(c.subs) >= maxCacheEntries {
-		for k, e := range c.subs {
-			if now.After(e.expires) {
-				delete(c.subs, k)
-			}
-		}
-	}
-	c.subs[k] = cached{id: queueID, expires: now.Add(c.ttl)}
+	m[k] = cached{id: id, expires: now.Add(c.ttl)}
 }
 
 // forgetQueue drops every entry of one queue: after configure or delete.

@@ -31,8 +31,7 @@ func Classify(err error) Class {
 	if !errors.As(err, &pgErr) {
 		return Transient
 	}
-	switch pgErr.Code {
-	case pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected, pgerrcode.LockNotAvailable:
+	if Contention(err) {
 		return Transient
 	}
 	switch {
