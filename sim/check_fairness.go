@@ -21,6 +21,9 @@ func CheckFairness(h []Event, s Spec) []Violation {
 		tenant  string
 		q, g    string
 		parts   map[string]bool
+		// suspended: a lost pop of this group may hold a claim the
+		// history cannot see; the pop does not count, but still resets.
+		suspended bool
 	}
 	var pops []served
 	// A pop whose answer was lost may hold a claim the history cannot
@@ -38,10 +41,8 @@ func CheckFairness(h []Event, s Spec) []Violation {
 		if len(c.done.Msgs) == 0 || c.in.P != "" {
 			continue
 		}
-		if c.in.VT < unknownUntil[[3]string{c.in.Tenant, c.in.Q, groupOf(c.in.G)}] {
-			continue
-		}
-		sv := served{invokeI: c.in.I, vt: c.in.VT, tenant: c.in.Tenant, q: c.in.Q, g: groupOf(c.in.G), parts: map[string]bool{}}
+		sv := served{invokeI: c.in.I, vt: c.in.VT, tenant: c.in.Tenant, q: c.in.Q, g: groupOf(c.in.G), parts: map[string]bool{},
+			suspended: c.in.VT < unknownUntil[[3]string{c.in.Tenant, c.in.Q, groupOf(c.in.G)}]}
 		for _, m := range c.done.Msgs {
 			sv.parts[m.P] = true
 		}
@@ -91,7 +92,7 @@ func CheckFairness(h []Event, s Spec) []Violation {
 					skipped = 0
 					continue
 				}
-				if t.partitionLeased(p.key, g, sv.invokeI, sv.vt) {
+				if sv.suspended || t.partitionLeased(p.key, g, sv.invokeI, sv.vt) {
 					continue
 				}
 				skipped++
