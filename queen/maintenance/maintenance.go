@@ -27,10 +27,12 @@ type State struct {
 	log   *slog.Logger
 	push  atomic.Bool
 	pop   atomic.Bool
-	// gen counts local flips, so a reconcile read that started before a
-	// flip cannot undo it with the older row it read.
-	gen atomic.Int64
-	mu  sync.Mutex // orders local flips against reconcile applies
+	// gen counts local flip events (start and commit of each), and
+	// inflight the flips whose row is not committed yet, so a reconcile
+	// read that overlapped a flip cannot undo it with the older row it read.
+	gen      atomic.Int64
+	inflight int
+	mu       sync.Mutex // orders local flips against reconcile applies
 }
 
 // New returns the switches, both off until Load or Set says otherwise.
@@ -48,20 +50,28 @@ func (s *State) Pop() bool { return s.pop.Load() }
 // then the row, then the drain (paused while on; on resume the active file
 // is finalized so everything buffered replays).
 func (s *State) SetPush(ctx context.Context, on bool) error {
-	s.mu.Lock()
-	s.gen.Add(1)
-	s.applyPush(on)
-	s.mu.Unlock()
-	return s.store.SetFlag(ctx, store.FlagMaintenance, on)
+	return s.flip(ctx, store.FlagMaintenance, on, s.applyPush)
 }
 
 // SetPop flips pop maintenance.
 func (s *State) SetPop(ctx context.Context, on bool) error {
+	return s.flip(ctx, store.FlagPopMaintenance, on, s.pop.Store)
+}
+
+// flip applies a switch here at once, then persists it. Until the row has
+// committed, no reconcile pass applies what it read.
+func (s *State) flip(ctx context.Context, key string, on bool, apply func(bool)) error {
 	s.mu.Lock()
 	s.gen.Add(1)
-	s.pop.Store(on)
+	s.inflight++
+	apply(on)
 	s.mu.Unlock()
-	return s.store.SetFlag(ctx, store.FlagPopMaintenance, on)
+	err := s.store.SetFlag(ctx, key, on)
+	s.mu.Lock()
+	s.inflight--
+	s.gen.Add(1)
+	s.mu.Unlock()
+	return err
 }
 
 func (s *State) applyPush(on bool) {
@@ -89,7 +99,7 @@ func (s *State) Load(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.gen.Load() != gen {
+	if s.inflight > 0 || s.gen.Load() != gen {
 		return nil // flipped here meanwhile; the next pass reads the new row
 	}
 	s.applyPush(push)
