@@ -109,6 +109,9 @@ func (f *FaultyFS) Crash() error {
 // MkdirAll implements spool.FS.
 func (f *FaultyFS) MkdirAll(dir string) error { return f.Base.MkdirAll(dir) }
 
+// SyncDir implements spool.FS.
+func (f *FaultyFS) SyncDir(dir string) error { return f.Base.SyncDir(dir) }
+
 // Create implements spool.FS.
 func (f *FaultyFS) Create(name string) (spool.File, error) {
 	if ft, ok := f.take("create"); ok {

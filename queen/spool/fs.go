@@ -19,6 +19,9 @@ type FS interface {
 	Remove(name string) error
 	// List returns the names of the regular files in dir, sorted.
 	List(dir string) ([]string, error)
+	// SyncDir makes dir's entries durable: a file just created or
+	// renamed there survives a power loss.
+	SyncDir(dir string) error
 }
 
 // File is an open spool file.
@@ -34,6 +37,16 @@ type OSFS struct{}
 
 // MkdirAll implements FS.
 func (OSFS) MkdirAll(dir string) error { return os.MkdirAll(dir, 0o755) }
+
+// SyncDir implements FS.
+func (OSFS) SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
 
 // Create implements FS.
 func (OSFS) Create(name string) (File, error) {

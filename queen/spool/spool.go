@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -105,9 +106,19 @@ func Open(o Options) (*Spool, error) {
 			o.Log.Info("spool: finalized a file left by a previous run", "file", name)
 		}
 	}
+	if err := o.FS.SyncDir(o.Dir); err != nil {
+		return nil, fmt.Errorf("spool sync dir %s: %w", o.Dir, err)
+	}
 	files, err := s.Buffers()
 	if err != nil {
 		return nil, err
+	}
+	// New files continue the sequence of the names already there, so replay
+	// order (by name) is write order whatever the wall clock does.
+	for _, f := range files {
+		if n := fileSeq(f); n > s.seq {
+			s.seq = n
+		}
 	}
 	for _, f := range files {
 		if evs, _, err := s.read(f); err == nil {
@@ -118,6 +129,19 @@ func Open(o Options) (*Spool, error) {
 		o.Log.Info("spool: events waiting to replay", "events", n, "files", len(files))
 	}
 	return s, nil
+}
+
+// fileSeq is the number a spool file's name starts with: the write
+// sequence ("00000000000000000042.buf"), or, for files written before
+// names were sequences, the creation time in nanoseconds
+// ("<nanos>-<n>.buf"), which new sequence numbers continue after.
+func fileSeq(name string) int {
+	base := filepath.Base(name)
+	if i := strings.IndexAny(base, "-."); i > 0 {
+		base = base[:i]
+	}
+	n, _ := strconv.Atoi(base)
+	return n
 }
 
 // Dir is the spool directory.
@@ -146,10 +170,15 @@ func (s *Spool) Append(events []Event) error {
 	defer s.mu.Unlock()
 	if s.active == nil {
 		s.seq++
-		name := filepath.Join(s.o.Dir, fmt.Sprintf("%020d-%06d.tmp", s.o.Clock.Now().UnixNano(), s.seq))
+		name := filepath.Join(s.o.Dir, fmt.Sprintf("%020d.tmp", s.seq))
 		f, err := s.o.FS.Create(name)
 		if err != nil {
 			return fmt.Errorf("spool create %s: %w", name, err)
+		}
+		if err := s.o.FS.SyncDir(s.o.Dir); err != nil {
+			_ = f.Close()
+			_ = s.o.FS.Remove(name)
+			return fmt.Errorf("spool sync dir %s: %w", s.o.Dir, err)
 		}
 		s.active, s.activeName, s.activeCount = f, name, 0
 	}
@@ -191,6 +220,9 @@ func (s *Spool) finalizeLocked() error {
 	_ = f.Close()
 	if err := s.o.FS.Rename(name, strings.TrimSuffix(name, ".tmp")+".buf"); err != nil {
 		return fmt.Errorf("spool finalize %s: %w", name, err)
+	}
+	if err := s.o.FS.SyncDir(s.o.Dir); err != nil {
+		return fmt.Errorf("spool sync dir %s: %w", s.o.Dir, err)
 	}
 	return nil
 }

@@ -304,3 +304,61 @@ func TestWriteFailureAbandonsTheFile(t *testing.T) {
 		t.Fatalf("replayed %d, want 2", n)
 	}
 }
+
+// Files are named by a write sequence, not the wall clock: a clock stepped
+// back cannot reorder replay, and a reopened spool continues the sequence
+// after the files already there (old clock-named ones included).
+func TestFileNamesFollowWriteOrderNotTheClock(t *testing.T) {
+	dir := t.TempDir()
+	c := &steppedClock{now: time.Unix(2_000_000_000, 0)}
+	if err := os.WriteFile(filepath.Join(dir, "01800000000000000000-000001.buf"), nil, 0o644); err != nil {
+		t.Fatal(err) // a file from before sequence names
+	}
+	reopen := func() *spool.Spool {
+		s, err := spool.Open(spool.Options{Dir: dir, Clock: c, EventsPerFile: 1, Log: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	s := reopen()
+	if err := s.Append([]spool.Event{ev(t1, "a")}); err != nil {
+		t.Fatal(err)
+	}
+	c.now = c.now.Add(-time.Hour) // the wall clock steps back
+	if err := s.Append([]spool.Event{ev(t1, "b")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = reopen()
+	if err := s.Append([]spool.Event{ev(t1, "c")}); err != nil {
+		t.Fatal(err)
+	}
+	files, err := s.Buffers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for _, f := range files[1:] { // after the old clock-named file
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range []string{"a", "b", "c"} {
+			if strings.Contains(string(raw), `"transactionId":"`+id+`"`) {
+				order = append(order, id)
+			}
+		}
+	}
+	if strings.Join(order, "") != "abc" {
+		t.Fatalf("replay order %v (files %v), want a b c", order, files)
+	}
+}
+
+// steppedClock is a wall clock a test can step backwards.
+type steppedClock struct{ now time.Time }
+
+func (c *steppedClock) Now() time.Time                       { return c.now }
+func (c *steppedClock) NewTimer(d time.Duration) clock.Timer { return clock.Real{}.NewTimer(d) }
