@@ -2,10 +2,18 @@
 // every SQL statement the broker runs, and the classification of database
 // errors by SQLSTATE. It knows nothing of HTTP.
 //
-// Correctness time is PostgreSQL's: each transaction reads
-// coalesce($now, now()) once and decides lease expiry, delays and windows
+// Each hot operation is one named statement (a SQL constant with a params
+// struct and the invariant it protects beside it): appendSQL for a push,
+// popSQL for a pop, ackCompletedSQL for a batch of completions; a general
+// ack batch or a transaction is a fixed, small number of statements.
+// Concurrent pushes are combined into shared statements (combiner), and
+// names resolve to ids through a process cache (cache).
+//
+// Correctness time is PostgreSQL's: every statement computes
+// coalesce($now, now()) inline and decides lease expiry, delays and windows
 // against it. Production passes NULL; the simulator passes one virtual
-// instant through Options.DBNow.
+// instant through Options.DBNow. (The admin listings still read it once per
+// transaction through inTx.)
 package store
 
 import (
