@@ -53,6 +53,7 @@ type Config struct {
 	FileBufferEventsPerFile int           // FILE_BUFFER_EVENTS_PER_FILE, default 10000
 	CacheRefreshInterval    time.Duration // QUEEN_CACHE_REFRESH_INTERVAL_MS, default 60000
 	AdmissionMaintShare     float64       // QUEEN_ADMISSION_SHARE_MAINT, default 0.05
+	BodyReadTimeout         time.Duration // QUEEN_BODY_READ_TIMEOUT_MS, default 30000: reading one request body
 	ShutdownTimeout         time.Duration // QUEEN_SHUTDOWN_TIMEOUT_MS, default 30000: graceful stop deadline
 	PushStatements          int           // QUEEN_PUSH_STATEMENTS, default 1: combined push statements in flight
 	PushBatchRows           int           // QUEEN_PUSH_BATCH_ROWS, default 1000: rows in one combined push statement
@@ -90,6 +91,7 @@ func Default() Config {
 		FileBufferEventsPerFile: 10000,
 		CacheRefreshInterval:    60 * time.Second,
 		AdmissionMaintShare:     0.05,
+		BodyReadTimeout:         30 * time.Second,
 		ShutdownTimeout:         30 * time.Second,
 		PushStatements:          1,
 		PushBatchRows:           1000,
@@ -139,6 +141,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	p.millis("QUEEN_CACHE_REFRESH_INTERVAL_MS", &c.CacheRefreshInterval)
 	p.float("QUEEN_ADMISSION_SHARE_MAINT", &c.AdmissionMaintShare, 0, 1)
 	p.millis("QUEEN_SHUTDOWN_TIMEOUT_MS", &c.ShutdownTimeout)
+	p.millis("QUEEN_BODY_READ_TIMEOUT_MS", &c.BodyReadTimeout)
 	p.intRange("QUEEN_PUSH_STATEMENTS", &c.PushStatements, 1, 1000)
 	p.intRange("QUEEN_PUSH_BATCH_ROWS", &c.PushBatchRows, 1, 100000)
 	p.str("QUEEN_SERVER_ID", &c.ServerID)
@@ -170,6 +173,9 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	}
 	if c.CacheRefreshInterval <= 0 {
 		p.fail("QUEEN_CACHE_REFRESH_INTERVAL_MS", getenv("QUEEN_CACHE_REFRESH_INTERVAL_MS"), "must be positive")
+	}
+	if c.BodyReadTimeout <= 0 {
+		p.fail("QUEEN_BODY_READ_TIMEOUT_MS", getenv("QUEEN_BODY_READ_TIMEOUT_MS"), "must be positive")
 	}
 	if c.ShutdownTimeout <= 0 {
 		p.fail("QUEEN_SHUTDOWN_TIMEOUT_MS", getenv("QUEEN_SHUTDOWN_TIMEOUT_MS"), "must be positive")

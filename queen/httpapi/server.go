@@ -159,8 +159,44 @@ func (s *Server) middleware(mux *http.ServeMux) http.Handler {
 			}
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+		if r.ContentLength != 0 {
+			r.Body = s.bodyDeadline(w, r.Body)
+		}
 		mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tenantKey, tenant)))
 	})
+}
+
+// bodyDeadline bounds how long reading one request body may take
+// (QUEEN_BODY_READ_TIMEOUT_MS), so a client that stalls mid-body cannot
+// hold a connection and a handler forever. The deadline is lifted as soon
+// as the body has been read: a long poll's idle connection must not be cut.
+// Requests without a body never get one. Where the writer has no
+// connection (the lockstep simulator calls handlers directly), nothing
+// happens.
+func (s *Server) bodyDeadline(w http.ResponseWriter, body io.ReadCloser) io.ReadCloser {
+	rc := http.NewResponseController(w)
+	if rc.SetReadDeadline(s.clock.Now().Add(s.cfg.BodyReadTimeout)) != nil {
+		return body
+	}
+	return &deadlineBody{ReadCloser: body, clear: func() { _ = rc.SetReadDeadline(time.Time{}) }}
+}
+
+// deadlineBody lifts the read deadline when the body ends. A body that
+// failed (the deadline passed) keeps it, so the server's discard of the
+// rest cannot wait on the stalled client either.
+type deadlineBody struct {
+	io.ReadCloser
+	clear func()
+	done  bool
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if errors.Is(err, io.EOF) && !b.done {
+		b.done = true
+		b.clear()
+	}
+	return n, err
 }
 
 func tenantOf(r *http.Request) string { return r.Context().Value(tenantKey).(string) }
