@@ -221,6 +221,15 @@ func build(h []Event) *timeline {
 			if c.ok() {
 				ackItems(c, groupOf(in.G), c.done.Msgs, false)
 			}
+			if c.done != nil && c.done.K == KInfo {
+				// Indeterminate (e.g. the connection reset after COMMIT):
+				// the ack may have released its lease, from its invoke on.
+				for _, m := range in.Msgs {
+					if m.Lease != "" {
+						t.releases[m.Lease] = append(t.releases[m.Lease], c.in.I)
+					}
+				}
+			}
 		case "extend":
 			if c.ok() && c.done.Status == "renewed" {
 				t.extends[in.Lease] = append(t.extends[in.Lease], ext{invokeVT: in.VT, secs: in.LeaseSecs, invokeI: in.I})

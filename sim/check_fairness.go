@@ -21,15 +21,40 @@ func CheckFairness(h []Event, s Spec) []Violation {
 		tenant  string
 		q, g    string
 		parts   map[string]bool
-		// suspended: a lost pop of this group may hold a claim the
-		// history cannot see; the pop does not count, but still resets.
+		// suspended: a lost or overlapping pop of this group may hold a
+		// claim the history cannot see; the pop does not count, but
+		// still resets.
 		suspended bool
 	}
 	var pops []served
 	// A pop whose answer was lost may hold a claim the history cannot
 	// see, until its lease ends: no pop of its group counts before that.
 	unknownUntil := map[[3]string]int64{}
-	for _, c := range calls(h) {
+	// Pops of one group that overlap in time (free-running runs) may each
+	// have found the other's claim in flight: an overlapped pop does not
+	// count. Lockstep runs have no overlaps.
+	type span struct{ from, to int }
+	spans := map[[3]string][]span{}
+	all := calls(h)
+	for _, c := range all {
+		if c.in.Op == "pop" {
+			to := len(h)
+			if c.done != nil {
+				to = c.done.I
+			}
+			k := [3]string{c.in.Tenant, c.in.Q, groupOf(c.in.G)}
+			spans[k] = append(spans[k], span{c.in.I, to})
+		}
+	}
+	overlapped := func(k [3]string, from, to int) bool {
+		for _, o := range spans[k] {
+			if o.from != from && o.from < to && from < o.to {
+				return true
+			}
+		}
+		return false
+	}
+	for _, c := range all {
 		if c.in.Op != "pop" {
 			continue
 		}
@@ -41,8 +66,9 @@ func CheckFairness(h []Event, s Spec) []Violation {
 		if len(c.done.Msgs) == 0 || c.in.P != "" {
 			continue
 		}
+		k := [3]string{c.in.Tenant, c.in.Q, groupOf(c.in.G)}
 		sv := served{invokeI: c.in.I, vt: c.in.VT, tenant: c.in.Tenant, q: c.in.Q, g: groupOf(c.in.G), parts: map[string]bool{},
-			suspended: c.in.VT < unknownUntil[[3]string{c.in.Tenant, c.in.Q, groupOf(c.in.G)}]}
+			suspended: c.in.VT < unknownUntil[k] || overlapped(k, c.in.I, c.done.I)}
 		for _, m := range c.done.Msgs {
 			sv.parts[m.P] = true
 		}

@@ -41,3 +41,20 @@ func TestCheckersRejectTheirBadHistory(t *testing.T) {
 		})
 	}
 }
+
+// Histories the checkers once rejected wrongly stay accepted.
+func TestCheckersAcceptRegressionHistories(t *testing.T) {
+	files, _ := filepath.Glob(filepath.Join("..", "testdata", "histories", "accepted-*.jsonl"))
+	if len(files) == 0 {
+		t.Fatal("no accepted-*.jsonl histories")
+	}
+	s := sim.Spec{Groups: map[string][]string{"hot": {sim.QueueMode, "audit"}}, Partitions: map[string]int{"hot": 2}, RecoverySlackMS: 2000}
+	for _, f := range files {
+		h := load(t, filepath.Base(f))
+		for _, c := range sim.Checkers {
+			if v := c.Check(h, s); len(v) > 0 {
+				t.Errorf("%s: %s rejects it: %v", filepath.Base(f), c.Name, v[0])
+			}
+		}
+	}
+}
