@@ -37,11 +37,15 @@ func TestBadValuesNameTheVariable(t *testing.T) {
 	_, err := FromEnv(env(map[string]string{
 		"PORT": "http", "DB_POOL_SIZE": "0", "QUEEN_TENANCY_HEADER": "maybe", "DEFAULT_SUBSCRIPTION_MODE": "sometimes",
 		"LOG_LEVEL": "loud", "POP_WAIT_BACKOFF_MULTIPLIER": "x",
+		"QUEEN_PUSH_STATEMENTS": "0", "QUEEN_PUSH_BATCH_ROWS": "many", "QUEEN_SHUTDOWN_TIMEOUT_MS": "0",
+		"QUEEN_BODY_READ_TIMEOUT_MS": "-5",
 	}))
 	if err == nil {
 		t.Fatal("want an error")
 	}
-	for _, name := range []string{"PORT", "DB_POOL_SIZE", "QUEEN_TENANCY_HEADER", "DEFAULT_SUBSCRIPTION_MODE", "LOG_LEVEL", "POP_WAIT_BACKOFF_MULTIPLIER"} {
+	for _, name := range []string{"PORT", "DB_POOL_SIZE", "QUEEN_TENANCY_HEADER", "DEFAULT_SUBSCRIPTION_MODE", "LOG_LEVEL",
+		"POP_WAIT_BACKOFF_MULTIPLIER", "QUEEN_PUSH_STATEMENTS", "QUEEN_PUSH_BATCH_ROWS", "QUEEN_SHUTDOWN_TIMEOUT_MS",
+		"QUEEN_BODY_READ_TIMEOUT_MS"} {
 		if !strings.Contains(err.Error(), name) {
 			t.Errorf("error does not name %s: %v", name, err)
 		}
