@@ -309,11 +309,9 @@ type cursorState struct {
 // ackCompletedSQL's, applied per item.
 //
 // strict (transactions): a failed or dlq ack goes straight to the DLQ, and
-// any per-item failure aborts the transaction.
+// any per-item failure aborts the transaction. group is already resolved
+// (QueueModeGroup for queue mode) by both callers.
 func (s *Store) ackTx(ctx context.Context, tx pgx.Tx, tenant, group string, items []AckItem, strict bool) ([]AckResult, error) {
-	if group == "" {
-		group = QueueModeGroup
-	}
 	out := make([]AckResult, len(items))
 	msgs := make([]*ackMsg, len(items))
 	states := map[string]*cursorState{}
