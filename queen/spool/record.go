@@ -35,36 +35,46 @@ func appendRecord(buf, payload []byte) []byte {
 	return append(buf, payload...)
 }
 
-// readRecords returns every intact record. torn is true when the file ended
-// in a damaged record, which is dropped.
-func readRecords(r io.Reader) (records [][]byte, torn bool, err error) {
-	br := bufio.NewReader(r)
-	for {
-		var h [headerLen]byte
-		n, err := io.ReadFull(br, h[:])
-		if err == io.EOF && n == 0 {
-			return records, false, nil
-		}
-		if errors.Is(err, io.ErrUnexpectedEOF) {
-			return records, true, nil
-		}
-		if err != nil {
-			return records, false, fmt.Errorf("spool: read header: %w", err)
-		}
-		size := binary.BigEndian.Uint32(h[0:4])
-		if size > maxRecord {
-			return records, true, nil
-		}
-		payload := make([]byte, size)
-		if _, err := io.ReadFull(br, payload); err != nil {
-			if errors.Is(err, io.ErrUnexpectedEOF) || err == io.EOF {
-				return records, true, nil
-			}
-			return records, false, fmt.Errorf("spool: read record: %w", err)
-		}
-		if crc32.Checksum(payload, castagnoli) != binary.BigEndian.Uint32(h[4:8]) {
-			return records, true, nil
-		}
-		records = append(records, payload)
+// recordReader yields a file's intact records one at a time, so a replay
+// holds one batch in memory, not the file.
+type recordReader struct {
+	br   *bufio.Reader
+	torn bool // the file ended in a damaged record, which was dropped
+}
+
+func newRecordReader(r io.Reader) *recordReader { return &recordReader{br: bufio.NewReader(r)} }
+
+// next returns the next intact record, or io.EOF at the end of the file or
+// at a torn tail (torn is then set).
+func (rr *recordReader) next() ([]byte, error) {
+	var h [headerLen]byte
+	n, err := io.ReadFull(rr.br, h[:])
+	if err == io.EOF && n == 0 {
+		return nil, io.EOF
 	}
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		rr.torn = true
+		return nil, io.EOF
+	}
+	if err != nil {
+		return nil, fmt.Errorf("spool: read header: %w", err)
+	}
+	size := binary.BigEndian.Uint32(h[0:4])
+	if size > maxRecord {
+		rr.torn = true
+		return nil, io.EOF
+	}
+	payload := make([]byte, size)
+	if _, err := io.ReadFull(rr.br, payload); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) || err == io.EOF {
+			rr.torn = true
+			return nil, io.EOF
+		}
+		return nil, fmt.Errorf("spool: read record: %w", err)
+	}
+	if crc32.Checksum(payload, castagnoli) != binary.BigEndian.Uint32(h[4:8]) {
+		rr.torn = true
+		return nil, io.EOF
+	}
+	return payload, nil
 }

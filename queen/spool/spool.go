@@ -9,7 +9,11 @@
 // files replay oldest first. Each event keeps its original transactionId,
 // so an event that had in fact committed comes back duplicate and writes
 // nothing, and the tenant resolved at push time (omitted for the default
-// tenant). Files that fail permanently five times move to <dir>/failed.
+// tenant). A batch PostgreSQL refuses is split record by record: the records
+// it stores are dropped from the file, and the refused ones, after five
+// failed attempts, move to <dir>/failed with a <name>.reasons.jsonl line each
+// (SQLSTATE and message). A replay holds at most one batch per partition and
+// DefaultReplayBytes of payload in memory, whatever the file's size.
 //
 // The spool is node-local and unreplicated: a broker drains only its own
 // directory, there is no size cap and no maximum age, and replay is
@@ -18,7 +22,10 @@ package spool
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -105,6 +112,12 @@ func Open(o Options) (*Spool, error) {
 			}
 			o.Log.Info("spool: finalized a file left by a previous run", "file", name)
 		}
+		if strings.HasSuffix(name, ".split") {
+			// A rewrite cut short by a crash: the .buf beside it is whole.
+			if err := o.FS.Remove(name); err != nil {
+				return nil, fmt.Errorf("spool remove leftover %s: %w", name, err)
+			}
+		}
 	}
 	if err := o.FS.SyncDir(o.Dir); err != nil {
 		return nil, fmt.Errorf("spool sync dir %s: %w", o.Dir, err)
@@ -121,9 +134,7 @@ func Open(o Options) (*Spool, error) {
 		}
 	}
 	for _, f := range files {
-		if evs, _, err := s.read(f); err == nil {
-			s.pending.Add(int64(len(evs)))
-		}
+		s.pending.Add(int64(s.count(f)))
 	}
 	if n := s.pending.Load(); n > 0 {
 		o.Log.Info("spool: events waiting to replay", "events", n, "files", len(files))
@@ -155,16 +166,9 @@ func (s *Spool) FailedDir() string { return filepath.Join(s.o.Dir, "failed") }
 // finalized with whatever intact records it holds) and the next append
 // starts a new one, so a torn record can only ever be a file's tail.
 func (s *Spool) Append(events []Event) error {
-	var buf []byte
-	for _, e := range events {
-		if e.Tenant == DefaultTenant {
-			e.Tenant = ""
-		}
-		raw, err := json.Marshal(e)
-		if err != nil {
-			return fmt.Errorf("spool encode: %w", err)
-		}
-		buf = appendRecord(buf, raw)
+	buf, err := encode(events)
+	if err != nil {
+		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -242,31 +246,108 @@ func (s *Spool) Buffers() ([]string, error) {
 	return out, nil
 }
 
-// read decodes a file's events. A torn tail is dropped (torn=true); an
-// unreadable file or an undecodable record is an error.
-func (s *Spool) read(name string) ([]Event, bool, error) {
+// scan decodes a file's events one at a time, in order, calling fn for
+// each; memory is one record, whatever the file's size. A torn tail ends the
+// file (torn=true); an unreadable file or an undecodable record is an error,
+// as is any error fn returns.
+func (s *Spool) scan(name string, fn func(Event) error) (n int, torn bool, err error) {
 	r, err := s.o.FS.Open(name)
 	if err != nil {
-		return nil, false, fmt.Errorf("spool open %s: %w", name, err)
+		return 0, false, fmt.Errorf("spool open %s: %w", name, err)
 	}
 	defer r.Close()
-	recs, torn, err := readRecords(r)
-	if err != nil {
-		return nil, false, fmt.Errorf("spool read %s: %w", name, err)
-	}
-	evs := make([]Event, 0, len(recs))
-	for i, rec := range recs {
+	rr := newRecordReader(r)
+	for {
+		rec, err := rr.next()
+		if err == io.EOF {
+			return n, rr.torn, nil
+		}
+		if err != nil {
+			return n, false, fmt.Errorf("spool read %s: %w", name, err)
+		}
 		var e Event
 		if err := json.Unmarshal(rec, &e); err != nil {
-			return nil, torn, fmt.Errorf("spool decode %s record %d: %w", name, i, err)
+			return n, false, fmt.Errorf("spool decode %s record %d: %w", name, n, err)
 		}
-		evs = append(evs, e)
+		if fn != nil {
+			if err := fn(e); err != nil {
+				return n, false, err
+			}
+		}
+		n++
 	}
-	return evs, torn, nil
+}
+
+// count is the number of intact events in a file (0 if it cannot be read).
+func (s *Spool) count(name string) int {
+	n, _, _ := s.scan(name, nil)
+	return n
+}
+
+// encode is events as records, the default tenant omitted.
+func encode(events []Event) ([]byte, error) {
+	var buf []byte
+	for _, e := range events {
+		if e.Tenant == DefaultTenant {
+			e.Tenant = ""
+		}
+		raw, err := json.Marshal(e)
+		if err != nil {
+			return nil, fmt.Errorf("spool encode: %w", err)
+		}
+		buf = appendRecord(buf, raw)
+	}
+	return buf, nil
+}
+
+// writeFile writes data to a new file name durably: created fresh (a
+// leftover of a crash is removed first), synced, closed, directory synced.
+func (s *Spool) writeFile(name string, data []byte) error {
+	if err := s.o.FS.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("spool remove leftover %s: %w", name, err)
+	}
+	f, err := s.o.FS.Create(name)
+	if err != nil {
+		return fmt.Errorf("spool create %s: %w", name, err)
+	}
+	_, werr := f.Write(data)
+	if werr == nil {
+		werr = f.Sync()
+	}
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		_ = s.o.FS.Remove(name)
+		return fmt.Errorf("spool write %s: %w", name, werr)
+	}
+	return s.o.FS.SyncDir(filepath.Dir(name))
+}
+
+// rewrite replaces a finalized file by one holding only events (the records
+// a replay could not store), atomically: the new content is written beside
+// it as .split and renamed over it, so a crash leaves either whole file.
+func (s *Spool) rewrite(name string, events []Event) error {
+	data, err := encode(events)
+	if err != nil {
+		return err
+	}
+	tmp := strings.TrimSuffix(name, ".buf") + ".split"
+	if err := s.writeFile(tmp, data); err != nil {
+		return err
+	}
+	if err := s.o.FS.Rename(tmp, name); err != nil {
+		return fmt.Errorf("spool rewrite %s: %w", name, err)
+	}
+	return s.o.FS.SyncDir(s.o.Dir)
 }
 
 // Pending is the number of events waiting to replay.
 func (s *Spool) Pending() int64 { return max(s.pending.Load(), 0) }
+
+// reasonsSuffix names the file beside a quarantined one that says, per
+// record, why PostgreSQL refused it.
+const reasonsSuffix = ".reasons.jsonl"
 
 // Failed counts quarantined files.
 func (s *Spool) Failed() int {
@@ -274,7 +355,13 @@ func (s *Spool) Failed() int {
 	if err != nil {
 		return 0
 	}
-	return len(names)
+	n := 0
+	for _, name := range names {
+		if !strings.HasSuffix(name, reasonsSuffix) {
+			n++
+		}
+	}
+	return n
 }
 
 // FailedBytes sums the sizes of quarantined files (OS filesystem only).

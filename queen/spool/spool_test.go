@@ -178,6 +178,104 @@ func TestPoisonFileQuarantinedAfterFiveAndNewerFilesReplay(t *testing.T) {
 	}
 }
 
+// A poison record shares its file with other clients' records: only it is
+// quarantined, with its SQLSTATE beside it; the others are stored once, at
+// the first attempt, and not again by the retries.
+func TestPoisonRecordIsQuarantinedAloneWithItsReason(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	e.d.MaxBatch = 10 // the poison record shares a batch with good ones
+	e.sp.Append([]spool.Event{ev(t1, "a"), ev(spool.DefaultTenant, "b")})
+	e.sp.Append([]spool.Event{poison(), ev(t1, "c")})
+	e.sp.Append([]spool.Event{ev(t1, "d")})
+	e.sp.Finalize()
+	if err := e.d.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// EventsPerFile is 3: a b poison c share the head file, d is behind it
+	// and waits until the head is quarantined.
+	if n, m := e.count(t, t1), e.count(t, spool.DefaultTenant); n != 2 || m != 1 {
+		t.Fatalf("after the first attempt: t1 holds %d (want 2: a c), default %d (want 1)", n, m)
+	}
+	if e.sp.Pending() != 2 {
+		t.Fatalf("pending %d, want the poison record and d", e.sp.Pending())
+	}
+	for i := 2; i <= 5; i++ {
+		e.d.RunOnce(ctx)
+	}
+	if e.d.Quarantined.Load() != 1 || e.sp.Failed() != 1 || e.sp.Pending() != 0 {
+		t.Fatalf("quarantined %d, failed files %d, pending %d", e.d.Quarantined.Load(), e.sp.Failed(), e.sp.Pending())
+	}
+	if n := e.count(t, t1); n != 3 {
+		t.Fatalf("t1 holds %d after the quarantine, want 3 (a c d)", n)
+	}
+	failed, _ := filepath.Glob(filepath.Join(e.sp.FailedDir(), "*"))
+	var records, reasons []string
+	for _, f := range failed {
+		raw, _ := os.ReadFile(f)
+		if strings.HasSuffix(f, ".reasons.jsonl") {
+			reasons = strings.Split(strings.TrimSpace(string(raw)), "\n")
+			continue
+		}
+		records = append(records, string(raw))
+	}
+	if len(records) != 1 || strings.Count(records[0], "transactionId") != 1 || !strings.Contains(records[0], `bad\u0000txid`) {
+		t.Fatalf("the quarantined file must hold the poison record alone: %q", records)
+	}
+	var why spool.Rejected
+	if len(reasons) != 1 || json.Unmarshal([]byte(reasons[0]), &why) != nil || why.SQLState == "" ||
+		why.TransactionID != "bad\x00txid" || why.Tenant != t1 || why.Reason == "" {
+		t.Fatalf("reasons: %q", reasons)
+	}
+}
+
+// A file replays in bounded memory: batches are written as soon as the
+// payload bytes gathered reach MaxBytes, and each partition's events still
+// replay in file order.
+func TestReplayHoldsBoundedBytes(t *testing.T) {
+	e := newEnv(t, nil)
+	e.d.MaxBatch, e.d.MaxBytes = 1000, 100
+	held, most := 0, 0
+	var order []string
+	replay := e.d.Replay
+	e.d.Replay = func(ctx context.Context, tenant string, items []store.PushItem) error {
+		for _, it := range items {
+			held += len(it.Payload)
+			order = append(order, it.Partition+"/"+it.TransactionID)
+		}
+		most = max(most, held)
+		held = 0
+		return replay(ctx, tenant, items)
+	}
+	s := e.sp // one Append is one file, whatever EventsPerFile says
+	var evs []spool.Event
+	for i := 0; i < 60; i++ {
+		evs = append(evs, spool.Event{Tenant: t1, Queue: "q", Partition: fmt.Sprint("p", i%4),
+			TransactionID: fmt.Sprintf("m%02d", i), Payload: json.RawMessage(`"0123456789"`)})
+	}
+	if err := s.Append(evs); err != nil {
+		t.Fatal(err)
+	}
+	s.Finalize()
+	if err := e.d.RunOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.count(t, t1); n != 60 {
+		t.Fatalf("stored %d of 60", n)
+	}
+	if most > 100+12 || most == 0 {
+		t.Fatalf("one write held %d payload bytes, bound 100 (+ one event)", most)
+	}
+	last := map[string]string{}
+	for _, o := range order {
+		p, id, _ := strings.Cut(o, "/")
+		if id <= last[p] {
+			t.Fatalf("partition %s replayed %s after %s", p, id, last[p])
+		}
+		last[p] = id
+	}
+}
+
 func TestUnreadableFileIsPermanentAndMoveFailureDeletes(t *testing.T) {
 	ffs := faults.NewFaultyFS(spool.OSFS{})
 	e := newEnv(t, ffs)
