@@ -109,3 +109,39 @@ func TestFaultyFS(t *testing.T) {
 		}
 	}
 }
+
+// An injected record lands in front of the next write to an active file,
+// and only there; the writer sees its own byte count.
+func TestFaultyFSInjectsBeforeTheNextAppend(t *testing.T) {
+	dir := t.TempDir()
+	fs := faults.NewFaultyFS(spool.OSFS{})
+	fs.InjectNextAppend([]byte("planted;"))
+	other, err := fs.Create(filepath.Join(dir, "x.reasons.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := other.Write([]byte("line;")); err != nil || n != 5 {
+		t.Fatalf("write to a non-spool file: %d %v", n, err)
+	}
+	other.Close()
+	name := filepath.Join(dir, "1.tmp")
+	f, err := fs.Create(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"mine;", "next;"} {
+		if n, err := f.Write([]byte(w)); err != nil || n != len(w) {
+			t.Fatalf("write %q: %d %v", w, n, err)
+		}
+	}
+	f.Close()
+	if got, _ := os.ReadFile(name); string(got) != "planted;mine;next;" {
+		t.Fatalf("active file holds %q", got)
+	}
+	if got, _ := os.ReadFile(filepath.Join(dir, "x.reasons.jsonl")); string(got) != "line;" {
+		t.Fatalf("other file holds %q", got)
+	}
+	if fs.Fired()["spool.injected"] != 1 {
+		t.Fatalf("fired %v", fs.Fired())
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -27,6 +28,7 @@ type FaultyFS struct {
 	synced  map[string]int64   // file -> bytes known durable
 	written map[string]int64   // file -> bytes written
 	fired   map[string]int
+	inject  [][]byte // bytes the next appends to active files carry
 }
 
 type fault struct {
@@ -58,8 +60,30 @@ func (f *FaultyFS) TearNextWrite() {
 	f.pending["write"] = append(f.pending["write"], fault{err: ErrIO, torn: true})
 }
 
+// InjectNextAppend makes the next write to an active spool file (.tmp)
+// carry data before its own bytes, as if one more record had been written
+// just ahead of them: a way to put a record beside real clients' records.
+func (f *FaultyFS) InjectNextAppend(data []byte) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.inject = append(f.inject, data)
+}
+
+// takeInjection returns the bytes to add to a write to name, if any.
+func (f *FaultyFS) takeInjection(name string) []byte {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.inject) == 0 || !strings.HasSuffix(name, ".tmp") {
+		return nil
+	}
+	data := f.inject[0]
+	f.inject = f.inject[1:]
+	f.fired["spool.injected"]++
+	return data
+}
+
 // Fired reports the injected faults by name (spool.enospc, spool.eio,
-// spool.torn, spool.lost-unsynced).
+// spool.torn, spool.lost-unsynced, spool.injected).
 func (f *FaultyFS) Fired() map[string]int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -187,6 +211,11 @@ func (ff *faultyFile) Write(p []byte) (int, error) {
 		n, _ := ff.File.Write(p[:len(p)/2])
 		ff.count(int64(n))
 		return n, ft.err
+	}
+	if extra := ff.fs.takeInjection(ff.Name()); extra != nil {
+		n, err := ff.File.Write(append(extra, p...))
+		ff.count(int64(n))
+		return max(n-len(extra), 0), err
 	}
 	n, err := ff.File.Write(p)
 	ff.count(int64(n))

@@ -72,6 +72,17 @@ var generatedCanaries = map[string]func(*scenarios.Scenario) bool{
 	// Completed retention deletes what one group consumed, whatever the
 	// others have.
 	"retention-ignores-group": func(s *scenarios.Scenario) bool { return s.Queues[0].CompletedRetentionSecs > 0 },
+	// A refused batch quarantines its whole file, clients' records with it.
+	"spool-poison-whole-file": func(s *scenarios.Scenario) bool { return hasFault(s, "spool.poison") },
+}
+
+func hasFault(s *scenarios.Scenario, kind string) bool {
+	for _, f := range s.Faults {
+		if f.Kind == kind {
+			return true
+		}
+	}
+	return false
 }
 
 func TestCanariesAreCaughtByGeneratedSeeds(t *testing.T) {

@@ -77,6 +77,12 @@ func Generate(seed uint64) *Scenario {
 			s.Faults = append(s.Faults, sim.FaultAt{At: at, Kind: "pg.refuse", Broker: -1, For: time.Duration(8+rng.IntN(8)) * time.Second},
 				sim.FaultAt{At: at, Kind: []string{"spool.eio", "spool.enospc", "spool.torn"}[rng.IntN(3)], Broker: -1, Count: 1 + rng.IntN(3)})
 			fired["pg.refuse"] = true
+			if rng.IntN(2) == 0 {
+				// A record PostgreSQL refuses, spooled beside the
+				// clients' buffered pushes of the same outage.
+				s.Faults = append(s.Faults, sim.FaultAt{At: at + 2*time.Second, Kind: "spool.poison", Broker: -1})
+				fired["spool.quarantined"] = true
+			}
 		case k == 4:
 			s.Faults = append(s.Faults, sim.FaultAt{At: at, Kind: "clock.skew", Broker: rng.IntN(s.Brokers), By: time.Duration(rng.IntN(20001)-10000) * time.Millisecond})
 		default:
@@ -85,7 +91,8 @@ func Generate(seed uint64) *Scenario {
 		fired[s.Faults[len(s.Faults)-1].Kind] = true
 	}
 	delete(fired, "broker.start")
-	for _, k := range []string{"pg.refuse", "pg.blackhole", "pg.reset", "broker.crash", "clock.skew", "spool.eio", "spool.enospc", "spool.torn"} {
+	for _, k := range []string{"pg.refuse", "pg.blackhole", "pg.reset", "broker.crash", "clock.skew", "spool.eio", "spool.enospc", "spool.torn",
+		"spool.poison", "spool.quarantined"} {
 		if fired[k] || (k == "broker.crash" && fired["broker.start"]) {
 			s.Sometimes = append(s.Sometimes, k)
 		}

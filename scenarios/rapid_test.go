@@ -19,7 +19,7 @@ func faultGen(brokers int) *rapid.Generator[sim.FaultAt] {
 	return rapid.Custom(func(t *rapid.T) sim.FaultAt {
 		f := sim.FaultAt{
 			At:     time.Duration(rapid.IntRange(1, 50).Draw(t, "at")) * time.Second,
-			Kind:   rapid.SampledFrom([]string{"pg.refuse", "pg.blackhole", "pg.reset", "clock.skew"}).Draw(t, "kind"),
+			Kind:   rapid.SampledFrom([]string{"pg.refuse", "pg.blackhole", "pg.reset", "clock.skew", "spool.poison"}).Draw(t, "kind"),
 			Broker: rapid.IntRange(-1, brokers-1).Draw(t, "broker"),
 		}
 		switch f.Kind {

@@ -504,14 +504,26 @@ func (r *runner) inject(f FaultAt) error {
 		}
 		e.Until = e.VT
 	case "spool.poison":
-		// A record PostgreSQL refuses every time (a NUL byte in text): the
-		// drain must quarantine its file and go on with newer ones.
+		// A record PostgreSQL refuses every time (a NUL byte in text),
+		// twice: alone in a file, which the drain must quarantine before
+		// going on with newer ones, and planted in the broker's next
+		// spooled write, beside a real client's records, which must
+		// replay once while only the poison record is quarantined.
 		for _, b := range r.brokersOf(f) {
 			if br := r.cluster.Broker(b); br != nil && br.Spool() != nil {
-				ev := spool.Event{Queue: r.o.Queues[0].Name, Partition: "p0", TransactionID: fmt.Sprintf("poison-%d\x00", r.vt()),
-					Payload: []byte("null")}
-				if err := br.Spool().Append([]spool.Event{ev}); err == nil && br.Spool().Finalize() == nil {
-					r.fired["spool.poison"]++
+				poison := func(n int) spool.Event {
+					return spool.Event{Queue: r.o.Queues[0].Name, Partition: "p0",
+						TransactionID: fmt.Sprintf("poison-%d-%d\x00", r.vt(), n), Payload: []byte("null")}
+				}
+				// Spool write faults still queued take the first tries.
+				for try := 0; try < 16; try++ {
+					if err := br.Spool().Append([]spool.Event{poison(0)}); err == nil && br.Spool().Finalize() == nil {
+						r.fired["spool.poison"]++
+						break
+					}
+				}
+				if data, err := spool.Encode([]spool.Event{poison(1)}); err == nil {
+					r.cluster.SpoolFS(b).InjectNextAppend(data)
 				}
 			}
 		}

@@ -11,5 +11,7 @@ import "os"
 // tenant-dropped, stranded (appends ordered at creation, not commit),
 // claim-unfair (wildcard pops serve the lowest partition id first),
 // retention-ignores-group (completed retention deletes what one group consumed),
-// spool-tenant-dropped (replay under the default tenant).
+// spool-tenant-dropped (replay under the default tenant),
+// spool-poison-whole-file (a refused batch is not split: every record in
+// the poison record's file is quarantined with it).
 func On(name string) bool { return os.Getenv("QUEEN_CANARY") == name }

@@ -305,6 +305,9 @@ func (r *replay) flush(g group) error {
 		r.transient = true
 		return fmt.Errorf("spool drain %s: %w", r.name, err)
 	}
+	if canary.On("spool-poison-whole-file") {
+		return &permanentError{err: fmt.Errorf("spool drain %s: %w", r.name, err)}
+	}
 	for _, e := range evs {
 		err := r.d.Replay(r.ctx, g.tenant, items([]Event{e}))
 		switch {

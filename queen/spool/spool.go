@@ -166,7 +166,7 @@ func (s *Spool) FailedDir() string { return filepath.Join(s.o.Dir, "failed") }
 // finalized with whatever intact records it holds) and the next append
 // starts a new one, so a torn record can only ever be a file's tail.
 func (s *Spool) Append(events []Event) error {
-	buf, err := encode(events)
+	buf, err := Encode(events)
 	if err != nil {
 		return err
 	}
@@ -284,8 +284,9 @@ func (s *Spool) count(name string) int {
 	return n
 }
 
-// encode is events as records, the default tenant omitted.
-func encode(events []Event) ([]byte, error) {
+// Encode is the bytes Append writes for events: one record each, the
+// default tenant omitted. Fault injection uses it to plant records.
+func Encode(events []Event) ([]byte, error) {
 	var buf []byte
 	for _, e := range events {
 		if e.Tenant == DefaultTenant {
@@ -328,7 +329,7 @@ func (s *Spool) writeFile(name string, data []byte) error {
 // a replay could not store), atomically: the new content is written beside
 // it as .split and renamed over it, so a crash leaves either whole file.
 func (s *Spool) rewrite(name string, events []Event) error {
-	data, err := encode(events)
+	data, err := Encode(events)
 	if err != nil {
 		return err
 	}
