@@ -240,8 +240,8 @@ type rejectedEvent struct {
 // batches, in file order, and writes each when it is full, when the bytes
 // held reach maxBytes, and at the end.
 type replay struct {
-	d     *Drainer
-	ctx   context.Context
+	d        *Drainer
+	ctx      context.Context
 	name     string
 	batch    int
 	maxBytes int
