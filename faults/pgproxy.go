@@ -35,12 +35,13 @@ type PGProxy struct {
 	target string
 	ln     net.Listener
 
-	mu     sync.Mutex
-	mode   Mode
-	delay  time.Duration
-	conns  map[net.Conn]struct{}
-	fired  map[string]int
-	closed bool
+	mu          sync.Mutex
+	mode        Mode
+	delay       time.Duration
+	slowConnect time.Duration
+	conns       map[net.Conn]struct{}
+	fired       map[string]int
+	closed      bool
 
 	wg sync.WaitGroup
 }
@@ -69,6 +70,15 @@ func (p *PGProxy) SetMode(m Mode, delay time.Duration) {
 	if m == Refuse {
 		p.Reset()
 	}
+}
+
+// SetSlowConnect makes every new connection wait d before its first byte
+// reaches the server, as connecting to a loaded server does; traffic on
+// established connections is not slowed. Zero turns it off.
+func (p *PGProxy) SetSlowConnect(d time.Duration) {
+	p.mu.Lock()
+	p.slowConnect = d
+	p.mu.Unlock()
 }
 
 // Reset closes every open connection (a network blip); the mode is kept.
@@ -157,6 +167,13 @@ func (p *PGProxy) serve(client net.Conn) {
 		return
 	}
 	defer p.untrack(client)
+	p.mu.Lock()
+	slow := p.slowConnect
+	p.mu.Unlock()
+	if slow > 0 {
+		p.note("pg.slow-connect")
+		time.Sleep(slow)
+	}
 	server, err := net.DialTimeout("tcp", p.target, 5*time.Second)
 	if err != nil {
 		return

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/queen-go/queen/queen/background"
 	"github.com/queen-go/queen/queen/clock"
 	"github.com/queen-go/queen/queen/config"
+	"github.com/queen-go/queen/queen/dbprobe"
 	"github.com/queen-go/queen/queen/httpapi"
 	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/leader"
@@ -49,6 +51,9 @@ type Options struct {
 	ConfigurePool func(*pgxpool.Config)
 	// SpoolFS is the spool's filesystem; nil means the real one.
 	SpoolFS spool.FS
+	// Jitter spreads the database probe's backoff (a number in [0, 1));
+	// nil is math/rand/v2. The simulator seeds it so runs replay.
+	Jitter func() float64
 }
 
 // Broker is one queen process.
@@ -57,6 +62,7 @@ type Broker struct {
 	cfg      config.Config
 	log      *slog.Logger
 	pool     *pgxpool.Pool
+	probe    *dbprobe.Prober
 	store    *store.Store
 	api      *httpapi.Server
 	handler  http.Handler
@@ -116,6 +122,14 @@ func (b *Broker) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	b.probe = dbprobe.New(dbprobe.Options{ConnConfig: pc.ConnConfig, Timeout: b.cfg.DBConnectionTimeout,
+		Clock: b.opts.Clock, Jitter: b.opts.Jitter})
+	// New pool connections take the probe's connect timeout, which grows
+	// while connecting to a loaded server takes longer than configured.
+	pc.BeforeConnect = func(_ context.Context, cc *pgx.ConnConfig) error {
+		cc.ConnectTimeout = b.probe.ConnectTimeout()
+		return nil
+	}
 	if b.opts.ConfigurePool != nil {
 		b.opts.ConfigurePool(pc)
 	}
@@ -145,11 +159,7 @@ func (b *Broker) Start(ctx context.Context) error {
 				_, err := st.Push(ctx, tenant, items, "")
 				return err
 			},
-			Ping: func(ctx context.Context) error {
-				ctx, cancel := context.WithTimeout(ctx, b.cfg.DBConnectionTimeout)
-				defer cancel()
-				return st.Ping(ctx)
-			}}
+			Ping: b.probe.Probe}
 	}
 	b.maint = maintenance.New(b.store, b.spool, b.log)
 	if err := b.maint.Load(ctx); err != nil {
@@ -260,6 +270,7 @@ func (b *Broker) Shutdown(ctx context.Context) error {
 			}
 		}
 		b.pool.Close()
+		b.probe.Close()
 		b.log.Info("queen broker stopped")
 	})
 	return err
@@ -278,6 +289,9 @@ func (b *Broker) Crash() {
 		b.wg.Wait()
 		if b.pool != nil {
 			b.pool.Close()
+		}
+		if b.probe != nil {
+			b.probe.Close()
 		}
 	})
 }

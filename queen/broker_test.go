@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"net/http"
 	"strings"
 	"sync"
@@ -42,7 +43,11 @@ func start(t testing.TB, cfg config.Config) *queen.Broker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := queen.New(queen.Options{Config: cfg, Listener: l, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	var logw io.Writer = io.Discard
+	if os.Getenv("QUEEN_TEST_LOG") != "" { // the brokers' logs, when debugging a test
+		logw = os.Stderr
+	}
+	b := queen.New(queen.Options{Config: cfg, Listener: l, Logger: slog.New(slog.NewTextHandler(logw, nil))})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := b.Start(ctx); err != nil {

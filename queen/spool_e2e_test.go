@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/queen-go/queen/faults"
 	"github.com/queen-go/queen/queen"
+	"github.com/queen-go/queen/queen/config"
 	"github.com/queen-go/queen/queen/store/storetest"
 )
 
@@ -38,8 +40,9 @@ func do(t *testing.T, method, url, tenant, body string) (int, []byte) {
 	return resp.StatusCode, raw
 }
 
-// brokerBehindProxy starts a broker whose database path can be cut.
-func brokerBehindProxy(t *testing.T) (*queen.Broker, *faults.PGProxy) {
+// brokerBehindProxy starts a broker whose database path can be cut; tune,
+// when given, adjusts its configuration.
+func brokerBehindProxy(t *testing.T, tune ...func(*config.Config)) (*queen.Broker, *faults.PGProxy) {
 	t.Helper()
 	dsn := storetest.DSN(t)
 	pc, _ := pgx.ParseConfig(dsn)
@@ -55,6 +58,9 @@ func brokerBehindProxy(t *testing.T) (*queen.Broker, *faults.PGProxy) {
 	cfg.DBStatementTimeout = time.Second
 	cfg.FileBufferFlush = 50 * time.Millisecond
 	cfg.FileBufferEventsPerFile = 7
+	for _, f := range tune {
+		f(&cfg)
+	}
 	b := start(t, cfg)
 	t.Cleanup(func() { b.Shutdown(context.Background()) })
 	return b, proxy
@@ -247,5 +253,57 @@ func TestMaintenanceFlagPersistsAcrossBrokers(t *testing.T) {
 	do(t, "POST", "http://"+a.Addr()+"/api/v1/push", "", `{"items":[{"queue":"orders"}]}`)
 	if code, _ := do(t, "GET", "http://"+b.Addr()+"/api/v1/pop/queue/orders", "", ""); code != 204 {
 		t.Fatalf("a broker started after the flip must honour pop maintenance: %d", code)
+	}
+}
+
+// After a reset, connecting takes longer than DB_CONNECTION_TIMEOUT (the
+// server and this machine are loaded): the broker must still climb out,
+// storing pushes again within seconds instead of spooling every one for the
+// rest of its life, and then replay what it spooled.
+func TestRecoversAfterResetWhileConnectsAreSlowAndCPUIsBusy(t *testing.T) {
+	// DB_CONNECTION_TIMEOUT 300ms; statements get 5s, as acquiring a
+	// connection now takes a second.
+	b, proxy := brokerBehindProxy(t, func(c *config.Config) { c.DBStatementTimeout = 5 * time.Second })
+	base := "http://" + b.Addr()
+	if s := pushOne(t, base, tenantA, "before"); s != "queued" {
+		t.Fatalf("healthy push: %s", s)
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	for i := 0; i < 2*runtime.NumCPU(); i++ {
+		go func() { // busy CPU for the whole recovery
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				for j := 0; j < 1e5; j++ {
+				}
+			}
+		}()
+	}
+	proxy.SetSlowConnect(time.Second) // connecting takes over three times DB_CONNECTION_TIMEOUT
+	proxy.Reset()
+	start := time.Now()
+	statuses := map[string]int{}
+	deadline := start.Add(30 * time.Second) // generous: a loaded CI machine must not fail it; it takes about 6s here
+	for i := 0; ; i++ {
+		s := pushOne(t, base, tenantA, fmt.Sprint("slow-", i))
+		statuses[s]++
+		if s == "queued" && statuses["buffered"] > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still not storing pushes %v after the reset: %v", time.Since(start), statuses)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("stored again %v after the reset: %v", time.Since(start).Round(time.Millisecond), statuses)
+	for time.Now().Before(deadline) && b.Spool().Pending() > 0 {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := b.Spool().Pending(); n > 0 {
+		t.Fatalf("%d spooled pushes never replayed", n)
 	}
 }

@@ -136,6 +136,7 @@ func (c *Cluster) Start(ctx context.Context, i int) error {
 		// Ids are seeded per broker and per restart, so a run replays.
 		src := rand.NewChaCha8(seedBytes(c.opts.Seed, uint64(i), uint64(n.restarts)))
 		opts.IDs = ids.NewSource(skewed, src)
+		opts.Jitter = rand.New(rand.NewChaCha8(seedBytes(c.opts.Seed, uint64(i)+1<<32, uint64(n.restarts)))).Float64
 		opts.NoBackground = true
 		opts.ConfigurePool = func(pc *pgxpool.Config) {
 			// Wall-clock pool maintenance would make runs differ.

@@ -34,8 +34,11 @@ type ReplayFunc func(ctx context.Context, tenant string, items []store.PushItem)
 // RunOnce is one cycle, NextDue the cadence (FILE_BUFFER_FLUSH_MS, or the
 // end of a cooldown).
 type Drainer struct {
-	Spool    *Spool
-	Replay   ReplayFunc
+	Spool  *Spool
+	Replay ReplayFunc
+	// Ping asks whether the database answers; while the spool is
+	// unhealthy a cycle replays nothing until it does. It should back off
+	// by itself (dbprobe.Prober does).
 	Ping     func(context.Context) error
 	Arbiter  *admission.Arbiter
 	Every    time.Duration
@@ -95,15 +98,21 @@ func (d *Drainer) RunOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if len(files) == 0 {
-		if !d.Spool.Healthy() && d.Ping != nil && d.Ping(ctx) == nil {
-			d.Spool.SetHealthy(true)
-		}
-		return nil
-	}
 	limit := FilesPerCycleFailing
 	if d.Spool.Healthy() {
 		limit = FilesPerCycleHealthy
+	} else if d.Ping != nil {
+		// Believed down: ask the probe (its own connection, backing off)
+		// before sending anything through the pool.
+		if err := d.Ping(ctx); err != nil {
+			return nil
+		}
+		if len(files) == 0 {
+			d.Spool.SetHealthy(true)
+		}
+	}
+	if len(files) == 0 {
+		return nil
 	}
 	for done := 0; done < limit && len(files) > 0; done++ {
 		f := files[0]

@@ -1,0 +1,185 @@
+// Package dbprobe tells whether PostgreSQL answers, on a connection of its
+// own, and how long connecting takes right now.
+//
+// The broker asks it while it believes the database is down (the spool is
+// unhealthy) instead of sending real work through the pool: one connection
+// probes, with exponential backoff and jitter between failed attempts, so a
+// fleet of brokers does not storm a database that is coming back.
+//
+// Connecting to a loaded server can take longer than DB_CONNECTION_TIMEOUT.
+// A fixed timeout then fails every attempt forever, each one wasting a
+// backend start on the server. The probe doubles its connect timeout after
+// each attempt that timed out (up to MaxTimeout) and, once connected, sets it
+// to twice what the connect took (never below the configured one). The pool
+// reads ConnectTimeout before each new connection, so it climbs out too.
+package dbprobe
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/queen-go/queen/queen/clock"
+)
+
+// Backoff bounds: the pause after the first failure, and the longest.
+const (
+	FirstBackoff = 100 * time.Millisecond
+	MaxBackoff   = 5 * time.Second
+)
+
+// ErrBackoff is returned, wrapping the last failure, by a probe asked for
+// during the pause after a failure: it did not touch the database.
+var ErrBackoff = errors.New("dbprobe: backing off after a failed probe")
+
+// Options configure a Prober.
+type Options struct {
+	// ConnConfig is the database to probe; it is copied.
+	ConnConfig *pgx.ConnConfig
+	// Timeout is the configured connect timeout (DB_CONNECTION_TIMEOUT),
+	// the floor of the adaptive one; MaxTimeout its ceiling (default 8×).
+	Timeout, MaxTimeout time.Duration
+	Clock               clock.Clock
+	// Jitter returns a number in [0, 1); nil uses crypto/rand. The
+	// simulator passes a seeded source so runs replay.
+	Jitter func() float64
+}
+
+// Prober owns one connection used only for health probes.
+type Prober struct {
+	o       Options
+	timeout atomic.Int64 // current connect timeout, ns
+
+	mu        sync.Mutex
+	conn      *pgx.Conn
+	failures  int
+	notBefore time.Time
+	last      error
+}
+
+// New returns a prober; it connects on the first Probe.
+func New(o Options) *Prober {
+	if o.MaxTimeout < o.Timeout {
+		o.MaxTimeout = 8 * o.Timeout
+	}
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	if o.Jitter == nil {
+		o.Jitter = randomFraction
+	}
+	o.ConnConfig = o.ConnConfig.Copy()
+	p := &Prober{o: o}
+	p.timeout.Store(int64(o.Timeout))
+	return p
+}
+
+// ConnectTimeout is the connect timeout to use now: the configured one, or
+// more while connecting has been observed to take longer.
+func (p *Prober) ConnectTimeout() time.Duration { return time.Duration(p.timeout.Load()) }
+
+// Probe reports whether the database answers a trivial query. During the
+// backoff after a failure it returns ErrBackoff at once.
+func (p *Prober) Probe(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.o.Clock.Now()
+	if now.Before(p.notBefore) {
+		return fmt.Errorf("%w: %w", ErrBackoff, p.last)
+	}
+	err := p.ping(ctx)
+	if err == nil && p.conn == nil {
+		err = errors.New("dbprobe: no connection")
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return err // our caller gave up; that says nothing of the database
+		}
+		p.failures++
+		p.last = err
+		p.notBefore = now.Add(p.backoff())
+		return err
+	}
+	p.failures, p.notBefore, p.last = 0, time.Time{}, nil
+	return nil
+}
+
+// ping queries on the open connection, reconnecting once if it is gone.
+func (p *Prober) ping(ctx context.Context) error {
+	if p.conn != nil {
+		if err := p.query(ctx); err == nil {
+			return nil
+		}
+		p.closeLocked()
+	}
+	if err := p.connect(ctx); err != nil {
+		return err
+	}
+	return p.query(ctx)
+}
+
+func (p *Prober) query(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, p.ConnectTimeout())
+	defer cancel()
+	var one int
+	if err := p.conn.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
+		return fmt.Errorf("dbprobe: query: %w", err)
+	}
+	return nil
+}
+
+func (p *Prober) connect(ctx context.Context) error {
+	cfg := p.o.ConnConfig.Copy()
+	cfg.ConnectTimeout = p.ConnectTimeout()
+	// Real time on purpose, even in the simulator: this measures the
+	// server and the machine, which virtual time does not slow down.
+	start := clock.Real{}.Now()
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	took := clock.Real{}.Now().Sub(start)
+	if err != nil {
+		if took >= cfg.ConnectTimeout && ctx.Err() == nil {
+			p.timeout.Store(int64(min(2*cfg.ConnectTimeout, p.o.MaxTimeout)))
+		}
+		return fmt.Errorf("dbprobe: connect (timeout %v): %w", cfg.ConnectTimeout, err)
+	}
+	p.conn = conn
+	p.timeout.Store(int64(min(max(2*took, p.o.Timeout), p.o.MaxTimeout)))
+	return nil
+}
+
+// backoff is FirstBackoff doubled per consecutive failure, capped at
+// MaxBackoff, times a jitter factor in [0.5, 1.5).
+func (p *Prober) backoff() time.Duration {
+	d := FirstBackoff << min(p.failures-1, 16)
+	d = min(d, MaxBackoff)
+	return time.Duration(float64(d) * (0.5 + p.o.Jitter()))
+}
+
+func (p *Prober) closeLocked() {
+	if p.conn != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = p.conn.Close(ctx)
+		p.conn = nil
+	}
+}
+
+// Close closes the probe connection.
+func (p *Prober) Close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closeLocked()
+}
+
+func randomFraction() float64 {
+	var b [8]byte
+	_, _ = crand.Read(b[:])
+	return float64(binary.BigEndian.Uint64(b[:])>>11) / (1 << 53)
+}
