@@ -18,7 +18,7 @@ func checkLeaks(ctx context.Context, dsn, appPrefix string) error {
 		return err
 	}
 	defer conn.Close(ctx)
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(30 * time.Second) // returns as soon as they are gone; generous for a loaded machine
 	for {
 		var n int
 		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE $1 || '%'`, appPrefix).Scan(&n); err != nil {

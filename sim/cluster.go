@@ -198,7 +198,7 @@ func drainCounters(b *queen.Broker) map[string]int {
 		return nil
 	}
 	return map[string]int{"spool.replayed": int(d.Replayed.Load()), "spool.quarantined": int(d.Quarantined.Load() + d.Deleted.Load()),
-		"spool.cooldown": int(d.Cooldowns.Load())}
+		"spool.cooldown": int(d.Cooldowns.Load()), "spool.probe-failed": int(d.ProbeFails.Load())}
 }
 
 // Broker returns broker i if it is running.

@@ -273,6 +273,21 @@ func (r *runner) wait(d time.Duration) {
 	r.pg.Advance(d)
 }
 
+// setupCall makes a call that prepares the run (it is not part of the
+// history), retrying transport errors and 5xx for up to a minute of real
+// time: a loaded machine may need several tries to connect, and a setup
+// step that gives up fails the run for no fault of the broker.
+func (r *runner) setupCall(method, path, tenant string, body []byte) (int, []byte, error) {
+	deadline := time.Now().Add(time.Minute)
+	for pause := 50 * time.Millisecond; ; pause = min(2*pause, 2*time.Second) {
+		code, raw, err := r.cluster.Do(r.ctx, 0, method, path, tenant, body)
+		if (err == nil && code < 500) || time.Now().After(deadline) || r.ctx.Err() != nil {
+			return code, raw, err
+		}
+		time.Sleep(pause)
+	}
+}
+
 func (r *runner) configure() error {
 	for _, t := range r.o.Tenants {
 		for _, q := range r.o.Queues {
@@ -281,7 +296,7 @@ func (r *runner) configure() error {
 				opts["retentionEnabled"], opts["completedRetentionSeconds"] = true, q.CompletedRetentionSecs
 			}
 			body, _ := json.Marshal(map[string]any{"queue": q.Name, "options": opts})
-			code, raw, err := r.cluster.Do(r.ctx, 0, "POST", "/api/v1/configure", t, body)
+			code, raw, err := r.setupCall("POST", "/api/v1/configure", t, body)
 			if err != nil || code != 200 {
 				return fmt.Errorf("configure %s: %d %s %v", q.Name, code, raw, err)
 			}
@@ -305,7 +320,7 @@ func (r *runner) subscribe(tenant string, q QueueSpec) error {
 		if g != QueueMode {
 			path += "&consumerGroup=" + url.QueryEscape(g)
 		}
-		code, raw, err := r.cluster.Do(r.ctx, 0, "GET", path, tenant, nil)
+		code, raw, err := r.setupCall("GET", path, tenant, nil)
 		if err != nil || code != 204 {
 			return fmt.Errorf("subscribe %s to %s: %d %s %v", g, q.Name, code, raw, err)
 		}

@@ -8,10 +8,12 @@
 //
 // Connecting to a loaded server can take longer than DB_CONNECTION_TIMEOUT.
 // A fixed timeout then fails every attempt forever, each one wasting a
-// backend start on the server. The probe doubles its connect timeout after
-// each attempt that timed out (up to MaxTimeout) and, once connected, sets it
-// to twice what the connect took (never below the configured one). The pool
-// reads ConnectTimeout before each new connection, so it climbs out too.
+// backend start on the server. The probe doubles its own connect timeout
+// after each attempt that timed out (up to MaxTimeout); once connected, it
+// learns twice what the connect took (never below the configured timeout).
+// The pool reads the learned timeout before each new connection, so it
+// climbs out too, while a database that does not answer at all (where the
+// probe's timeout grows) costs pool connects no more than before.
 package dbprobe
 
 import (
@@ -44,7 +46,7 @@ type Options struct {
 	// ConnConfig is the database to probe; it is copied.
 	ConnConfig *pgx.ConnConfig
 	// Timeout is the configured connect timeout (DB_CONNECTION_TIMEOUT),
-	// the floor of the adaptive one; MaxTimeout its ceiling (default 8×).
+	// the floor of the adaptive one; MaxTimeout its ceiling (default 4×).
 	Timeout, MaxTimeout time.Duration
 	Clock               clock.Clock
 	// Jitter returns a number in [0, 1); nil uses crypto/rand. The
@@ -55,9 +57,10 @@ type Options struct {
 // Prober owns one connection used only for health probes.
 type Prober struct {
 	o       Options
-	timeout atomic.Int64 // current connect timeout, ns
+	learned atomic.Int64 // connect timeout for the pool, ns: from the last successful connect
 
 	mu        sync.Mutex
+	attempt   time.Duration // the probe's own connect timeout
 	conn      *pgx.Conn
 	failures  int
 	notBefore time.Time
@@ -67,7 +70,7 @@ type Prober struct {
 // New returns a prober; it connects on the first Probe.
 func New(o Options) *Prober {
 	if o.MaxTimeout < o.Timeout {
-		o.MaxTimeout = 8 * o.Timeout
+		o.MaxTimeout = 4 * o.Timeout
 	}
 	if o.Clock == nil {
 		o.Clock = clock.Real{}
@@ -76,14 +79,14 @@ func New(o Options) *Prober {
 		o.Jitter = randomFraction
 	}
 	o.ConnConfig = o.ConnConfig.Copy()
-	p := &Prober{o: o}
-	p.timeout.Store(int64(o.Timeout))
+	p := &Prober{o: o, attempt: o.Timeout}
+	p.learned.Store(int64(o.Timeout))
 	return p
 }
 
 // ConnectTimeout is the connect timeout to use now: the configured one, or
-// more while connecting has been observed to take longer.
-func (p *Prober) ConnectTimeout() time.Duration { return time.Duration(p.timeout.Load()) }
+// twice what the last successful connect took when that is more.
+func (p *Prober) ConnectTimeout() time.Duration { return time.Duration(p.learned.Load()) }
 
 // Probe reports whether the database answers a trivial query. During the
 // backoff after a failure it returns ErrBackoff at once.
@@ -126,7 +129,7 @@ func (p *Prober) ping(ctx context.Context) error {
 }
 
 func (p *Prober) query(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, p.ConnectTimeout())
+	ctx, cancel := context.WithTimeout(ctx, p.attempt)
 	defer cancel()
 	var one int
 	if err := p.conn.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
@@ -137,7 +140,7 @@ func (p *Prober) query(ctx context.Context) error {
 
 func (p *Prober) connect(ctx context.Context) error {
 	cfg := p.o.ConnConfig.Copy()
-	cfg.ConnectTimeout = p.ConnectTimeout()
+	cfg.ConnectTimeout = p.attempt
 	// Real time on purpose, even in the simulator: this measures the
 	// server and the machine, which virtual time does not slow down.
 	start := clock.Real{}.Now()
@@ -145,12 +148,13 @@ func (p *Prober) connect(ctx context.Context) error {
 	took := clock.Real{}.Now().Sub(start)
 	if err != nil {
 		if took >= cfg.ConnectTimeout && ctx.Err() == nil {
-			p.timeout.Store(int64(min(2*cfg.ConnectTimeout, p.o.MaxTimeout)))
+			p.attempt = min(2*cfg.ConnectTimeout, p.o.MaxTimeout)
 		}
 		return fmt.Errorf("dbprobe: connect (timeout %v): %w", cfg.ConnectTimeout, err)
 	}
 	p.conn = conn
-	p.timeout.Store(int64(min(max(2*took, p.o.Timeout), p.o.MaxTimeout)))
+	p.attempt = min(max(2*took, p.o.Timeout), p.o.MaxTimeout)
+	p.learned.Store(int64(p.attempt))
 	return nil
 }
 

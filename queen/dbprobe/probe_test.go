@@ -134,3 +134,29 @@ func TestProbeBacksOffWithJitter(t *testing.T) {
 		t.Fatalf("after the jittered pause and with the database back: %v", err)
 	}
 }
+
+// A database that does not answer at all makes the probe wait longer each
+// time, but not the pool: its timeout moves only on a successful connect.
+func TestSilentDatabaseDoesNotSlowThePool(t *testing.T) {
+	cc, proxy := behindProxy(t)
+	c := clock.NewSim(time.Unix(1000, 0))
+	p := dbprobe.New(dbprobe.Options{ConnConfig: cc, Timeout: 50 * time.Millisecond, Clock: c})
+	defer p.Close()
+	proxy.SetMode(faults.Blackhole, 0)
+	var waits []time.Duration
+	for i := 0; i < 4; i++ {
+		start := time.Now()
+		if err := p.Probe(context.Background()); err == nil {
+			t.Fatal("a silent database passed the probe")
+		}
+		waits = append(waits, time.Since(start))
+		c.Advance(dbprobe.MaxBackoff * 2)
+		if got := p.ConnectTimeout(); got != 50*time.Millisecond {
+			t.Fatalf("the pool's connect timeout moved to %v while nothing answered", got)
+		}
+	}
+	if waits[3] < 150*time.Millisecond {
+		t.Fatalf("the probe did not wait longer after timeouts: %v", waits)
+	}
+	t.Logf("probe waits: %v", waits)
+}

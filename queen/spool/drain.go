@@ -14,6 +14,7 @@ import (
 
 	"github.com/queen-go/queen/queen/admission"
 	"github.com/queen-go/queen/queen/canary"
+	"github.com/queen-go/queen/queen/dbprobe"
 	"github.com/queen-go/queen/queen/store"
 )
 
@@ -55,6 +56,7 @@ type Drainer struct {
 	Replayed    atomic.Int64 // files replayed
 	Quarantined atomic.Int64
 	Cooldowns   atomic.Int64
+	ProbeFails  atomic.Int64 // probes that reached a database not answering
 	Deleted     atomic.Int64 // quarantine moves that failed, so the file was deleted
 }
 
@@ -105,6 +107,10 @@ func (d *Drainer) RunOnce(ctx context.Context) error {
 		// Believed down: ask the probe (its own connection, backing off)
 		// before sending anything through the pool.
 		if err := d.Ping(ctx); err != nil {
+			if !errors.Is(err, dbprobe.ErrBackoff) && ctx.Err() == nil {
+				d.ProbeFails.Add(1)
+				d.failedTransiently(now, err)
+			}
 			return nil
 		}
 		if len(files) == 0 {
@@ -132,13 +138,7 @@ func (d *Drainer) RunOnce(ctx context.Context) error {
 		var perm *permanentError
 		if !errors.As(err, &perm) {
 			d.Spool.SetHealthy(false)
-			d.transient++
-			if d.transient >= CooldownAfter {
-				d.transient = 0
-				d.parkedUntil = now.Add(Cooldown)
-				d.Cooldowns.Add(1)
-				d.Spool.o.Log.Warn("spool drain: database still failing; cooling down", "for", Cooldown, "err", err)
-			}
+			d.failedTransiently(now, err)
 			return nil
 		}
 		d.permanent++
@@ -166,6 +166,18 @@ type Rejected struct {
 	TransactionID string `json:"transactionId"`
 	SQLState      string `json:"sqlstate,omitempty"`
 	Reason        string `json:"reason"`
+}
+
+// failedTransiently counts a failure that may pass (a replay or a probe
+// that reached a database not answering); ten in a row park the drain.
+func (d *Drainer) failedTransiently(now time.Time, err error) {
+	d.transient++
+	if d.transient >= CooldownAfter {
+		d.transient = 0
+		d.parkedUntil = now.Add(Cooldown)
+		d.Cooldowns.Add(1)
+		d.Spool.o.Log.Warn("spool drain: database still failing; cooling down", "for", Cooldown, "err", err)
+	}
 }
 
 // replayFile replays one file in batches, holding a maint slot, and removes
