@@ -1,6 +1,10 @@
 package sim
 
-import "fmt"
+import (
+	"cmp"
+	"fmt"
+	"slices"
+)
 
 // CheckNoDoubleDelivery, within each consumer group:
 //   - a message is completed at most once;
@@ -8,7 +12,8 @@ import "fmt"
 //   - it is never completed under a lease that another delivery of it had
 //     already superseded (a stale consumer's ack must lose);
 //   - it is never handed to a second consumer while an earlier lease on it
-//     may still be live: a delivery D2 whose pop returned before
+//     may still be live (deliveries ordered by answer): a delivery D2 whose
+//     pop returned before
 //     E1 = (D1's pop invoke time, or the invoke time of D1's latest renewal)
 //   - lease length is a violation unless D1's lease was released first.
 //     This is sound: D1's lease began no earlier than its invoke, and D2's
@@ -46,8 +51,13 @@ func CheckNoDoubleDelivery(h []Event, _ Spec) []Violation {
 			}
 		}
 	}
+	// Deliveries in the order their answers arrived: a long poll invoked
+	// before another pop but answered after it was granted after it too,
+	// and its lease cannot have been live before its grant.
+	byAnswer := slices.Clone(t.deliveries)
+	slices.SortStableFunc(byAnswer, func(a, b delivery) int { return cmp.Compare(a.okI, b.okI) })
 	last := map[gk]delivery{}
-	for _, d := range t.deliveries {
+	for _, d := range byAnswer {
 		id := gk{d.group, d.key}
 		if ci, ok := completedAt[id]; ok && ci < d.invokeI {
 			out = append(out, Violation{"no-double-delivery", fmt.Sprintf("%s delivered in group %s (event %d) after it was completed (event %d)", d.key, d.group, d.okI, ci)})
