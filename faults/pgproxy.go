@@ -39,6 +39,7 @@ type PGProxy struct {
 	mode        Mode
 	delay       time.Duration
 	slowConnect time.Duration
+	cutAfter    time.Duration
 	conns       map[net.Conn]struct{}
 	fired       map[string]int
 	closed      bool
@@ -78,6 +79,18 @@ func (p *PGProxy) SetMode(m Mode, delay time.Duration) {
 func (p *PGProxy) SetSlowConnect(d time.Duration) {
 	p.mu.Lock()
 	p.slowConnect = d
+	p.mu.Unlock()
+}
+
+// SetBlackholeCut makes a blackholed connection close d after the first
+// byte it swallowed, instead of hanging until the client gives up. The
+// lockstep simulator uses it so that a blackhole ends after a bounded time
+// it controls, and the broker's own timeouts can be generous enough never
+// to fire on a loaded machine outside a fault: a timeout racing a slow
+// machine is exactly what made runs differ. Zero is a true blackhole.
+func (p *PGProxy) SetBlackholeCut(d time.Duration) {
+	p.mu.Lock()
+	p.cutAfter = d
 	p.mu.Unlock()
 }
 
@@ -197,6 +210,7 @@ func (p *PGProxy) serve(client net.Conn) {
 func (p *PGProxy) pipe(dst, src net.Conn, done chan<- struct{}) {
 	defer p.wg.Done()
 	defer func() { done <- struct{}{} }()
+	var cut sync.Once
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
@@ -204,6 +218,7 @@ func (p *PGProxy) pipe(dst, src net.Conn, done chan<- struct{}) {
 			switch mode, delay := p.state(); mode {
 			case Blackhole:
 				p.note("pg.blackhole")
+				p.cutLater(&cut, src, dst)
 				continue
 			case Refuse:
 				p.note("pg.refuse")
@@ -220,6 +235,23 @@ func (p *PGProxy) pipe(dst, src net.Conn, done chan<- struct{}) {
 			return
 		}
 	}
+}
+
+// cutLater closes both ends of a blackholed connection after the cut
+// delay, once per direction; without a cut delay the connection hangs.
+func (p *PGProxy) cutLater(once *sync.Once, a, b net.Conn) {
+	p.mu.Lock()
+	d := p.cutAfter
+	p.mu.Unlock()
+	if d <= 0 {
+		return
+	}
+	once.Do(func() {
+		time.AfterFunc(d, func() {
+			a.Close()
+			b.Close()
+		})
+	})
 }
 
 // HostPort splits "host:port".

@@ -89,6 +89,9 @@ func NewCluster(ctx context.Context, o ClusterOptions) (*Cluster, error) {
 			c.Close()
 			return nil, err
 		}
+		if o.Lockstep {
+			p.SetBlackholeCut(LockstepBlackholeCut)
+		}
 		n := &node{idx: i, proxy: p, client: &http.Client{Timeout: 60 * time.Second},
 			fs: faults.NewFaultyFS(spool.OSFS{}), spoolDir: filepath.Join(dir, fmt.Sprint("broker-", i))}
 		c.nodes = append(c.nodes, n)
@@ -105,6 +108,11 @@ func (c *Cluster) dbName() string {
 	return pc.Database
 }
 
+// LockstepBlackholeCut is how long a lockstep blackhole holds a connection
+// before closing it: the broker sees a dead connection after this much real
+// time, whatever the machine's load, rather than racing its own timeouts.
+const LockstepBlackholeCut = 300 * time.Millisecond
+
 // Start (re)starts broker i.
 func (c *Cluster) Start(ctx context.Context, i int) error {
 	n := c.nodes[i]
@@ -115,8 +123,17 @@ func (c *Cluster) Start(ctx context.Context, i int) error {
 	// Several push statements in flight per broker: more concurrent
 	// commits for free-running runs to race (production defaults to one).
 	cfg.PushStatements = 4
+	// Free-running: a blackhole is a true one, and these short bounds are
+	// what ends the calls it catches.
 	cfg.DBConnectionTimeout = 300 * time.Millisecond
 	cfg.DBStatementTimeout = 2 * time.Second
+	if c.opts.Lockstep {
+		// Lockstep: no real-time bound may fire outside a fault, or a
+		// loaded machine changes the history. The proxy ends a
+		// blackholed connection after LockstepBlackholeCut instead.
+		cfg.DBConnectionTimeout = 10 * time.Second
+		cfg.DBStatementTimeout = 30 * time.Second
+	}
 	cfg.ServerID = fmt.Sprintf("%s%d", strings.TrimPrefix(c.AppPrefix, "queen:"), i)
 	cfg.TenancyHeader = true
 	cfg.ApplySchema = false

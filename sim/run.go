@@ -475,8 +475,9 @@ func (r *runner) inject(f FaultAt) error {
 		}
 	case "pg.reset":
 		for _, b := range r.brokersOf(f) {
+			// The pool keeps its dead connections: the next calls on
+			// them fail, as after a real reset.
 			r.cluster.Proxy(b).Reset()
-			r.cluster.ResetPool(b)
 		}
 		r.fired["pg.reset"]++
 		e.Until = e.VT
