@@ -13,7 +13,7 @@ test: ## run every test against real PostgreSQL (a throwaway cluster per test bi
 test-race: ## the tests under the race detector
 	$(GO) test -race -count=1 -timeout 20m ./...
 
-SIM_RUN := TestCheckers|TestCommittedScenarios|TestRandomSeeds|TestDeterminism|TestRapidScenarios|TestFormatRoundTrip
+SIM_RUN := TestCheckers|TestCommittedScenarios|TestRandomSeeds|TestDeterminism|TestRapidScenarios|TestFormatRoundTrip|TestLockstepSmoke|TestFreeRunningSmoke
 sim: ## simulator: checker self-tests, committed scenarios, SIM_SEEDS random seeds (16), determinism double-run, rapid; prints every seed
 	SIM_SEEDS=$(SIM_SEEDS) $(GO) test -count=1 -tags canary -timeout 30m -v -run '$(SIM_RUN)' ./sim/ ./scenarios/
 

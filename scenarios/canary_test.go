@@ -72,6 +72,13 @@ var generatedCanaries = map[string]func(*scenarios.Scenario) bool{
 	// Completed retention deletes what one group consumed, whatever the
 	// others have.
 	"retention-ignores-group": func(s *scenarios.Scenario) bool { return s.Queues[0].CompletedRetentionSecs > 0 },
+	// A resent transactionId fails its push with a unique violation: a
+	// 500 on a healthy database.
+	"dedup-raises": func(s *scenarios.Scenario) bool { return s.Weights.ReusePct > 0 },
+	// A failed ack moves the cursor: the message never comes back.
+	"failed-ack-completes": func(s *scenarios.Scenario) bool { return s.Weights.FailPct > 0 },
+	// An ack under another tenant is applied as the owner's.
+	"ack-ignores-tenant": func(s *scenarios.Scenario) bool { return s.Weights.Foreign > 0 },
 	// A refused batch quarantines its whole file, clients' records with it.
 	"spool-poison-whole-file": func(s *scenarios.Scenario) bool { return hasFault(s, "spool.poison") },
 }

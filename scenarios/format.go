@@ -234,6 +234,8 @@ func (s *Scenario) parseWorkload(f []string) error {
 			w.Txn = n
 		case "abandon":
 			w.Abandon = n
+		case "foreign":
+			w.Foreign = n
 		case "reuse":
 			w.ReusePct = n
 		case "fail":
@@ -321,6 +323,9 @@ func Print(w io.Writer, s *Scenario) error {
 		s.Clients, s.Ops, w8.Push, w8.Pop, w8.Ack, w8.Extend, w8.Txn, w8.Abandon, w8.ReusePct, w8.FailPct)
 	if w8.HotPct > 0 {
 		fmt.Fprintf(b, " hot=%d%%", w8.HotPct)
+	}
+	if w8.Foreign > 0 {
+		fmt.Fprintf(b, " foreign=%d", w8.Foreign)
 	}
 	fmt.Fprintln(b)
 	if s.VTime > 0 {

@@ -47,6 +47,8 @@ var Checkers = []Checker{
 	{"tenant", CheckTenant},
 	{"lease-recovery", CheckLeaseRecovery},
 	{"fairness", CheckFairness},
+	{"answers", CheckAnswers},
+	{"redelivery", CheckRedelivery},
 }
 
 // CheckerNamed returns the checker called name.
@@ -125,6 +127,7 @@ type completion struct {
 
 // timeline is what the checkers derive from a history.
 type timeline struct {
+	foreign     []*call // acks and extends sent under another tenant
 	attempted   map[Key]bool
 	acked       map[Key]bool // push answered queued/duplicate/buffered (or committed in a txn)
 	queuedOK    map[Key]int  // push items answered "queued"
@@ -190,6 +193,12 @@ func build(h []Event) *timeline {
 		}
 	}
 	for _, c := range calls(h) {
+		if c.in.Foreign {
+			// Sent under the wrong tenant: it must fail and it counts
+			// for nothing; the tenant checker judges it.
+			t.foreign = append(t.foreign, c)
+			continue
+		}
 		in := c.in
 		switch in.Op {
 		case "push":

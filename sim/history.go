@@ -50,6 +50,14 @@ type Event struct {
 	LeaseSecs int    `json:"leaseSecs,omitempty"`
 	Msgs      []Msg  `json:"msgs,omitempty"`
 	Err       string `json:"err,omitempty"`
+	// Code is the HTTP status of a completion; Bad says what was wrong
+	// with a 2xx answer that did not have its documented shape (an empty
+	// body, say): the answers checker turns it into a violation.
+	Code int    `json:"code,omitempty"`
+	Bad  string `json:"bad,omitempty"`
+	// Foreign marks an ack or extend sent under another tenant than the
+	// lease's: it must not succeed, and it counts for nothing else.
+	Foreign bool `json:"foreign,omitempty"`
 
 	F     string `json:"f,omitempty"`    // fault name
 	What  string `json:"what,omitempty"` // broker/client event

@@ -37,7 +37,10 @@ func outcome(code int, err error) string {
 
 func (a *actor) finish(call int, op string, b int, code int, err error, fill func(*Event)) string {
 	k := outcome(code, err)
-	e := Event{K: k, Call: call, Op: op, B: b, VT: a.vt()}
+	e := Event{K: k, Call: call, Op: op, B: b, VT: a.vt(), Code: code}
+	if err != nil {
+		e.Code = 0
+	}
 	if k == KOK && fill != nil {
 		fill(&e)
 	} else if k != KOK {
@@ -59,10 +62,20 @@ func (a *actor) push(ctx context.Context, c, b int, k Key) {
 		var res []struct {
 			Status string `json:"status"`
 		}
-		if json.Unmarshal(raw, &res) == nil && len(res) == 1 {
+		if json.Unmarshal(raw, &res) == nil && len(res) == 1 && res[0].Status != "" {
 			e.Status = res[0].Status
+			return
 		}
+		e.Bad = fmt.Sprintf("push answered %d with %q", code, clip(raw))
 	})
+}
+
+// clip shortens a body for a violation message.
+func clip(raw []byte) string {
+	if len(raw) > 80 {
+		return string(raw[:80]) + "..."
+	}
+	return string(raw)
 }
 
 // pop returns the batch it got, if any.
@@ -89,6 +102,10 @@ func (a *actor) pop(ctx context.Context, c, b int, tenant string, q QueueSpec, g
 		if code == 204 {
 			return
 		}
+		if code != 200 || len(raw) == 0 {
+			e.Bad = fmt.Sprintf("pop answered %d with %q", code, clip(raw))
+			return
+		}
 		var res struct {
 			LeaseID  string `json:"leaseId"`
 			Messages []struct {
@@ -98,7 +115,8 @@ func (a *actor) pop(ctx context.Context, c, b int, tenant string, q QueueSpec, g
 				LeaseID       string `json:"leaseId"`
 			} `json:"messages"`
 		}
-		if json.Unmarshal(raw, &res) != nil {
+		if json.Unmarshal(raw, &res) != nil || len(res.Messages) == 0 {
+			e.Bad = fmt.Sprintf("pop answered %d with %q", code, clip(raw))
 			return
 		}
 		h = &held{tenant: tenant, q: q.Name, g: grp, lease: res.LeaseID}
@@ -114,7 +132,39 @@ func (a *actor) pop(ctx context.Context, c, b int, tenant string, q QueueSpec, g
 	return h
 }
 
+// foreign sends an ack of h's messages (or an extend of its lease) under
+// tenant, which is not h's: it must be refused, and h stays held.
+func (a *actor) foreign(ctx context.Context, c, b int, h *held, tenant string, extend bool) {
+	if extend {
+		call := a.hist.Invoke(Event{Op: "extend", C: c, B: b, VT: a.vt(), Tenant: tenant, Lease: h.lease, LeaseSecs: extendSecs, Foreign: true})
+		code, raw, err := a.cluster.Do(ctx, b, "POST", "/api/v1/lease/"+h.lease+"/extend", tenant, []byte(fmt.Sprintf(`{"seconds":%d}`, extendSecs)))
+		a.finish(call, "extend", b, code, err, func(e *Event) { e.Status = renewed(raw) })
+		return
+	}
+	f := *h
+	f.tenant = tenant
+	statuses := make([]string, len(h.msgs))
+	for i := range statuses {
+		statuses[i] = "completed"
+	}
+	a.sendAck(ctx, c, b, &f, statuses, true)
+}
+
+func renewed(raw []byte) string {
+	var res struct {
+		Renewed int `json:"renewed"`
+	}
+	if json.Unmarshal(raw, &res) == nil && res.Renewed > 0 {
+		return "renewed"
+	}
+	return ""
+}
+
 func (a *actor) ack(ctx context.Context, c, b int, h *held, statuses []string) {
+	a.sendAck(ctx, c, b, h, statuses, false)
+}
+
+func (a *actor) sendAck(ctx context.Context, c, b int, h *held, statuses []string, foreign bool) {
 	items := make([]Msg, len(h.msgs))
 	var acks []any
 	for i, m := range h.msgs {
@@ -123,7 +173,7 @@ func (a *actor) ack(ctx context.Context, c, b int, h *held, statuses []string) {
 		acks = append(acks, map[string]any{"transactionId": m.Txid, "partitionId": m.PID,
 			"leaseId": m.Lease, "status": statuses[i]})
 	}
-	call := a.hist.Invoke(Event{Op: "ack", C: c, B: b, VT: a.vt(), Tenant: h.tenant, Q: h.q, G: h.g, Lease: h.lease, Msgs: items})
+	call := a.hist.Invoke(Event{Op: "ack", C: c, B: b, VT: a.vt(), Tenant: h.tenant, Q: h.q, G: h.g, Lease: h.lease, Msgs: items, Foreign: foreign})
 	var group any
 	if h.g != "" {
 		group = h.g
@@ -138,6 +188,7 @@ func (a *actor) ack(ctx context.Context, c, b int, h *held, statuses []string) {
 			DLQ           bool    `json:"dlq"`
 		}
 		if json.Unmarshal(raw, &res) != nil || len(res) != len(items) {
+			e.Bad = fmt.Sprintf("ack of %d answered %d with %q", len(items), code, clip(raw))
 			return
 		}
 		for i, r := range res {
@@ -154,14 +205,7 @@ func (a *actor) ack(ctx context.Context, c, b int, h *held, statuses []string) {
 func (a *actor) extend(ctx context.Context, c, b int, h *held, secs int) {
 	call := a.hist.Invoke(Event{Op: "extend", C: c, B: b, VT: a.vt(), Tenant: h.tenant, Lease: h.lease, LeaseSecs: secs})
 	code, raw, err := a.cluster.Do(ctx, b, "POST", "/api/v1/lease/"+h.lease+"/extend", h.tenant, []byte(fmt.Sprintf(`{"seconds":%d}`, secs)))
-	a.finish(call, "extend", b, code, err, func(e *Event) {
-		var res struct {
-			Renewed int `json:"renewed"`
-		}
-		if json.Unmarshal(raw, &res) == nil && res.Renewed > 0 {
-			e.Status = "renewed"
-		}
-	})
+	a.finish(call, "extend", b, code, err, func(e *Event) { e.Status = renewed(raw) })
 }
 
 // txn pushes k and completes h's first message atomically.

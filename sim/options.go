@@ -31,10 +31,13 @@ type Weights struct {
 	// (also the run's first push, so p0 is the oldest partition): one busy
 	// partition that must not starve the others.
 	HotPct int
+	// Foreign is the weight of acks and extends a consumer sends under
+	// another tenant than its lease's: every one must be refused.
+	Foreign int
 }
 
 // DefaultWeights is the workload mix when a scenario names none.
-var DefaultWeights = Weights{Push: 45, Pop: 30, Ack: 18, Extend: 2, Txn: 3, Abandon: 2, ReusePct: 5, FailPct: 8}
+var DefaultWeights = Weights{Push: 45, Pop: 30, Ack: 18, Extend: 2, Txn: 3, Abandon: 2, ReusePct: 5, FailPct: 8, Foreign: 2}
 
 // FaultAt is one scheduled fault.
 type FaultAt struct {

@@ -348,7 +348,7 @@ func (r *runner) step(rng *rand.Rand, c *client) {
 		return
 	}
 	w := r.o.Weights
-	total := w.Push + w.Pop + w.Ack + w.Extend + w.Txn + w.Abandon
+	total := w.Push + w.Pop + w.Ack + w.Extend + w.Txn + w.Abandon + w.Foreign
 	x := pick(total)
 	switch {
 	case x < w.Push:
@@ -392,11 +392,33 @@ func (r *runner) step(rng *rand.Rand, c *client) {
 		if h := takeHeld(rng, c); h != nil {
 			r.act.txn(r.ctx, c.id, b, r.freshKey(rng), h)
 		}
-	default:
+	case x < w.Push+w.Pop+w.Ack+w.Extend+w.Txn+w.Abandon:
 		if h := takeHeld(rng, c); h != nil {
 			r.hist.Add(Event{K: KClient, What: "abandon", C: c.id, VT: r.vt(), Lease: h.lease})
 		}
+	default:
+		if len(c.held) > 0 {
+			h := c.held[pick(len(c.held))]
+			r.act.foreign(r.ctx, c.id, b, h, r.otherTenant(rng, h.tenant), pick(2) == 0)
+		}
 	}
+}
+
+// strangerTenant is a tenant that owns nothing in any run.
+const strangerTenant = "f0f0f0f0-f0f0-4f0f-8f0f-f0f0f0f0f0f0"
+
+// otherTenant is a tenant of the run other than t, or a stranger.
+func (r *runner) otherTenant(rng *rand.Rand, t string) string {
+	var others []string
+	for _, o := range r.o.Tenants {
+		if o != t {
+			others = append(others, o)
+		}
+	}
+	if len(others) == 0 {
+		return strangerTenant
+	}
+	return others[rng.IntN(len(others))]
 }
 
 func takeHeld(rng *rand.Rand, c *client) *held {

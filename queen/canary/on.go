@@ -13,5 +13,8 @@ import "os"
 // retention-ignores-group (completed retention deletes what one group consumed),
 // spool-tenant-dropped (replay under the default tenant),
 // spool-poison-whole-file (a refused batch is not split: every record in
-// the poison record's file is quarantined with it).
+// the poison record's file is quarantined with it), dedup-raises (a resent
+// transactionId fails the push with a unique violation), failed-ack-completes
+// (a failed ack moves the cursor as a completion does), ack-ignores-tenant
+// (an ack is applied as the partition's owner, whoever sent it).
 func On(name string) bool { return os.Getenv("QUEEN_CANARY") == name }

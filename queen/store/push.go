@@ -228,6 +228,10 @@ func (s *Store) appendRows(ctx context.Context, q querier, rows []appendRow) ([]
 	if canary.On("stranded") {
 		sql = strandedSQL(sql)
 	}
+	if canary.On("dedup-raises") {
+		// A resent transactionId hits the unique index as an error.
+		sql = strings.Replace(sql, "ON CONFLICT (partition_id, transaction_id) DO NOTHING", "", 1)
+	}
 	res, err := q.Query(ctx, sql, p.IDs, p.PartitionIDs, p.TransactionIDs, p.TraceIDs, p.Payloads, p.ProducerSubs, p.Now)
 	if err != nil {
 		return nil, err

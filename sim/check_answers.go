@@ -1,0 +1,51 @@
+package sim
+
+import "fmt"
+
+// answerGrace is how long after a database fault ends its effects may
+// still explain a 5xx (the probe's backoff, a reconnect).
+const answerGrace = 10_000 // ms
+
+// CheckAnswers: every answer has its documented shape (a 2xx with an
+// empty or undecodable body is a violation), and no push answers 5xx
+// outside a fault window: with the spool on, a push that cannot commit is
+// buffered, so a push 5xx on a healthy database is a broker bug (a unique
+// violation on a resent transactionId, say) that would otherwise count as
+// merely indeterminate. Spool disk faults stay open to the end of the run
+// (a failed write is consumed by whichever push comes next).
+func CheckAnswers(h []Event, _ Spec) []Violation {
+	var out []Violation
+	type window struct{ from, to int64 }
+	var windows []window
+	for _, e := range h {
+		switch {
+		case e.K == KFault && len(e.F) > 6 && e.F[:6] == "spool.":
+			windows = append(windows, window{e.VT, 1 << 62})
+		case e.K == KFault:
+			windows = append(windows, window{e.VT, max(e.Until, e.VT) + answerGrace})
+		case e.K == KBroker:
+			windows = append(windows, window{e.VT, e.VT + answerGrace})
+		}
+	}
+	faulty := func(from, to int64) bool {
+		for _, w := range windows {
+			if from <= w.to && to >= w.from {
+				return true
+			}
+		}
+		return false
+	}
+	for _, c := range calls(h) {
+		if c.done == nil {
+			continue
+		}
+		if c.done.Bad != "" {
+			out = append(out, Violation{"answers", fmt.Sprintf("%s (event %d): %s", c.in.Op, c.done.I, c.done.Bad)})
+		}
+		if c.in.Op == "push" && c.done.Code >= 500 && !faulty(c.in.VT, c.done.VT) {
+			out = append(out, Violation{"answers", fmt.Sprintf("push %s/%s/%s answered %d (event %d) on a healthy database, outside every fault window",
+				c.in.Q, c.in.P, c.in.Txid, c.done.Code, c.done.I)})
+		}
+	}
+	return limit(out, 20)
+}
