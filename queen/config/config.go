@@ -37,6 +37,7 @@ type Config struct {
 
 	DefaultTimeout          time.Duration // DEFAULT_TIMEOUT / POP_DEFAULT_TIMEOUT_MS (ms), default 30000
 	DefaultBatchSize        int           // DEFAULT_BATCH_SIZE, default 1
+	MaxPopBatch             int           // QUEEN_MAX_POP_BATCH, default 10000: the largest batch (and partitions) one pop may ask for
 	DefaultSubscriptionMode string        // DEFAULT_SUBSCRIPTION_MODE: all|new, default all
 
 	PopWaitInitial   time.Duration // POP_WAIT_INITIAL_INTERVAL_MS, default 100
@@ -77,6 +78,7 @@ func Default() Config {
 		DBLockTimeout:           10 * time.Second,
 		DefaultTimeout:          30 * time.Second,
 		DefaultBatchSize:        1,
+		MaxPopBatch:             10000,
 		DefaultSubscriptionMode: "all",
 		PopWaitInitial:          100 * time.Millisecond,
 		PopWaitThreshold:        3,
@@ -121,6 +123,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	p.millis("POP_DEFAULT_TIMEOUT_MS", &c.DefaultTimeout)
 	p.millis("DEFAULT_TIMEOUT", &c.DefaultTimeout)
 	p.intRange("DEFAULT_BATCH_SIZE", &c.DefaultBatchSize, 1, 100000)
+	p.intRange("QUEEN_MAX_POP_BATCH", &c.MaxPopBatch, 1, 1000000)
 	if v := strings.TrimSpace(getenv("DEFAULT_SUBSCRIPTION_MODE")); v != "" {
 		if m, ok := NormalizeSubscriptionMode(v); ok {
 			c.DefaultSubscriptionMode = m
@@ -179,6 +182,9 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	}
 	if c.ShutdownTimeout <= 0 {
 		p.fail("QUEEN_SHUTDOWN_TIMEOUT_MS", getenv("QUEEN_SHUTDOWN_TIMEOUT_MS"), "must be positive")
+	}
+	if c.DefaultBatchSize > c.MaxPopBatch {
+		p.fail("DEFAULT_BATCH_SIZE", getenv("DEFAULT_BATCH_SIZE"), fmt.Sprintf("must not exceed QUEEN_MAX_POP_BATCH (%d)", c.MaxPopBatch))
 	}
 	if c.DBConnectionTimeout <= 0 {
 		p.fail("DB_CONNECTION_TIMEOUT", getenv("DB_CONNECTION_TIMEOUT"), "must be positive")

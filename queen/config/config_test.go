@@ -38,14 +38,14 @@ func TestBadValuesNameTheVariable(t *testing.T) {
 		"PORT": "http", "DB_POOL_SIZE": "0", "QUEEN_TENANCY_HEADER": "maybe", "DEFAULT_SUBSCRIPTION_MODE": "sometimes",
 		"LOG_LEVEL": "loud", "POP_WAIT_BACKOFF_MULTIPLIER": "x",
 		"QUEEN_PUSH_STATEMENTS": "0", "QUEEN_PUSH_BATCH_ROWS": "many", "QUEEN_SHUTDOWN_TIMEOUT_MS": "0",
-		"QUEEN_BODY_READ_TIMEOUT_MS": "-5",
+		"QUEEN_BODY_READ_TIMEOUT_MS": "-5", "QUEEN_MAX_POP_BATCH": "50", "DEFAULT_BATCH_SIZE": "51",
 	}))
 	if err == nil {
 		t.Fatal("want an error")
 	}
 	for _, name := range []string{"PORT", "DB_POOL_SIZE", "QUEEN_TENANCY_HEADER", "DEFAULT_SUBSCRIPTION_MODE", "LOG_LEVEL",
 		"POP_WAIT_BACKOFF_MULTIPLIER", "QUEEN_PUSH_STATEMENTS", "QUEEN_PUSH_BATCH_ROWS", "QUEEN_SHUTDOWN_TIMEOUT_MS",
-		"QUEEN_BODY_READ_TIMEOUT_MS"} {
+		"QUEEN_BODY_READ_TIMEOUT_MS", "DEFAULT_BATCH_SIZE"} {
 		if !strings.Contains(err.Error(), name) {
 			t.Errorf("error does not name %s: %v", name, err)
 		}

@@ -14,12 +14,10 @@ import (
 	"github.com/queen-go/queen/queen/waker"
 )
 
-// Bounds on pop parameters: a lease is an integer number of seconds in
-// PostgreSQL, and one response must fit in memory.
-const (
-	maxLeaseSeconds = 366 * 24 * 3600
-	maxBatch        = 100000
-)
+// maxLeaseSeconds bounds a lease: an integer number of seconds in
+// PostgreSQL. The batch bound (one response must fit in memory) is
+// QUEEN_MAX_POP_BATCH.
+const maxLeaseSeconds = 366 * 24 * 3600
 
 // popParams are a pop's query parameters.
 type popParams struct {
@@ -70,8 +68,11 @@ func (s *Server) parsePop(r *http.Request) (popParams, error) {
 	if p.req.LeaseSeconds < 0 || p.req.LeaseSeconds > maxLeaseSeconds {
 		return p, bad("leaseSeconds must be between 1 and %d", maxLeaseSeconds)
 	}
-	if p.req.Batch > maxBatch {
-		return p, bad("batch must be at most %d", maxBatch)
+	if p.req.Batch > s.cfg.MaxPopBatch {
+		return p, bad("batch must be at most %d (QUEEN_MAX_POP_BATCH)", s.cfg.MaxPopBatch)
+	}
+	if p.req.Partitions > s.cfg.MaxPopBatch {
+		return p, bad("partitions must be at most %d (QUEEN_MAX_POP_BATCH)", s.cfg.MaxPopBatch)
 	}
 	mode, ok := config.NormalizeSubscriptionMode(q.Get("subscriptionMode"))
 	if !ok {

@@ -178,7 +178,7 @@ func TestMultiPartitionPopAndExtendRenewsAll(t *testing.T) {
 			t.Fatalf("bad seconds %s: %d", body, r.status)
 		}
 	}
-	for _, q := range []string{"leaseSeconds=99999999999", "leaseSeconds=-1", "batch=0", "batch=1000000", "partitions=0"} {
+	for _, q := range []string{"leaseSeconds=99999999999", "leaseSeconds=-1", "batch=0", "batch=10001", "partitions=0", "partitions=10001"} {
 		if r := e.do("GET", "/api/v1/pop/queue/mp?"+q, nil); r.status != 400 || r.obj(t)["error"] == nil {
 			t.Fatalf("pop with %s: %d %s", q, r.status, r.body)
 		}
