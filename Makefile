@@ -13,7 +13,7 @@ test: ## run every test against real PostgreSQL (a throwaway cluster per test bi
 test-race: ## the tests under the race detector
 	$(GO) test -race -count=1 -timeout 20m ./...
 
-SIM_RUN := TestCheckers|TestCommittedScenarios|TestRandomSeeds|TestDeterminism|TestRapidScenarios|TestFormatRoundTrip|TestLockstepSmoke|TestFreeRunningSmoke
+SIM_RUN := TestCheckers|TestCommittedScenarios|TestRandomSeeds|TestFreeRunningSeeds|TestDeterminism|TestRapidScenarios|TestFormatRoundTrip|TestLockstepSmoke|TestFreeRunningSmoke
 sim: ## simulator: checker self-tests, committed scenarios, SIM_SEEDS random seeds (16), determinism double-run, rapid; prints every seed
 	SIM_SEEDS=$(SIM_SEEDS) $(GO) test -count=1 -tags canary -timeout 30m -v -run '$(SIM_RUN)' ./sim/ ./scenarios/
 
@@ -21,7 +21,7 @@ sim-replay: ## rerun one run and keep its history in sim-out/: make sim-replay S
 	SIM_REPLAY_SEED=$(SEED) SIM_REPLAY_SCENARIO=$(SCENARIO) $(GO) test -count=1 -tags canary -v -run TestReplayOne ./scenarios/
 
 sim-canaries: ## run the simulator once per planted bug; passes only if every canary is caught
-	$(GO) test -count=1 -tags canary -timeout 20m -v -run TestCanariesAreCaught ./scenarios/
+	$(GO) test -count=1 -tags canary -timeout 20m -v -run 'TestCanariesAreCaught|TestStrandedIsCaught' ./scenarios/
 
 BENCH_WINDOW ?= 5s
 BENCH_WINDOWS ?= 3

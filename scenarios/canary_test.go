@@ -122,3 +122,29 @@ func TestCanariesAreCaughtByGeneratedSeeds(t *testing.T) {
 		})
 	}
 }
+
+// TestStrandedIsCaughtByGeneratedFreeSeeds: stranding (appends ordered at
+// creation, not commit) needs commits racing, which only free-running runs
+// have; generated free-running seeds must catch it, not only the committed
+// canary-race scenario.
+func TestStrandedIsCaughtByGeneratedFreeSeeds(t *testing.T) {
+	const base, tries = 0x9e3779b97f4a7c15, 3
+	t.Setenv("QUEEN_CANARY", "stranded")
+	for i := uint64(0); i < tries; i++ {
+		s := scenarios.GenerateFree(base + i)
+		o, err := scenarios.Run(context.Background(), storetest.DSN(t), s, t.TempDir(), "", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.Failed() {
+			caught := map[string]bool{}
+			for _, v := range o.Violations {
+				caught[v.Property] = true
+			}
+			t.Logf("stranded caught by generated free-running seed %#x through %v", s.Seed, caught)
+			return
+		}
+		t.Logf("stranded: generated free-running seed %#x passed", s.Seed)
+	}
+	t.Fatalf("stranded survived %d generated free-running seeds", tries)
+}

@@ -102,3 +102,44 @@ func Generate(seed uint64) *Scenario {
 	}
 	return s
 }
+
+// GenerateFree derives a free-running scenario from a seed: two or three
+// brokers, twelve to sixteen concurrent clients over loopback HTTP, one hot
+// partition with eager consumers (pop one, ack at once, short leases), and
+// a delayed database path on one broker, so commits race out of creation
+// order. The interleaving is the machine's, so a replay of the seed runs
+// the same workload but not the same history; a failing run's scenario is
+// written out for replay.
+func GenerateFree(seed uint64) *Scenario {
+	rng := rand.New(rand.NewPCG(seed, 0xf4ee))
+	s := &Scenario{}
+	s.Name = fmt.Sprintf("free-seed-%#x", seed)
+	s.Seed = seed
+	s.Mode = "free"
+	s.Brokers = 2 + rng.IntN(2)
+	for i := 0; i <= rng.IntN(2); i++ {
+		s.TenantNames = append(s.TenantNames, fmt.Sprintf("t%d", i+1))
+		s.Tenants = append(s.Tenants, TenantID(fmt.Sprintf("t%d", i+1)))
+	}
+	s.Queues = []sim.QueueSpec{{Name: "hot", Partitions: 2 + rng.IntN(3), LeaseSecs: 2 + rng.IntN(3),
+		Groups: []string{sim.QueueMode, "audit"}}}
+	s.Clients = 12 + rng.IntN(5)
+	s.Ops = s.Clients * (50 + rng.IntN(30))
+	s.Converge = 30 * time.Second
+	s.Weights = sim.Weights{Push: 50, Pop: 30, Ack: 15, Txn: 2, ReusePct: 5, FailPct: 5, HotPct: 60 + rng.IntN(31), Foreign: 1}
+	delayed := rng.IntN(s.Brokers)
+	// The clients' work takes a second or two of wall time: faults come early.
+	at := time.Duration(100+rng.IntN(300)) * time.Millisecond
+	s.Faults = append(s.Faults, sim.FaultAt{At: at, Kind: "pg.delay", Broker: delayed,
+		For: time.Duration(1+rng.IntN(3)) * time.Second, By: time.Duration(1+rng.IntN(5)) * time.Millisecond})
+	s.Sometimes = []string{"pg.delay"}
+	if rng.IntN(2) == 0 {
+		s.Faults = append(s.Faults, sim.FaultAt{At: at + time.Duration(rng.IntN(400))*time.Millisecond, Kind: "pg.reset", Broker: -1})
+		s.Sometimes = append(s.Sometimes, "pg.reset")
+	}
+	// Lease recovery and fairness bound waits in wall time, which a loaded
+	// machine stretches; free-running runs judge what holds whatever the
+	// timing.
+	s.Expect = []string{"no-loss", "no-double-delivery", "fifo", "dedup", "tenant", "answers", "redelivery"}
+	return s
+}

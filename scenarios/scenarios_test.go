@@ -69,11 +69,16 @@ func seeds(t *testing.T) []uint64 {
 	if v, err := strconv.Atoi(os.Getenv("SIM_SEEDS")); err == nil && v > 0 {
 		n = v
 	}
+	return seedList(t, n, "SIM_SEED")
+}
+
+// seedList is n seeds from a random base, or from the base in env.
+func seedList(t *testing.T, n int, env string) []uint64 {
 	var base uint64
-	if v := os.Getenv("SIM_SEED"); v != "" {
+	if v := os.Getenv(env); v != "" {
 		b, err := strconv.ParseUint(v, 0, 64)
 		if err != nil {
-			t.Fatalf("SIM_SEED=%q: %v", v, err)
+			t.Fatalf("%s=%q: %v", env, v, err)
 		}
 		base = b
 	} else {
@@ -81,7 +86,7 @@ func seeds(t *testing.T) []uint64 {
 		_, _ = rand.Read(b[:])
 		base = binary.LittleEndian.Uint64(b[:])
 	}
-	t.Logf("random seeds from base %#x (SIM_SEED=%#x reproduces this set)", base, base)
+	t.Logf("random seeds from base %#x (%s=%#x reproduces this set)", base, env, base)
 	out := make([]uint64, n)
 	for i := range out {
 		out[i] = splitmix(base + uint64(i))
@@ -101,6 +106,20 @@ func splitmix(x uint64) uint64 {
 func TestRandomSeeds(t *testing.T) {
 	for _, seed := range seeds(t) {
 		s := scenarios.Generate(seed)
+		t.Run(s.Name, func(t *testing.T) { run(t, s, "") })
+	}
+}
+
+// TestFreeRunningSeeds runs SIM_FREE_SEEDS (3) generated free-running
+// scenarios: concurrent clients racing commits on a hot partition. A
+// failure writes the scenario file and prints the command that reruns it.
+func TestFreeRunningSeeds(t *testing.T) {
+	n := 3
+	if v, err := strconv.Atoi(os.Getenv("SIM_FREE_SEEDS")); err == nil && v >= 0 {
+		n = v
+	}
+	for _, seed := range seedList(t, n, "SIM_FREE_SEED") {
+		s := scenarios.GenerateFree(seed)
 		t.Run(s.Name, func(t *testing.T) { run(t, s, "") })
 	}
 }
