@@ -167,7 +167,16 @@ func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, p popParams, k
 	group := p.req.Group
 	for empties := 0; ; empties++ {
 		woken, withdraw := s.wake.Wait(key, group)
-		res, err := try(ctx)
+		if ctx.Err() != nil {
+			withdraw(true) // the client is gone: claim nothing
+			return
+		}
+		// Once started, a claim runs to its end even if the client leaves
+		// meanwhile (bounded by DB_STATEMENT_TIMEOUT): cancelling it could
+		// reach PostgreSQL after its commit and leave a lease nobody
+		// knows, hiding the partition for a whole lease. A finished claim
+		// whose client has gone is released below.
+		res, err := try(context.WithoutCancel(ctx))
 		if err != nil {
 			withdraw(true)
 			s.storeError(w, r, "pop", err)

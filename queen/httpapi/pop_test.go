@@ -265,6 +265,74 @@ func TestAbandonedLongPollClaimsNothing(t *testing.T) {
 	}
 }
 
+// The client leaves while its claim is running in PostgreSQL (held up here
+// by a table lock): the claim finishes, and the broker must give the lease
+// back at once rather than hide the partition for its 300 s lease.
+func TestClaimFinishingAfterTheClientLeftIsReleased(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.expect(e.do("POST", "/api/v1/configure", map[string]any{"queue": "gone", "options": map[string]any{"leaseTime": 300}}), 200)
+	e.push(item{"queue": "gone", "transactionId": "m"})
+	if e.pop("/api/v1/pop/queue/gone?batch=1&autoAck=true") == nil { // warm the caches: the next pop goes straight to the claim
+		t.Fatal("no message")
+	}
+	e.push(item{"queue": "gone", "transactionId": "m2"})
+	lock, err := e.store.Pool().Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Rollback(context.Background())
+	if _, err := lock.Exec(context.Background(), "LOCK TABLE queen.messages IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		e.doCtx(ctx, "GET", "/api/v1/pop/queue/gone?batch=5", nil)
+	}()
+	waiting := func() int {
+		var n int
+		if err := e.store.Pool().QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for waiting() == 0 { // until the claim waits on the lock
+		if time.Now().After(deadline) {
+			t.Fatal("the pop never reached the lock")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	if err := lock.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// Until nothing but this query runs: the abandoned claim is done.
+	for {
+		var n int
+		if err := e.store.Pool().QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND state = 'active' AND pid <> pg_backend_pid()`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	deadline = time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if p := e.pop("/api/v1/pop/queue/gone?batch=5"); p != nil {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("the claim that finished after its client left was not released: the partition is hidden for the lease")
+}
+
 func TestDelayedProcessingAndWindowBuffer(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
