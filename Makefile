@@ -21,7 +21,7 @@ sim-replay: ## rerun one run and keep its history in sim-out/: make sim-replay S
 	SIM_REPLAY_SEED=$(SEED) SIM_REPLAY_SCENARIO=$(SCENARIO) $(GO) test -count=1 -tags canary -v -run TestReplayOne ./scenarios/
 
 sim-canaries: ## run the simulator once per planted bug; passes only if every canary is caught
-	$(GO) test -count=1 -tags canary -timeout 20m -v -run 'TestCanariesAreCaught|TestStrandedIsCaught' ./scenarios/
+	$(GO) test -count=1 -tags canary -timeout 20m -v -run 'TestCanariesAreCaught|TestStrandedIsCaught|TestShutdownCutsIsCaught' ./scenarios/
 
 BENCH_WINDOW ?= 5s
 BENCH_WINDOWS ?= 3

@@ -21,6 +21,7 @@ import (
 
 	"github.com/queen-go/queen/queen/admission"
 	"github.com/queen-go/queen/queen/background"
+	"github.com/queen-go/queen/queen/canary"
 	"github.com/queen-go/queen/queen/clock"
 	"github.com/queen-go/queen/queen/config"
 	"github.com/queen-go/queen/queen/dbprobe"
@@ -257,6 +258,9 @@ func (b *Broker) Services() []background.Service { return b.services }
 func (b *Broker) Shutdown(ctx context.Context) error {
 	var err error
 	b.stopOnce.Do(func() {
+		if canary.On("shutdown-cuts-requests") {
+			b.cancel() // the old order: requests lose their contexts first
+		}
 		b.api.Drain()
 		if err = b.http.Shutdown(ctx); err != nil {
 			b.log.Warn("shutdown deadline passed; cutting the requests still running", "err", err)

@@ -128,10 +128,28 @@ func TestCanariesAreCaughtByGeneratedSeeds(t *testing.T) {
 // have; generated free-running seeds must catch it, not only the committed
 // canary-race scenario.
 func TestStrandedIsCaughtByGeneratedFreeSeeds(t *testing.T) {
+	huntFree(t, "stranded", func(*scenarios.Scenario) bool { return true })
+}
+
+// TestShutdownCutsIsCaughtByGeneratedFreeSeeds: a graceful stop that
+// cancels its requests first answers them with empty 200s; generated
+// free-running seeds with a rolling restart must catch it.
+func TestShutdownCutsIsCaughtByGeneratedFreeSeeds(t *testing.T) {
+	huntFree(t, "shutdown-cuts-requests", func(s *scenarios.Scenario) bool { return hasFault(s, "broker.stop") })
+}
+
+// huntFree runs the canary against the first generated free-running seeds
+// that fit; one of three must fail.
+func huntFree(t *testing.T, canary string, fits func(*scenarios.Scenario) bool) {
 	const base, tries = 0x9e3779b97f4a7c15, 3
-	t.Setenv("QUEEN_CANARY", "stranded")
-	for i := uint64(0); i < tries; i++ {
+	t.Setenv("QUEEN_CANARY", canary)
+	ran := 0
+	for i := uint64(0); ran < tries && i < 50; i++ {
 		s := scenarios.GenerateFree(base + i)
+		if !fits(s) {
+			continue
+		}
+		ran++
 		o, err := scenarios.Run(context.Background(), storetest.DSN(t), s, t.TempDir(), "", false)
 		if err != nil {
 			t.Fatal(err)
@@ -141,10 +159,10 @@ func TestStrandedIsCaughtByGeneratedFreeSeeds(t *testing.T) {
 			for _, v := range o.Violations {
 				caught[v.Property] = true
 			}
-			t.Logf("stranded caught by generated free-running seed %#x through %v", s.Seed, caught)
+			t.Logf("%s caught by generated free-running seed %#x through %v", canary, s.Seed, caught)
 			return
 		}
-		t.Logf("stranded: generated free-running seed %#x passed", s.Seed)
+		t.Logf("%s: generated free-running seed %#x passed", canary, s.Seed)
 	}
-	t.Fatalf("stranded survived %d generated free-running seeds", tries)
+	t.Fatalf("%s survived %d generated free-running seeds", canary, ran)
 }

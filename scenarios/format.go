@@ -285,7 +285,7 @@ func parseFault(f []string) (sim.FaultAt, error) {
 		}
 	}
 	switch fa.Kind {
-	case "pg.blackhole", "pg.refuse", "pg.delay", "pg.reset", "broker.crash", "broker.start", "clock.skew",
+	case "pg.blackhole", "pg.refuse", "pg.delay", "pg.reset", "broker.crash", "broker.stop", "broker.start", "clock.skew",
 		"spool.eio", "spool.enospc", "spool.torn", "spool.poison":
 	default:
 		return fa, fmt.Errorf("fault: unknown kind %q", fa.Kind)

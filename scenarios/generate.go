@@ -137,6 +137,17 @@ func GenerateFree(seed uint64) *Scenario {
 		s.Faults = append(s.Faults, sim.FaultAt{At: at + time.Duration(rng.IntN(400))*time.Millisecond, Kind: "pg.reset", Broker: -1})
 		s.Sometimes = append(s.Sometimes, "pg.reset")
 	}
+	if rng.IntN(2) == 0 {
+		// A rolling restart: each broker in turn stops gracefully with
+		// requests in flight and comes back.
+		t := at + time.Duration(rng.IntN(300))*time.Millisecond
+		for b := 0; b < s.Brokers; b++ {
+			s.Faults = append(s.Faults, sim.FaultAt{At: t, Kind: "broker.stop", Broker: b},
+				sim.FaultAt{At: t + 200*time.Millisecond, Kind: "broker.start", Broker: b})
+			t += 300 * time.Millisecond
+		}
+		s.Sometimes = append(s.Sometimes, "broker.stop")
+	}
 	// Lease recovery and fairness bound waits in wall time, which a loaded
 	// machine stretches; free-running runs judge what holds whatever the
 	// timing.

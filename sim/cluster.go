@@ -200,6 +200,17 @@ func (c *Cluster) Crash(i int) {
 	}
 }
 
+// Stop shuts broker i down gracefully, as SIGTERM does: requests in flight
+// finish and answer, parked long polls answer 204, the spool is finalized.
+func (c *Cluster) Stop(ctx context.Context, i int) {
+	if b := c.take(i); b != nil {
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		_ = b.Shutdown(ctx)
+		c.noteSpool(b)
+	}
+}
+
 // noteSpool keeps a stopped broker's drain counters.
 func (c *Cluster) noteSpool(b *queen.Broker) {
 	c.mu.Lock()

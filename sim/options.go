@@ -42,7 +42,7 @@ var DefaultWeights = Weights{Push: 45, Pop: 30, Ack: 18, Extend: 2, Txn: 3, Aban
 // FaultAt is one scheduled fault.
 type FaultAt struct {
 	At     time.Duration // from the start of the safety phase
-	Kind   string        // pg.blackhole pg.refuse pg.delay pg.reset broker.crash broker.start clock.skew spool.eio spool.enospc spool.torn spool.poison
+	Kind   string        // pg.blackhole pg.refuse pg.delay pg.reset broker.crash broker.stop broker.start clock.skew spool.eio spool.enospc spool.torn spool.poison
 	Broker int           // -1: every broker
 	For    time.Duration // how long a pg.* fault lasts
 	By     time.Duration // clock.skew offset, pg.delay delay

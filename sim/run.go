@@ -519,6 +519,19 @@ func (r *runner) inject(f FaultAt) error {
 			}
 		}
 		return nil
+	case "broker.stop":
+		// A graceful stop (SIGTERM, a rolling restart): its consumers are
+		// other processes, so they keep their leases and go on through
+		// the other brokers.
+		for _, b := range r.brokersOf(f) {
+			if !r.cluster.Up(b) {
+				continue
+			}
+			r.cluster.Stop(r.ctx, b)
+			r.fired["broker.stop"]++
+			r.hist.Add(Event{K: KBroker, What: "stop", B: b, VT: r.vt()})
+		}
+		return nil
 	case "broker.start":
 		for _, b := range r.brokersOf(f) {
 			if err := r.startBroker(b); err != nil {

@@ -16,5 +16,7 @@ import "os"
 // the poison record's file is quarantined with it), dedup-raises (a resent
 // transactionId fails the push with a unique violation), failed-ack-completes
 // (a failed ack moves the cursor as a completion does), ack-ignores-tenant
-// (an ack is applied as the partition's owner, whoever sent it).
+// (an ack is applied as the partition's owner, whoever sent it),
+// shutdown-cuts-requests (a graceful stop cancels the requests in flight
+// before letting them answer).
 func On(name string) bool { return os.Getenv("QUEEN_CANARY") == name }
