@@ -307,3 +307,36 @@ func TestRecoversAfterResetWhileConnectsAreSlowAndCPUIsBusy(t *testing.T) {
 		t.Fatalf("%d spooled pushes never replayed", n)
 	}
 }
+
+// A push that times out queueing behind a locked partition, on a database
+// that answers, is buffered alone: the broker does not send every later
+// push to disk.
+func TestPushTimingOutOnABusyPartitionDoesNotFlipHealth(t *testing.T) {
+	b, _ := brokerBehindProxy(t) // statements bounded at 1s
+	base := "http://" + b.Addr()
+	// pushOne picks partition p<len(txid)%3>: every txid here goes to p2.
+	if s := pushOne(t, base, tenantA, "first"); s != "queued" {
+		t.Fatalf("healthy push: %s", s)
+	}
+	ctx := context.Background()
+	tx, err := b.Store().Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM queen.partitions WHERE name = 'p2' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	if s := pushOne(t, base, tenantA, "fresh"); s != "buffered" { // behind the lock until the 1s bound
+		t.Fatalf("push behind a held partition lock: %s", s)
+	}
+	if !b.Spool().Healthy() {
+		t.Fatal("one push timing out on a busy partition marked the database down")
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s := pushOne(t, base, tenantA, "third"); s != "queued" {
+		t.Fatalf("the next push: %s", s)
+	}
+}

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -169,12 +170,17 @@ func (s *Server) push(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		if s.spool != nil && store.Unavailable(err) && r.Context().Err() == nil {
 			s.stats.dbErrors.Add(1)
-			if store.Contention(err) {
+			switch {
+			case store.Contention(err):
 				// The database is up; this push lost a lock race
 				// several times over. Keep it, but do not send every
 				// later push to disk.
 				s.log.Warn("push: lock contention outlasted the retries; buffering this push only", "err", err)
-			} else {
+			case s.databaseAnswers(r.Context()):
+				// Timed out queueing behind a busy partition, or one
+				// connection broke: the database itself answers.
+				s.log.Warn("push: failed, but the database answers; buffering this push only", "err", err)
+			default:
 				s.log.Warn("push: database unavailable; buffering to the spool", "err", err)
 				s.spool.SetHealthy(false)
 			}
@@ -214,6 +220,13 @@ func (s *Server) notifyPushed(tenant string, results []store.PushResult) {
 	if len(total) > 0 {
 		s.wake.Notify(waker.Key(tenant, ""), len(total))
 	}
+}
+
+// databaseAnswers asks the drain's probe (its own connection) whether the
+// database is up, so that one failed push does not send every later push on
+// this broker to disk when only that push had a problem.
+func (s *Server) databaseAnswers(ctx context.Context) bool {
+	return s.drainer != nil && s.drainer.Ping != nil && s.drainer.Ping(ctx) == nil
 }
 
 // buffer appends the items to the spool and answers 201 with status
