@@ -312,7 +312,9 @@ func TestRecoversAfterResetWhileConnectsAreSlowAndCPUIsBusy(t *testing.T) {
 // that answers, is buffered alone: the broker does not send every later
 // push to disk.
 func TestPushTimingOutOnABusyPartitionDoesNotFlipHealth(t *testing.T) {
-	b, _ := brokerBehindProxy(t) // statements bounded at 1s
+	// Statements bounded at 1s; a generous connect timeout, so the probe's
+	// first connect never fails on a loaded machine.
+	b, _ := brokerBehindProxy(t, func(c *config.Config) { c.DBConnectionTimeout = 5 * time.Second })
 	base := "http://" + b.Addr()
 	// pushOne picks partition p<len(txid)%3>: every txid here goes to p2.
 	if s := pushOne(t, base, tenantA, "first"); s != "queued" {
