@@ -79,6 +79,9 @@ var generatedCanaries = map[string]func(*scenarios.Scenario) bool{
 	"failed-ack-completes": func(s *scenarios.Scenario) bool { return s.Weights.FailPct > 0 },
 	// An ack under another tenant is applied as the owner's.
 	"ack-ignores-tenant": func(s *scenarios.Scenario) bool { return s.Weights.Foreign > 0 },
+	// A claim that finished after its client left is kept: the partition
+	// hides for a lease.
+	"cancel-keeps-claim": func(s *scenarios.Scenario) bool { return s.Weights.Leave > 0 },
 	// A refused batch quarantines its whole file, clients' records with it.
 	"spool-poison-whole-file": func(s *scenarios.Scenario) bool { return hasFault(s, "spool.poison") },
 }

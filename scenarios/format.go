@@ -236,6 +236,8 @@ func (s *Scenario) parseWorkload(f []string) error {
 			w.Abandon = n
 		case "foreign":
 			w.Foreign = n
+		case "leave":
+			w.Leave = n
 		case "reuse":
 			w.ReusePct = n
 		case "fail":
@@ -326,6 +328,9 @@ func Print(w io.Writer, s *Scenario) error {
 	}
 	if w8.Foreign > 0 {
 		fmt.Fprintf(b, " foreign=%d", w8.Foreign)
+	}
+	if w8.Leave > 0 {
+		fmt.Fprintf(b, " leave=%d", w8.Leave)
 	}
 	fmt.Fprintln(b)
 	if s.VTime > 0 {

@@ -49,6 +49,7 @@ var Checkers = []Checker{
 	{"fairness", CheckFairness},
 	{"answers", CheckAnswers},
 	{"redelivery", CheckRedelivery},
+	{"liveness", CheckLiveness},
 }
 
 // CheckerNamed returns the checker called name.

@@ -46,6 +46,10 @@ type ClusterOptions struct {
 
 // Cluster is a set of brokers in this process sharing one database.
 type Cluster struct {
+	// onDBNow, when set, runs at the next read of database time by any
+	// broker (lockstep: the one request in flight is reaching PostgreSQL).
+	onDBNow atomic.Pointer[func()]
+
 	mu    sync.Mutex // guards node up/broker (free-running faults race requests)
 	opts  ClusterOptions
 	dir   string         // spool directories live here
@@ -149,7 +153,13 @@ func (c *Cluster) Start(ctx context.Context, i int) error {
 	if c.opts.Lockstep {
 		skewed := &nodeClock{base: c.opts.PG, off: &n.offset}
 		opts.Clock = skewed
-		opts.DBNow = func() *time.Time { t := c.opts.PG.Now(); return &t }
+		opts.DBNow = func() *time.Time {
+			if f := c.onDBNow.Swap(nil); f != nil {
+				(*f)()
+			}
+			t := c.opts.PG.Now()
+			return &t
+		}
 		// Ids are seeded per broker and per restart, so a run replays.
 		src := rand.NewChaCha8(seedBytes(c.opts.Seed, uint64(i), uint64(n.restarts)))
 		opts.IDs = ids.NewSource(skewed, src)
@@ -347,6 +357,21 @@ func (c *Cluster) Do(ctx context.Context, i int, method, path, tenant string, bo
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
 	return resp.StatusCode, raw, err
+}
+
+// DoLeaving sends one request whose client goes away as soon as the
+// broker starts on the database (lockstep only): the context is cancelled
+// at the broker's first read of database time. left reports whether that
+// happened before the handler returned.
+func (c *Cluster) DoLeaving(ctx context.Context, i int, method, path, tenant string) (code int, body []byte, left bool, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var fired atomic.Bool
+	leave := func() { fired.Store(true); cancel() }
+	c.onDBNow.Store(&leave)
+	defer c.onDBNow.Store(nil)
+	code, body, err = c.Do(ctx, i, method, path, tenant, nil)
+	return code, body, fired.Load(), err
 }
 
 // Shutdown drains every running broker.

@@ -97,6 +97,41 @@ func (a *actor) pop(ctx context.Context, c, b int, tenant string, q QueueSpec, g
 		v.Set("autoAck", "true")
 	}
 	code, raw, err := a.cluster.Do(ctx, b, "GET", "/api/v1/pop/queue/"+url.PathEscape(q.Name)+"?"+v.Encode(), tenant, nil)
+	return a.finishPop(call, b, code, raw, err, tenant, q, grp, autoAck)
+}
+
+// popLeaving is a pop whose client goes away while the broker is claiming
+// (lockstep): recorded as an answer lost to a cancel ("cancelled"). The
+// broker must give back whatever it claimed at once, so the partition is
+// claimable again within the slack counted from the cancel, not from the
+// end of a lease nobody knows.
+func (a *actor) popLeaving(ctx context.Context, c, b int, tenant string, q QueueSpec, g string, batch int) {
+	grp := g
+	if g == QueueMode {
+		grp = ""
+	}
+	call := a.hist.Invoke(Event{Op: "pop", C: c, B: b, VT: a.vt(), Tenant: tenant, Q: q.Name, G: grp, LeaseSecs: q.LeaseSecs})
+	v := url.Values{"batch": {strconv.Itoa(batch)}}
+	if grp != "" {
+		v.Set("consumerGroup", grp)
+	}
+	code, raw, left, err := a.cluster.DoLeaving(ctx, b, "GET", "/api/v1/pop/queue/"+url.PathEscape(q.Name)+"?"+v.Encode(), tenant)
+	if left {
+		a.hist.Add(Event{K: KInfo, Call: call, Op: "pop", B: b, VT: a.vt(), Err: Cancelled})
+		return
+	}
+	// It answered without reading database time, so the client was still
+	// there; whatever it got, the client walks away from.
+	if h := a.finishPop(call, b, code, raw, err, tenant, q, grp, false); h != nil {
+		a.hist.Add(Event{K: KClient, What: "abandon", C: c, VT: a.vt(), Lease: h.lease})
+	}
+}
+
+// Cancelled is the Err of a pop whose client left while it was claiming.
+const Cancelled = "cancelled"
+
+// finishPop records a pop's answer and returns the batch it got, if any.
+func (a *actor) finishPop(call, b, code int, raw []byte, err error, tenant string, q QueueSpec, grp string, autoAck bool) *held {
 	var h *held
 	a.finish(call, "pop", b, code, err, func(e *Event) {
 		if code == 204 {

@@ -34,10 +34,13 @@ type Weights struct {
 	// Foreign is the weight of acks and extends a consumer sends under
 	// another tenant than its lease's: every one must be refused.
 	Foreign int
+	// Leave is the weight of pops whose client goes away while the broker
+	// claims (lockstep only; free-running runs ignore it).
+	Leave int
 }
 
 // DefaultWeights is the workload mix when a scenario names none.
-var DefaultWeights = Weights{Push: 45, Pop: 30, Ack: 18, Extend: 2, Txn: 3, Abandon: 2, ReusePct: 5, FailPct: 8, Foreign: 2}
+var DefaultWeights = Weights{Push: 45, Pop: 30, Ack: 18, Extend: 2, Txn: 3, Abandon: 2, ReusePct: 5, FailPct: 8, Foreign: 2, Leave: 2}
 
 // FaultAt is one scheduled fault.
 type FaultAt struct {

@@ -348,7 +348,11 @@ func (r *runner) step(rng *rand.Rand, c *client) {
 		return
 	}
 	w := r.o.Weights
-	total := w.Push + w.Pop + w.Ack + w.Extend + w.Txn + w.Abandon + w.Foreign
+	leave := w.Leave
+	if r.pg == nil {
+		leave = 0 // needs lockstep's hook on database time
+	}
+	total := w.Push + w.Pop + w.Ack + w.Extend + w.Txn + w.Abandon + w.Foreign + leave
 	x := pick(total)
 	switch {
 	case x < w.Push:
@@ -396,11 +400,14 @@ func (r *runner) step(rng *rand.Rand, c *client) {
 		if h := takeHeld(rng, c); h != nil {
 			r.hist.Add(Event{K: KClient, What: "abandon", C: c.id, VT: r.vt(), Lease: h.lease})
 		}
-	default:
+	case x < w.Push+w.Pop+w.Ack+w.Extend+w.Txn+w.Abandon+w.Foreign:
 		if len(c.held) > 0 {
 			h := c.held[pick(len(c.held))]
 			r.act.foreign(r.ctx, c.id, b, h, r.otherTenant(rng, h.tenant), pick(2) == 0)
 		}
+	default:
+		q := r.o.Queues[pick(len(r.o.Queues))]
+		r.act.popLeaving(r.ctx, c.id, b, r.o.Tenants[pick(len(r.o.Tenants))], q, q.Groups[pick(len(q.Groups))], 1+pick(5))
 	}
 }
 

@@ -18,5 +18,6 @@ import "os"
 // (a failed ack moves the cursor as a completion does), ack-ignores-tenant
 // (an ack is applied as the partition's owner, whoever sent it),
 // shutdown-cuts-requests (a graceful stop cancels the requests in flight
-// before letting them answer).
+// before letting them answer), cancel-keeps-claim (a claim that finished
+// after its pop's client left is not given back).
 func On(name string) bool { return os.Getenv("QUEEN_CANARY") == name }

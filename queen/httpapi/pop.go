@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/queen-go/queen/queen/admission"
+	"github.com/queen-go/queen/queen/canary"
 	"github.com/queen-go/queen/queen/config"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/waker"
@@ -187,7 +188,9 @@ func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, p popParams, k
 			if ctx.Err() != nil {
 				// The claim raced the client's disconnect: give it back so
 				// the partition is not hidden for a whole lease.
-				s.releaseAbandoned(res.LeaseID)
+				if !canary.On("cancel-keeps-claim") {
+					s.releaseAbandoned(res.LeaseID)
+				}
 				return
 			}
 			s.stats.popMessages.Add(int64(len(res.Messages)))
