@@ -353,10 +353,14 @@ func (s *Store) QueuesFor(ctx context.Context, tenant, namespace, task string) (
 }
 
 // releaseSQL gives back every live lease held by a token without moving any
-// cursor. lease_acquired_at stays, so the partition keeps its place at the
-// back of the fairness order.
+// cursor. Only claims nobody was served are released this way (the pop's
+// client had gone), so the partition gets its turn back: lease_acquired_at
+// is cleared, which puts it first in the claim order, where it was (a
+// wildcard pop claims the least recently claimed partition). Keeping the
+// claim's time would send it to the back, and an abandoned client would
+// cost it a whole round of other partitions' turns.
 const releaseSQL = `
-UPDATE queen.partition_consumers SET worker_id = NULL, lease_expires_at = NULL
+UPDATE queen.partition_consumers SET worker_id = NULL, lease_expires_at = NULL, lease_acquired_at = NULL
 WHERE worker_id = $1 AND lease_expires_at > coalesce($2::timestamptz, now())`
 
 // Release gives back every live lease held by leaseID: the messages are

@@ -77,6 +77,33 @@ func TestWildcardPopServesLeastRecentlyClaimedFirst(t *testing.T) {
 	}
 }
 
+// A claim released because its client left served nobody: the partition
+// gets its turn back instead of going behind every other partition.
+func TestReleasedClaimKeepsItsTurn(t *testing.T) {
+	t.Parallel()
+	s, now := timedStore(t, store.Options{})
+	for _, p := range []string{"a", "b", "c"} {
+		push(t, s, "turn", p, p+"-0")
+	}
+	for _, p := range []string{"b", "c"} { // a has never been claimed: it is next
+		*now = now.Add(time.Second)
+		ackAll(t, s, "", popOne(t, s, store.PopRequest{Queue: "turn", Partition: p, Batch: 1}))
+		push(t, s, "turn", p, p+"-1")
+	}
+	*now = now.Add(time.Second)
+	gone := popOne(t, s, store.PopRequest{Queue: "turn", Batch: 1})
+	if gone.Partition != "a" {
+		t.Fatalf("wildcard pop: want the never-claimed a, got %q", gone.Partition)
+	}
+	if _, err := s.Release(context.Background(), gone.LeaseID); err != nil { // its client left
+		t.Fatal(err)
+	}
+	*now = now.Add(time.Second)
+	if next := popOne(t, s, store.PopRequest{Queue: "turn", Batch: 1}); next.Partition != "a" {
+		t.Fatalf("after the release the next pop served %q; a lost its turn to an abandoned client", next.Partition)
+	}
+}
+
 // Rows past a cursor that eviction deleted leave last_seq ahead of the
 // cursor; such a partition must not take the claim from one with messages.
 func TestEmptiedPartitionDoesNotBlockWildcardPop(t *testing.T) {
