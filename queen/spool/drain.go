@@ -114,6 +114,7 @@ func (d *Drainer) RunOnce(ctx context.Context) error {
 		}
 	}
 	if len(files) == 0 {
+		d.Spool.settle()
 		return nil
 	}
 	for done := 0; done < limit && len(files) > 0; done++ {
@@ -144,6 +145,9 @@ func (d *Drainer) RunOnce(ctx context.Context) error {
 		}
 		d.quarantine(f, err)
 		d.head, d.permanent = "", 0
+	}
+	if len(files) == 0 {
+		d.Spool.settle() // every file is gone: so is whatever the count missed
 	}
 	return nil
 }

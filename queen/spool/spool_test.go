@@ -403,6 +403,34 @@ func TestWriteFailureAbandonsTheFile(t *testing.T) {
 	}
 }
 
+// A failed write can leave intact records the pending count never saw;
+// they replay, and the count must not stay below what waits afterwards.
+func TestPendingCountSettlesAfterUncountedRecords(t *testing.T) {
+	ffs := faults.NewFaultyFS(spool.OSFS{})
+	e := newEnv(t, ffs)
+	big := func(txid string) spool.Event { // two records of this size: a torn write keeps the first
+		ev := ev(t1, txid)
+		ev.Payload = json.RawMessage(`"` + strings.Repeat("x", 64) + `"`)
+		return ev
+	}
+	e.sp.Append([]spool.Event{big("a")})
+	ffs.TearNextWrite()
+	if err := e.sp.Append([]spool.Event{big("b"), big("c")}); err == nil {
+		t.Fatal("a torn write must fail the append")
+	}
+	e.d.RunOnce(context.Background()) // replays a and the intact b
+	if n := e.count(t, t1); n != 2 {
+		t.Fatalf("replayed %d, want a and b", n)
+	}
+	e.sp.Append([]spool.Event{big("d")})
+	if e.sp.Pending() != 1 {
+		t.Fatalf("pending %d with d waiting, want 1", e.sp.Pending())
+	}
+	if n, err := e.sp.Waiting(); err != nil || n != 1 {
+		t.Fatalf("waiting on disk %d %v, want 1", n, err)
+	}
+}
+
 // Files are named by a write sequence, not the wall clock: a clock stepped
 // back cannot reorder replay, and a reopened spool continues the sequence
 // after the files already there (old clock-named ones included).
