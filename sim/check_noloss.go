@@ -6,7 +6,8 @@ import "fmt"
 // completed (acked or dead-lettered) in every consumer group of its queue,
 // by the end of the run (after the final drain). Completions the history
 // left indeterminate are settled by the final database read, for messages
-// the group was actually given. Nothing is completed that was never pushed.
+// the group was actually given, or may have been given by an autoAck pop
+// whose answer was lost. Nothing is completed that was never pushed.
 func CheckNoLoss(h []Event, s Spec) []Violation {
 	t := build(h)
 	done := map[string]map[Key]bool{}
@@ -34,10 +35,32 @@ func CheckNoLoss(h []Event, s Spec) []Violation {
 		}
 		delivered[d.group][d.key] = true
 	}
+	// An autoAck pop whose answer was lost (a reset after its commit) may
+	// have taken, and completed, messages nobody saw: at-most-once is what
+	// autoAck means. Messages of its queue pushed before its answer came
+	// may have gone that way.
+	lostAutoAck := map[string]map[[2]string]int{} // group -> (tenant, queue) -> latest answer index
+	for _, c := range calls(h) {
+		if c.in.Op == "pop" && c.in.Status == "autoack" && c.done != nil && c.done.K == KInfo {
+			g := groupOf(c.in.G)
+			if lostAutoAck[g] == nil {
+				lostAutoAck[g] = map[[2]string]int{}
+			}
+			tq := [2]string{c.in.Tenant, c.in.Q}
+			lostAutoAck[g][tq] = max(lostAutoAck[g][tq], c.done.I)
+		}
+	}
+	pushedAt := map[Key]int{}
+	for _, p := range t.pushes {
+		if at, ok := pushedAt[p.key]; !ok || p.invokeI < at {
+			pushedAt[p.key] = p.invokeI
+		}
+	}
 	for _, r := range t.rows {
 		k := Key{r.Tenant, r.Q, r.P, r.Txid}
 		for _, g := range append(append([]string(nil), r.DoneBy...), r.DLQBy...) {
-			if delivered[g][k] {
+			at, lost := lostAutoAck[g][[2]string{k.Tenant, k.Q}]
+			if delivered[g][k] || (lost && pushedAt[k] < at) {
 				mark(g, k)
 			}
 		}
