@@ -115,6 +115,9 @@ func (o *Options) defaults() {
 	}
 	if len(o.Expect) == 0 {
 		for _, c := range Checkers {
+			if c.Lockstep && o.Mode == "free" {
+				continue
+			}
 			o.Expect = append(o.Expect, c.Name)
 		}
 	}
