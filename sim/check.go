@@ -139,7 +139,8 @@ type timeline struct {
 	pushes      []pushRec
 	deliveries  []delivery
 	completions []completion
-	releases    map[string][]int  // lease -> invoke indexes of acks that released it
+	releases    map[string][]int  // lease -> invoke indexes of acks that released it, or may have (answer lost)
+	released    map[string]int    // lease -> answer index of the first ack known to have released it
 	extends     map[string][]ext  // lease -> renewals
 	leaseGroup  map[string]string // lease -> group
 	rows        []Row
@@ -160,7 +161,7 @@ type ext struct {
 
 func build(h []Event) *timeline {
 	t := &timeline{attempted: map[Key]bool{}, acked: map[Key]bool{}, queuedOK: map[Key]int{},
-		pushTenants: map[[3]string]map[string]bool{}, releases: map[string][]int{}, extends: map[string][]ext{},
+		pushTenants: map[[3]string]map[string]bool{}, releases: map[string][]int{}, released: map[string]int{}, extends: map[string][]ext{},
 		leaseGroup: map[string]string{}}
 	addPush := func(k Key, c *call, status string) {
 		t.attempted[k] = true
@@ -190,6 +191,9 @@ func build(h []Event) *timeline {
 				// The release took effect somewhere between the ack's
 				// invoke and its answer: record the earliest it may have.
 				t.releases[m.Lease] = append(t.releases[m.Lease], c.in.I)
+				if at, ok := t.released[m.Lease]; !ok || c.done.I < at {
+					t.released[m.Lease] = c.done.I
+				}
 			}
 			if st == "completed" || st == "dlq" || m.DLQ || (txn && st == "failed") {
 				t.completions = append(t.completions, completion{key: m.Key(), group: group, okI: c.done.I, invokeI: c.in.I, lease: m.Lease, dlq: m.DLQ})

@@ -142,20 +142,18 @@ func (t *timeline) partitionLeased(k Key, g string, i int, vt int64) bool {
 
 // leasedExcept reports whether, at event index i and time vt, k's
 // partition is held in group g by a live lease other than except: a
-// delivery from it whose lease is neither released nor expired.
+// delivery from it whose lease has not expired and is not known to be
+// released. Only a release whose answer arrived before i counts: an ack
+// whose answer was lost (a refused connection, say) may never have
+// happened, so the lease may still hold the partition.
 func (t *timeline) leasedExcept(k Key, g, except string, i int, vt int64) bool {
 	for _, o := range t.deliveries {
 		if o.okI >= i || o.group != g || o.lease == "" || o.lease == except || o.autoAck ||
 			o.key.Tenant != k.Tenant || o.key.Q != k.Q || o.key.P != k.P {
 			continue
 		}
-		released := false
-		for _, ri := range t.releases[o.lease] {
-			if ri < i {
-				released = true
-			}
-		}
-		if !released && t.leaseEnd(o, i) > vt {
+		at, released := t.released[o.lease]
+		if !(released && at < i) && t.leaseEnd(o, i) > vt {
 			return true
 		}
 	}
