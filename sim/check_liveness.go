@@ -42,20 +42,9 @@ func CheckLiveness(h []Event, s Spec) []Violation {
 		}
 	}
 	// A lease counts as given back only once the answer of the ack that
-	// released it arrived (the opposite of no-double-delivery's caution).
-	released := map[string]int{}
-	for _, c := range calls {
-		if c.in.Op != "ack" || c.in.Foreign || !c.ok() {
-			continue
-		}
-		for _, m := range c.done.Msgs {
-			if m.Released && m.Lease != "" {
-				if at, ok := released[m.Lease]; !ok || c.done.I < at {
-					released[m.Lease] = c.done.I
-				}
-			}
-		}
-	}
+	// released it arrived (t.released; the opposite of no-double-delivery's
+	// caution).
+	released := t.released
 	var out []Violation
 	for _, c := range calls {
 		if c.in.Op != "pop" || !c.ok() || len(c.done.Msgs) > 0 || c.done.Bad != "" || inFault(c.in.VT) {
