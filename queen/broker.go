@@ -29,6 +29,7 @@ import (
 	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/leader"
 	"github.com/queen-go/queen/queen/maintenance"
+	"github.com/queen-go/queen/queen/mesh"
 	"github.com/queen-go/queen/queen/spool"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/waker"
@@ -52,6 +53,9 @@ type Options struct {
 	ConfigurePool func(*pgxpool.Config)
 	// SpoolFS is the spool's filesystem; nil means the real one.
 	SpoolFS spool.FS
+	// MeshTransport carries the mesh; nil is TCP. The simulator wraps it
+	// to drop, delay and reorder frames per link.
+	MeshTransport mesh.Transport
 	// Jitter spreads the database probe's backoff (a number in [0, 1));
 	// nil is math/rand/v2. The simulator seeds it so runs replay.
 	Jitter func() float64
@@ -73,6 +77,7 @@ type Broker struct {
 	spool    *spool.Spool
 	drainer  *spool.Drainer
 	maint    *maintenance.State
+	mesh     *mesh.Mesh // nil when this broker has no peers
 
 	cancel   context.CancelFunc // background services and request base context
 	wg       sync.WaitGroup
@@ -166,8 +171,15 @@ func (b *Broker) Start(ctx context.Context) error {
 	if err := b.maint.Load(ctx); err != nil {
 		b.log.Warn("could not read the maintenance switches; assuming off until the next reconcile", "err", err)
 	}
-	b.api = httpapi.New(httpapi.Options{Config: b.cfg, Store: b.store, Spool: b.spool, Drainer: b.drainer,
-		Maintenance: b.maint, Arbiter: arbiter, Clock: b.opts.Clock, Waker: waker.New(), IDs: b.opts.IDs, Logger: b.log})
+	apiOpts := httpapi.Options{Config: b.cfg, Store: b.store, Spool: b.spool, Drainer: b.drainer,
+		Maintenance: b.maint, Arbiter: arbiter, Clock: b.opts.Clock, Waker: waker.New(), IDs: b.opts.IDs, Logger: b.log}
+	if b.cfg.MeshRuns() {
+		if err := b.startMesh(&apiOpts); err != nil {
+			b.pool.Close()
+			return err
+		}
+	}
+	b.api = httpapi.New(apiOpts)
 	b.handler = b.api.Handler()
 	b.services = []background.Service{
 		&leader.Retention{Store: b.store, Clock: b.opts.Clock, Batch: b.cfg.RetentionBatchSize, Log: b.log,
@@ -206,6 +218,28 @@ func (b *Broker) Start(ctx context.Context) error {
 		}
 	}()
 	b.log.Info("queen broker serving", "addr", b.listener.Addr().String(), "tenancy", b.cfg.TenancyHeader)
+	return nil
+}
+
+// startMesh binds the mesh port and dials the peers; the HTTP API and the
+// maintenance switches then send their hints through it.
+func (b *Broker) startMesh(api *httpapi.Options) error {
+	h := &hints{wake: api.Waker, store: b.store, maint: b.maint, log: b.log}
+	b.mesh = mesh.New(mesh.Options{ServerID: b.cfg.ServerID, Listen: net.JoinHostPort(b.cfg.Host, fmt.Sprint(b.cfg.MeshPort)),
+		Peers: b.cfg.MeshPeers, Secret: []byte(b.cfg.MeshSecret), Heartbeat: b.cfg.MeshHeartbeat,
+		DeadAfter: b.cfg.MeshDeadAfter, QueueLen: b.cfg.MeshQueueFrames, Transport: b.opts.MeshTransport,
+		Log: b.log, Handle: h.handle})
+	if err := b.mesh.Start(); err != nil {
+		b.mesh = nil
+		return fmt.Errorf("QUEEN_MESH_PORT: %w", err)
+	}
+	if b.cfg.MeshSecret == "" {
+		b.log.Warn("mesh runs open (QUEEN_MESH_INSECURE): any host reaching the mesh port can send hints")
+	}
+	h.mesh = b.mesh
+	b.maint.Announce(h.announce)
+	api.Peers = h
+	api.SharedState = func() any { return b.mesh.Stats() }
 	return nil
 }
 
@@ -268,6 +302,9 @@ func (b *Broker) Shutdown(ctx context.Context) error {
 		}
 		b.cancel()
 		b.wg.Wait()
+		if b.mesh != nil {
+			b.mesh.Close()
+		}
 		if b.spool != nil {
 			if err := b.spool.Close(); err != nil {
 				b.log.Warn("spool: finalize at shutdown failed; the file is finalized at next start", "err", err)
@@ -291,6 +328,9 @@ func (b *Broker) Crash() {
 			_ = b.http.Close()
 		}
 		b.wg.Wait()
+		if b.mesh != nil {
+			b.mesh.Close()
+		}
 		if b.pool != nil {
 			b.pool.Close()
 		}

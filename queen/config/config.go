@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -59,6 +60,18 @@ type Config struct {
 	PushStatements          int           // QUEEN_PUSH_STATEMENTS, default 1: combined push statements in flight
 	PushBatchRows           int           // QUEEN_PUSH_BATCH_ROWS, default 1000: rows in one combined push statement
 
+	// The mesh (hints between brokers): runs only when MeshEnabled and at
+	// least one peer is configured.
+	MeshPort        int           // QUEEN_MESH_PORT, else QUEEN_UDP_NOTIFY_PORT, default 6633
+	MeshPeers       []string      // QUEEN_MESH_PEERS, else QUEEN_UDP_PEERS: host[:port], comma-separated
+	MeshEnabled     bool          // QUEEN_SYNC_ENABLED, default true
+	MeshSecret      string        // QUEEN_SYNC_SECRET: HMAC key of the HELLO; required with peers
+	MeshInsecure    bool          // QUEEN_MESH_INSECURE, default false: allow peers with no secret
+	MeshHeartbeat   time.Duration // QUEEN_SYNC_HEARTBEAT_MS, default 1000
+	MeshDeadAfter   time.Duration // QUEEN_SYNC_DEAD_THRESHOLD_MS, default 5000
+	MeshQueueFrames int           // QUEEN_MESH_QUEUE, default 1024: frames waiting per peer before drops
+	StatsInterval   time.Duration // QUEEN_STATS_INTERVAL_MS, default 10000: the elected statistics pass
+
 	ServerID      string     // QUEEN_SERVER_ID, default $HOSTNAME, else queen-<8hex>
 	TenancyHeader bool       // QUEEN_TENANCY_HEADER, default false
 	MaxBodyBytes  int64      // QUEEN_MAX_BODY_BYTES, default 64 MiB
@@ -97,6 +110,12 @@ func Default() Config {
 		ShutdownTimeout:         30 * time.Second,
 		PushStatements:          1,
 		PushBatchRows:           1000,
+		MeshPort:                6633,
+		MeshEnabled:             true,
+		MeshHeartbeat:           time.Second,
+		MeshDeadAfter:           5 * time.Second,
+		MeshQueueFrames:         1024,
+		StatsInterval:           10 * time.Second,
 		ApplySchema:             true,
 		LogLevel:                slog.LevelInfo,
 	}
@@ -147,6 +166,20 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	p.millis("QUEEN_BODY_READ_TIMEOUT_MS", &c.BodyReadTimeout)
 	p.intRange("QUEEN_PUSH_STATEMENTS", &c.PushStatements, 1, 1000)
 	p.intRange("QUEEN_PUSH_BATCH_ROWS", &c.PushBatchRows, 1, 100000)
+	p.intRange("QUEEN_UDP_NOTIFY_PORT", &c.MeshPort, 1, 65535)
+	p.intRange("QUEEN_MESH_PORT", &c.MeshPort, 1, 65535)
+	peers := getenv("QUEEN_MESH_PEERS")
+	if strings.TrimSpace(peers) == "" {
+		peers = getenv("QUEEN_UDP_PEERS")
+	}
+	c.MeshPeers = parsePeers(peers, c.MeshPort)
+	p.boolean("QUEEN_SYNC_ENABLED", &c.MeshEnabled)
+	p.str("QUEEN_SYNC_SECRET", &c.MeshSecret)
+	p.boolean("QUEEN_MESH_INSECURE", &c.MeshInsecure)
+	p.millis("QUEEN_SYNC_HEARTBEAT_MS", &c.MeshHeartbeat)
+	p.millis("QUEEN_SYNC_DEAD_THRESHOLD_MS", &c.MeshDeadAfter)
+	p.intRange("QUEEN_MESH_QUEUE", &c.MeshQueueFrames, 1, 1<<20)
+	p.millis("QUEEN_STATS_INTERVAL_MS", &c.StatsInterval)
 	p.str("QUEEN_SERVER_ID", &c.ServerID)
 	p.boolean("QUEEN_TENANCY_HEADER", &c.TenancyHeader)
 	var body int
@@ -189,7 +222,42 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	if c.DBConnectionTimeout <= 0 {
 		p.fail("DB_CONNECTION_TIMEOUT", getenv("DB_CONNECTION_TIMEOUT"), "must be positive")
 	}
+	if c.MeshRuns() && c.MeshSecret == "" && !c.MeshInsecure {
+		p.fail("QUEEN_SYNC_SECRET", "", "peers are configured (QUEEN_MESH_PEERS) but no secret: set one, "+
+			"byte-identical on every broker, or QUEEN_MESH_INSECURE=true to run the mesh open")
+	}
+	if c.MeshHeartbeat <= 0 || c.MeshDeadAfter <= c.MeshHeartbeat {
+		p.fail("QUEEN_SYNC_DEAD_THRESHOLD_MS", getenv("QUEEN_SYNC_DEAD_THRESHOLD_MS"),
+			"must exceed a positive QUEEN_SYNC_HEARTBEAT_MS")
+	}
+	if c.StatsInterval <= 0 {
+		p.fail("QUEEN_STATS_INTERVAL_MS", getenv("QUEEN_STATS_INTERVAL_MS"), "must be positive")
+	}
 	return c, errors.Join(p.errs...)
+}
+
+// MeshRuns reports whether this broker joins a mesh: sync enabled and at
+// least one peer.
+func (c Config) MeshRuns() bool { return c.MeshEnabled && len(c.MeshPeers) > 0 }
+
+// parsePeers splits a peer list: comma-separated host[:port], an
+// http(s):// prefix and a trailing slash tolerated, port defaulting to the
+// mesh port.
+func parsePeers(v string, port int) []string {
+	var out []string
+	for _, p := range strings.Split(v, ",") {
+		p = strings.TrimSpace(p)
+		p = strings.TrimPrefix(strings.TrimPrefix(p, "http://"), "https://")
+		p = strings.TrimSuffix(p, "/")
+		if p == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(p); err != nil {
+			p = net.JoinHostPort(strings.Trim(p, "[]"), strconv.Itoa(port))
+		}
+		out = append(out, p)
+	}
+	return out
 }
 
 // NormalizeSubscriptionMode maps the accepted spellings to all or new.

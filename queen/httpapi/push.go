@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 
 	"github.com/queen-go/queen/queen/admission"
 	"github.com/queen-go/queen/queen/ids"
@@ -216,6 +218,7 @@ func (s *Server) notifyPushed(tenant string, results []store.PushResult) {
 	}
 	for queue, ps := range parts {
 		s.wake.Notify(waker.Key(tenant, queue), len(ps))
+		s.peers.MessageAvailable(tenant, queue, slices.Collect(maps.Keys(ps)))
 	}
 	if len(total) > 0 {
 		s.wake.Notify(waker.Key(tenant, ""), len(total))

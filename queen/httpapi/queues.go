@@ -120,6 +120,7 @@ func (s *Server) configure(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, r, "configure", err)
 		return
 	}
+	s.peers.QueueChanged(in.Tenant, res.Queue.Name, false)
 	writeJSON(w, http.StatusOK, map[string]any{
 		"configured": true, "queueId": res.Queue.ID, "partitionId": res.DefaultPartitionID,
 		"queue": res.Queue.Name, "namespace": nullable(res.Queue.Namespace), "task": nullable(res.Queue.Task),
@@ -182,6 +183,9 @@ func (s *Server) deleteQueue(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.storeError(w, r, "delete queue", err)
 		return
+	}
+	if existed {
+		s.peers.QueueChanged(tenantOf(r), name, true)
 	}
 	body := map[string]any{"deleted": existed, "queue": name, "existed": existed}
 	if !existed {

@@ -42,10 +42,13 @@ type Server struct {
 	arbiter *admission.Arbiter
 	clock   clock.Clock
 	wake    *waker.Hub
+	peers   Peers
 	ids     *ids.Source
 	log     *slog.Logger
 	started time.Time
 	stats   counters
+	// sharedState reports the mesh; nil when there is none.
+	sharedState func() any
 
 	draining  chan struct{} // closed by Drain
 	drainOnce sync.Once
@@ -67,8 +70,22 @@ type Options struct {
 	Arbiter     *admission.Arbiter
 	Clock       clock.Clock
 	Waker       *waker.Hub
-	IDs         *ids.Source
-	Logger      *slog.Logger
+	// Peers passes hints to the other brokers; nil when there are none.
+	Peers  Peers
+	IDs    *ids.Source
+	Logger *slog.Logger
+	// SharedState reports the mesh for GET /api/v1/system/shared-state;
+	// nil when this broker has no peers.
+	SharedState func() any
+}
+
+// Peers tells the other brokers what changed here. Every call is a hint
+// that may be lost; it must not block.
+type Peers interface {
+	// MessageAvailable: these partitions of a queue got messages.
+	MessageAvailable(tenant, queue string, partitionIDs []string)
+	// QueueChanged: forget what is cached of this queue.
+	QueueChanged(tenant, queue string, deleted bool)
 }
 
 // New returns a Server.
@@ -76,13 +93,22 @@ func New(o Options) *Server {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	if o.Peers == nil {
+		o.Peers = alone{}
+	}
 	if o.Maintenance == nil {
 		o.Maintenance = maintenance.New(o.Store, o.Spool, o.Logger)
 	}
 	return &Server{cfg: o.Config, store: o.Store, spool: o.Spool, drainer: o.Drainer, maint: o.Maintenance,
-		arbiter: o.Arbiter, clock: o.Clock, wake: o.Waker, ids: o.IDs, log: o.Logger, started: o.Clock.Now(),
+		arbiter: o.Arbiter, clock: o.Clock, wake: o.Waker, peers: o.Peers, ids: o.IDs, sharedState: o.SharedState, log: o.Logger, started: o.Clock.Now(),
 		draining: make(chan struct{})}
 }
+
+// alone is Peers for a broker with no mesh.
+type alone struct{}
+
+func (alone) MessageAvailable(string, string, []string) {}
+func (alone) QueueChanged(string, string, bool)         {}
 
 // Drain starts a graceful stop: parked long polls answer 204 at once and
 // new ones do not park. Requests in flight keep their contexts, so a push
@@ -120,6 +146,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/system/maintenance/pop", s.getPopMaintenance)
 	mux.HandleFunc("POST /api/v1/system/maintenance/pop", s.setPopMaintenance)
 	mux.HandleFunc("GET /api/v1/status/buffers", s.bufferStatus)
+	mux.HandleFunc("GET /api/v1/system/shared-state", s.getSharedState)
 	mux.HandleFunc("GET /health", s.health)
 	mux.HandleFunc("GET /metrics", s.metrics)
 	mux.HandleFunc("GET /metrics/prometheus", s.prometheus)

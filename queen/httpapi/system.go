@@ -211,3 +211,14 @@ func (s *Server) prometheus(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
 	_, _ = w.Write([]byte(b.String()))
 }
+
+// getSharedState reports the mesh: its links, the servers it hears from and
+// its counters. A broker with no peers says so.
+func (s *Server) getSharedState(w http.ResponseWriter, r *http.Request) {
+	if s.sharedState == nil {
+		writeJSON(w, http.StatusOK, map[string]any{"enabled": false, "server_id": s.cfg.ServerID,
+			"transport": "none", "peer_count": 0, "peers": []any{}})
+		return
+	}
+	writeJSON(w, http.StatusOK, s.sharedState())
+}

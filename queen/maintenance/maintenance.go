@@ -3,8 +3,10 @@
 // Push maintenance diverts every push to the spool and pauses the drain, for
 // a planned failover; pop maintenance makes every pop answer empty. The
 // in-process flags are authoritative on the hot path; the system_state rows
-// are the shared copy, re-read by Reconcile at QUEEN_CACHE_REFRESH_INTERVAL_MS
-// so every replica converges without any message between them.
+// are the shared copy. A flip is announced to the other brokers over the mesh
+// once its row commits; Reconcile re-reads the rows every
+// QUEEN_CACHE_REFRESH_INTERVAL_MS, the floor that makes every replica
+// converge when a frame is lost or there is no mesh.
 package maintenance
 
 import (
@@ -33,6 +35,27 @@ type State struct {
 	gen      atomic.Int64
 	inflight int
 	mu       sync.Mutex // orders local flips against reconcile applies
+	// announce tells the other brokers of a local flip once its row has
+	// committed (the mesh); nil when there are none.
+	announce func(pop, on bool)
+}
+
+// Announce sets the function that tells other brokers of a local flip.
+// Call it before serving.
+func (s *State) Announce(f func(pop, on bool)) { s.announce = f }
+
+// Apply takes a flip another broker announced: here only, since that broker
+// wrote the row. It counts as a local event, so a reconcile read that
+// overlapped it cannot undo it with the older row.
+func (s *State) Apply(pop, on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gen.Add(1)
+	if pop {
+		s.pop.Store(on)
+	} else {
+		s.applyPush(on)
+	}
 }
 
 // New returns the switches, both off until Load or Set says otherwise.
@@ -50,17 +73,17 @@ func (s *State) Pop() bool { return s.pop.Load() }
 // then the row, then the drain (paused while on; on resume the active file
 // is finalized so everything buffered replays).
 func (s *State) SetPush(ctx context.Context, on bool) error {
-	return s.flip(ctx, store.FlagMaintenance, on, s.applyPush)
+	return s.flip(ctx, store.FlagMaintenance, false, on, s.applyPush)
 }
 
 // SetPop flips pop maintenance.
 func (s *State) SetPop(ctx context.Context, on bool) error {
-	return s.flip(ctx, store.FlagPopMaintenance, on, s.pop.Store)
+	return s.flip(ctx, store.FlagPopMaintenance, true, on, s.pop.Store)
 }
 
-// flip applies a switch here at once, then persists it. Until the row has
-// committed, no reconcile pass applies what it read.
-func (s *State) flip(ctx context.Context, key string, on bool, apply func(bool)) error {
+// flip applies a switch here at once, then persists it, then announces it.
+// Until the row has committed, no reconcile pass applies what it read.
+func (s *State) flip(ctx context.Context, key string, pop, on bool, apply func(bool)) error {
 	s.mu.Lock()
 	s.gen.Add(1)
 	s.inflight++
@@ -71,6 +94,9 @@ func (s *State) flip(ctx context.Context, key string, on bool, apply func(bool))
 	s.inflight--
 	s.gen.Add(1)
 	s.mu.Unlock()
+	if err == nil && s.announce != nil {
+		s.announce(pop, on)
+	}
 	return err
 }
 

@@ -105,3 +105,7 @@ func (c *cache) forgetPartitionIDs(ids map[string]bool) {
 		}
 	}
 }
+
+// ForgetQueue drops what this process caches of a queue: another broker
+// configured or deleted it.
+func (s *Store) ForgetQueue(tenant, queue string) { s.cache.forgetQueue(tenant, queue) }

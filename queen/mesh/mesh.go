@@ -1,0 +1,221 @@
+// Package mesh passes hints between brokers that share one PostgreSQL.
+//
+// Every broker dials every peer and sends only on its outbound connections;
+// it receives only on the connections it accepted. A connection opens with a
+// HELLO proving knowledge of the shared secret (HMAC-SHA256 over a fresh
+// nonce, compared in constant time); a wrong one is closed without a word
+// and counted. Heartbeats keep a link alive; a peer with no inbound frame
+// for the dead threshold counts as dead.
+//
+// Everything on the wire is a hint: pop wakes, maintenance flips, and the
+// instruction to forget a cached queue. Messages, offsets, leases and dedup
+// state never cross it. A slow or absent peer's frames are dropped, never
+// queued beyond a small bound, because every path the mesh accelerates has
+// a periodic floor that re-reads the database: a lost frame costs latency,
+// nothing else.
+//
+// The mesh runs on real time: its deadlines are socket deadlines.
+package mesh
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Transport is the mesh's network seam. TCP is production; the simulator
+// wraps it to drop, delay and reorder frames per link.
+type Transport interface {
+	Listen(addr string) (net.Listener, error)
+	Dial(ctx context.Context, addr string) (net.Conn, error)
+}
+
+// TCP is the production transport.
+type TCP struct{}
+
+// Listen implements Transport.
+func (TCP) Listen(addr string) (net.Listener, error) { return net.Listen("tcp", addr) }
+
+// Dial implements Transport; the host is resolved again on every dial.
+func (TCP) Dial(ctx context.Context, addr string) (net.Conn, error) {
+	var d net.Dialer
+	return d.DialContext(ctx, "tcp", addr)
+}
+
+// Options configure a Mesh.
+type Options struct {
+	ServerID string
+	// Listen is the address to accept peers on (":6633").
+	Listen string
+	// Peers are the brokers to dial, host:port each.
+	Peers []string
+	// Secret keys the HELLO's HMAC; empty is open mode (HELLO sent, not
+	// checked).
+	Secret    []byte
+	Heartbeat time.Duration // default 1 s
+	DeadAfter time.Duration // default 5 s
+	QueueLen  int           // frames waiting per peer before drops; default 1024
+	Transport Transport     // default TCP
+	Log       *slog.Logger
+	// Handle receives every frame other than HELLO and HEARTBEAT, on the
+	// connection's reader goroutine: it must not block.
+	Handle func(from string, f Frame)
+}
+
+// Mesh is one broker's end of the mesh.
+type Mesh struct {
+	o      Options
+	ln     net.Listener
+	peers  []*peer
+	base   context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	seen    map[string]time.Time // server id -> last inbound frame
+	inbound map[net.Conn]bool
+
+	sent, received, dropped, signatureFailures, handshakeFailures atomic.Int64
+}
+
+type peer struct {
+	addr      string
+	q         chan []byte
+	connected atomic.Bool
+	resolved  atomic.Pointer[string] // the address the last dial reached
+}
+
+// New checks the options; nothing is bound until Start.
+func New(o Options) *Mesh {
+	if o.Heartbeat <= 0 {
+		o.Heartbeat = time.Second
+	}
+	if o.DeadAfter <= 0 {
+		o.DeadAfter = 5 * time.Second
+	}
+	if o.QueueLen <= 0 {
+		o.QueueLen = 1024
+	}
+	if o.Transport == nil {
+		o.Transport = TCP{}
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	if o.Handle == nil {
+		o.Handle = func(string, Frame) {}
+	}
+	m := &Mesh{o: o, seen: map[string]time.Time{}, inbound: map[net.Conn]bool{}}
+	for _, a := range o.Peers {
+		m.peers = append(m.peers, &peer{addr: a, q: make(chan []byte, o.QueueLen)})
+	}
+	return m
+}
+
+// Start binds the listener and starts dialing the peers.
+func (m *Mesh) Start() error {
+	ln, err := m.o.Transport.Listen(m.o.Listen)
+	if err != nil {
+		return fmt.Errorf("mesh: listen %s: %w", m.o.Listen, err)
+	}
+	m.ln = ln
+	ctx, cancel := context.WithCancel(context.Background())
+	m.base, m.cancel = ctx, cancel
+	m.wg.Add(1)
+	go m.accept(ctx)
+	for _, p := range m.peers {
+		m.wg.Add(1)
+		go m.dialLoop(ctx, p)
+	}
+	m.o.Log.Info("mesh listening", "addr", ln.Addr().String(), "peers", m.o.Peers, "secured", len(m.o.Secret) > 0)
+	return nil
+}
+
+// Addr is the bound listen address.
+func (m *Mesh) Addr() string { return m.ln.Addr().String() }
+
+// Close stops dialing and accepting and closes every connection.
+func (m *Mesh) Close() {
+	if m.cancel == nil {
+		return
+	}
+	m.cancel()
+	_ = m.ln.Close()
+	m.mu.Lock()
+	for c := range m.inbound {
+		_ = c.Close()
+	}
+	m.mu.Unlock()
+	m.wg.Wait()
+}
+
+// Broadcast sends a hint to every peer. It never blocks: a peer that is
+// down or whose queue is full loses the frame, and the drop is counted.
+func (m *Mesh) Broadcast(t Type, payload any) {
+	body, err := json.Marshal(payload)
+	if err != nil {
+		m.o.Log.Error("mesh: encoding a frame failed", "type", t, "err", err)
+		return
+	}
+	b := Frame{Type: t, Payload: body}.encode()
+	for _, p := range m.peers {
+		if !p.connected.Load() {
+			m.dropped.Add(1)
+			continue
+		}
+		select {
+		case p.q <- b:
+		default:
+			m.dropped.Add(1)
+		}
+	}
+}
+
+// mac is hex(HMAC-SHA256(secret, nonce)).
+func mac(secret []byte, nonce string) string {
+	h := hmac.New(sha256.New, secret)
+	h.Write([]byte(nonce))
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func newHello(id string, secret []byte) ([]byte, error) {
+	var n [16]byte
+	if _, err := rand.Read(n[:]); err != nil {
+		return nil, err
+	}
+	nonce := hex.EncodeToString(n[:])
+	body, err := json.Marshal(hello{ServerID: id, Nonce: nonce, MAC: mac(secret, nonce)})
+	if err != nil {
+		return nil, err
+	}
+	return Frame{Type: Hello, Payload: body}.encode(), nil
+}
+
+var errBadHello = errors.New("mesh: bad HELLO")
+
+// checkHello verifies a connection's first frame and returns the peer's
+// server id. A wrong MAC is a signature failure as well.
+func (m *Mesh) checkHello(f Frame) (string, error) {
+	var h hello
+	if f.Type != Hello || json.Unmarshal(f.Payload, &h) != nil || h.ServerID == "" || len(h.Nonce) != 32 {
+		return "", errBadHello
+	}
+	if len(m.o.Secret) == 0 {
+		return h.ServerID, nil
+	}
+	if !hmac.Equal([]byte(h.MAC), []byte(mac(m.o.Secret, h.Nonce))) {
+		m.signatureFailures.Add(1)
+		return "", errBadHello
+	}
+	return h.ServerID, nil
+}
