@@ -145,7 +145,11 @@ func TestShutdownReleasesParkedLongPolls(t *testing.T) {
 // returns only when the push has answered.
 func TestShutdownLetsInFlightRequestsAnswer(t *testing.T) {
 	dsn := storetest.DSN(t)
-	b := start(t, testConfig(t, dsn))
+	cfg := testConfig(t, dsn)
+	// The push must still be waiting when the test lets it go, however
+	// slow the machine: no lock timeout may end it first.
+	cfg.DBLockTimeout = 5 * time.Minute
+	b := start(t, cfg)
 	url := "http://" + b.Addr()
 	if code, body := post(t, url+"/api/v1/push", `{"items":[{"queue":"q","partition":"p","transactionId":"first"}]}`); code != 201 {
 		t.Fatal(code, body)
@@ -186,8 +190,15 @@ func TestShutdownLetsInFlightRequestsAnswer(t *testing.T) {
 	go call(popped, func() (*http.Response, error) {
 		return http.Get(url + "/api/v1/pop/queue/other?wait=true&timeout=30000")
 	})
+	// Watch from another session: inside the locking transaction,
+	// pg_stat_activity is a snapshot taken at its first read.
+	watch, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Close(ctx)
 	for waiting := 0; waiting == 0; time.Sleep(20 * time.Millisecond) {
-		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+		if err := watch.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
 			WHERE wait_event_type = 'Lock' AND datname = current_database()`).Scan(&waiting); err != nil {
 			t.Fatal(err)
 		}
