@@ -7,6 +7,10 @@ run: ## start a local PostgreSQL (system binaries, data in .pg/) when PG_HOST is
 	$(GO) build -o bin/queen ./cmd/queen
 	exec ./bin/queen dev
 
+cluster: ## HA topology without Docker: local PostgreSQL (when PG_HOST is unset), two meshed brokers on :6642/:6652, a load balancer on :6632
+	$(GO) build -o bin/queen ./cmd/queen
+	exec ./bin/queen cluster
+
 test: ## run every test against real PostgreSQL (a throwaway cluster per test binary, or PG_TEST_DSN)
 	$(GO) test -count=1 -timeout 15m ./...
 
@@ -40,4 +44,4 @@ build: ## build bin/queen
 help: ## list targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-.PHONY: run test test-race bench sim sim-replay sim-canaries lint build help
+.PHONY: run cluster test test-race bench sim sim-replay sim-canaries lint build help

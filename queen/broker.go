@@ -182,7 +182,8 @@ func (b *Broker) Start(ctx context.Context) error {
 	b.api = httpapi.New(apiOpts)
 	b.handler = b.api.Handler()
 	b.services = []background.Service{
-		&leader.Retention{Store: b.store, Clock: b.opts.Clock, Batch: b.cfg.RetentionBatchSize, Log: b.log,
+		&leader.Retention{Store: b.store, Clock: b.opts.Clock, Batch: b.cfg.RetentionBatchSize,
+			CleanupDays: b.cfg.PartitionCleanupDays, Log: b.log,
 			Every: background.Every{Interval: b.cfg.RetentionInterval}},
 		&maintenance.Reconcile{State: b.maint, Clock: b.opts.Clock, Every: background.Every{Interval: b.cfg.CacheRefreshInterval}},
 	}

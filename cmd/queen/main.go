@@ -3,6 +3,9 @@
 //	queen serve     serve on PORT against PG_HOST (configuration from the environment)
 //	queen dev       like serve, but when PG_HOST is unset first start a local
 //	                PostgreSQL from the system binaries, with its data in ./.pg
+//	queen cluster   the HA topology with no Docker: a local PostgreSQL when
+//	                PG_HOST is unset, two brokers joined by the mesh, and a
+//	                round-robin load balancer on PORT
 //	queen migrate   apply the embedded schema migrations and exit
 package main
 
@@ -31,6 +34,8 @@ const usage = `usage: queen <command>
 commands:
   serve     serve the HTTP API (configuration from the environment: PORT, PG_HOST, ...)
   dev       serve; when PG_HOST is unset, first start a local PostgreSQL in ./.pg
+  cluster   two brokers joined by the mesh behind a load balancer on PORT
+            (QUEEN_CLUSTER_BROKERS=2; local PostgreSQL when PG_HOST is unset)
   migrate   apply the schema migrations and exit
 `
 
@@ -52,6 +57,8 @@ func main() {
 		err = serve(ctx, cfg, log)
 	case "dev":
 		err = dev(ctx, cfg, log)
+	case "cluster":
+		err = cluster(ctx, cfg, log)
 	case "migrate":
 		err = migrate(ctx, cfg)
 	case "help", "-h", "--help":

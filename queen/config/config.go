@@ -48,6 +48,9 @@ type Config struct {
 
 	RetentionInterval  time.Duration // RETENTION_INTERVAL (ms), default 5000
 	RetentionBatchSize int           // RETENTION_BATCH_SIZE, default 1000
+	// PARTITION_CLEANUP_DAYS, default 30: empty partitions idle this long
+	// are removed by the retention leader; 0 keeps them.
+	PartitionCleanupDays int
 
 	FileBufferDir           string        // FILE_BUFFER_DIR, default /var/lib/queen/buffers
 	FileBufferFlush         time.Duration // FILE_BUFFER_FLUSH_MS, default 100
@@ -70,7 +73,6 @@ type Config struct {
 	MeshHeartbeat   time.Duration // QUEEN_SYNC_HEARTBEAT_MS, default 1000
 	MeshDeadAfter   time.Duration // QUEEN_SYNC_DEAD_THRESHOLD_MS, default 5000
 	MeshQueueFrames int           // QUEEN_MESH_QUEUE, default 1024: frames waiting per peer before drops
-	StatsInterval   time.Duration // QUEEN_STATS_INTERVAL_MS, default 10000: the elected statistics pass
 
 	ServerID      string     // QUEEN_SERVER_ID, default $HOSTNAME, else queen-<8hex>
 	TenancyHeader bool       // QUEEN_TENANCY_HEADER, default false
@@ -115,7 +117,7 @@ func Default() Config {
 		MeshHeartbeat:           time.Second,
 		MeshDeadAfter:           5 * time.Second,
 		MeshQueueFrames:         1024,
-		StatsInterval:           10 * time.Second,
+		PartitionCleanupDays:    30,
 		ApplySchema:             true,
 		LogLevel:                slog.LevelInfo,
 	}
@@ -156,6 +158,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	p.millis("POP_WAIT_MAX_INTERVAL_MS", &c.PopWaitMax)
 	p.millis("RETENTION_INTERVAL", &c.RetentionInterval)
 	p.intRange("RETENTION_BATCH_SIZE", &c.RetentionBatchSize, 1, 1000000)
+	p.intRange("PARTITION_CLEANUP_DAYS", &c.PartitionCleanupDays, 0, 36500)
 	p.str("FILE_BUFFER_DIR", &c.FileBufferDir)
 	p.millis("FILE_BUFFER_FLUSH_MS", &c.FileBufferFlush)
 	p.intRange("FILE_BUFFER_MAX_BATCH", &c.FileBufferMaxBatch, 1, 100000)
@@ -179,7 +182,6 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	p.millis("QUEEN_SYNC_HEARTBEAT_MS", &c.MeshHeartbeat)
 	p.millis("QUEEN_SYNC_DEAD_THRESHOLD_MS", &c.MeshDeadAfter)
 	p.intRange("QUEEN_MESH_QUEUE", &c.MeshQueueFrames, 1, 1<<20)
-	p.millis("QUEEN_STATS_INTERVAL_MS", &c.StatsInterval)
 	p.str("QUEEN_SERVER_ID", &c.ServerID)
 	p.boolean("QUEEN_TENANCY_HEADER", &c.TenancyHeader)
 	var body int
@@ -229,9 +231,6 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	if c.MeshHeartbeat <= 0 || c.MeshDeadAfter <= c.MeshHeartbeat {
 		p.fail("QUEEN_SYNC_DEAD_THRESHOLD_MS", getenv("QUEEN_SYNC_DEAD_THRESHOLD_MS"),
 			"must exceed a positive QUEEN_SYNC_HEARTBEAT_MS")
-	}
-	if c.StatsInterval <= 0 {
-		p.fail("QUEEN_STATS_INTERVAL_MS", getenv("QUEEN_STATS_INTERVAL_MS"), "must be positive")
 	}
 	return c, errors.Join(p.errs...)
 }

@@ -51,3 +51,32 @@ func TestBadValuesNameTheVariable(t *testing.T) {
 		}
 	}
 }
+
+func TestMeshConfiguration(t *testing.T) {
+	c, err := FromEnv(env(map[string]string{"QUEEN_UDP_NOTIFY_PORT": "7000",
+		"QUEEN_UDP_PEERS": " http://b:6633/, c ,[::1]:9", "QUEEN_SYNC_SECRET": "s"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(c.MeshPeers, " "); got != "b:6633 c:7000 [::1]:9" || c.MeshPort != 7000 || !c.MeshRuns() {
+		t.Fatalf("legacy names: peers %q port %d runs %v", got, c.MeshPort, c.MeshRuns())
+	}
+	c, err = FromEnv(env(map[string]string{"QUEEN_MESH_PEERS": "b", "QUEEN_UDP_PEERS": "x", "QUEEN_SYNC_ENABLED": "false"}))
+	if err != nil || c.MeshRuns() || c.MeshPeers[0] != "b:6633" {
+		t.Fatalf("QUEEN_MESH_PEERS wins, sync off stops the mesh: %+v %v", c.MeshPeers, err)
+	}
+	if c, err := FromEnv(env(nil)); err != nil || c.MeshRuns() {
+		t.Fatalf("no peers, no mesh: %v %v", c.MeshRuns(), err)
+	}
+	_, err = FromEnv(env(map[string]string{"QUEEN_MESH_PEERS": "b"}))
+	if err == nil || !strings.Contains(err.Error(), "QUEEN_SYNC_SECRET") || !strings.Contains(err.Error(), "QUEEN_MESH_INSECURE") {
+		t.Fatalf("peers with no secret must not start: %v", err)
+	}
+	if _, err := FromEnv(env(map[string]string{"QUEEN_MESH_PEERS": "b", "QUEEN_MESH_INSECURE": "true"})); err != nil {
+		t.Fatalf("an explicit insecure mesh starts: %v", err)
+	}
+	_, err = FromEnv(env(map[string]string{"QUEEN_SYNC_HEARTBEAT_MS": "5000", "QUEEN_SYNC_DEAD_THRESHOLD_MS": "1000"}))
+	if err == nil || !strings.Contains(err.Error(), "QUEEN_SYNC_DEAD_THRESHOLD_MS") {
+		t.Fatalf("a dead threshold under the heartbeat: %v", err)
+	}
+}

@@ -13,14 +13,17 @@ import (
 	"github.com/queen-go/queen/queen/store"
 )
 
-// Retention deletes expired, consumed-and-expired and evicted messages
-// (advisory lock 737001).
+// Retention deletes expired, consumed-and-expired and evicted messages,
+// then empty partitions idle for PARTITION_CLEANUP_DAYS (advisory lock
+// 737001).
 type Retention struct {
 	Store *store.Store
 	Clock clock.Clock
 	Batch int
-	Log   *slog.Logger
-	Every background.Every
+	// CleanupDays: empty partitions idle this long are removed (0: never).
+	CleanupDays int
+	Log         *slog.Logger
+	Every       background.Every
 }
 
 // Name implements background.Service.
@@ -41,8 +44,12 @@ func (r *Retention) RunOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if res.Expired+res.Completed+res.Evicted > 0 {
-		r.Log.Info("retention pass", "expired", res.Expired, "completed", res.Completed, "evicted", res.Evicted)
+	if res.Partitions, err = r.Store.CleanupPartitions(ctx, r.Batch, r.CleanupDays); err != nil {
+		return err
+	}
+	if res.Expired+res.Completed+res.Evicted+res.Partitions > 0 {
+		r.Log.Info("retention pass", "expired", res.Expired, "completed", res.Completed, "evicted", res.Evicted,
+			"emptyPartitions", res.Partitions)
 	}
 	return nil
 }

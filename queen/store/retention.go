@@ -14,6 +14,8 @@ const RetentionLock = 737001
 // RetentionResult counts what one pass deleted.
 type RetentionResult struct {
 	Expired, Completed, Evicted int64
+	// Partitions is how many empty, idle partitions were removed.
+	Partitions int64
 }
 
 // TryLeader takes the session advisory lock id on a dedicated connection.
@@ -104,6 +106,48 @@ func (s *Store) RetentionPass(ctx context.Context, batch int) (RetentionResult, 
 		}
 	}
 	return r, nil
+}
+
+// emptyPartitionsSQL deletes up to $2 partitions that hold no message,
+// took no push for $3 days, and whose groups neither hold a lease nor
+// consumed within that time. Default partitions stay (configure names
+// them). SKIP LOCKED passes over a partition a push holds; a push that
+// committed meanwhile moved last_activity, which the re-check under FOR
+// UPDATE sees. A push whose cached id names a removed partition retries
+// under a fresh id, so nothing is lost; the group cursors go with the
+// partition, which held nothing left to consume.
+const emptyPartitionsSQL = `
+DELETE FROM queen.partitions WHERE id IN (
+	SELECT p.id FROM queen.partitions p
+	WHERE p.name <> 'Default'
+		AND p.last_activity < coalesce($1::timestamptz, now()) - make_interval(days => $3)
+		AND NOT EXISTS (SELECT 1 FROM queen.messages m WHERE m.partition_id = p.id)
+		AND NOT EXISTS (SELECT 1 FROM queen.partition_consumers pc WHERE pc.partition_id = p.id
+			AND (pc.lease_expires_at > coalesce($1::timestamptz, now())
+				OR pc.last_consumed_at > coalesce($1::timestamptz, now()) - make_interval(days => $3)))
+	LIMIT $2
+	FOR UPDATE OF p SKIP LOCKED)`
+
+// CleanupPartitions removes empty partitions idle for days (0: never), in
+// rounds of batch. Idempotent, like every retention rule.
+func (s *Store) CleanupPartitions(ctx context.Context, batch, days int) (int64, error) {
+	if days <= 0 {
+		return 0, nil
+	}
+	var total int64
+	for round := 0; round < maxRetentionRounds; round++ {
+		ctx, cancel := s.bound(ctx)
+		tag, err := s.pool.Exec(ctx, emptyPartitionsSQL, s.dbNow(), batch, days)
+		cancel()
+		if err != nil {
+			return total, fmt.Errorf("empty partition cleanup: %w", err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < int64(batch) {
+			return total, nil
+		}
+	}
+	return total, nil
 }
 
 func (s *Store) retentionRound(ctx context.Context, sql string, batch int) (int64, error) {

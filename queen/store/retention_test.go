@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,5 +76,52 @@ func TestRetentionPassRulesAndLeaderLock(t *testing.T) {
 	defer release()
 	if again, err := s.RetentionPass(ctx, 100); err != nil || again != (store.RetentionResult{}) {
 		t.Fatalf("second pass: %+v %v", again, err)
+	}
+}
+
+func TestCleanupRemovesOnlyEmptyIdlePartitions(t *testing.T) {
+	t.Parallel()
+	pool := storetest.Pool(t)
+	now := time.Now()
+	s := store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil), DBNow: func() *time.Time { return &now }})
+	ctx := context.Background()
+	for _, p := range []string{"Default", "idle", "leased", "consumed-lately", "holds-a-message"} {
+		if _, err := s.Push(ctx, tenant, []store.PushItem{{Queue: "c", Partition: p, TransactionID: p}}, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := pool.Exec(ctx, sql, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Every partition but one emptied, and idle for 40 days.
+	exec(`DELETE FROM queen.messages m USING queen.partitions p WHERE p.id = m.partition_id AND p.name <> 'holds-a-message'`)
+	exec(`UPDATE queen.partitions SET last_activity = $1::timestamptz - interval '40 days'`, now)
+	exec(`INSERT INTO queen.partition_consumers (partition_id, queue_id, consumer_group, lease_expires_at)
+		SELECT id, queue_id, '__QUEUE_MODE__', $1::timestamptz + interval '1 minute' FROM queen.partitions WHERE name = 'leased'`, now)
+	exec(`INSERT INTO queen.partition_consumers (partition_id, queue_id, consumer_group, last_consumed_at)
+		SELECT id, queue_id, 'g', $1::timestamptz - interval '1 day' FROM queen.partitions WHERE name = 'consumed-lately'`, now)
+	if n, err := s.CleanupPartitions(ctx, 100, 0); err != nil || n != 0 {
+		t.Fatalf("cleanup with 0 days removed %d: %v", n, err)
+	}
+	n, err := s.CleanupPartitions(ctx, 1, 30)
+	if err != nil || n != 1 {
+		t.Fatalf("cleanup removed %d partitions, want 1 (idle): %v", n, err)
+	}
+	var left []string
+	rows, _ := pool.Query(ctx, `SELECT name FROM queen.partitions ORDER BY name`)
+	for rows.Next() {
+		var name string
+		_ = rows.Scan(&name)
+		left = append(left, name)
+	}
+	if got := strings.Join(left, ","); got != "Default,consumed-lately,holds-a-message,leased" {
+		t.Fatalf("partitions left: %s", got)
+	}
+	// A push to the removed partition creates it again and is stored.
+	if res, err := s.Push(ctx, tenant, []store.PushItem{{Queue: "c", Partition: "idle", TransactionID: "again"}}, ""); err != nil || res[0].Status != "queued" {
+		t.Fatalf("push after cleanup: %+v %v", res, err)
 	}
 }
