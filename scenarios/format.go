@@ -244,6 +244,8 @@ func (s *Scenario) parseWorkload(f []string) error {
 			w.FailPct = n
 		case "hot":
 			w.HotPct = n
+		case "poll":
+			w.PollPct = n
 		default:
 			return fmt.Errorf("workload: unknown %q", k)
 		}
@@ -288,7 +290,7 @@ func parseFault(f []string) (sim.FaultAt, error) {
 	}
 	switch fa.Kind {
 	case "pg.blackhole", "pg.refuse", "pg.delay", "pg.reset", "broker.crash", "broker.stop", "broker.start", "clock.skew",
-		"spool.eio", "spool.enospc", "spool.torn", "spool.poison":
+		"spool.eio", "spool.enospc", "spool.torn", "spool.poison", "mesh.drop", "mesh.delay", "mesh.reorder", "leader.double":
 	default:
 		return fa, fmt.Errorf("fault: unknown kind %q", fa.Kind)
 	}
@@ -331,6 +333,9 @@ func Print(w io.Writer, s *Scenario) error {
 	}
 	if w8.Leave > 0 {
 		fmt.Fprintf(b, " leave=%d", w8.Leave)
+	}
+	if w8.PollPct > 0 {
+		fmt.Fprintf(b, " poll=%d%%", w8.PollPct)
 	}
 	fmt.Fprintln(b)
 	if s.VTime > 0 {

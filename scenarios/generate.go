@@ -142,6 +142,26 @@ func GenerateFree(seed uint64) *Scenario {
 		}
 		s.Sometimes = append(s.Sometimes, "broker.stop")
 	}
+	// Long polls, woken across brokers by the mesh; the mesh loses,
+	// delays or reorders frames in some runs (only latency may grow).
+	s.Weights.PollPct = 20 + rng.IntN(30)
+	switch rng.IntN(3) {
+	case 0:
+		s.Faults = append(s.Faults, sim.FaultAt{At: 0, Kind: "mesh.drop", Broker: -1, For: time.Minute})
+		s.Sometimes = append(s.Sometimes, "mesh.dropped")
+	case 1:
+		s.Faults = append(s.Faults, sim.FaultAt{At: 0, Kind: "mesh.delay", Broker: rng.IntN(s.Brokers),
+			For: time.Minute, By: time.Duration(20+rng.IntN(180)) * time.Millisecond},
+			sim.FaultAt{At: 0, Kind: "mesh.reorder", Broker: -1, For: time.Minute})
+		s.Sometimes = append(s.Sometimes, "mesh.delayed", "mesh.reordered")
+	}
+	if rng.IntN(2) == 0 {
+		// A broker's clock is off: it paces its loops and mints ids by
+		// it, and must decide nothing by it.
+		s.Faults = append(s.Faults, sim.FaultAt{At: at, Kind: "clock.skew", Broker: rng.IntN(s.Brokers),
+			By: time.Duration(rng.IntN(20001)-10000) * time.Millisecond})
+		s.Sometimes = append(s.Sometimes, "clock.skew")
+	}
 	// Lease recovery and fairness bound waits in wall time, which a loaded
 	// machine stretches; free-running runs judge what holds whatever the
 	// timing.

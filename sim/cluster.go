@@ -57,6 +57,9 @@ type Cluster struct {
 	host  string
 	port  int
 	nodes []*node
+	// mesh joins free-running brokers (nil in lockstep mode, where there
+	// are no long polls to wake and frames would race the one request).
+	mesh *faults.MeshNet
 	// AppPrefix is the application_name prefix of every broker connection,
 	// for the leak check.
 	AppPrefix string
@@ -87,6 +90,13 @@ func NewCluster(ctx context.Context, o ClusterOptions) (*Cluster, error) {
 	}
 	c := &Cluster{opts: o, host: pc.Host, port: int(pc.Port), AppPrefix: fmt.Sprintf("queen:sim-%x-", o.Seed),
 		dir: dir, spool: map[string]int{}}
+	if !o.Lockstep && o.Brokers > 1 {
+		ports, err := freePorts(o.Brokers)
+		if err != nil {
+			return nil, err
+		}
+		c.mesh = faults.NewMeshNet(ports)
+	}
 	for i := 0; i < o.Brokers; i++ {
 		p, err := faults.NewPGProxy(fmt.Sprintf("%s:%d", pc.Host, pc.Port))
 		if err != nil {
@@ -145,6 +155,10 @@ func (c *Cluster) Start(ctx context.Context, i int) error {
 	cfg.FileBufferDir = n.spoolDir
 	cfg.FileBufferFlush = 50 * time.Millisecond
 	cfg.FileBufferEventsPerFile = 20
+	if c.mesh != nil {
+		cfg.MeshPort, cfg.MeshPeers, cfg.MeshSecret = c.mesh.Port(i), c.mesh.Peers(i), "sim"
+		cfg.MeshHeartbeat, cfg.MeshDeadAfter = 100*time.Millisecond, time.Second
+	}
 	logw := c.opts.Log
 	if logw == nil {
 		logw = io.Discard
@@ -169,6 +183,15 @@ func (c *Cluster) Start(ctx context.Context, i int) error {
 			// Wall-clock pool maintenance would make runs differ.
 			pc.HealthCheckPeriod = time.Hour
 			pc.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
+		}
+	}
+	if !c.opts.Lockstep {
+		// Free-running: the real clock, plus a skew a fault can set.
+		skewed := &nodeClock{base: clock.Real{}, off: &n.offset}
+		opts.Clock = skewed
+		opts.IDs = ids.NewSource(skewed, nil)
+		if c.mesh != nil {
+			opts.MeshTransport = c.mesh.Transport(i)
 		}
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -293,8 +316,7 @@ func (c *Cluster) Up(i int) bool { return c.running(i) != nil }
 // Proxy is broker i's path to PostgreSQL.
 func (c *Cluster) Proxy(i int) *faults.PGProxy { return c.nodes[i].proxy }
 
-// SetSkew sets broker i's clock offset, at once (lockstep mode; free-running
-// brokers use the real clock).
+// SetSkew sets broker i's clock offset, at once.
 func (c *Cluster) SetSkew(i int, d time.Duration) {
 	c.nodes[i].skew = d
 	c.nodes[i].offset.Store(int64(d))
@@ -305,11 +327,11 @@ func (c *Cluster) Now(i int) time.Time {
 	return c.opts.PG.Now().Add(time.Duration(c.nodes[i].offset.Load()))
 }
 
-// nodeClock is a broker's clock in lockstep mode: the virtual clock plus a
-// skew that a fault can change while the broker runs. Timers are durations
-// and so ignore skew, as with a real wrong clock.
+// nodeClock is a broker's clock: the virtual clock (lockstep) or the real
+// one (free-running) plus a skew that a fault can change while the broker
+// runs. Timers are durations and so ignore skew, as with a real wrong clock.
 type nodeClock struct {
-	base *clock.Sim
+	base clock.Clock
 	off  *atomic.Int64
 }
 
@@ -426,5 +448,38 @@ func (c *Cluster) Fired() map[string]int {
 			out[k] += v
 		}
 	}
+	if c.mesh != nil {
+		for k, v := range map[string]int64{"mesh.passed": c.mesh.Passed.Load(), "mesh.dropped": c.mesh.Dropped.Load(),
+			"mesh.delayed": c.mesh.Delayed.Load(), "mesh.reordered": c.mesh.Reordered.Load()} {
+			if v > 0 {
+				out[k] += int(v)
+			}
+		}
+	}
 	return out
+}
+
+// Mesh is the network joining free-running brokers (nil in lockstep mode
+// or with one broker).
+func (c *Cluster) Mesh() *faults.MeshNet { return c.mesh }
+
+// freePorts reserves n loopback ports for the brokers' mesh listeners; they
+// keep them across restarts, as a real host keeps its port.
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
 }

@@ -79,7 +79,8 @@ func clip(raw []byte) string {
 }
 
 // pop returns the batch it got, if any.
-func (a *actor) pop(ctx context.Context, c, b int, tenant string, q QueueSpec, g string, batch int, autoAck bool) *held {
+// pop pops a batch; waitMS > 0 makes it a long poll of that timeout.
+func (a *actor) pop(ctx context.Context, c, b int, tenant string, q QueueSpec, g string, batch int, autoAck bool, waitMS int) *held {
 	status := ""
 	if autoAck {
 		status = "autoack"
@@ -95,6 +96,10 @@ func (a *actor) pop(ctx context.Context, c, b int, tenant string, q QueueSpec, g
 	}
 	if autoAck {
 		v.Set("autoAck", "true")
+	}
+	if waitMS > 0 {
+		v.Set("wait", "true")
+		v.Set("timeout", strconv.Itoa(waitMS))
 	}
 	code, raw, err := a.cluster.Do(ctx, b, "GET", "/api/v1/pop/queue/"+url.PathEscape(q.Name)+"?"+v.Encode(), tenant, nil)
 	return a.finishPop(call, b, code, raw, err, tenant, q, grp, autoAck)

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -86,6 +87,11 @@ type runner struct {
 	fired      map[string]int
 	active     []activeFault
 	ctx        context.Context
+	// jobs are the forced double-leader passes (leader.double) still
+	// running; heal waits for them.
+	jobs       sync.WaitGroup
+	doublePass atomic.Int64 // retention passes run by forced double leaders
+	doubleRows atomic.Int64 // rows those passes deleted
 }
 
 type activeFault struct {
@@ -370,7 +376,13 @@ func (r *runner) step(rng *rand.Rand, c *client) {
 			// served.
 			batch = 1
 		}
-		h := r.act.pop(r.ctx, c.id, b, tenant, q, g, batch, autoAck)
+		waitMS := 0
+		if r.pg == nil && pick(100) < w.PollPct {
+			// A long poll (free-running only): parked until a push
+			// wakes it, through the mesh when it was made elsewhere.
+			waitMS = 100 + pick(400)
+		}
+		h := r.act.pop(r.ctx, c.id, b, tenant, q, g, batch, autoAck, waitMS)
 		switch {
 		case h != nil && w.HotPct > 0:
 			r.act.ack(r.ctx, c.id, b, h, []string{"completed"})
@@ -586,6 +598,42 @@ func (r *runner) inject(f FaultAt) error {
 			}
 		}
 		e.Until = e.VT
+	case "mesh.drop", "mesh.delay", "mesh.reorder":
+		m := r.cluster.Mesh()
+		if m == nil {
+			return fmt.Errorf("%s needs a free-running run of two brokers or more", f.Kind)
+		}
+		switch f.Kind {
+		case "mesh.drop":
+			m.Drop(f.Broker, f.For)
+		case "mesh.delay":
+			m.Delay(f.Broker, f.By, f.For)
+		default:
+			m.Reorder(f.Broker, f.For)
+		}
+		r.fired[f.Kind]++
+	case "leader.double":
+		// Every running broker runs the elected retention pass at once,
+		// lock or no lock, over and over for f.For: the jobs must be
+		// idempotent, so no property may notice.
+		deadline := time.Now().Add(f.For)
+		for _, b := range r.brokersOf(f) {
+			r.jobs.Add(1)
+			go func() {
+				defer r.jobs.Done()
+				for time.Now().Before(deadline) && r.ctx.Err() == nil {
+					br := r.cluster.Broker(b)
+					if br == nil {
+						time.Sleep(20 * time.Millisecond)
+						continue
+					}
+					if res, err := br.Store().RetentionPass(r.ctx, 100); err == nil {
+						r.doublePass.Add(1)
+						r.doubleRows.Add(res.Expired + res.Completed + res.Evicted)
+					}
+				}
+			}()
+		}
 	case "clock.skew":
 		for _, b := range r.brokersOf(f) {
 			r.cluster.SetSkew(b, f.By)
@@ -626,6 +674,13 @@ func (r *runner) expireFaults(now time.Time) {
 // heal clears every fault, restarts crashed brokers and lets consumers go:
 // whatever they still hold is abandoned and must come back after its lease.
 func (r *runner) heal() error {
+	r.jobs.Wait()
+	if n := r.doublePass.Swap(0); n > 0 {
+		r.fired["leader.double"] += int(n)
+	}
+	if n := r.doubleRows.Swap(0); n > 0 {
+		r.fired["leader.double.deleted"] += int(n)
+	}
 	for _, a := range r.active {
 		r.cluster.Proxy(a.broker).SetMode(faults.Pass, 0)
 		r.cluster.ResetPool(a.broker)
@@ -672,7 +727,7 @@ func (r *runner) drain() {
 			for _, q := range r.o.Queues {
 				for _, g := range q.Groups {
 					for i := 0; i < 1000; i++ {
-						h := r.act.pop(r.ctx, 0, 0, t, q, g, 100, false)
+						h := r.act.pop(r.ctx, 0, 0, t, q, g, 100, false, 0)
 						if h == nil {
 							break
 						}
