@@ -127,9 +127,15 @@ func TestMeshWakesALongPollOnAnotherBroker(t *testing.T) {
 	t.Logf("push on a reached the long poll on b after %v (floor: 1 h)", got.took)
 }
 
+// TestMeshLeaseTakenOnOneIsAckedOnTheOther: no affinity. A lease taken on
+// A is extended, acked and used in a transaction on B, and a transactionId
+// pushed on both is stored once.
 func TestMeshLeaseTakenOnOneIsAckedOnTheOther(t *testing.T) {
 	a, b := meshPair(t, "s", "s")
-	post(t, "http://"+a.Addr()+"/api/v1/push", `{"items":[{"queue":"lq","payload":1}]}`)
+	post(t, "http://"+a.Addr()+"/api/v1/push", `{"items":[{"queue":"lq","payload":1,"transactionId":"one"}]}`)
+	if code, body := post(t, "http://"+b.Addr()+"/api/v1/push", `{"items":[{"queue":"lq","payload":1,"transactionId":"one"}]}`); code != 201 || !strings.Contains(body, `"duplicate"`) {
+		t.Fatalf("the same transactionId pushed on the other broker: %d %s", code, body)
+	}
 	code, body := get(t, "http://"+a.Addr()+"/api/v1/pop/queue/lq")
 	var pop struct {
 		Messages []struct {
@@ -142,12 +148,32 @@ func TestMeshLeaseTakenOnOneIsAckedOnTheOther(t *testing.T) {
 		t.Fatalf("pop on a: %d %s", code, body)
 	}
 	m := pop.Messages[0]
+	if code, body := post(t, "http://"+b.Addr()+"/api/v1/lease/"+m.LeaseID+"/extend", `{"seconds":60}`); code != 200 || !strings.Contains(body, `"success":true`) {
+		t.Fatalf("extend on b of a's lease: %d %s", code, body)
+	}
+	code, body = post(t, "http://"+b.Addr()+"/api/v1/transaction", fmt.Sprintf(`{"operations":[
+		{"type":"push","items":[{"queue":"out","transactionId":"result"}]},
+		{"type":"ack","transactionId":%q,"partitionId":%q,"status":"completed"}],"requiredLeases":[%q]}`,
+		m.TransactionID, m.PartitionID, m.LeaseID))
+	if code != 200 || !strings.Contains(body, `"success":true`) {
+		t.Fatalf("transaction on b under a's lease: %d %s", code, body)
+	}
+	if code, body := get(t, "http://"+a.Addr()+"/api/v1/pop/queue/lq"); code != 204 {
+		t.Fatalf("the acked message came back: %d %s", code, body)
+	}
+	// And a plain ack on b of a lease taken on a.
+	post(t, "http://"+a.Addr()+"/api/v1/push", `{"items":[{"queue":"lq","payload":2,"transactionId":"two"}]}`)
+	code, body = get(t, "http://"+a.Addr()+"/api/v1/pop/queue/lq")
+	if code != 200 || json.Unmarshal([]byte(body), &pop) != nil || len(pop.Messages) != 1 {
+		t.Fatalf("pop on a: %d %s", code, body)
+	}
+	m = pop.Messages[0]
 	code, body = post(t, "http://"+b.Addr()+"/api/v1/ack", fmt.Sprintf(
 		`{"transactionId":%q,"partitionId":%q,"leaseId":%q,"status":"completed"}`, m.TransactionID, m.PartitionID, m.LeaseID))
 	if code != 200 || !strings.Contains(body, `"success":true`) {
 		t.Fatalf("ack on b of a's lease: %d %s", code, body)
 	}
-	if code, body := get(t, "http://"+a.Addr()+"/api/v1/pop/queue/lq"); code != 204 {
+	if code, body := get(t, "http://"+b.Addr()+"/api/v1/pop/queue/lq"); code != 204 {
 		t.Fatalf("the acked message came back: %d %s", code, body)
 	}
 }
