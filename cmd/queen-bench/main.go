@@ -85,23 +85,11 @@ func run(o options) error {
 		return err
 	}
 	defer pool.Close()
-	port, err := pglocal.FreePort()
+	e, stop, err := startBroker(ctx, o, pool, pg, filepath.Join(dir, "spool"))
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(o.binary, "serve")
-	cmd.Env = append(os.Environ(), "PG_HOST=127.0.0.1", "PG_PORT="+strconv.Itoa(pg.Port), "PG_USER=postgres",
-		"PG_DB=postgres", "PORT="+strconv.Itoa(port), "HOST=127.0.0.1", "FILE_BUFFER_DIR="+filepath.Join(dir, "spool"),
-		"DB_POOL_SIZE=64", "LOG_LEVEL=warn")
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start %s: %w", o.binary, err)
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	e := &env{o: o, pool: pool, url: fmt.Sprintf("http://127.0.0.1:%d", port), pgPID: pg.PID(), broker: cmd, http: newHTTPClient()}
-	if err := e.waitHealthy(ctx); err != nil {
-		return err
-	}
+	defer stop()
 	fmt.Printf("queen-bench: %d windows of %s per workload, PostgreSQL on :%d (fsync on), broker %s\n\n",
 		o.windows, o.window, pg.Port, e.url)
 	res := result{Window: o.window.String(), Windows: o.windows, Started: time.Now().UTC()}
@@ -124,6 +112,14 @@ func run(o options) error {
 		res.Latency = &lat
 		lat.print()
 	}
+	if o.only == "" || strings.Contains(","+o.only+",", ",mesh,") {
+		m, err := e.mesh(ctx, pg, dir)
+		if err != nil {
+			return fmt.Errorf("mesh: %w", err)
+		}
+		res.Mesh = &m
+		m.print()
+	}
 	if !o.skipBoot && (o.only == "" || strings.Contains(","+o.only+",", ",bootstrap,")) {
 		b, err := e.bootstrap(ctx, o.parts)
 		if err != nil {
@@ -145,6 +141,30 @@ func run(o options) error {
 		return fmt.Errorf("exactly-once verification failed: %v", res.Violations)
 	}
 	return nil
+}
+
+// startBroker runs the broker binary against pg with its spool in spool
+// and extra environment, and waits until it is healthy.
+func startBroker(ctx context.Context, o options, pool *pgxpool.Pool, pg *pglocal.Cluster, spool string, extra ...string) (*env, func(), error) {
+	port, err := pglocal.FreePort()
+	if err != nil {
+		return nil, nil, err
+	}
+	cmd := exec.Command(o.binary, "serve")
+	cmd.Env = append(append(os.Environ(), "PG_HOST=127.0.0.1", "PG_PORT="+strconv.Itoa(pg.Port), "PG_USER=postgres",
+		"PG_DB=postgres", "PORT="+strconv.Itoa(port), "HOST=127.0.0.1", "FILE_BUFFER_DIR="+spool,
+		"DB_POOL_SIZE=64", "LOG_LEVEL=warn"), extra...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, nil, fmt.Errorf("start %s: %w", o.binary, err)
+	}
+	stop := func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }
+	e := &env{o: o, pool: pool, url: fmt.Sprintf("http://127.0.0.1:%d", port), pgPID: pg.PID(), broker: cmd, http: newHTTPClient()}
+	if err := e.waitHealthy(ctx); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return e, stop, nil
 }
 
 func (e *env) waitHealthy(ctx context.Context) error {

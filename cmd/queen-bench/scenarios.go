@@ -32,8 +32,14 @@ type latencyResult struct {
 // while 4 consumers long-poll, and measures from just before the push to the
 // pop's answer. Reported: medians over windows of each window's p50 and p99.
 func (e *env) latency(ctx context.Context) (latencyResult, error) {
-	const queue, producers, every = "bench-latency", 10, 10 * time.Millisecond
-	r := latencyResult{Rate: producers * int(time.Second/every), TargetP99: 50}
+	return e.pushToPop(ctx, "bench-latency", e.url, e, 10*time.Millisecond, 50)
+}
+
+// pushToPop is the latency measure with pushes sent to pushURL and the
+// long polls parked on popper's broker (another broker, for the mesh).
+func (e *env) pushToPop(ctx context.Context, queue, pushURL string, popper *env, every time.Duration, target float64) (latencyResult, error) {
+	const producers = 10
+	r := latencyResult{Rate: producers * int(time.Second/every), TargetP99: target}
 	var pushP50, pushP99 []float64
 	before, selfBefore := e.cpu(), cpuSeconds(os.Getpid(), false)
 	for win := 0; win < e.o.windows; win++ {
@@ -58,7 +64,7 @@ func (e *env) latency(ctx context.Context) (latencyResult, error) {
 					body := fmt.Sprintf(`{"items":[{"queue":%q,"partition":"p%d","transactionId":"lat-%d-%d-%d","payload":{"t":%d}}]}`,
 						queue, p%8, win, p, i, time.Now().UnixNano())
 					t0 := time.Now()
-					code, resp, err := e.http.do(context.WithoutCancel(ctx), "POST", e.url+"/api/v1/push", []byte(body))
+					code, resp, err := e.http.do(context.WithoutCancel(ctx), "POST", pushURL+"/api/v1/push", []byte(body))
 					if err != nil || code != 201 {
 						errs <- fmt.Errorf("push: %d %s %v", code, resp, err)
 						return
@@ -73,7 +79,7 @@ func (e *env) latency(ctx context.Context) (latencyResult, error) {
 		var got atomic.Int64
 		consume := func(c context.Context) {
 			for c.Err() == nil {
-				_, err := e.popAck(c, queue, "", 100, true, func(p popped) {
+				_, err := popper.popAck(c, queue, "", 100, true, func(p popped) {
 					now := time.Now().UnixNano()
 					mu.Lock()
 					defer mu.Unlock()
@@ -245,6 +251,7 @@ type result struct {
 	Comparisons []comparison     `json:"comparisons"`
 	Latency     *latencyResult   `json:"latency,omitempty"`
 	Bootstrap   *bootstrapResult `json:"bootstrap,omitempty"`
+	Mesh        *meshResult      `json:"mesh,omitempty"`
 	Stored      map[string]int64 `json:"storedPerQueue"`
 	ExactlyOnce bool             `json:"exactlyOnce"`
 	Violations  []string         `json:"violations,omitempty"`
@@ -289,7 +296,7 @@ func (e *env) verifyStored(ctx context.Context, res *result) error {
 }
 
 func (r *result) check() {
-	r.AllMet = (r.Latency == nil || r.Latency.Met) && (r.Bootstrap == nil || r.Bootstrap.Met)
+	r.AllMet = (r.Latency == nil || r.Latency.Met) && (r.Bootstrap == nil || r.Bootstrap.Met) && (r.Mesh == nil || r.Mesh.Met)
 	for _, c := range r.Comparisons {
 		r.AllMet = r.AllMet && c.Met
 	}
