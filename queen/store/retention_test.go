@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/queen-go/queen/queen/clock"
 	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/store"
@@ -123,5 +125,54 @@ func TestCleanupRemovesOnlyEmptyIdlePartitions(t *testing.T) {
 	// A push to the removed partition creates it again and is stored.
 	if res, err := s.Push(ctx, tenant, []store.PushItem{{Queue: "c", Partition: "idle", TransactionID: "again"}}, ""); err != nil || res[0].Status != "queued" {
 		t.Fatalf("push after cleanup: %+v %v", res, err)
+	}
+}
+
+// TestDeadLeaderIsReplaced: the lock is a session lock, so a leader whose
+// process dies (its session ends, no unlock) is replaced at the next pass
+// of any other broker.
+func TestDeadLeaderIsReplaced(t *testing.T) {
+	t.Parallel()
+	dsn := storetest.DSN(t)
+	ctx := context.Background()
+	open := func() *store.Store {
+		pool, err := pgxpool.New(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		return store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil)})
+	}
+	a, b := open(), open()
+	releaseA, ok, err := a.TryLeader(ctx, store.RetentionLock)
+	if err != nil || !ok {
+		t.Fatalf("a leads: %v %v", ok, err)
+	}
+	// The dead session's connection still counts as taken by a's pool;
+	// its release (the unlock fails) drops it, so the pool can close.
+	defer releaseA()
+	if _, ok, err := b.TryLeader(ctx, store.RetentionLock); err != nil || ok {
+		t.Fatalf("b leads beside a: %v %v", ok, err)
+	}
+	// a's process dies holding the lock: its session ends, no unlock is
+	// ever sent.
+	if _, err := b.Pool().Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_locks
+		WHERE locktype = 'advisory' AND objid = $1 AND granted`, store.RetentionLock); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		release, ok, err := b.TryLeader(ctx, store.RetentionLock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			release()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the dead leader's lock was never released")
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
