@@ -229,7 +229,7 @@ func (b *Broker) startMesh(api *httpapi.Options) error {
 	b.mesh = mesh.New(mesh.Options{ServerID: b.cfg.ServerID, Listen: net.JoinHostPort(b.cfg.Host, fmt.Sprint(b.cfg.MeshPort)),
 		Peers: b.cfg.MeshPeers, Secret: []byte(b.cfg.MeshSecret), Heartbeat: b.cfg.MeshHeartbeat,
 		DeadAfter: b.cfg.MeshDeadAfter, QueueLen: b.cfg.MeshQueueFrames, Transport: b.opts.MeshTransport,
-		Log: b.log, Handle: h.handle})
+		Clock: b.opts.Clock, Log: b.log, Handle: h.handle})
 	if err := b.mesh.Start(); err != nil {
 		b.mesh = nil
 		return fmt.Errorf("QUEEN_MESH_PORT: %w", err)
@@ -322,11 +322,14 @@ func (b *Broker) Shutdown(ctx context.Context) error {
 // is abandoned, nothing is cleaned up. Leases it held expire on their own.
 func (b *Broker) Crash() {
 	b.stopOnce.Do(func() {
-		if b.cancel != nil {
-			b.cancel()
-		}
+		// Connections first: a handler that sees its context cancelled
+		// must have nobody left to answer, as after kill -9 (cancelling
+		// first let a push answer an empty 200 on a connection still open).
 		if b.http != nil {
 			_ = b.http.Close()
+		}
+		if b.cancel != nil {
+			b.cancel()
 		}
 		b.wg.Wait()
 		if b.mesh != nil {

@@ -36,3 +36,7 @@ type realTimer struct{ t *time.Timer }
 
 func (r realTimer) C() <-chan time.Time { return r.t.C }
 func (r realTimer) Stop() bool          { return r.t.Stop() }
+
+// SocketDeadline is now plus d on the real clock, for operating-system
+// deadlines (net.Conn.SetDeadline), which no other clock can express.
+func SocketDeadline(d time.Duration) time.Time { return time.Now().Add(d) }

@@ -6,6 +6,8 @@ import (
 	"io"
 	"net"
 	"time"
+
+	"github.com/queen-go/queen/queen/clock"
 )
 
 // Reconnect backoff bounds.
@@ -23,7 +25,7 @@ func (m *Mesh) dialLoop(ctx context.Context, p *peer) {
 		conn, err := m.o.Transport.Dial(dctx, p.addr)
 		cancel()
 		if err != nil {
-			if !sleep(ctx, backoff) {
+			if !sleep(ctx, m.o.Clock, backoff) {
 				return
 			}
 			backoff = min(2*backoff, backoffMax)
@@ -65,21 +67,23 @@ func (m *Mesh) send(ctx context.Context, conn net.Conn, p *peer) error {
 	}
 	hb, _ := json.Marshal(heartbeat{ServerID: m.o.ServerID})
 	beat := Frame{Type: Heartbeat, Payload: hb}.encode()
-	tick := time.NewTicker(m.o.Heartbeat)
-	defer tick.Stop()
 	for {
+		tick := m.o.Clock.NewTimer(m.o.Heartbeat)
 		select {
 		case <-ctx.Done():
+			tick.Stop()
 			return ctx.Err()
 		case <-closed:
+			tick.Stop()
 			return io.EOF
 		case b := <-p.q:
+			tick.Stop()
 			if err := m.write(conn, b); err != nil {
 				m.dropped.Add(1)
 				return err
 			}
 			m.sent.Add(1)
-		case <-tick.C:
+		case <-tick.C():
 			if err := m.write(conn, beat); err != nil {
 				return err
 			}
@@ -89,7 +93,7 @@ func (m *Mesh) send(ctx context.Context, conn net.Conn, p *peer) error {
 
 // write sends one frame in one Write, bounded by the dead threshold.
 func (m *Mesh) write(conn net.Conn, b []byte) error {
-	_ = conn.SetWriteDeadline(time.Now().Add(m.o.DeadAfter))
+	_ = conn.SetWriteDeadline(clock.SocketDeadline(m.o.DeadAfter))
 	_, err := conn.Write(b)
 	return err
 }
@@ -128,7 +132,7 @@ func (m *Mesh) receive(conn net.Conn) {
 		m.mu.Unlock()
 		_ = conn.Close()
 	}()
-	_ = conn.SetReadDeadline(time.Now().Add(m.o.DeadAfter))
+	_ = conn.SetReadDeadline(clock.SocketDeadline(m.o.DeadAfter))
 	f, err := readFrame(conn)
 	if err != nil {
 		m.handshakeFailures.Add(1)
@@ -142,7 +146,7 @@ func (m *Mesh) receive(conn net.Conn) {
 	}
 	m.touch(from)
 	for {
-		_ = conn.SetReadDeadline(time.Now().Add(m.o.DeadAfter))
+		_ = conn.SetReadDeadline(clock.SocketDeadline(m.o.DeadAfter))
 		f, err := readFrame(conn)
 		if err != nil {
 			return
@@ -159,18 +163,18 @@ func (m *Mesh) receive(conn net.Conn) {
 
 func (m *Mesh) touch(id string) {
 	m.mu.Lock()
-	m.seen[id] = time.Now()
+	m.seen[id] = m.o.Clock.Now()
 	m.mu.Unlock()
 }
 
 // sleep waits d or until ctx ends; it reports whether ctx is still live.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
+func sleep(ctx context.Context, c clock.Clock, d time.Duration) bool {
+	t := c.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return false
-	case <-t.C:
+	case <-t.C():
 		return true
 	}
 }

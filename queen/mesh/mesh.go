@@ -14,7 +14,8 @@
 // a periodic floor that re-reads the database: a lost frame costs latency,
 // nothing else.
 //
-// The mesh runs on real time: its deadlines are socket deadlines.
+// Socket deadlines are real time; heartbeats, reconnect backoff and the
+// dead threshold follow the Clock.
 package mesh
 
 import (
@@ -31,6 +32,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/queen-go/queen/queen/clock"
 )
 
 // Transport is the mesh's network seam. TCP is production; the simulator
@@ -66,7 +69,10 @@ type Options struct {
 	DeadAfter time.Duration // default 5 s
 	QueueLen  int           // frames waiting per peer before drops; default 1024
 	Transport Transport     // default TCP
-	Log       *slog.Logger
+	// Clock paces heartbeats and reconnects and dates inbound frames;
+	// socket deadlines are real time whatever it says. Default clock.Real.
+	Clock clock.Clock
+	Log   *slog.Logger
 	// Handle receives every frame other than HELLO and HEARTBEAT, on the
 	// connection's reader goroutine: it must not block.
 	Handle func(from string, f Frame)
@@ -108,6 +114,9 @@ func New(o Options) *Mesh {
 	}
 	if o.Transport == nil {
 		o.Transport = TCP{}
+	}
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
 	}
 	if o.Log == nil {
 		o.Log = slog.Default()

@@ -3,7 +3,6 @@ package mesh
 import (
 	"net"
 	"strconv"
-	"time"
 )
 
 // Stats is the mesh's state, as GET /api/v1/system/shared-state reports it.
@@ -56,7 +55,7 @@ func (m *Mesh) Stats() Stats {
 		s.Peers = append(s.Peers, ps)
 	}
 	m.mu.Lock()
-	now := time.Now()
+	now := m.o.Clock.Now()
 	for _, t := range m.seen {
 		if now.Sub(t) < m.o.DeadAfter {
 			s.ServersAlive++
@@ -74,5 +73,5 @@ func (m *Mesh) Alive(id string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	t, ok := m.seen[id]
-	return ok && time.Since(t) < m.o.DeadAfter
+	return ok && m.o.Clock.Now().Sub(t) < m.o.DeadAfter
 }
