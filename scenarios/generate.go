@@ -101,10 +101,12 @@ func Generate(seed uint64) *Scenario {
 }
 
 // GenerateFree derives a free-running scenario from a seed: two or three
-// brokers, twelve to sixteen concurrent clients over loopback HTTP, one hot
-// partition with eager consumers (pop one, ack at once, short leases), and
-// a delayed database path on one broker, so commits race out of creation
-// order. The interleaving is the machine's, so a replay of the seed runs
+// brokers joined by the mesh, twelve to sixteen concurrent clients over
+// loopback HTTP (some of their pops long polls), one hot partition with
+// eager consumers (pop one, ack at once, short leases), and a delayed
+// database path on one broker, so commits race out of creation order; and
+// sometimes a reset, a rolling restart, a lossy or slow mesh, a skewed
+// clock, a killed broker. The interleaving is the machine's, so a replay of the seed runs
 // the same workload but not the same history; a failing run's scenario is
 // written out for replay.
 func GenerateFree(seed uint64) *Scenario {
@@ -131,7 +133,8 @@ func GenerateFree(seed uint64) *Scenario {
 		s.Faults = append(s.Faults, sim.FaultAt{At: at + time.Duration(rng.IntN(400))*time.Millisecond, Kind: "pg.reset", Broker: -1})
 		s.Sometimes = append(s.Sometimes, "pg.reset")
 	}
-	if rng.IntN(2) == 0 {
+	rolling := rng.IntN(2) == 0
+	if rolling {
 		// A rolling restart: each broker in turn stops gracefully with
 		// requests in flight and comes back.
 		t := at + time.Duration(rng.IntN(300))*time.Millisecond
@@ -161,6 +164,15 @@ func GenerateFree(seed uint64) *Scenario {
 		s.Faults = append(s.Faults, sim.FaultAt{At: at, Kind: "clock.skew", Broker: rng.IntN(s.Brokers),
 			By: time.Duration(rng.IntN(20001)-10000) * time.Millisecond})
 		s.Sometimes = append(s.Sometimes, "clock.skew")
+	}
+	if rng.IntN(3) == 0 && !rolling {
+		// A broker is killed with long polls parked and leases held by
+		// its consumers, and comes back (not during a rolling restart,
+		// which may have it stopped already).
+		b, t := rng.IntN(s.Brokers), at+time.Duration(rng.IntN(600))*time.Millisecond
+		s.Faults = append(s.Faults, sim.FaultAt{At: t, Kind: "broker.crash", Broker: b},
+			sim.FaultAt{At: t + time.Duration(300+rng.IntN(500))*time.Millisecond, Kind: "broker.start", Broker: b})
+		s.Sometimes = append(s.Sometimes, "broker.crash")
 	}
 	// Lease recovery and fairness bound waits in wall time, which a loaded
 	// machine stretches; free-running runs judge what holds whatever the
