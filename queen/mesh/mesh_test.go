@@ -2,6 +2,8 @@ package mesh
 
 import (
 	"bytes"
+	"io"
+	"log/slog"
 	"encoding/binary"
 	"errors"
 	"testing"
@@ -11,6 +13,8 @@ import (
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 type got struct {
 	from string
@@ -22,7 +26,7 @@ func pair(t *testing.T, secretA, secretB string) (a, b *Mesh, toA, toB chan got)
 	t.Helper()
 	toA, toB = make(chan got, 100), make(chan got, 100)
 	mk := func(id, secret string, ch chan got) *Mesh {
-		return New(Options{ServerID: id, Listen: "127.0.0.1:0", Secret: []byte(secret),
+		return New(Options{ServerID: id, Listen: "127.0.0.1:0", Secret: []byte(secret), Log: quiet,
 			Heartbeat: 50 * time.Millisecond, DeadAfter: 300 * time.Millisecond,
 			Handle: func(from string, f Frame) { ch <- got{from, f} }})
 	}
@@ -108,7 +112,7 @@ func TestDeadPeerIsDetectedAndFramesDropped(t *testing.T) {
 }
 
 func TestFullQueueDropsInsteadOfBlocking(t *testing.T) {
-	m := New(Options{ServerID: "x", QueueLen: 2})
+	m := New(Options{ServerID: "x", QueueLen: 2, Log: quiet})
 	p := &peer{addr: "127.0.0.1:1", q: make(chan []byte, 2)}
 	p.connected.Store(true) // connected but never writing: a stalled peer
 	m.peers = []*peer{p}
