@@ -2,10 +2,10 @@ package mesh
 
 import (
 	"bytes"
-	"io"
-	"log/slog"
 	"encoding/binary"
 	"errors"
+	"io"
+	"log/slog"
 	"testing"
 	"time"
 
