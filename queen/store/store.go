@@ -115,6 +115,7 @@ func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc)
 // transaction.
 type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 

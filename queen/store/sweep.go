@@ -1,0 +1,194 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The sweeper's statements. Every broker runs them; FOR UPDATE SKIP LOCKED
+// shares the rows, and a claim is a lease: a broker that dies holding one
+// leaves the rows claimable again when it ends.
+const (
+	// claimTimersSQL leases up to $4 due timers under token $3 for $2 ms.
+	// The ordering expression is the index's.
+	claimTimersSQL = `
+UPDATE queen.log_timers t SET claimed_until = coalesce($1::timestamptz, now()) + make_interval(secs => $2::float8 / 1000),
+	claim_token = $3
+WHERE (t.tenant_id, t.queue, t.timer_key) IN (
+	SELECT tenant_id, queue, timer_key FROM queen.log_timers
+	WHERE greatest(deliver_at, coalesce(claimed_until, deliver_at)) <= coalesce($1::timestamptz, now())
+	ORDER BY greatest(deliver_at, coalesce(claimed_until, deliver_at))
+	LIMIT $4
+	FOR UPDATE SKIP LOCKED)
+RETURNING t.tenant_id::text, t.queue, t.timer_key, t.partition, t.deliver_at, t.txn, t.message_id::text,
+	t.payload, coalesce(t.producer_sub, '')`
+
+	// fireTimersSQL deletes the claimed timers that are still this claim's:
+	// one rescheduled or cancelled since (or re-claimed by another broker
+	// after the lease ran out) is not deleted and so not pushed here.
+	fireTimersSQL = `
+DELETE FROM queen.log_timers
+WHERE claim_token = $1
+	AND (tenant_id, queue, timer_key) IN (SELECT * FROM unnest($2::uuid[], $3::text[], $4::text[]))
+RETURNING tenant_id::text, queue, timer_key`
+
+	// nextTimerSQL is how long until the next timer may be claimed (ms,
+	// negative when overdue; NULL when there is none).
+	nextTimerSQL = `
+SELECT extract(epoch FROM min(greatest(deliver_at, coalesce(claimed_until, deliver_at))) - coalesce($1::timestamptz, now())) * 1000
+FROM queen.log_timers`
+
+	pruneKVSQL = `
+DELETE FROM queen.kv WHERE ctid IN (
+	SELECT ctid FROM queen.kv WHERE expires_at <= coalesce($1::timestamptz, now())
+	LIMIT $2 FOR UPDATE SKIP LOCKED)`
+)
+
+// ClaimedTimer is a due timer leased to one sweeper.
+type ClaimedTimer struct {
+	Tenant, Queue, TimerKey, Partition, Txn, MessageID, ProducerSub string
+	DeliverAt                                                       time.Time
+	Payload                                                         []byte
+}
+
+// ClaimTimers leases up to limit due timers for lease under token.
+func (s *Store) ClaimTimers(ctx context.Context, token string, lease time.Duration, limit int) ([]ClaimedTimer, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	rows, err := s.pool.Query(ctx, claimTimersSQL, s.dbNow(), float64(lease.Milliseconds()), token, limit)
+	if err != nil {
+		return nil, err
+	}
+	var out []ClaimedTimer
+	for rows.Next() {
+		var c ClaimedTimer
+		if err := rows.Scan(&c.Tenant, &c.Queue, &c.TimerKey, &c.Partition, &c.DeliverAt, &c.Txn, &c.MessageID,
+			&c.Payload, &c.ProducerSub); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// FiredTimer is one timer whose message is now stored (or was already:
+// Duplicate, when its txn was pushed before).
+type FiredTimer struct {
+	ClaimedTimer
+	PartitionID string
+	Duplicate   bool
+}
+
+// FireTimers turns claimed timers into messages in one transaction: it
+// deletes the rows still held by token and pushes one message each under
+// its txn and promised message id. A timer no longer held is skipped.
+// Nothing is delivered twice: the delete and the push commit together.
+func (s *Store) FireTimers(ctx context.Context, token string, claimed []ClaimedTimer) ([]FiredTimer, error) {
+	if len(claimed) == 0 {
+		return nil, nil
+	}
+	// Names resolve (partitions are created) outside the transaction, as
+	// for any push: harmless if it rolls back.
+	rows := make([]appendRow, len(claimed))
+	byTenant := map[string][]int{}
+	for i, c := range claimed {
+		byTenant[c.Tenant] = append(byTenant[c.Tenant], i)
+	}
+	for tenant, idx := range byTenant {
+		keys := make([]partName, len(idx))
+		for j, i := range idx {
+			keys[j] = partName{tenant: tenant, queue: claimed[i].Queue, partition: claimed[i].Partition}
+		}
+		pids, err := s.partitionIDs(ctx, tenant, keys)
+		if err != nil {
+			return nil, err
+		}
+		for j, i := range idx {
+			c := claimed[i]
+			payload := "null"
+			if len(c.Payload) > 0 {
+				payload = string(c.Payload)
+			}
+			rows[i] = appendRow{id: c.MessageID, pid: pids[keys[j]], txid: c.Txn, payload: payload, sub: c.ProducerSub}
+		}
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	var fired []FiredTimer
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		held, err := s.deleteClaimed(ctx, tx, token, claimed)
+		if err != nil {
+			return err
+		}
+		var push []appendRow
+		var which []int
+		for i, c := range claimed {
+			if held[[3]string{c.Tenant, c.Queue, c.TimerKey}] {
+				push = append(push, rows[i])
+				which = append(which, i)
+			}
+		}
+		if len(push) == 0 {
+			return nil
+		}
+		outs, err := s.appendDistinct(ctx, tx, push)
+		if err != nil {
+			return err
+		}
+		for k, o := range outs {
+			if o.gone {
+				// The next claim, after the lease, resolves afresh.
+				s.cache.forgetPartitionIDs(map[string]bool{push[k].pid: true})
+				return fmt.Errorf("a partition was deleted while timers fired into it")
+			}
+			fired = append(fired, FiredTimer{ClaimedTimer: claimed[which[k]], PartitionID: push[k].pid, Duplicate: !o.queued})
+		}
+		return nil
+	})
+	return fired, err
+}
+
+func (s *Store) deleteClaimed(ctx context.Context, tx pgx.Tx, token string, claimed []ClaimedTimer) (map[[3]string]bool, error) {
+	var tenants, queues, keys []string
+	for _, c := range claimed {
+		tenants, queues, keys = append(tenants, c.Tenant), append(queues, c.Queue), append(keys, c.TimerKey)
+	}
+	res, err := tx.Query(ctx, fireTimersSQL, token, tenants, queues, keys)
+	if err != nil {
+		return nil, err
+	}
+	held := map[[3]string]bool{}
+	for res.Next() {
+		var k [3]string
+		if err := res.Scan(&k[0], &k[1], &k[2]); err != nil {
+			res.Close()
+			return nil, err
+		}
+		held[k] = true
+	}
+	return held, res.Err()
+}
+
+// NextTimer is how long until the next timer may be claimed (negative when
+// one is overdue), or ok=false when there is no timer at all.
+func (s *Store) NextTimer(ctx context.Context) (time.Duration, bool, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	var ms *float64
+	if err := s.pool.QueryRow(ctx, nextTimerSQL, s.dbNow()).Scan(&ms); err != nil || ms == nil {
+		return 0, false, err
+	}
+	return time.Duration(*ms * float64(time.Millisecond)), true, nil
+}
+
+// PruneKV deletes up to limit expired KV rows (already invisible to reads).
+func (s *Store) PruneKV(ctx context.Context, limit int) (int64, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	tag, err := s.pool.Exec(ctx, pruneKVSQL, s.dbNow(), limit)
+	return tag.RowsAffected(), err
+}

@@ -1,0 +1,256 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// TimerOp is one operation on a tenant's timers: schedule (create or
+// replace), reschedule (move an existing one) or cancel. A timer is a
+// message promised for later: when due, a sweeper pushes it to Queue and
+// Partition under Txn, exactly once.
+type TimerOp struct {
+	Op        string // schedule, reschedule or cancel
+	Queue     string
+	TimerKey  string
+	Partition string // "" means Default
+	// When: DeliverAt (absolute) or DelayMs after the database's now; both
+	// mean "not before". Cancel needs neither.
+	DeliverAt *time.Time
+	DelayMs   float64
+	Txn       string          // the fired message's transactionId (schedule)
+	Payload   json.RawMessage // the message's payload; nil keeps it (reschedule)
+}
+
+// TimerResult is one operation's outcome. Status is scheduled,
+// rescheduled, cancelled, absent (no such timer: maybe already delivered)
+// or too_late (a sweeper holds a claim on it).
+type TimerResult struct {
+	OK        bool
+	Status    string
+	Queue     string
+	TimerKey  string
+	Txn       string
+	MessageID string
+	DeliverAt *time.Time
+}
+
+// Timer is one pending timer, as listed or peeked.
+type Timer struct {
+	Queue, TimerKey, Partition, Txn, MessageID string
+	DeliverAt                                  time.Time
+	Payload                                    json.RawMessage
+	Claimed                                    bool
+	Attempts                                   int
+}
+
+// Timer statements take the injected now as their last parameter.
+const (
+	// scheduleTimerSQL creates or replaces a timer unless a live claim
+	// holds it; a replaced timer loses any stale claim, so its old
+	// claimer's fire (by claim token) misses it.
+	scheduleTimerSQL = `
+INSERT INTO queen.log_timers AS t (tenant_id, queue, timer_key, partition, deliver_at, txn, message_id, payload,
+	producer_sub, created_at, updated_at)
+VALUES ($1, $2, $3, $4,
+	coalesce($5::timestamptz, coalesce($10::timestamptz, now()) + make_interval(secs => $6::float8 / 1000)),
+	$7, $8, $9, nullif($11, ''), coalesce($10::timestamptz, now()), coalesce($10::timestamptz, now()))
+ON CONFLICT (tenant_id, queue, timer_key) DO UPDATE SET partition = excluded.partition, deliver_at = excluded.deliver_at,
+	txn = excluded.txn, message_id = excluded.message_id, payload = excluded.payload, producer_sub = excluded.producer_sub,
+	attempts = 0, last_error = NULL, claimed_until = NULL, claim_token = NULL, updated_at = excluded.updated_at
+WHERE t.claimed_until IS NULL OR t.claimed_until <= coalesce($10::timestamptz, now())
+RETURNING deliver_at, xmax = 0`
+
+	rescheduleTimerSQL = `
+UPDATE queen.log_timers SET
+	deliver_at = coalesce($4::timestamptz, coalesce($7::timestamptz, now()) + make_interval(secs => $5::float8 / 1000)),
+	payload = CASE WHEN $6::boolean THEN $8::jsonb ELSE payload END,
+	claimed_until = NULL, claim_token = NULL, attempts = 0, last_error = NULL, updated_at = coalesce($7::timestamptz, now())
+WHERE tenant_id = $1 AND queue = $2 AND timer_key = $3
+	AND (claimed_until IS NULL OR claimed_until <= coalesce($7::timestamptz, now()))
+RETURNING deliver_at, txn, message_id::text`
+
+	cancelTimerSQL = `
+DELETE FROM queen.log_timers
+WHERE tenant_id = $1 AND queue = $2 AND timer_key = $3
+	AND (claimed_until IS NULL OR claimed_until <= coalesce($4::timestamptz, now()))
+RETURNING txn, message_id::text`
+
+	// timerClaimedSQL tells a miss apart: a row that is there is claimed.
+	timerClaimedSQL = `SELECT txn FROM queen.log_timers WHERE tenant_id = $1 AND queue = $2 AND timer_key = $3`
+
+	listTimersSQL = `
+SELECT timer_key, partition, deliver_at, txn, message_id::text, payload,
+	coalesce(claimed_until > coalesce($5::timestamptz, now()), false), attempts
+FROM queen.log_timers
+WHERE tenant_id = $1 AND queue = $2 AND timer_key > $3
+ORDER BY timer_key
+LIMIT $4`
+
+	peekTimerSQL = `
+SELECT timer_key, partition, deliver_at, txn, message_id::text, payload,
+	coalesce(claimed_until > coalesce($4::timestamptz, now()), false), attempts
+FROM queen.log_timers
+WHERE tenant_id = $1 AND queue = $2 AND timer_key = $3`
+
+	countTimersSQL = `
+SELECT count(*) FROM queen.log_timers
+WHERE tenant_id = $1 AND queue = $2 AND left(timer_key, length($3)) = $3`
+)
+
+// ApplyTimers runs the operations in one transaction and answers one result
+// each, in order. An op naming a timer already named earlier in the call is
+// the caller's to refuse before this.
+func (s *Store) ApplyTimers(ctx context.Context, tenant, producerSub string, ops []TimerOp) ([]TimerResult, error) {
+	var out []TimerResult
+	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx, _ time.Time) error {
+		var err error
+		out, err = s.applyTimers(ctx, tx, tenant, producerSub, ops)
+		return err
+	})
+	return out, err
+}
+
+// applyTimers runs ops on q, one statement each.
+func (s *Store) applyTimers(ctx context.Context, q querier, tenant, producerSub string, ops []TimerOp) ([]TimerResult, error) {
+	out := make([]TimerResult, len(ops))
+	for i, op := range ops {
+		var err error
+		if out[i], err = s.applyTimer(ctx, q, tenant, producerSub, op); err != nil {
+			return nil, fmt.Errorf("timer %d (%s %s/%s): %w", i, op.Op, op.Queue, op.TimerKey, err)
+		}
+	}
+	return out, nil
+}
+
+func (s *Store) applyTimer(ctx context.Context, q querier, tenant, producerSub string, op TimerOp) (TimerResult, error) {
+	r := TimerResult{Queue: op.Queue, TimerKey: op.TimerKey, Txn: op.Txn}
+	now := s.dbNow()
+	var at time.Time
+	switch op.Op {
+	case "schedule":
+		part := op.Partition
+		if part == "" {
+			part = DefaultPartition
+		}
+		payload := op.Payload
+		if payload == nil {
+			payload = json.RawMessage("null")
+		}
+		r.MessageID = s.ids.New()
+		var inserted bool
+		err := q.QueryRow(ctx, scheduleTimerSQL, tenant, op.Queue, op.TimerKey, part, op.DeliverAt, op.DelayMs,
+			op.Txn, r.MessageID, string(payload), now, producerSub).Scan(&at, &inserted)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return s.timerMiss(ctx, q, tenant, op, r)
+		}
+		if err != nil {
+			return r, err
+		}
+		r.OK, r.Status, r.DeliverAt = true, "scheduled", &at
+		if !inserted {
+			r.Status = "rescheduled"
+		}
+		return r, nil
+	case "reschedule":
+		err := q.QueryRow(ctx, rescheduleTimerSQL, tenant, op.Queue, op.TimerKey, op.DeliverAt, op.DelayMs,
+			op.Payload != nil, now, nullableJSON(op.Payload)).Scan(&at, &r.Txn, &r.MessageID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return s.timerMiss(ctx, q, tenant, op, r)
+		}
+		if err != nil {
+			return r, err
+		}
+		r.OK, r.Status, r.DeliverAt = true, "rescheduled", &at
+		return r, nil
+	case "cancel":
+		err := q.QueryRow(ctx, cancelTimerSQL, tenant, op.Queue, op.TimerKey, now).Scan(&r.Txn, &r.MessageID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return s.timerMiss(ctx, q, tenant, op, r)
+		}
+		if err != nil {
+			return r, err
+		}
+		r.OK, r.Status = true, "cancelled"
+		return r, nil
+	}
+	return r, fmt.Errorf("unknown timer op %q", op.Op)
+}
+
+// timerMiss answers an op that changed nothing: too_late when a live claim
+// holds the timer, absent when there is none (it may have fired; the txn
+// echoed is where to look).
+func (s *Store) timerMiss(ctx context.Context, q querier, tenant string, op TimerOp, r TimerResult) (TimerResult, error) {
+	var txn string
+	err := q.QueryRow(ctx, timerClaimedSQL, tenant, op.Queue, op.TimerKey).Scan(&txn)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		r.Status = "absent"
+	case err != nil:
+		return r, err
+	default:
+		r.Status, r.Txn = "too_late", txn
+	}
+	r.MessageID = ""
+	return r, nil
+}
+
+func nullableJSON(p json.RawMessage) *string {
+	if p == nil {
+		return nil
+	}
+	s := string(p)
+	return &s
+}
+
+// ListTimers lists a queue's pending timers after the key after, in key
+// order, at most limit.
+func (s *Store) ListTimers(ctx context.Context, tenant, queue, after string, limit int) ([]Timer, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	rows, err := s.pool.Query(ctx, listTimersSQL, tenant, queue, after, limit, s.dbNow())
+	if err != nil {
+		return nil, err
+	}
+	var out []Timer
+	for rows.Next() {
+		t := Timer{Queue: queue}
+		var payload []byte
+		if err := rows.Scan(&t.TimerKey, &t.Partition, &t.DeliverAt, &t.Txn, &t.MessageID, &payload, &t.Claimed, &t.Attempts); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		t.Payload = payload
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+// CountTimers counts a queue's pending timers whose key starts with prefix.
+func (s *Store) CountTimers(ctx context.Context, tenant, queue, prefix string) (int64, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	var n int64
+	err := s.pool.QueryRow(ctx, countTimersSQL, tenant, queue, prefix).Scan(&n)
+	return n, err
+}
+
+// PeekTimer returns one pending timer, or ok=false.
+func (s *Store) PeekTimer(ctx context.Context, tenant, queue, key string) (Timer, bool, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	t := Timer{Queue: queue}
+	var payload []byte
+	err := s.pool.QueryRow(ctx, peekTimerSQL, tenant, queue, key, s.dbNow()).Scan(&t.TimerKey, &t.Partition,
+		&t.DeliverAt, &t.Txn, &t.MessageID, &payload, &t.Claimed, &t.Attempts)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Timer{}, false, nil
+	}
+	t.Payload = payload
+	return t, err == nil, err
+}

@@ -1,0 +1,170 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/queen-go/queen/queen/clock"
+	"github.com/queen-go/queen/queen/ids"
+	"github.com/queen-go/queen/queen/store"
+	"github.com/queen-go/queen/queen/store/storetest"
+)
+
+// clockedStore is a store whose database time the test moves.
+func clockedStore(t *testing.T) (*store.Store, *time.Time) {
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	return store.New(storetest.Pool(t), store.Options{IDs: ids.NewSource(clock.Real{}, nil),
+		DBNow: func() *time.Time { t := now; return &t }}), &now
+}
+
+func TestTimersScheduleClaimFireOnce(t *testing.T) {
+	t.Parallel()
+	s, now := clockedStore(t)
+	ctx := context.Background()
+	res, err := s.ApplyTimers(ctx, tenant, "", []store.TimerOp{
+		{Op: "schedule", Queue: "tq", TimerKey: "a", DelayMs: 2000, Txn: "fire-a", Payload: json.RawMessage(`{"n":1}`)},
+		{Op: "schedule", Queue: "tq", TimerKey: "b", DelayMs: 60000, Txn: "fire-b"},
+	})
+	if err != nil || res[0].Status != "scheduled" || !res[0].OK || res[0].MessageID == "" || !res[0].DeliverAt.Equal(now.Add(2*time.Second)) {
+		t.Fatalf("schedule: %+v %v", res, err)
+	}
+	promised := res[0].MessageID
+	if c, err := s.ClaimTimers(ctx, "00000000-0000-0000-0000-00000000000a", 30*time.Second, 10); err != nil || len(c) != 0 {
+		t.Fatalf("claimed before due: %+v %v", c, err)
+	}
+	if d, ok, err := s.NextTimer(ctx); err != nil || !ok || d != 2*time.Second {
+		t.Fatalf("next timer in %v %v %v, want 2s", d, ok, err)
+	}
+	*now = now.Add(2 * time.Second)
+	token := "00000000-0000-0000-0000-00000000000b"
+	claimed, err := s.ClaimTimers(ctx, token, 30*time.Second, 10)
+	if err != nil || len(claimed) != 1 || claimed[0].TimerKey != "a" {
+		t.Fatalf("claim at due time: %+v %v", claimed, err)
+	}
+	// While claimed, it can be neither cancelled nor claimed again.
+	if r, err := s.ApplyTimers(ctx, tenant, "", []store.TimerOp{{Op: "cancel", Queue: "tq", TimerKey: "a"}}); err != nil || r[0].Status != "too_late" || r[0].OK {
+		t.Fatalf("cancel of a claimed timer: %+v %v", r, err)
+	}
+	if c, _ := s.ClaimTimers(ctx, "00000000-0000-0000-0000-00000000000c", 30*time.Second, 10); len(c) != 0 {
+		t.Fatalf("claimed twice: %+v", c)
+	}
+	fired, err := s.FireTimers(ctx, token, claimed)
+	if err != nil || len(fired) != 1 || fired[0].Duplicate {
+		t.Fatalf("fire: %+v %v", fired, err)
+	}
+	if again, err := s.FireTimers(ctx, token, claimed); err != nil || len(again) != 0 {
+		t.Fatalf("fired twice: %+v %v", again, err)
+	}
+	p, err := s.Pop(ctx, store.PopRequest{Tenant: tenant, Queue: "tq", Batch: 10})
+	if err != nil || len(p.Messages) != 1 || p.Messages[0].TransactionID != "fire-a" || p.Messages[0].ID != promised {
+		t.Fatalf("the fired message: %+v %v (promised id %s)", p, err, promised)
+	}
+	if r, _ := s.ApplyTimers(ctx, tenant, "", []store.TimerOp{{Op: "cancel", Queue: "tq", TimerKey: "a"}}); r[0].Status != "absent" {
+		t.Fatalf("cancel after fire: %+v", r)
+	}
+	if r, _ := s.ApplyTimers(ctx, tenant, "", []store.TimerOp{{Op: "cancel", Queue: "tq", TimerKey: "b"}}); r[0].Status != "cancelled" || r[0].Txn != "fire-b" {
+		t.Fatalf("cancel pending: %+v", r)
+	}
+}
+
+func TestExpiredClaimIsClaimableAndTheOldClaimFiresNothing(t *testing.T) {
+	t.Parallel()
+	s, now := clockedStore(t)
+	ctx := context.Background()
+	if _, err := s.ApplyTimers(ctx, tenant, "", []store.TimerOp{{Op: "schedule", Queue: "tq", TimerKey: "k", Txn: "once"}}); err != nil {
+		t.Fatal(err)
+	}
+	dead := "00000000-0000-0000-0000-0000000000d1"
+	first, err := s.ClaimTimers(ctx, dead, 30*time.Second, 10)
+	if err != nil || len(first) != 1 {
+		t.Fatalf("claim: %+v %v", first, err)
+	}
+	*now = now.Add(31 * time.Second) // the claimer died; its lease ran out
+	live := "00000000-0000-0000-0000-0000000000d2"
+	second, err := s.ClaimTimers(ctx, live, 30*time.Second, 10)
+	if err != nil || len(second) != 1 {
+		t.Fatalf("reclaim after the lease: %+v %v", second, err)
+	}
+	if f, err := s.FireTimers(ctx, dead, first); err != nil || len(f) != 0 {
+		t.Fatalf("the dead claim fired: %+v %v", f, err)
+	}
+	if f, err := s.FireTimers(ctx, live, second); err != nil || len(f) != 1 {
+		t.Fatalf("the live claim: %+v %v", f, err)
+	}
+}
+
+func TestKVTTLVersionsAndPreconditions(t *testing.T) {
+	t.Parallel()
+	s, now := clockedStore(t)
+	ctx := context.Background()
+	one := func(op store.KVOp) store.KVResult {
+		t.Helper()
+		r, err := s.ApplyKV(ctx, tenant, []store.KVOp{op})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r[0]
+	}
+	put := one(store.KVOp{Op: "put", NS: "n", Key: "k", Value: json.RawMessage(`{"a":1}`), TTLSeconds: 1})
+	if !put.Applied || put.Version == 0 {
+		t.Fatalf("put: %+v", put)
+	}
+	if g := one(store.KVOp{Op: "get", NS: "n", Key: "k"}); !g.Found || string(g.Value) != `{"a": 1}` || g.Version != put.Version {
+		t.Fatalf("get: %+v %s", g, g.Value)
+	}
+	stale := put.Version + 1000
+	if r := one(store.KVOp{Op: "put", NS: "n", Key: "k", Value: json.RawMessage(`2`), Expect: &stale}); r.Applied || r.Reason != "version" || r.Version != put.Version {
+		t.Fatalf("put with a stale expect: %+v", r)
+	}
+	if r := one(store.KVOp{Op: "putIfAbsent", NS: "n", Key: "k", Value: json.RawMessage(`3`)}); r.Applied || r.Reason != "exists" {
+		t.Fatalf("putIfAbsent on a live row: %+v", r)
+	}
+	*now = now.Add(1001 * time.Millisecond)
+	if g := one(store.KVOp{Op: "get", NS: "n", Key: "k"}); g.Found {
+		t.Fatalf("an expired row was read: %+v", g)
+	}
+	if r := one(store.KVOp{Op: "putIfAbsent", NS: "n", Key: "k", Value: json.RawMessage(`4`)}); !r.Applied {
+		t.Fatalf("putIfAbsent over an expired row: %+v", r)
+	}
+	if r := one(store.KVOp{Op: "incr", NS: "n", Key: "c", By: 5}); !r.Applied || string(r.Value) != "5" {
+		t.Fatalf("incr: %+v %s", r, r.Value)
+	}
+	if r := one(store.KVOp{Op: "incr", NS: "n", Key: "c", By: 2}); string(r.Value) != "7" {
+		t.Fatalf("incr again: %s", r.Value)
+	}
+	one(store.KVOp{Op: "put", NS: "n", Key: "text", Value: json.RawMessage(`"x"`)})
+	if r := one(store.KVOp{Op: "incr", NS: "n", Key: "text", By: 1}); r.Applied || r.Reason != "not_a_number" {
+		t.Fatalf("incr of a non-number: %+v", r)
+	}
+	many := one(store.KVOp{Op: "getMany", NS: "n", Keys: []string{"c", "k", "nope"}})
+	prefix := one(store.KVOp{Op: "getPrefix", NS: "n", Prefix: "", Limit: 100})
+	if len(many.Rows) != 2 || len(prefix.Rows) != 3 || prefix.Rows[0].Key != "c" {
+		t.Fatalf("getMany %+v getPrefix %+v", many, prefix)
+	}
+	// A required op that loses rolls back the whole call.
+	_, err := s.ApplyKV(ctx, tenant, []store.KVOp{
+		{Op: "put", NS: "n", Key: "new", Value: json.RawMessage(`1`)},
+		{Op: "putIfAbsent", NS: "n", Key: "c", Value: json.RawMessage(`1`), Required: true},
+	})
+	var pre *store.KVPrecondition
+	if !errors.As(err, &pre) || pre.Index != 1 {
+		t.Fatalf("required precondition: %v", err)
+	}
+	if g := one(store.KVOp{Op: "get", NS: "n", Key: "new"}); g.Found {
+		t.Fatal("a call whose required op failed wrote its other ops")
+	}
+	if r := one(store.KVOp{Op: "delete", NS: "n", Key: "c"}); !r.Applied {
+		t.Fatalf("delete: %+v", r)
+	}
+	if r := one(store.KVOp{Op: "delete", NS: "n", Key: "c"}); r.Applied {
+		t.Fatalf("delete twice: %+v", r)
+	}
+	one(store.KVOp{Op: "put", NS: "n", Key: "short", Value: json.RawMessage(`1`), TTLSeconds: 1})
+	*now = now.Add(2 * time.Second)
+	if n, err := s.PruneKV(ctx, 100); err != nil || n != 1 {
+		t.Fatalf("prune removed %d expired rows, want 1 (short): %v", n, err)
+	}
+}
