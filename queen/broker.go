@@ -32,6 +32,7 @@ import (
 	"github.com/queen-go/queen/queen/mesh"
 	"github.com/queen-go/queen/queen/spool"
 	"github.com/queen-go/queen/queen/store"
+	"github.com/queen-go/queen/queen/sweeper"
 	"github.com/queen-go/queen/queen/waker"
 )
 
@@ -179,8 +180,17 @@ func (b *Broker) Start(ctx context.Context) error {
 			return err
 		}
 	}
+	var sw *sweeper.Sweeper
+	if b.cfg.Sweeper {
+		sw = b.newSweeper(arbiter)
+		apiOpts.TimerHint = sw.Hint
+		apiOpts.SweeperStats = func() httpapi.SweeperStats { return sweeperStats(sw) }
+	}
 	b.api = httpapi.New(apiOpts)
 	b.handler = b.api.Handler()
+	if sw != nil {
+		sw.Fired = b.api.Notify
+	}
 	b.services = []background.Service{
 		&leader.Retention{Store: b.store, Clock: b.opts.Clock, Batch: b.cfg.RetentionBatchSize,
 			CleanupDays: b.cfg.PartitionCleanupDays, Log: b.log,
@@ -189,6 +199,9 @@ func (b *Broker) Start(ctx context.Context) error {
 	}
 	if b.drainer != nil {
 		b.services = append(b.services, b.drainer)
+	}
+	if sw != nil {
+		b.services = append(b.services, sw)
 	}
 
 	base, cancel := context.WithCancel(context.Background())
@@ -220,6 +233,20 @@ func (b *Broker) Start(ctx context.Context) error {
 	}()
 	b.log.Info("queen broker serving", "addr", b.listener.Addr().String(), "tenancy", b.cfg.TenancyHeader)
 	return nil
+}
+
+// newSweeper is this broker's timer and KV sweeper.
+func (b *Broker) newSweeper(arbiter *admission.Arbiter) *sweeper.Sweeper {
+	return &sweeper.Sweeper{Store: b.store, Arbiter: arbiter, Clock: b.opts.Clock, IDs: b.opts.IDs, Log: b.log,
+		Lease: b.cfg.SweeperLease, MinSleep: b.cfg.SweeperMinSleep, MaxSleep: b.cfg.SweeperMaxSleep,
+		IdleMaxSleep: b.cfg.SweeperIdleMaxSleep, ClaimBatch: b.cfg.SweeperClaimBatch, PruneBatch: 1000}
+}
+
+func sweeperStats(sw *sweeper.Sweeper) httpapi.SweeperStats {
+	cum, sum, n := sw.Stats.Lateness.Snapshot()
+	return httpapi.SweeperStats{Cycles: sw.Stats.Cycles.Load(), Fired: sw.Stats.Fired.Load(),
+		Duplicates: sw.Stats.Duplicates.Load(), Pruned: sw.Stats.Pruned.Load(), Failures: sw.Stats.Failures.Load(),
+		LatenessBuckets: sweeper.LatenessBuckets, LatenessCumulative: cum, LatenessSum: sum, LatenessCount: n}
 }
 
 // startMesh binds the mesh port and dials the peers; the HTTP API and the

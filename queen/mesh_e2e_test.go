@@ -234,3 +234,7 @@ func TestNoPeersBindsNothing(t *testing.T) {
 	}
 	l.Close()
 }
+
+func jsonBody(s string) io.Reader { return strings.NewReader(s) }
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }

@@ -23,8 +23,18 @@ type Service interface {
 	NextDue(now time.Time) time.Time
 }
 
+// Wakeable is a Service whose next pass can move earlier while it sleeps:
+// a receive from Woken makes Run read NextDue again.
+type Wakeable interface {
+	Woken() <-chan struct{}
+}
+
 // Run calls svc.RunOnce whenever it is due until ctx is done.
 func Run(ctx context.Context, c clock.Clock, log *slog.Logger, svc Service) {
+	var woken <-chan struct{}
+	if w, ok := svc.(Wakeable); ok {
+		woken = w.Woken()
+	}
 	for {
 		now := c.Now()
 		if wait := svc.NextDue(now).Sub(now); wait > 0 {
@@ -33,6 +43,9 @@ func Run(ctx context.Context, c clock.Clock, log *slog.Logger, svc Service) {
 			case <-ctx.Done():
 				t.Stop()
 				return
+			case <-woken:
+				t.Stop()
+				continue
 			case <-t.C():
 			}
 		}

@@ -74,6 +74,23 @@ type Config struct {
 	MeshDeadAfter   time.Duration // QUEEN_SYNC_DEAD_THRESHOLD_MS, default 5000
 	MeshQueueFrames int           // QUEEN_MESH_QUEUE, default 1024: frames waiting per peer before drops
 
+	// Timers, KV and the sweeper.
+	Sweeper               bool          // QUEEN_SWEEPER, default true: fire timers and prune KV here
+	SweeperMinSleep       time.Duration // QUEEN_SWEEPER_MIN_SLEEP_MS, default 5
+	SweeperMaxSleep       time.Duration // QUEEN_SWEEPER_MAX_SLEEP_MS, default 1000
+	SweeperIdleMaxSleep   time.Duration // QUEEN_SWEEPER_IDLE_MAX_SLEEP_MS, default 1000 (see SPEC)
+	SweeperLease          time.Duration // QUEEN_SWEEPER_LEASE_MS, default 30000
+	SweeperClaimBatch     int           // QUEEN_SWEEPER_CLAIM_BATCH, default 200
+	TimersMaxPayloadBytes int           // QUEEN_TIMERS_MAX_PAYLOAD_BYTES, default 1 MiB
+	TimersMaxHorizon      time.Duration // QUEEN_TIMERS_MAX_HORIZON_S, default 90 days
+	TimersMaxOpsPerCall   int           // QUEEN_TIMERS_MAX_OPS_PER_CALL, default 256
+	KVMaxValueBytes       int           // QUEEN_KV_MAX_VALUE_BYTES, default 65536
+	KVMaxKeyBytes         int           // QUEEN_KV_MAX_KEY_BYTES, default 512
+	KVMaxOpsPerCall       int           // QUEEN_KV_MAX_OPS_PER_CALL, default 256
+	KVMaxKeysPerCall      int           // QUEEN_KV_MAX_KEYS_PER_CALL, default 1024
+	KVMaxReadBytes        int           // QUEEN_KV_MAX_READ_BYTES, default 4 MiB
+	KVPrefixLimit         int           // QUEEN_KV_PREFIX_LIMIT, default 1000: getPrefix's largest limit
+
 	ServerID      string     // QUEEN_SERVER_ID, default $HOSTNAME, else queen-<8hex>
 	TenancyHeader bool       // QUEEN_TENANCY_HEADER, default false
 	MaxBodyBytes  int64      // QUEEN_MAX_BODY_BYTES, default 64 MiB
@@ -118,6 +135,21 @@ func Default() Config {
 		MeshDeadAfter:           5 * time.Second,
 		MeshQueueFrames:         1024,
 		PartitionCleanupDays:    30,
+		Sweeper:                 true,
+		SweeperMinSleep:         5 * time.Millisecond,
+		SweeperMaxSleep:         time.Second,
+		SweeperIdleMaxSleep:     time.Second,
+		SweeperLease:            30 * time.Second,
+		SweeperClaimBatch:       200,
+		TimersMaxPayloadBytes:   1 << 20,
+		TimersMaxHorizon:        90 * 24 * time.Hour,
+		TimersMaxOpsPerCall:     256,
+		KVMaxValueBytes:         65536,
+		KVMaxKeyBytes:           512,
+		KVMaxOpsPerCall:         256,
+		KVMaxKeysPerCall:        1024,
+		KVMaxReadBytes:          4 << 20,
+		KVPrefixLimit:           1000,
 		ApplySchema:             true,
 		LogLevel:                slog.LevelInfo,
 	}
@@ -182,6 +214,24 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	p.millis("QUEEN_SYNC_HEARTBEAT_MS", &c.MeshHeartbeat)
 	p.millis("QUEEN_SYNC_DEAD_THRESHOLD_MS", &c.MeshDeadAfter)
 	p.intRange("QUEEN_MESH_QUEUE", &c.MeshQueueFrames, 1, 1<<20)
+	p.boolean("QUEEN_SWEEPER", &c.Sweeper)
+	p.millis("QUEEN_SWEEPER_MIN_SLEEP_MS", &c.SweeperMinSleep)
+	p.millis("QUEEN_SWEEPER_MAX_SLEEP_MS", &c.SweeperMaxSleep)
+	p.millis("QUEEN_SWEEPER_IDLE_MAX_SLEEP_MS", &c.SweeperIdleMaxSleep)
+	p.millis("QUEEN_SWEEPER_LEASE_MS", &c.SweeperLease)
+	p.intRange("QUEEN_SWEEPER_CLAIM_BATCH", &c.SweeperClaimBatch, 1, 100000)
+	p.intRange("QUEEN_TIMERS_MAX_PAYLOAD_BYTES", &c.TimersMaxPayloadBytes, 1, 1<<30)
+	var horizon int
+	if p.intRange("QUEEN_TIMERS_MAX_HORIZON_S", &horizon, 1, 100*365*24*3600) {
+		c.TimersMaxHorizon = time.Duration(horizon) * time.Second
+	}
+	p.intRange("QUEEN_TIMERS_MAX_OPS_PER_CALL", &c.TimersMaxOpsPerCall, 1, 100000)
+	p.intRange("QUEEN_KV_MAX_VALUE_BYTES", &c.KVMaxValueBytes, 1, 1<<30)
+	p.intRange("QUEEN_KV_MAX_KEY_BYTES", &c.KVMaxKeyBytes, 1, 1<<20)
+	p.intRange("QUEEN_KV_MAX_OPS_PER_CALL", &c.KVMaxOpsPerCall, 1, 100000)
+	p.intRange("QUEEN_KV_MAX_KEYS_PER_CALL", &c.KVMaxKeysPerCall, 1, 1000000)
+	p.intRange("QUEEN_KV_MAX_READ_BYTES", &c.KVMaxReadBytes, 1, 1<<30)
+	p.intRange("QUEEN_KV_PREFIX_LIMIT", &c.KVPrefixLimit, 1, 1000000)
 	p.str("QUEEN_SERVER_ID", &c.ServerID)
 	p.boolean("QUEEN_TENANCY_HEADER", &c.TenancyHeader)
 	var body int
@@ -227,6 +277,12 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	if c.MeshRuns() && c.MeshSecret == "" && !c.MeshInsecure {
 		p.fail("QUEEN_SYNC_SECRET", "", "peers are configured (QUEEN_MESH_PEERS) but no secret: set one, "+
 			"byte-identical on every broker, or QUEEN_MESH_INSECURE=true to run the mesh open")
+	}
+	if c.SweeperMaxSleep <= 0 || c.SweeperMinSleep > c.SweeperMaxSleep {
+		p.fail("QUEEN_SWEEPER_MAX_SLEEP_MS", getenv("QUEEN_SWEEPER_MAX_SLEEP_MS"), "must be positive and at least QUEEN_SWEEPER_MIN_SLEEP_MS")
+	}
+	if c.SweeperLease <= 0 {
+		p.fail("QUEEN_SWEEPER_LEASE_MS", getenv("QUEEN_SWEEPER_LEASE_MS"), "must be positive")
 	}
 	if c.MeshHeartbeat <= 0 || c.MeshDeadAfter <= c.MeshHeartbeat {
 		p.fail("QUEEN_SYNC_DEAD_THRESHOLD_MS", getenv("QUEEN_SYNC_DEAD_THRESHOLD_MS"),

@@ -201,6 +201,15 @@ func (s *Server) push(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, pushResults(results))
 }
 
+// Notify wakes pops parked on a queue whose partitions just got messages
+// (per group, one pop per partition), here and on the peers. The sweeper
+// calls it for the timers it fired.
+func (s *Server) Notify(tenant, queue string, partitionIDs []string) {
+	s.wake.Notify(waker.Key(tenant, queue), len(partitionIDs))
+	s.wake.Notify(waker.Key(tenant, ""), len(partitionIDs))
+	s.peers.MessageAvailable(tenant, queue, partitionIDs)
+}
+
 // notifyPushed wakes pops parked on the queues that just got messages: per
 // group, one pop per partition that got some.
 func (s *Server) notifyPushed(tenant string, results []store.PushResult) {

@@ -49,6 +49,10 @@ type Server struct {
 	stats   counters
 	// sharedState reports the mesh; nil when there is none.
 	sharedState func() any
+	// timerHint tells the local sweeper a timer is due in d; nil: none.
+	timerHint func(d time.Duration)
+	// sweeperStats reports the sweeper for the metrics; nil: none.
+	sweeperStats func() SweeperStats
 
 	draining  chan struct{} // closed by Drain
 	drainOnce sync.Once
@@ -77,6 +81,22 @@ type Options struct {
 	// SharedState reports the mesh for GET /api/v1/system/shared-state;
 	// nil when this broker has no peers.
 	SharedState func() any
+	// TimerHint wakes the local sweeper when a committed timer is due in
+	// d (in process only); nil when this broker runs no sweeper.
+	TimerHint func(d time.Duration)
+	// SweeperStats reports the sweeper for /metrics/prometheus.
+	SweeperStats func() SweeperStats
+}
+
+// SweeperStats are the sweeper's figures the metrics expose.
+type SweeperStats struct {
+	Cycles, Fired, Duplicates, Pruned, Failures int64
+	// LatenessBuckets are upper bounds (ms); LatenessCumulative has one
+	// count per bucket and a last one for +Inf.
+	LatenessBuckets    []float64
+	LatenessCumulative []int64
+	LatenessSum        float64
+	LatenessCount      int64
 }
 
 // Peers tells the other brokers what changed here. Every call is a hint
@@ -100,7 +120,7 @@ func New(o Options) *Server {
 		o.Maintenance = maintenance.New(o.Store, o.Spool, o.Logger)
 	}
 	return &Server{cfg: o.Config, store: o.Store, spool: o.Spool, drainer: o.Drainer, maint: o.Maintenance,
-		arbiter: o.Arbiter, clock: o.Clock, wake: o.Waker, peers: o.Peers, ids: o.IDs, sharedState: o.SharedState, log: o.Logger, started: o.Clock.Now(),
+		arbiter: o.Arbiter, clock: o.Clock, wake: o.Waker, peers: o.Peers, ids: o.IDs, sharedState: o.SharedState, timerHint: o.TimerHint, sweeperStats: o.SweeperStats, log: o.Logger, started: o.Clock.Now(),
 		draining: make(chan struct{})}
 }
 
@@ -147,6 +167,14 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /api/v1/system/maintenance/pop", s.setPopMaintenance)
 	mux.HandleFunc("GET /api/v1/status/buffers", s.bufferStatus)
 	mux.HandleFunc("GET /api/v1/system/shared-state", s.getSharedState)
+	mux.HandleFunc("POST /api/v1/timers", s.timers)
+	mux.HandleFunc("GET /api/v1/timers/{queue}", s.listTimers)
+	mux.HandleFunc("GET /api/v1/timers/{queue}/{timerKey...}", s.peekTimer)
+	mux.HandleFunc("DELETE /api/v1/timers/{queue}/{timerKey...}", s.cancelTimer)
+	mux.HandleFunc("POST /api/v1/kv", s.kv)
+	mux.HandleFunc("GET /api/v1/kv/{ns}/{key...}", s.kvGet)
+	mux.HandleFunc("PUT /api/v1/kv/{ns}/{key...}", s.kvPut)
+	mux.HandleFunc("DELETE /api/v1/kv/{ns}/{key...}", s.kvDelete)
 	mux.HandleFunc("GET /health", s.health)
 	mux.HandleFunc("GET /metrics", s.metrics)
 	mux.HandleFunc("GET /metrics/prometheus", s.prometheus)

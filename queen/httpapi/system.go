@@ -206,6 +206,9 @@ func (s *Server) prometheus(w http.ResponseWriter, r *http.Request) {
 	counter("queen_cluster_ack_messages_total", "Successful acks through this broker.", s.stats.ackMessages.Load())
 	counter("queen_cluster_db_errors_total", "Database failures seen by this broker.", s.stats.dbErrors.Load())
 	counter("queen_cluster_dlq_total", "Messages dead-lettered through this broker.", s.stats.dlq.Load())
+	if s.sweeperStats != nil {
+		s.sweeperMetrics(&b, s.sweeperStats())
+	}
 	fmt.Fprintf(&b, "# HELP queen_uptime_seconds Seconds since start.\n# TYPE queen_uptime_seconds gauge\nqueen_uptime_seconds %.0f\n",
 		s.clock.Now().Sub(s.started).Seconds())
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
@@ -221,4 +224,22 @@ func (s *Server) getSharedState(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, s.sharedState())
+}
+
+// sweeperMetrics writes the timer and sweeper families.
+func (s *Server) sweeperMetrics(b *strings.Builder, st SweeperStats) {
+	c := func(name, help string, v int64) {
+		fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s counter\n%s %d\n", name, help, name, name, v)
+	}
+	c("queen_timers_fired_total", "Timers this broker fired (their message stored).", st.Fired)
+	c("queen_timers_fire_duplicates_total", "Timers fired whose transactionId was already stored.", st.Duplicates)
+	c("queen_sweeper_cycles_total", "Sweeper cycles run here.", st.Cycles)
+	c("queen_sweeper_failures_total", "Sweeper cycles that failed (retried next cycle; claims wait out their lease).", st.Failures)
+	c("queen_kv_expired_pruned_total", "Expired KV rows deleted by this broker's sweeper.", st.Pruned)
+	const h = "queen_timers_delivery_lateness_milliseconds"
+	fmt.Fprintf(b, "# HELP %s Fire time minus deliverAt of each fired timer.\n# TYPE %s histogram\n", h, h)
+	for i, le := range st.LatenessBuckets {
+		fmt.Fprintf(b, "%s_bucket{le=\"%g\"} %d\n", h, le, st.LatenessCumulative[i])
+	}
+	fmt.Fprintf(b, "%s_bucket{le=\"+Inf\"} %d\n%s_sum %g\n%s_count %d\n", h, st.LatenessCount, h, st.LatenessSum, h, st.LatenessCount)
 }

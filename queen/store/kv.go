@@ -116,21 +116,27 @@ DELETE FROM queen.kv WHERE tenant_id = @tenant AND namespace = @ns AND key = @ke
 RETURNING version`
 )
 
+// ErrKVReadTooLarge is the error of a call whose reads would return more
+// than its maxRead bytes of values: nothing of the call was written.
+var ErrKVReadTooLarge = errors.New("kv: the call reads more than QUEEN_KV_MAX_READ_BYTES")
+
 // ApplyKV runs the operations in one transaction and answers one result
 // each. When a Required op loses its precondition, nothing is written and
-// the error is a *KVPrecondition.
-func (s *Store) ApplyKV(ctx context.Context, tenant string, ops []KVOp) ([]KVResult, error) {
+// the error is a *KVPrecondition; when the values read exceed maxRead bytes
+// (0: no bound), nothing is written and the error is ErrKVReadTooLarge.
+func (s *Store) ApplyKV(ctx context.Context, tenant string, ops []KVOp, maxRead int) ([]KVResult, error) {
 	var out []KVResult
 	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx, _ time.Time) error {
 		var err error
-		out, err = s.applyKV(ctx, tx, tenant, ops)
+		out, err = s.applyKV(ctx, tx, tenant, ops, maxRead)
 		return err
 	})
 	return out, err
 }
 
-func (s *Store) applyKV(ctx context.Context, q querier, tenant string, ops []KVOp) ([]KVResult, error) {
+func (s *Store) applyKV(ctx context.Context, q querier, tenant string, ops []KVOp, maxRead int) ([]KVResult, error) {
 	out := make([]KVResult, len(ops))
+	read := 0
 	for i, op := range ops {
 		r, err := s.kvOp(ctx, q, tenant, op)
 		if err != nil {
@@ -138,6 +144,13 @@ func (s *Store) applyKV(ctx context.Context, q querier, tenant string, ops []KVO
 		}
 		if op.Required && lostPrecondition(r) {
 			return nil, &KVPrecondition{Index: i, Result: r}
+		}
+		read += len(r.Value)
+		for _, row := range r.Rows {
+			read += len(row.Value)
+		}
+		if maxRead > 0 && read > maxRead {
+			return nil, ErrKVReadTooLarge
 		}
 		out[i] = r
 	}

@@ -102,7 +102,7 @@ func TestKVTTLVersionsAndPreconditions(t *testing.T) {
 	ctx := context.Background()
 	one := func(op store.KVOp) store.KVResult {
 		t.Helper()
-		r, err := s.ApplyKV(ctx, tenant, []store.KVOp{op})
+		r, err := s.ApplyKV(ctx, tenant, []store.KVOp{op}, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -148,13 +148,20 @@ func TestKVTTLVersionsAndPreconditions(t *testing.T) {
 	_, err := s.ApplyKV(ctx, tenant, []store.KVOp{
 		{Op: "put", NS: "n", Key: "new", Value: json.RawMessage(`1`)},
 		{Op: "putIfAbsent", NS: "n", Key: "c", Value: json.RawMessage(`1`), Required: true},
-	})
+	}, 0)
 	var pre *store.KVPrecondition
 	if !errors.As(err, &pre) || pre.Index != 1 {
 		t.Fatalf("required precondition: %v", err)
 	}
 	if g := one(store.KVOp{Op: "get", NS: "n", Key: "new"}); g.Found {
 		t.Fatal("a call whose required op failed wrote its other ops")
+	}
+	if _, err := s.ApplyKV(ctx, tenant, []store.KVOp{{Op: "put", NS: "n", Key: "new", Value: json.RawMessage(`1`)},
+		{Op: "getPrefix", NS: "n", Limit: 100}}, 2); !errors.Is(err, store.ErrKVReadTooLarge) {
+		t.Fatalf("a call reading past its bound: %v", err)
+	}
+	if g := one(store.KVOp{Op: "get", NS: "n", Key: "new"}); g.Found {
+		t.Fatal("a call that read too much wrote its other ops")
 	}
 	if r := one(store.KVOp{Op: "delete", NS: "n", Key: "c"}); !r.Applied {
 		t.Fatalf("delete: %+v", r)

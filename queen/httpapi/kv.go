@@ -1,0 +1,324 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/queen-go/queen/queen/admission"
+	"github.com/queen-go/queen/queen/store"
+)
+
+func kvBad(reason, format string, a ...any) *codedError {
+	return &codedError{http.StatusBadRequest, "kv_bad_request", reason, fmt.Sprintf(format, a...)}
+}
+
+// kvRowWire is one row of getMany and getPrefix.
+type kvRowWire struct {
+	Key     string          `json:"key"`
+	Value   json.RawMessage `json:"value"`
+	Version int64           `json:"version"`
+}
+
+// kvResultWire is one KV op's answer; fields that do not apply are left out.
+type kvResultWire struct {
+	Op      string          `json:"op"`
+	Found   *bool           `json:"found,omitempty"`
+	Value   json.RawMessage `json:"value,omitempty"`
+	Version *int64          `json:"version,omitempty"`
+	Applied *bool           `json:"applied,omitempty"`
+	Rows    []kvRowWire     `json:"rows,omitempty"`
+	Reason  string          `json:"reason,omitempty"`
+}
+
+func kvResult(r store.KVResult) kvResultWire {
+	w := kvResultWire{Op: r.Op, Reason: r.Reason}
+	switch r.Op {
+	case "getMany", "getPrefix":
+		w.Rows = make([]kvRowWire, len(r.Rows))
+		for i, row := range r.Rows {
+			w.Rows[i] = kvRowWire{Key: row.Key, Value: row.Value, Version: row.Version}
+		}
+		return w
+	case "get":
+	default:
+		w.Applied = &r.Applied
+	}
+	w.Found = &r.Found
+	if r.Found {
+		w.Value, w.Version = r.Value, &r.Version
+	} else {
+		w.Value = json.RawMessage("null")
+	}
+	return w
+}
+
+// parseKVOps reads a KV body: an array of ops or {"operations": [...]}.
+func (s *Server) parseKVOps(raw json.RawMessage) ([]store.KVOp, error) {
+	var list []json.RawMessage
+	if err := json.Unmarshal(raw, &list); err != nil {
+		var wrapped struct {
+			Operations []json.RawMessage `json:"operations"`
+		}
+		if err := json.Unmarshal(raw, &wrapped); err != nil || wrapped.Operations == nil {
+			return nil, kvBad("kv_bad_body", `body must be an array of operations, or {"operations":[...]}`)
+		}
+		list = wrapped.Operations
+	}
+	if len(list) > s.cfg.KVMaxOpsPerCall {
+		return nil, kvBad("kv_too_many_ops", "%d ops in one call, the ceiling is %d (QUEEN_KV_MAX_OPS_PER_CALL)", len(list), s.cfg.KVMaxOpsPerCall)
+	}
+	ops := make([]store.KVOp, len(list))
+	keys := 0
+	for i, r := range list {
+		op, err := s.parseKVOp(r, fmt.Sprintf("operations[%d]", i))
+		if err != nil {
+			return nil, err
+		}
+		keys += max(len(op.Keys), 1)
+		ops[i] = op
+	}
+	if keys > s.cfg.KVMaxKeysPerCall {
+		return nil, kvBad("kv_too_many_keys", "%d keys in one call, the ceiling is %d (QUEEN_KV_MAX_KEYS_PER_CALL)", keys, s.cfg.KVMaxKeysPerCall)
+	}
+	return ops, nil
+}
+
+var kvOps = map[string]bool{"get": true, "getMany": true, "getPrefix": true, "put": true, "putIfAbsent": true, "incr": true, "delete": true}
+
+func (s *Server) parseKVOp(raw json.RawMessage, path string) (store.KVOp, error) {
+	var op store.KVOp
+	o, ok, err := asObject(raw, path)
+	if err != nil || !ok {
+		return op, kvBad("kv_bad_op", "%s must be an object", path)
+	}
+	if op.Op, _, err = o.str("op", path+"."); err != nil || !kvOps[op.Op] {
+		return op, kvBad("kv_bad_op", "%s.op must be one of get, getMany, getPrefix, put, putIfAbsent, incr, delete", path)
+	}
+	if op.NS, _, err = o.str("ns", path+"."); err != nil || op.NS == "" {
+		return op, kvBad("kv_ns_required", "%s.ns (a non-empty string) is required", path)
+	}
+	if op.Required, _, err = o.boolean("required", path+"."); err != nil {
+		return op, kvBad("kv_bad_op", "%s", err.Error())
+	}
+	switch op.Op {
+	case "getMany":
+		return op, s.kvKeys(o, path, &op)
+	case "getPrefix":
+		if op.Prefix, _, err = o.str("prefix", path+"."); err != nil {
+			return op, kvBad("kv_bad_prefix", "%s", err.Error())
+		}
+		op.Limit = 100
+		if n, ok, err := o.integer("limit", path+"."); err != nil {
+			return op, kvBad("kv_bad_limit", "%s", err.Error())
+		} else if ok {
+			op.Limit = min(max(n, 1), s.cfg.KVPrefixLimit)
+		}
+		return op, nil
+	}
+	if op.Key, _, err = o.str("key", path+"."); err != nil || op.Key == "" {
+		return op, kvBad("kv_key_required", "%s.key (a non-empty string) is required", path)
+	}
+	if len(op.Key) > s.cfg.KVMaxKeyBytes {
+		return op, kvBad("kv_key_too_long", "%s.key is %d bytes, the ceiling is %d (QUEEN_KV_MAX_KEY_BYTES)", path, len(op.Key), s.cfg.KVMaxKeyBytes)
+	}
+	if err := s.kvWriteFields(o, path, &op); err != nil {
+		return op, err
+	}
+	return op, nil
+}
+
+func (s *Server) kvKeys(o obj, path string, op *store.KVOp) error {
+	raw, ok := o["keys"]
+	if !ok || json.Unmarshal(raw, &op.Keys) != nil || len(op.Keys) == 0 {
+		return kvBad("kv_keys_required", "%s.keys (a non-empty array of strings) is required", path)
+	}
+	for i, k := range op.Keys {
+		if k == "" || len(k) > s.cfg.KVMaxKeyBytes {
+			return kvBad("kv_bad_key", "%s.keys[%d] must be a non-empty string of at most %d bytes", path, i, s.cfg.KVMaxKeyBytes)
+		}
+	}
+	return nil
+}
+
+// kvWriteFields reads value, ttlSeconds / forever, expect and by.
+func (s *Server) kvWriteFields(o obj, path string, op *store.KVOp) error {
+	if op.Op == "put" || op.Op == "putIfAbsent" {
+		v, ok := o["value"]
+		if !ok {
+			return kvBad("kv_value_required", "%s.value is required", path)
+		}
+		if len(v) > s.cfg.KVMaxValueBytes {
+			return &codedError{http.StatusRequestEntityTooLarge, "payload_too_large", "kv_value_too_large",
+				fmt.Sprintf("%s.value is %d bytes, the ceiling is %d (QUEEN_KV_MAX_VALUE_BYTES)", path, len(v), s.cfg.KVMaxValueBytes)}
+		}
+		if why, ok := jsonbSafe(v); !ok {
+			return kvBad("kv_bad_value", "%s.value: %s", path, why)
+		}
+		op.Value = v
+	}
+	ttl, hasTTL := o["ttlSeconds"]
+	forever, _, err := o.boolean("forever", path+".")
+	if err != nil {
+		return kvBad("kv_bad_ttl", "%s", err.Error())
+	}
+	if hasTTL && !isNull(ttl) {
+		if json.Unmarshal(ttl, &op.TTLSeconds) != nil || op.TTLSeconds <= 0 {
+			return kvBad("kv_bad_ttl", "%s.ttlSeconds must be a positive number", path)
+		}
+	}
+	if (op.Op == "put" || op.Op == "putIfAbsent") && (op.TTLSeconds > 0) == forever {
+		return kvBad("kv_ttl_required", "%s: exactly one of ttlSeconds and forever:true is required", path)
+	}
+	if e, ok := o["expect"]; ok && !isNull(e) {
+		var v int64
+		if json.Unmarshal(e, &v) != nil || v < 0 {
+			return kvBad("kv_bad_expect", "%s.expect must be a version (an integer, 0 for absent)", path)
+		}
+		op.Expect = &v
+	}
+	op.By = 1
+	if b, ok := o["by"]; ok && !isNull(b) {
+		if json.Unmarshal(b, &op.By) != nil {
+			return kvBad("kv_bad_by", "%s.by must be a number", path)
+		}
+	}
+	return nil
+}
+
+// applyKV runs ops and answers the errors that belong to the call.
+func (s *Server) applyKV(w http.ResponseWriter, r *http.Request, ops []store.KVOp) ([]store.KVResult, bool) {
+	release, err := s.admit(r, admission.Push)
+	if err != nil {
+		s.kvStoreError(w, r, err)
+		return nil, false
+	}
+	defer release()
+	res, err := s.store.ApplyKV(r.Context(), tenantOf(r), ops, s.cfg.KVMaxReadBytes)
+	var pre *store.KVPrecondition
+	switch {
+	case errors.As(err, &pre):
+		body := map[string]any{"ok": false, "reason": "kv_precondition", "failedIndex": pre.Index, "kvReason": pre.Result.Reason,
+			"version": nil, "value": nil}
+		if pre.Result.Found {
+			body["version"], body["value"] = pre.Result.Version, pre.Result.Value
+		}
+		writeJSON(w, http.StatusOK, body)
+		return nil, false
+	case errors.Is(err, store.ErrKVReadTooLarge):
+		writeCoded(w, http.StatusRequestEntityTooLarge, "payload_too_large", "kv_read_too_large",
+			fmt.Sprintf("the call reads more than %d bytes (QUEEN_KV_MAX_READ_BYTES); nothing was written", s.cfg.KVMaxReadBytes))
+		return nil, false
+	case err != nil:
+		s.kvStoreError(w, r, err)
+		return nil, false
+	}
+	return res, true
+}
+
+func (s *Server) kvStoreError(w http.ResponseWriter, r *http.Request, err error) {
+	if r.Context().Err() != nil {
+		return
+	}
+	s.stats.dbErrors.Add(1)
+	if store.Unavailable(err) {
+		writeCoded(w, http.StatusServiceUnavailable, "kv_unavailable", "database unavailable", err.Error())
+		return
+	}
+	s.log.Error("kv: store failure", "err", err)
+	writeCoded(w, http.StatusInternalServerError, "kv_error", "store failure", err.Error())
+}
+
+// kv is POST /api/v1/kv.
+func (s *Server) kv(w http.ResponseWriter, r *http.Request) {
+	body, err := readBody(r, false)
+	if err != nil {
+		writeBad(w, err)
+		return
+	}
+	ops, err := s.parseKVOps(body)
+	if err != nil {
+		writeCodedErr(w, err)
+		return
+	}
+	res, ok := s.applyKV(w, r, ops)
+	if !ok {
+		return
+	}
+	out := make([]kvResultWire, len(res))
+	for i, x := range res {
+		out[i] = kvResult(x)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"results": out})
+}
+
+// kvPath is the op named by a single-key route; a query string is refused.
+func (s *Server) kvPath(w http.ResponseWriter, r *http.Request, op string) (store.KVOp, bool) {
+	if r.URL.RawQuery != "" {
+		writeCoded(w, http.StatusBadRequest, "kv_bad_request", "kv_query_string", "single-key routes take no query string")
+		return store.KVOp{}, false
+	}
+	k := store.KVOp{Op: op, NS: r.PathValue("ns"), Key: r.PathValue("key")}
+	if k.Key == "" || len(k.Key) > s.cfg.KVMaxKeyBytes {
+		writeCoded(w, http.StatusBadRequest, "kv_bad_request", "kv_key_required",
+			fmt.Sprintf("the path must name a key of at most %d bytes", s.cfg.KVMaxKeyBytes))
+		return k, false
+	}
+	return k, true
+}
+
+// kvOne runs one op and answers its bare result, with the ETag of the row.
+func (s *Server) kvOne(w http.ResponseWriter, r *http.Request, op store.KVOp) {
+	res, ok := s.applyKV(w, r, []store.KVOp{op})
+	if !ok {
+		return
+	}
+	if res[0].Found {
+		w.Header().Set("ETag", strconv.Quote(strconv.FormatInt(res[0].Version, 10)))
+	}
+	writeJSON(w, http.StatusOK, kvResult(res[0]))
+}
+
+// kvGet is GET /api/v1/kv/{ns}/{key...}.
+func (s *Server) kvGet(w http.ResponseWriter, r *http.Request) {
+	if op, ok := s.kvPath(w, r, "get"); ok {
+		s.kvOne(w, r, op)
+	}
+}
+
+// kvPut is PUT /api/v1/kv/{ns}/{key...} with {value, ttlSeconds | forever,
+// expect?}; If-Match: "<version>" is an expect too.
+func (s *Server) kvPut(w http.ResponseWriter, r *http.Request) {
+	op, ok := s.kvPath(w, r, "put")
+	if !ok {
+		return
+	}
+	o, err := readObject(r, false)
+	if err != nil {
+		writeBad(w, err)
+		return
+	}
+	if err := s.kvWriteFields(o, "body", &op); err != nil {
+		writeCodedErr(w, err)
+		return
+	}
+	if m := strings.Trim(r.Header.Get("If-Match"), `"`); m != "" && op.Expect == nil {
+		v, err := strconv.ParseInt(m, 10, 64)
+		if err != nil {
+			writeCoded(w, http.StatusBadRequest, "kv_bad_request", "kv_bad_expect", "If-Match must be a version")
+			return
+		}
+		op.Expect = &v
+	}
+	s.kvOne(w, r, op)
+}
+
+// kvDelete is DELETE /api/v1/kv/{ns}/{key...}.
+func (s *Server) kvDelete(w http.ResponseWriter, r *http.Request) {
+	if op, ok := s.kvPath(w, r, "delete"); ok {
+		s.kvOne(w, r, op)
+	}
+}

@@ -1,0 +1,122 @@
+package httpapi_test
+
+import (
+	"encoding/base64"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestTimersRefuseBadInputNamingTheField(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cases := []struct {
+		body   any
+		status int
+		want   string
+	}{
+		{map[string]any{"op": "schedule"}, 400, "operations"}, // not an array
+		{[]any{map[string]any{"op": "schedule", "queue": "q", "timerKey": "k", "delayMs": 10}}, 400, "operations[0].txn"},
+		{[]any{map[string]any{"op": "schedule", "queue": "q", "timerKey": "k", "txn": "t"}}, 400, "delayMs"},
+		{[]any{map[string]any{"op": "schedule", "queue": "q", "timerKey": "k", "txn": "t", "delayMs": 1, "deliverAt": "2030-01-01T00:00:00Z"}}, 400, "exactly one"},
+		{[]any{map[string]any{"op": "schedule", "queue": "q", "timerKey": "k", "txn": "t", "delayMs": 1, "producerSub": "me"}}, 400, "producerSub"},
+		{[]any{map[string]any{"op": "schedule", "queue": "q", "timerKey": "k", "txn": "t", "delayMs": 1, "_messageId": "x"}}, 400, "_messageId"},
+		{[]any{map[string]any{"op": "explode", "queue": "q", "timerKey": "k"}}, 400, "operations[0].op"},
+		{[]any{map[string]any{"op": "cancel", "queue": "q", "timerKey": "k"}, map[string]any{"op": "cancel", "queue": "q", "timerKey": "k"}}, 400, "twice"},
+		{[]any{map[string]any{"op": "schedule", "queue": "q", "timerKey": "k", "txn": "t", "delayMs": 1e12}}, 403, "timer_horizon_exceeded"},
+		{[]any{map[string]any{"op": "schedule", "queue": "q", "timerKey": "k", "txn": "t", "delayMs": 1, "payload": strings.Repeat("x", 2<<20)}}, 413, "payload_too_large"},
+	}
+	for _, c := range cases {
+		r := e.expect(e.do("POST", "/api/v1/timers", c.body), c.status)
+		if !strings.Contains(string(r.body), c.want) {
+			t.Errorf("%v: answered %s, want it to name %q", c.body, r.body, c.want)
+		}
+	}
+	if r := e.expect(e.do("GET", "/api/v1/timers/q", nil), 200).obj(t); len(r["timers"].([]any)) != 0 {
+		t.Fatalf("a refused call wrote timers: %v", r)
+	}
+}
+
+func TestTimersScheduleListPeekCancel(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	payload := base64.StdEncoding.EncodeToString([]byte(`{"order":7}`))
+	r := e.expect(e.do("POST", "/api/v1/timers", map[string]any{"operations": []any{
+		map[string]any{"op": "schedule", "queue": "q", "timerKey": "a", "txn": "ta", "delayMs": 60000, "payload": payload},
+		map[string]any{"op": "schedule", "queue": "q", "timerKey": "b", "txn": "tb", "deliverAt": time.Now().Add(time.Hour).Format(time.RFC3339)},
+	}}), 200).obj(t)
+	res := r["results"].([]any)
+	a := res[0].(map[string]any)
+	if a["ok"] != true || a["status"] != "scheduled" || a["messageId"] == "" || a["deliverAt"] == nil || a["txn"] != "ta" {
+		t.Fatalf("schedule: %v", r)
+	}
+	list := e.expect(e.do("GET", "/api/v1/timers/q?limit=1", nil), 200).obj(t)
+	if ts := list["timers"].([]any); len(ts) != 1 || list["truncated"] != true || list["next"] != "a" {
+		t.Fatalf("list: %v", list)
+	}
+	if c := e.expect(e.do("GET", "/api/v1/timers/q?mode=count&prefix=a", nil), 200).obj(t); c["count"] != float64(1) {
+		t.Fatalf("count: %v", c)
+	}
+	peek := e.expect(e.do("GET", "/api/v1/timers/q/a", nil), 200).obj(t)
+	if peek["found"] != true || peek["payload"].(map[string]any)["order"] != float64(7) {
+		t.Fatalf("peek (a base64 payload is the message's JSON): %v", peek)
+	}
+	if c := e.expect(e.do("DELETE", "/api/v1/timers/q/a", nil), 200).obj(t); c["status"] != "cancelled" || c["ok"] != true {
+		t.Fatalf("cancel: %v", c)
+	}
+	if c := e.expect(e.do("DELETE", "/api/v1/timers/q/a?txn=ta", nil), 200).obj(t); c["status"] != "absent" || c["ok"] != false || c["txn"] != "ta" {
+		t.Fatalf("cancel again: %v", c)
+	}
+	if p := e.expect(e.do("GET", "/api/v1/timers/q/a", nil), 200).obj(t); p["found"] != false {
+		t.Fatalf("peek after cancel: %v", p)
+	}
+}
+
+func TestKVRoutes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := e.expect(e.do("POST", "/api/v1/kv", []any{
+		map[string]any{"op": "put", "ns": "s", "key": "a/b", "value": map[string]any{"x": 1}, "forever": true},
+		map[string]any{"op": "incr", "ns": "s", "key": "n", "by": 3},
+		map[string]any{"op": "get", "ns": "s", "key": "missing"},
+		map[string]any{"op": "getPrefix", "ns": "s", "prefix": "a/"},
+	}), 200).obj(t)
+	res := r["results"].([]any)
+	if res[0].(map[string]any)["applied"] != true || res[1].(map[string]any)["value"] != float64(3) ||
+		res[2].(map[string]any)["found"] != false || len(res[3].(map[string]any)["rows"].([]any)) != 1 {
+		t.Fatalf("kv batch: %v", r)
+	}
+	g := e.expect(e.do("GET", "/api/v1/kv/s/a/b", nil), 200)
+	if g.header.Get("ETag") == "" || g.obj(t)["found"] != true {
+		t.Fatalf("GET path route: %s %v", g.body, g.header)
+	}
+	e.expect(e.do("GET", "/api/v1/kv/s/a/b?x=1", nil), 400)
+	for _, bad := range []map[string]any{
+		{"op": "put", "ns": "s", "key": "k", "value": 1},                                       // neither ttl nor forever
+		{"op": "put", "ns": "s", "key": "k", "value": 1, "ttlSeconds": 5, "forever": true},     // both
+		{"op": "put", "ns": "s", "key": "k", "value": 1, "ttlSeconds": -1},                     // bad ttl
+		{"op": "put", "ns": "", "key": "k", "value": 1, "forever": true},                       // no ns
+		{"op": "put", "ns": "s", "key": strings.Repeat("k", 600), "value": 1, "forever": true}, // long key
+	} {
+		e.expect(e.do("POST", "/api/v1/kv", []any{bad}), 400)
+	}
+	// A required op that loses aborts the call.
+	r = e.expect(e.do("POST", "/api/v1/kv", []any{
+		map[string]any{"op": "put", "ns": "s", "key": "new", "value": 1, "forever": true},
+		map[string]any{"op": "putIfAbsent", "ns": "s", "key": "a/b", "value": 2, "forever": true, "required": true},
+	}), 200).obj(t)
+	if r["ok"] != false || r["reason"] != "kv_precondition" || r["failedIndex"] != float64(1) || r["kvReason"] != "exists" {
+		t.Fatalf("required precondition: %v", r)
+	}
+	if g := e.expect(e.do("GET", "/api/v1/kv/s/new", nil), 200).obj(t); g["found"] != false {
+		t.Fatalf("an aborted call wrote: %v", g)
+	}
+	put := e.expect(e.do("PUT", "/api/v1/kv/s/t", map[string]any{"value": "v", "ttlSeconds": 1}), 200).obj(t)
+	if put["applied"] != true {
+		t.Fatalf("PUT: %v", put)
+	}
+	e.advanceDB(1100 * time.Millisecond)
+	if g := e.expect(e.do("GET", "/api/v1/kv/s/t", nil), 200).obj(t); g["found"] != false {
+		t.Fatalf("read after its ttl: %v", g)
+	}
+}

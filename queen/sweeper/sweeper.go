@@ -1,0 +1,216 @@
+// Package sweeper fires due timers and prunes expired KV rows.
+//
+// It runs on every broker and elects nothing: brokers share the due rows
+// through FOR UPDATE SKIP LOCKED, and each claim is a lease
+// (QUEEN_SWEEPER_LEASE_MS). A timer fires in one transaction that deletes
+// its row and pushes its message under the timer's fixed transactionId, so
+// it is delivered once. A broker that stops or dies holding claims leaves
+// them to expire: those timers fire from another broker at most one lease
+// later, and never twice, since the dead broker's fire never committed.
+//
+// Between cycles it sleeps until the next timer is due, clamped to
+// [QUEEN_SWEEPER_MIN_SLEEP_MS, QUEEN_SWEEPER_MAX_SLEEP_MS], and, after five
+// cycles with nothing to do, doubles the sleep up to
+// QUEEN_SWEEPER_IDLE_MAX_SLEEP_MS. A schedule committed here that makes the
+// next due time earlier wakes it at once (in process only: no mesh frame),
+// so a timer scheduled on one broker and fired by another waits at most
+// that broker's sleep.
+package sweeper
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/queen-go/queen/queen/admission"
+	"github.com/queen-go/queen/queen/clock"
+	"github.com/queen-go/queen/queen/ids"
+	"github.com/queen-go/queen/queen/store"
+)
+
+// Sweeper is one broker's sweeper: a background.Service that can be woken.
+type Sweeper struct {
+	Store   *store.Store
+	Arbiter *admission.Arbiter // its database work takes Maint slots; nil: none
+	Clock   clock.Clock
+	IDs     *ids.Source // claim tokens
+	Log     *slog.Logger
+
+	Lease        time.Duration // QUEEN_SWEEPER_LEASE_MS
+	MinSleep     time.Duration // QUEEN_SWEEPER_MIN_SLEEP_MS
+	MaxSleep     time.Duration // QUEEN_SWEEPER_MAX_SLEEP_MS
+	IdleMaxSleep time.Duration // QUEEN_SWEEPER_IDLE_MAX_SLEEP_MS
+	ClaimBatch   int           // timers claimed per cycle
+	PruneBatch   int           // expired KV rows deleted per cycle
+
+	// Fired is told of the messages a cycle pushed, per tenant and queue,
+	// so parked pops wake (here and on peers).
+	Fired func(tenant, queue string, partitionIDs []string)
+
+	mu    sync.Mutex
+	next  time.Time
+	sleep time.Duration // the last idle sleep
+	idle  int
+	wake  chan struct{}
+
+	Stats Stats
+}
+
+// Stats are the sweeper's counters since start.
+type Stats struct {
+	Cycles, Claimed, Fired, Duplicates, Pruned, Failures atomic.Int64
+	// Lateness of fired timers: fire time minus deliverAt, milliseconds.
+	Lateness Histogram
+}
+
+// Name implements background.Service.
+func (s *Sweeper) Name() string { return "sweeper" }
+
+// NextDue implements background.Service.
+func (s *Sweeper) NextDue(now time.Time) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.next.IsZero() {
+		return now
+	}
+	return s.next
+}
+
+// Woken implements background.Wakeable: a send makes the shell re-read
+// NextDue at once.
+func (s *Sweeper) Woken() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.wake == nil {
+		s.wake = make(chan struct{}, 1)
+	}
+	return s.wake
+}
+
+// Hint says a timer committed here is due in d: the sweeper moves its next
+// cycle earlier if it was to sleep past it.
+func (s *Sweeper) Hint(d time.Duration) {
+	at := s.Clock.Now().Add(max(d, 0))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.next.IsZero() && !at.Before(s.next) {
+		return
+	}
+	s.next, s.idle = at, 0
+	if s.wake == nil {
+		s.wake = make(chan struct{}, 1)
+	}
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// RunOnce claims and fires what is due, prunes expired KV rows and decides
+// when to run next.
+func (s *Sweeper) RunOnce(ctx context.Context) error {
+	s.Stats.Cycles.Add(1)
+	if s.Arbiter != nil {
+		release, err := s.Arbiter.Acquire(ctx, admission.Maint)
+		if err != nil {
+			s.schedule(s.MaxSleep)
+			return err
+		}
+		defer release()
+	}
+	claimed, fired, err := s.fire(ctx)
+	if err != nil {
+		s.Stats.Failures.Add(1)
+		s.schedule(s.MaxSleep)
+		return err
+	}
+	pruned, err := s.Store.PruneKV(ctx, s.PruneBatch)
+	if err != nil {
+		s.Stats.Failures.Add(1)
+		s.schedule(s.MaxSleep)
+		return err
+	}
+	s.Stats.Pruned.Add(pruned)
+	switch {
+	case claimed == s.ClaimBatch || pruned == int64(s.PruneBatch):
+		s.schedule(0) // more is due now
+	default:
+		s.scheduleNext(ctx, claimed+fired > 0 || pruned > 0)
+	}
+	return nil
+}
+
+// fire claims due timers and fires them.
+func (s *Sweeper) fire(ctx context.Context) (claimed, fired int, err error) {
+	token := s.IDs.New()
+	c, err := s.Store.ClaimTimers(ctx, token, s.Lease, s.ClaimBatch)
+	if err != nil || len(c) == 0 {
+		return 0, 0, err
+	}
+	s.Stats.Claimed.Add(int64(len(c)))
+	f, err := s.Store.FireTimers(ctx, token, c)
+	if err != nil {
+		// The claim stands until its lease ends; another cycle (here or
+		// on another broker) fires them then.
+		s.Log.Warn("sweeper: firing claimed timers failed; they fire again after the lease",
+			"timers", len(c), "lease", s.Lease, "err", err)
+		return len(c), 0, err
+	}
+	now := s.Clock.Now()
+	parts := map[[2]string]map[string]bool{}
+	for _, t := range f {
+		if t.Duplicate {
+			s.Stats.Duplicates.Add(1)
+			continue
+		}
+		s.Stats.Fired.Add(1)
+		s.Stats.Lateness.Observe(float64(now.Sub(t.DeliverAt).Milliseconds()))
+		k := [2]string{t.Tenant, t.Queue}
+		if parts[k] == nil {
+			parts[k] = map[string]bool{}
+		}
+		parts[k][t.PartitionID] = true
+	}
+	if s.Fired != nil {
+		for k, ps := range parts {
+			ids := make([]string, 0, len(ps))
+			for p := range ps {
+				ids = append(ids, p)
+			}
+			s.Fired(k[0], k[1], ids)
+		}
+	}
+	return len(c), len(f), nil
+}
+
+// scheduleNext sleeps until the next timer, within the bounds; with nothing
+// done for five cycles, the sleep doubles up to IdleMaxSleep, never past a
+// timer it knows of.
+func (s *Sweeper) scheduleNext(ctx context.Context, worked bool) {
+	d := s.MaxSleep
+	next, known, err := s.Store.NextTimer(ctx)
+	known = known && err == nil
+	if known {
+		d = min(max(next, s.MinSleep), s.MaxSleep)
+	}
+	s.mu.Lock()
+	if worked {
+		s.idle, s.sleep = 0, 0
+	} else if s.idle++; s.idle >= 5 {
+		s.sleep = min(max(2*s.sleep, d), max(s.IdleMaxSleep, s.MaxSleep))
+		d = s.sleep
+		if known {
+			d = min(d, max(next, s.MinSleep))
+		}
+	}
+	s.mu.Unlock()
+	s.schedule(d)
+}
+
+func (s *Sweeper) schedule(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.next = s.Clock.Now().Add(d)
+}
