@@ -28,7 +28,7 @@ func writeCoded(w http.ResponseWriter, status int, code, reason, detail string) 
 
 // codedError is a refused call with its wire code.
 type codedError struct {
-	status              int
+	status               int
 	code, reason, detail string
 }
 
