@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 
@@ -162,8 +163,13 @@ func (s *Server) transaction(w http.ResponseWriter, r *http.Request) {
 		writeBad(w, err)
 		return
 	}
+	extras, err := s.parseTxnExtras(body)
+	if err != nil {
+		writeCodedErr(w, err)
+		return
+	}
 	rawOps, ok, err := body.array("operations", "")
-	if err != nil || !ok || len(rawOps) == 0 {
+	if err != nil || ((!ok || len(rawOps) == 0) && len(extras.Timers)+len(extras.KV) == 0) {
 		writeError(w, http.StatusBadRequest, "operations array is required and must not be empty")
 		return
 	}
@@ -194,10 +200,21 @@ func (s *Server) transaction(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return
 	}
-	results, err := s.store.Transaction(r.Context(), tenantOf(r), ops, leases, "")
+	results, more, err := s.store.TransactionWith(r.Context(), tenantOf(r), ops, leases, "", extras)
 	release()
 	if msg, rolledBack := store.IsRollback(err); rolledBack {
 		writeJSON(w, http.StatusOK, map[string]any{"transactionId": txnID, "success": false, "error": msg, "results": []any{}})
+		return
+	}
+	var pre *store.KVPrecondition
+	if errors.As(err, &pre) {
+		writeJSON(w, http.StatusOK, map[string]any{"transactionId": txnID, "success": false, "error": pre.Error(),
+			"reason": "kv_precondition", "failedIndex": pre.Index, "kvReason": pre.Result.Reason, "results": []any{}})
+		return
+	}
+	if errors.Is(err, store.ErrKVReadTooLarge) {
+		writeCoded(w, http.StatusRequestEntityTooLarge, "payload_too_large", "kv_read_too_large",
+			"the transaction's kv reads exceed QUEEN_KV_MAX_READ_BYTES; nothing was written")
 		return
 	}
 	if err != nil {
@@ -222,7 +239,37 @@ func (s *Server) transaction(w http.ResponseWriter, r *http.Request) {
 		out[i] = m
 	}
 	s.notifyPushed(tenantOf(r), pushed)
-	writeJSON(w, http.StatusOK, map[string]any{"transactionId": txnID, "success": true, "results": out})
+	s.hintSweeper(more.Timers)
+	answer := map[string]any{"transactionId": txnID, "success": true, "results": out}
+	if len(extras.Timers) > 0 {
+		answer["timers"] = timerResults(more.Timers)
+	}
+	if len(extras.KV) > 0 {
+		kv := make([]kvResultWire, len(more.KV))
+		for i, x := range more.KV {
+			kv[i] = kvResult(x)
+		}
+		answer["kv"] = kv
+	}
+	writeJSON(w, http.StatusOK, answer)
+}
+
+// parseTxnExtras reads a transaction's timers and kv arrays, as POST
+// /api/v1/timers and POST /api/v1/kv read theirs.
+func (s *Server) parseTxnExtras(body obj) (store.TxnExtras, error) {
+	x := store.TxnExtras{MaxKVRead: s.cfg.KVMaxReadBytes}
+	var err error
+	if raw, ok := body["timers"]; ok && !isNull(raw) {
+		if x.Timers, err = s.parseTimerOps(raw); err != nil {
+			return x, err
+		}
+	}
+	if raw, ok := body["kv"]; ok && !isNull(raw) {
+		if x.KV, err = s.parseKVOps(raw); err != nil {
+			return x, err
+		}
+	}
+	return x, nil
 }
 
 func parseTxnOp(raw json.RawMessage, i int) (store.TxnOp, error) {

@@ -120,3 +120,39 @@ func TestKVRoutes(t *testing.T) {
 		t.Fatalf("read after its ttl: %v", g)
 	}
 }
+
+func TestTransactionAcksAndSchedulesAtomically(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.push(item{"queue": "in", "transactionId": "job"})
+	p := e.pop("/api/v1/pop/queue/in")
+	ack := map[string]any{"type": "ack", "transactionId": "job", "partitionId": p.PartitionID, "status": "completed"}
+	// A lost kv precondition rolls back the ack and the timer.
+	r := e.expect(e.do("POST", "/api/v1/transaction", map[string]any{
+		"operations":     []any{ack},
+		"requiredLeases": []any{p.LeaseID},
+		"timers":         []any{map[string]any{"op": "schedule", "queue": "later", "timerKey": "job", "txn": "follow-up", "delayMs": 60000}},
+		"kv":             []any{map[string]any{"op": "put", "ns": "progress", "key": "job", "value": 1, "forever": true, "expect": 99, "required": true}},
+	}), 200).obj(t)
+	if r["success"] != false || r["reason"] != "kv_precondition" {
+		t.Fatalf("transaction with a lost precondition: %v", r)
+	}
+	if l := e.expect(e.do("GET", "/api/v1/timers/later", nil), 200).obj(t); len(l["timers"].([]any)) != 0 {
+		t.Fatalf("a rolled-back transaction scheduled: %v", l)
+	}
+	r = e.expect(e.do("POST", "/api/v1/transaction", map[string]any{
+		"operations":     []any{ack},
+		"requiredLeases": []any{p.LeaseID},
+		"timers":         []any{map[string]any{"op": "schedule", "queue": "later", "timerKey": "job", "txn": "follow-up", "delayMs": 60000}},
+		"kv":             []any{map[string]any{"op": "put", "ns": "progress", "key": "job", "value": 1, "forever": true}},
+	}), 200).obj(t)
+	if r["success"] != true || r["timers"].([]any)[0].(map[string]any)["status"] != "scheduled" || r["kv"].([]any)[0].(map[string]any)["applied"] != true {
+		t.Fatalf("transaction: %v", r)
+	}
+	if e.pop("/api/v1/pop/queue/in") != nil {
+		t.Fatal("acked in the transaction but redelivered")
+	}
+	if g := e.expect(e.do("GET", "/api/v1/kv/progress/job", nil), 200).obj(t); g["found"] != true {
+		t.Fatalf("kv written in the transaction: %v", g)
+	}
+}

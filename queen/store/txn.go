@@ -64,6 +64,32 @@ type txnLockParams struct {
 // Statements: one lock, one append for every pushed item, and one read and
 // one write per consumer group acked, however many operations.
 func (s *Store) Transaction(ctx context.Context, tenant string, ops []TxnOp, requiredLeases []string, producerSub string) ([]TxnResult, error) {
+	res, _, err := s.TransactionWith(ctx, tenant, ops, requiredLeases, producerSub, TxnExtras{})
+	return res, err
+}
+
+// TxnExtras are the timers and KV operations a transaction applies too,
+// after its pushes and acks, in the same PostgreSQL transaction: a consumer
+// can ack a message and schedule its follow-up, or record its progress,
+// atomically.
+type TxnExtras struct {
+	Timers    []TimerOp
+	KV        []KVOp
+	MaxKVRead int // QUEEN_KV_MAX_READ_BYTES (0: no bound)
+}
+
+// TxnExtrasResult are their outcomes, in order.
+type TxnExtrasResult struct {
+	Timers []TimerResult
+	KV     []KVResult
+}
+
+// TransactionWith is Transaction with timers and KV operations. A KV op
+// marked Required that loses its precondition rolls everything back, with a
+// *KVPrecondition error.
+func (s *Store) TransactionWith(ctx context.Context, tenant string, ops []TxnOp, requiredLeases []string, producerSub string,
+	extras TxnExtras) ([]TxnResult, TxnExtrasResult, error) {
+	var more TxnExtrasResult
 	pushTenant := tenant
 	if canary.On("tenant-dropped") {
 		pushTenant = DefaultTenant
@@ -88,7 +114,7 @@ func (s *Store) Transaction(ctx context.Context, tenant string, ops []TxnOp, req
 			lp.PartitionIDs = append(lp.PartitionIDs, op.Ack.PartitionID)
 			lp.Groups = append(lp.Groups, g)
 		default:
-			return nil, rollback("operations[%d]: unknown type %q", i, op.Type)
+			return nil, more, rollback("operations[%d]: unknown type %q", i, op.Type)
 		}
 	}
 	sort.Strings(groups)
@@ -96,7 +122,7 @@ func (s *Store) Transaction(ctx context.Context, tenant string, ops []TxnOp, req
 	// transaction: creating them is harmless if it rolls back.
 	rows, err := s.pushRows(ctx, pushTenant, items, producerSub)
 	if err != nil {
-		return nil, err
+		return nil, more, err
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
@@ -134,10 +160,21 @@ func (s *Store) Transaction(ctx context.Context, tenant string, ops []TxnOp, req
 				acked[i] = res[j]
 			}
 		}
+		var err error
+		if len(extras.Timers) > 0 {
+			if more.Timers, err = s.applyTimers(ctx, tx, tenant, producerSub, extras.Timers); err != nil {
+				return err
+			}
+		}
+		if len(extras.KV) > 0 {
+			if more.KV, err = s.applyKV(ctx, tx, tenant, extras.KV, extras.MaxKVRead); err != nil {
+				return err
+			}
+		}
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, more, err
 	}
 	var out []TxnResult
 	next := 0
@@ -154,7 +191,7 @@ func (s *Store) Transaction(ctx context.Context, tenant string, ops []TxnOp, req
 				MessageID: o.messageID, PartitionID: r.pid, QueueName: it.Queue, Duplicate: !o.queued})
 		}
 	}
-	return out, nil
+	return out, more, nil
 }
 
 // lockForTxn runs txnLockSQL and checks every required lease is held.
