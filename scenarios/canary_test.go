@@ -89,6 +89,10 @@ var generatedCanaries = map[string]func(*scenarios.Scenario) bool{
 	// A claim that finished after its client left is kept: the partition
 	// hides for a lease.
 	"cancel-keeps-claim": func(s *scenarios.Scenario) bool { return s.Weights.Leave > 0 },
+	// Timers fire before their deliverAt.
+	"timer-early": func(s *scenarios.Scenario) bool { return s.Weights.Timer > 0 },
+	// Expired KV rows stay readable until pruned.
+	"kv-ttl-ignored": func(s *scenarios.Scenario) bool { return s.Weights.KV > 0 },
 	// A refused batch quarantines its whole file, clients' records with it.
 	"spool-poison-whole-file": func(s *scenarios.Scenario) bool { return hasFault(s, "spool.poison") },
 }

@@ -246,6 +246,10 @@ func (s *Scenario) parseWorkload(f []string) error {
 			w.HotPct = n
 		case "poll":
 			w.PollPct = n
+		case "timer":
+			w.Timer = n
+		case "kv":
+			w.KV = n
 		default:
 			return fmt.Errorf("workload: unknown %q", k)
 		}
@@ -336,6 +340,12 @@ func Print(w io.Writer, s *Scenario) error {
 	}
 	if w8.PollPct > 0 {
 		fmt.Fprintf(b, " poll=%d%%", w8.PollPct)
+	}
+	if w8.Timer > 0 {
+		fmt.Fprintf(b, " timer=%d", w8.Timer)
+	}
+	if w8.KV > 0 {
+		fmt.Fprintf(b, " kv=%d", w8.KV)
 	}
 	fmt.Fprintln(b)
 	if s.VTime > 0 {

@@ -87,6 +87,11 @@ func Generate(seed uint64) *Scenario {
 		}
 		fired[s.Faults[len(s.Faults)-1].Kind] = true
 	}
+	if rng.IntN(2) == 0 {
+		// Timers fired by whichever broker's sweeper gets them, and KV
+		// rows expiring while they are read.
+		s.Weights.Timer, s.Weights.KV = 3+rng.IntN(4), 2+rng.IntN(4)
+	}
 	delete(fired, "broker.start")
 	for _, k := range []string{"pg.refuse", "pg.blackhole", "pg.reset", "broker.crash", "clock.skew", "spool.eio", "spool.enospc", "spool.torn",
 		"spool.poison", "spool.quarantined"} {
@@ -174,10 +179,13 @@ func GenerateFree(seed uint64) *Scenario {
 			sim.FaultAt{At: t + time.Duration(300+rng.IntN(500))*time.Millisecond, Kind: "broker.start", Broker: b})
 		s.Sometimes = append(s.Sometimes, "broker.crash")
 	}
+	// Timers and KV rows, scheduled and put on one broker and fired or
+	// read on another, through whatever faults the run has.
+	s.Weights.Timer, s.Weights.KV = 2+rng.IntN(4), 2+rng.IntN(3)
 	// Lease recovery and fairness bound waits in wall time, which a loaded
 	// machine stretches; free-running runs judge what holds whatever the
 	// timing.
-	s.Expect = []string{"no-loss", "no-double-delivery", "fifo", "dedup", "tenant", "answers", "redelivery"}
+	s.Expect = []string{"no-loss", "no-double-delivery", "fifo", "dedup", "tenant", "answers", "redelivery", "timers", "kv"}
 	return s
 }
 

@@ -53,6 +53,8 @@ var Checkers = []Checker{
 	{Name: "answers", Check: CheckAnswers},
 	{Name: "redelivery", Check: CheckRedelivery},
 	{Name: "liveness", Check: CheckLiveness, Lockstep: true},
+	{Name: "timers", Check: CheckTimers},
+	{Name: "kv", Check: CheckKV},
 }
 
 // CheckerNamed returns the checker called name.

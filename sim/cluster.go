@@ -122,6 +122,9 @@ func (c *Cluster) dbName() string {
 	return pc.Database
 }
 
+// SweeperLease is the simulated brokers' QUEEN_SWEEPER_LEASE_MS.
+const SweeperLease = 2 * time.Second
+
 // LockstepBlackholeCut is how long a lockstep blackhole holds a connection
 // before closing it: the broker sees a dead connection after this much real
 // time, whatever the machine's load, rather than racing its own timeouts.
@@ -148,6 +151,9 @@ func (c *Cluster) Start(ctx context.Context, i int) error {
 		cfg.DBConnectionTimeout = 10 * time.Second
 		cfg.DBStatementTimeout = 30 * time.Second
 	}
+	// Claims of a broker that dies expire quickly, so runs recover them
+	// within their convergence bound.
+	cfg.SweeperLease = SweeperLease
 	cfg.ServerID = fmt.Sprintf("%s%d", strings.TrimPrefix(c.AppPrefix, "queen:"), i)
 	cfg.TenancyHeader = true
 	cfg.ApplySchema = false

@@ -59,10 +59,24 @@ type Event struct {
 	// lease's: it must not succeed, and it counts for nothing else.
 	Foreign bool `json:"foreign,omitempty"`
 
+	// At is a timer's deliverAt as answered (Unix ms, database time).
+	At int64 `json:"at,omitempty"`
+
 	F     string `json:"f,omitempty"`    // fault name
 	What  string `json:"what,omitempty"` // broker/client event
 	Until int64  `json:"until,omitempty"`
 	Rows  []Row  `json:"rows,omitempty"`
+	// Timers are the timers still pending at the final read, and DBNow
+	// the database's now then (Unix ms).
+	Timers []PendingTimer `json:"timers,omitempty"`
+	DBNow  int64          `json:"dbNow,omitempty"`
+}
+
+// PendingTimer is a timer row found by the final read.
+type PendingTimer struct {
+	Tenant string `json:"tenant"`
+	Key    string `json:"key"`
+	At     int64  `json:"at"` // deliverAt, Unix ms
 }
 
 // Msg is a message in a pop result, an ack item, or an op of a transaction.
@@ -90,6 +104,7 @@ type Row struct {
 	Count  int      `json:"count"`             // rows with this key (dedup: must be 1)
 	DoneBy []string `json:"done_by,omitempty"` // groups whose cursor is past it
 	DLQBy  []string `json:"dlq_by,omitempty"`  // groups that dead-lettered it
+	At     int64    `json:"at,omitempty"`      // fired timers: created_at, Unix ms
 }
 
 // Key identifies a logical message.

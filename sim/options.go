@@ -40,6 +40,10 @@ type Weights struct {
 	// PollPct is the percentage of pops that long-poll (free-running
 	// only): a push on another broker wakes them through the mesh.
 	PollPct int
+	// Timer is the weight of timer operations (schedule 0-3 s ahead into
+	// TimerQueue, sometimes cancel); KV the weight of KV puts (1-2 s ttl)
+	// and reads.
+	Timer, KV int
 }
 
 // DefaultWeights is the workload mix when a scenario names none.

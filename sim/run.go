@@ -67,6 +67,8 @@ type client struct {
 	id     int
 	broker int
 	held   []*held
+	timers []timerRef
+	kv     []kvRef
 }
 
 type runner struct {
@@ -160,9 +162,17 @@ func (r *runner) setup(dsn string, log io.Writer) error {
 // then judge the history.
 func (r *runner) conclude(dsn string, ops int) (*Result, error) {
 	r.settleSpools()
+	if err := r.settleTimers(dsn); err != nil {
+		return nil, err
+	}
 	r.drain()
 	res := &Result{History: r.hist, Ops: ops, Faults: len(r.o.Faults), Fired: r.fired}
-	if err := finalRead(r.ctx, dsn, r.hist, r.vt()); err != nil {
+	var dbNow *time.Time
+	if r.pg != nil {
+		t := r.pg.Now()
+		dbNow = &t
+	}
+	if err := finalRead(r.ctx, dsn, r.hist, r.vt(), dbNow); err != nil {
 		return nil, err
 	}
 	r.cluster.Shutdown(r.ctx)
@@ -358,8 +368,12 @@ func (r *runner) step(rng *rand.Rand, c *client) {
 	if r.pg == nil {
 		leave = 0 // needs lockstep's hook on database time
 	}
-	total := w.Push + w.Pop + w.Ack + w.Extend + w.Txn + w.Abandon + w.Foreign + leave
+	total := w.Push + w.Pop + w.Ack + w.Extend + w.Txn + w.Abandon + w.Foreign + leave + w.Timer + w.KV
 	x := pick(total)
+	if x >= total-w.Timer-w.KV {
+		r.timerStep(pick, c, b, x >= total-w.KV)
+		return
+	}
 	switch {
 	case x < w.Push:
 		r.act.push(r.ctx, c.id, b, r.nextKey(rng))
@@ -752,7 +766,7 @@ func (r *runner) drain() {
 
 // finalRead records every stored message, with the groups whose cursor is
 // past it and the groups that dead-lettered it.
-func finalRead(ctx context.Context, dsn string, h *History, vt int64) error {
+func finalRead(ctx context.Context, dsn string, h *History, vt int64, dbNow *time.Time) error {
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		return err
@@ -762,16 +776,17 @@ func finalRead(ctx context.Context, dsn string, h *History, vt int64) error {
 		SELECT q.tenant_id::text, q.name, p.name, m.transaction_id, count(*) OVER (PARTITION BY q.tenant_id, q.name, p.name, m.transaction_id),
 			array(SELECT pc.consumer_group FROM queen.partition_consumers pc
 				WHERE pc.partition_id = p.id AND pc.last_consumed_seq >= m.seq ORDER BY 1),
-			array(SELECT d.consumer_group FROM queen.dead_letter_queue d WHERE d.message_id = m.id ORDER BY 1)
+			array(SELECT d.consumer_group FROM queen.dead_letter_queue d WHERE d.message_id = m.id ORDER BY 1),
+			CASE WHEN q.name = $1 THEN (extract(epoch FROM m.created_at) * 1000)::bigint ELSE 0 END
 		FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id
-		ORDER BY 1, 2, 3, 4`)
+		ORDER BY 1, 2, 3, 4`, TimerQueue)
 	if err != nil {
 		return fmt.Errorf("final read: %w", err)
 	}
 	final := Event{K: KFinal, VT: vt}
 	for rows.Next() {
 		var row Row
-		if err := rows.Scan(&row.Tenant, &row.Q, &row.P, &row.Txid, &row.Count, &row.DoneBy, &row.DLQBy); err != nil {
+		if err := rows.Scan(&row.Tenant, &row.Q, &row.P, &row.Txid, &row.Count, &row.DoneBy, &row.DLQBy, &row.At); err != nil {
 			return err
 		}
 		final.Rows = append(final.Rows, row)
@@ -779,6 +794,62 @@ func finalRead(ctx context.Context, dsn string, h *History, vt int64) error {
 	if err := rows.Err(); err != nil {
 		return err
 	}
+	if final.Timers, final.DBNow, err = pendingTimers(ctx, conn, dbNow); err != nil {
+		return err
+	}
 	h.Add(final)
+	return nil
+}
+
+// pendingTimers reads the timers not fired yet, and the database's now.
+func pendingTimers(ctx context.Context, conn *pgx.Conn, dbNow *time.Time) ([]PendingTimer, int64, error) {
+	var now int64
+	if err := conn.QueryRow(ctx, `SELECT (extract(epoch FROM coalesce($1::timestamptz, now())) * 1000)::bigint`, dbNow).Scan(&now); err != nil {
+		return nil, 0, fmt.Errorf("final read: %w", err)
+	}
+	rows, err := conn.Query(ctx, `SELECT tenant_id::text, timer_key, (extract(epoch FROM deliver_at) * 1000)::bigint
+		FROM queen.log_timers ORDER BY 1, 2`)
+	if err != nil {
+		return nil, 0, fmt.Errorf("final read: %w", err)
+	}
+	var out []PendingTimer
+	for rows.Next() {
+		var t PendingTimer
+		if err := rows.Scan(&t.Tenant, &t.Key, &t.At); err != nil {
+			return nil, 0, err
+		}
+		out = append(out, t)
+	}
+	return out, now, rows.Err()
+}
+
+// settleTimers lets the sweepers fire every pending timer after the heal
+// (the workload's are at most 3 s ahead), waiting out the claims of brokers
+// that died holding some (their lease), within the convergence bound.
+func (r *runner) settleTimers(dsn string) error {
+	if r.o.Weights.Timer == 0 {
+		return nil
+	}
+	conn, err := pgx.Connect(r.ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(r.ctx)
+	deadline := r.vt() + (3*time.Second + SweeperLease + r.o.Converge).Milliseconds()
+	for r.vt() < deadline {
+		var pending int
+		if err := conn.QueryRow(r.ctx, `SELECT count(*) FROM queen.log_timers`).Scan(&pending); err != nil {
+			return err
+		}
+		if pending == 0 {
+			return nil
+		}
+		if r.pg != nil {
+			r.pg.Advance(100 * time.Millisecond)
+			r.stepServices()
+		} else {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
 	return nil
 }

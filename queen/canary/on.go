@@ -19,5 +19,7 @@ import "os"
 // (an ack is applied as the partition's owner, whoever sent it),
 // shutdown-cuts-requests (a graceful stop cancels the requests in flight
 // before letting them answer), cancel-keeps-claim (a claim that finished
-// after its pop's client left is not given back).
+// after its pop's client left is not given back), timer-early (the sweeper
+// claims and fires timers up to two seconds before they are due),
+// kv-ttl-ignored (KV reads see expired rows until they are pruned).
 func On(name string) bool { return os.Getenv("QUEEN_CANARY") == name }

@@ -3,9 +3,12 @@ package store
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/queen-go/queen/queen/canary"
 )
 
 // The sweeper's statements. Every broker runs them; FOR UPDATE SKIP LOCKED
@@ -58,7 +61,16 @@ type ClaimedTimer struct {
 func (s *Store) ClaimTimers(ctx context.Context, token string, lease time.Duration, limit int) ([]ClaimedTimer, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	rows, err := s.pool.Query(ctx, claimTimersSQL, s.dbNow(), float64(lease.Milliseconds()), token, limit)
+	sql := claimTimersSQL
+	if canary.On("timer-early") {
+		// Claims (and fires) timers up to two seconds before they are due.
+		early := strings.Replace(sql, "<= coalesce($1::timestamptz, now())\n", "<= coalesce($1::timestamptz, now()) + interval '2 seconds'\n", 1)
+		if early == sql {
+			panic("store: the timer-early canary no longer matches claimTimersSQL")
+		}
+		sql = early
+	}
+	rows, err := s.pool.Query(ctx, sql, s.dbNow(), float64(lease.Milliseconds()), token, limit)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,113 @@
+package sim
+
+import "fmt"
+
+// timerSlackMS covers a sweeper's sleep and a loaded machine when judging
+// whether an overdue timer should have fired by the final read.
+const timerSlackMS = 5000
+
+// CheckTimers: a timer whose schedule was answered "scheduled" is stored
+// exactly once in TimerQueue, never before the deliverAt it was answered;
+// a cancel answered "cancelled" means it is never stored; a failed schedule
+// stores nothing. At the final read (after the sweepers settled), no timer
+// is still pending past its deliverAt by more than the sweeper lease plus
+// slack: claims of a broker that died were recovered within the lease.
+func CheckTimers(h []Event, _ Spec) []Violation {
+	type timer struct {
+		outcome   string // ok, fail, info
+		at        int64
+		cancelled bool
+	}
+	timers := map[[2]string]*timer{}
+	calls := map[int]Event{}
+	var final *Event
+	for i, e := range h {
+		switch {
+		case e.K == KInvoke && (e.Op == "timer" || e.Op == "timer-cancel"):
+			calls[e.Call] = e
+		case e.K == KFinal:
+			final = &h[i]
+		case e.Op == "timer" && e.K != KInvoke:
+			in := calls[e.Call]
+			timers[[2]string{in.Tenant, in.Txid}] = &timer{outcome: e.K, at: e.At}
+		case e.Op == "timer-cancel" && e.K == KOK && e.Status == "cancelled":
+			in := calls[e.Call]
+			if t := timers[[2]string{in.Tenant, in.Txid}]; t != nil {
+				t.cancelled = true
+			}
+		}
+	}
+	if final == nil {
+		return nil
+	}
+	var out []Violation
+	stored := map[[2]string]Row{}
+	for _, r := range final.Rows {
+		if r.Q == TimerQueue {
+			stored[[2]string{r.Tenant, r.Txid}] = r
+		}
+	}
+	pending := map[[2]string]PendingTimer{}
+	for _, p := range final.Timers {
+		pending[[2]string{p.Tenant, p.Key}] = p
+		if final.DBNow-p.At > SweeperLease.Milliseconds()+timerSlackMS {
+			out = append(out, Violation{"timers", fmt.Sprintf("%s/%s still pending %d ms after its deliverAt at the final read",
+				p.Tenant, p.Key, final.DBNow-p.At)})
+		}
+	}
+	for k, t := range timers {
+		row, isStored := stored[k]
+		_, isPending := pending[k]
+		switch {
+		case isStored && row.Count != 1:
+			out = append(out, Violation{"timers", fmt.Sprintf("%s/%s stored %d times", k[0], k[1], row.Count)})
+		case isStored && t.cancelled:
+			out = append(out, Violation{"timers", fmt.Sprintf("%s/%s fired after a cancel answered cancelled", k[0], k[1])})
+		case isStored && t.outcome == KFail:
+			out = append(out, Violation{"timers", fmt.Sprintf("%s/%s fired though its schedule failed", k[0], k[1])})
+		case isStored && t.outcome == KOK && row.At < t.at:
+			out = append(out, Violation{"timers", fmt.Sprintf("%s/%s fired %d ms before its deliverAt", k[0], k[1], t.at-row.At)})
+		case !isStored && !isPending && t.outcome == KOK && !t.cancelled:
+			out = append(out, Violation{"timers", fmt.Sprintf("%s/%s was scheduled but is neither fired nor pending (lost)", k[0], k[1])})
+		}
+	}
+	return out
+}
+
+// kvSlackMS covers the millisecond rounding of the history's clock.
+const kvSlackMS = 5
+
+// CheckKV: a KV row put with a ttl is read as found by every get answered
+// before the put was invoked plus the ttl, and as missing by every get
+// invoked after the put was answered plus the ttl: expired rows are never
+// read, live ones never lost. Keys are put once each.
+func CheckKV(h []Event, _ Spec) []Violation {
+	type put struct{ invoked, answered, ttl int64 }
+	calls := map[int]Event{}
+	puts := map[[2]string]put{}
+	var out []Violation
+	for _, e := range h {
+		switch {
+		case e.K == KInvoke && (e.Op == "kv-put" || e.Op == "kv-get"):
+			calls[e.Call] = e
+		case e.Op == "kv-put" && e.K == KOK:
+			in := calls[e.Call]
+			puts[[2]string{in.Tenant, in.Txid}] = put{in.VT, e.VT, int64(in.LeaseSecs) * 1000}
+		case e.Op == "kv-get" && e.K == KOK:
+			in := calls[e.Call]
+			p, ok := puts[[2]string{in.Tenant, in.Txid}]
+			if !ok || in.VT < p.answered {
+				continue
+			}
+			if e.Status == "found" && in.VT > p.answered+p.ttl+kvSlackMS {
+				out = append(out, Violation{"kv", fmt.Sprintf("%s/%s read %d ms after it expired", in.Tenant, in.Txid,
+					in.VT-p.answered-p.ttl)})
+			}
+			if e.Status == "missing" && e.VT < p.invoked+p.ttl-kvSlackMS {
+				out = append(out, Violation{"kv", fmt.Sprintf("%s/%s missing %d ms before its ttl ran out", in.Tenant, in.Txid,
+					p.invoked+p.ttl-e.VT)})
+			}
+		}
+	}
+	return out
+}
