@@ -67,6 +67,12 @@ func TestTimerFiresOnAnotherBrokerWhenItsSchedulerDies(t *testing.T) {
 	if code, body := get(t, "http://"+b.Addr()+"/api/v1/pop/queue/tq?autoAck=true"); code != 204 {
 		t.Fatalf("the timer fired twice: %d %s", code, body)
 	}
+	_, metrics := get(t, "http://"+b.Addr()+"/metrics/prometheus")
+	for _, want := range []string{"queen_timers_fired_total 1\n", "queen_timers_delivery_lateness_milliseconds_count 1\n", "queen_timers_due 0\n"} {
+		if !contains(metrics, want) {
+			t.Errorf("b's metrics lack %q", want)
+		}
+	}
 }
 
 // TestKVTTLExpiresOnTheClock: a value put with ttlSeconds=1 is read before

@@ -209,6 +209,9 @@ func (s *Server) prometheus(w http.ResponseWriter, r *http.Request) {
 	if s.sweeperStats != nil {
 		s.sweeperMetrics(&b, s.sweeperStats())
 	}
+	if due, err := s.store.DueTimers(r.Context(), 100000); err == nil {
+		gauge("queen_timers_due", "Timers due and not claimed (counted up to 100000): a backlog means the sweepers fall behind.", due)
+	}
 	fmt.Fprintf(&b, "# HELP queen_uptime_seconds Seconds since start.\n# TYPE queen_uptime_seconds gauge\nqueen_uptime_seconds %.0f\n",
 		s.clock.Now().Sub(s.started).Seconds())
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4")

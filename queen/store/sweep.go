@@ -44,6 +44,11 @@ RETURNING tenant_id::text, queue, timer_key`
 SELECT extract(epoch FROM min(greatest(deliver_at, coalesce(claimed_until, deliver_at))) - coalesce($1::timestamptz, now())) * 1000
 FROM queen.log_timers`
 
+	// dueTimersSQL counts claimable due timers, up to $2.
+	dueTimersSQL = `
+SELECT count(*) FROM (SELECT 1 FROM queen.log_timers
+	WHERE greatest(deliver_at, coalesce(claimed_until, deliver_at)) <= coalesce($1::timestamptz, now()) LIMIT $2) d`
+
 	pruneKVSQL = `
 DELETE FROM queen.kv WHERE ctid IN (
 	SELECT ctid FROM queen.kv WHERE expires_at <= coalesce($1::timestamptz, now())
@@ -203,4 +208,14 @@ func (s *Store) PruneKV(ctx context.Context, limit int) (int64, error) {
 	defer cancel()
 	tag, err := s.pool.Exec(ctx, pruneKVSQL, s.dbNow(), limit)
 	return tag.RowsAffected(), err
+}
+
+// DueTimers counts the timers due and not claimed, up to limit (a gauge:
+// a backlog here means the sweepers fall behind).
+func (s *Store) DueTimers(ctx context.Context, limit int) (int64, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	var n int64
+	err := s.pool.QueryRow(ctx, dueTimersSQL, s.dbNow(), limit).Scan(&n)
+	return n, err
 }
