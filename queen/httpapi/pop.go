@@ -75,11 +75,13 @@ func (s *Server) parsePop(r *http.Request) (popParams, error) {
 	if p.req.Partitions > s.cfg.MaxPopBatch {
 		return p, bad("partitions must be at most %d (QUEEN_MAX_POP_BATCH)", s.cfg.MaxPopBatch)
 	}
+	// Any other mode means all, never a 400: Queen's JS and Python
+	// clients send from_beginning (contract-admin.md section 6).
 	mode, ok := config.NormalizeSubscriptionMode(q.Get("subscriptionMode"))
 	if !ok {
-		return p, bad("subscriptionMode must be all or new")
+		mode = "all"
 	}
-	if q.Get("subscriptionMode") == "" {
+	if strings.TrimSpace(q.Get("subscriptionMode")) == "" {
 		mode = s.cfg.DefaultSubscriptionMode
 	}
 	p.req.SubscriptionMode = mode

@@ -133,8 +133,14 @@ func TestConsumerGroupsFanOutAndSubscriptionModes(t *testing.T) {
 	if p == nil || !equal(p.txids(), []string{"after"}) {
 		t.Fatalf("subscriptionFrom: %+v", p)
 	}
-	if r := e.do("GET", "/api/v1/pop/queue/sf?subscriptionMode=bogus", nil); r.status != 400 {
-		t.Fatalf("bad subscriptionMode: %d", r.status)
+	// Any other mode is all (the JS and Python clients send from_beginning).
+	e.push(item{"queue": "fb", "transactionId": "old"})
+	if p := e.pop("/api/v1/pop/queue/fb?consumerGroup=fresh&subscriptionMode=from_beginning"); p == nil || !equal(p.txids(), []string{"old"}) {
+		t.Fatalf("subscriptionMode=from_beginning: %+v", p)
+	}
+	e.push(item{"queue": "nw", "transactionId": "old"})
+	if p := e.pop("/api/v1/pop/queue/nw?consumerGroup=late&subscriptionMode=%20New-Only%20"); p != nil {
+		t.Fatalf("subscriptionMode= New-Only  (trimmed, any case) is new: %+v", p)
 	}
 }
 

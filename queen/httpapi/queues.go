@@ -66,7 +66,9 @@ func (s *Server) configure(w http.ResponseWriter, r *http.Request) {
 		writeBad(w, err)
 		return
 	}
-	if !ok || q == "" {
+	// An empty name is a name: Queen creates a queue called "" (the JS
+	// client can ask for it); only a missing or non-string queue is 400.
+	if !ok {
 		writeError(w, http.StatusBadRequest, "queue is required")
 		return
 	}

@@ -35,9 +35,13 @@ func TestConfigureMergeReplaceAndValidation(t *testing.T) {
 	if opts["retryLimit"].(float64) != 3 || opts["leaseTime"].(float64) != 300 || opts["deadLetterQueue"] != false {
 		t.Fatalf("replace: %v", opts)
 	}
+	// An empty name is a queue called "" (contract-admin.md section 6).
+	if r := e.expect(e.do("POST", "/api/v1/configure", map[string]any{"queue": ""}), 200).obj(t); r["configured"] != true || r["queue"] != "" {
+		t.Fatalf(`configure {"queue":""}: %v`, r)
+	}
 	for _, c := range []struct{ body, want string }{
 		{`{}`, "queue is required"},
-		{`{"queue":""}`, "queue is required"},
+		{`{"queue":5}`, "queue"},
 		{`{"queue":"q","options":{"leaseTime":"long"}}`, "options.leaseTime must be an integer"},
 		{`{"queue":"q","options":{"retryLimit":-1}}`, "options.retryLimit must not be negative"},
 		{`{"queue":"q","options":{"deadLetterQueue":"yes"}}`, "options.deadLetterQueue must be a boolean"},
