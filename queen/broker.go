@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/queen-go/queen/queen/admission"
+	"github.com/queen-go/queen/queen/auth"
 	"github.com/queen-go/queen/queen/background"
 	"github.com/queen-go/queen/queen/canary"
 	"github.com/queen-go/queen/queen/clock"
@@ -174,6 +175,17 @@ func (b *Broker) Start(ctx context.Context) error {
 	}
 	apiOpts := httpapi.Options{Config: b.cfg, Store: b.store, Spool: b.spool, Drainer: b.drainer,
 		Maintenance: b.maint, Arbiter: arbiter, Clock: b.opts.Clock, Waker: waker.New(), IDs: b.opts.IDs, Logger: b.log}
+	if b.cfg.JWTEnabled {
+		if apiOpts.Auth, err = auth.New(b.cfg.JWT, b.opts.Clock, b.log); err != nil {
+			b.pool.Close()
+			return err
+		}
+	} else {
+		b.log.Info("JWT_ENABLED is off: every route answers without authentication")
+	}
+	for _, name := range b.cfg.Ignored {
+		b.log.Warn("configuration variable is set but does nothing in this broker", "variable", name)
+	}
 	if b.cfg.MeshRuns() {
 		if err := b.startMesh(&apiOpts); err != nil {
 			b.pool.Close()

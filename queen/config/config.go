@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/queen-go/queen/queen/auth"
 )
 
 // DefaultTenant is the tenant of every request when tenancy is off, and of a
@@ -91,6 +93,15 @@ type Config struct {
 	KVMaxReadBytes        int           // QUEEN_KV_MAX_READ_BYTES, default 4 MiB
 	KVPrefixLimit         int           // QUEEN_KV_PREFIX_LIMIT, default 1000: getPrefix's largest limit
 
+	// JWT (Queen's JWT_* variables): every route but the public ones needs
+	// a bearer token when JWTEnabled.
+	JWTEnabled bool        // JWT_ENABLED, default false
+	JWT        auth.Config // JWT_ALGORITHM (HS256), JWT_SECRET, JWT_PUBLIC_KEY, JWT_JWKS_URL, ...
+
+	// Ignored are Queen's variables that are set but do nothing here, so
+	// the broker can say so at startup.
+	Ignored []string
+
 	ServerID      string     // QUEEN_SERVER_ID, default $HOSTNAME, else queen-<8hex>
 	TenancyHeader bool       // QUEEN_TENANCY_HEADER, default false
 	MaxBodyBytes  int64      // QUEEN_MAX_BODY_BYTES, default 64 MiB
@@ -150,8 +161,11 @@ func Default() Config {
 		KVMaxKeysPerCall:        1024,
 		KVMaxReadBytes:          4 << 20,
 		KVPrefixLimit:           1000,
-		ApplySchema:             true,
-		LogLevel:                slog.LevelInfo,
+		JWT: auth.Config{Algorithm: "HS256", JWKSRefresh: time.Hour, JWKSTimeout: 5 * time.Second, ClockSkew: 30 * time.Second,
+			SkipPaths: []string{"/health", "/metrics/prometheus", "/metrics", "/"}, RolesClaim: "role", RolesArrayClaim: "roles",
+			RoleAdmin: "admin", RoleReadWrite: "read-write", RoleReadOnly: "read-only", RoleWriteOnly: "write-only"},
+		ApplySchema: true,
+		LogLevel:    slog.LevelInfo,
 	}
 }
 
@@ -232,6 +246,12 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	p.intRange("QUEEN_KV_MAX_KEYS_PER_CALL", &c.KVMaxKeysPerCall, 1, 1000000)
 	p.intRange("QUEEN_KV_MAX_READ_BYTES", &c.KVMaxReadBytes, 1, 1<<30)
 	p.intRange("QUEEN_KV_PREFIX_LIMIT", &c.KVPrefixLimit, 1, 1000000)
+	p.jwt(&c)
+	for _, name := range ignoredVars {
+		if strings.TrimSpace(getenv(name)) != "" {
+			c.Ignored = append(c.Ignored, name)
+		}
+	}
 	p.str("QUEEN_SERVER_ID", &c.ServerID)
 	p.boolean("QUEEN_TENANCY_HEADER", &c.TenancyHeader)
 	var body int
@@ -289,6 +309,47 @@ func FromEnv(getenv func(string) string) (Config, error) {
 			"must exceed a positive QUEEN_SYNC_HEARTBEAT_MS")
 	}
 	return c, errors.Join(p.errs...)
+}
+
+// ignoredVars are Queen variables this broker accepts and does nothing
+// with: each set one is named in a startup warning.
+var ignoredVars = []string{"NUM_WORKERS", "EVICTION_INTERVAL", "EVICTION_BATCH_SIZE", "QUEEN_ENCRYPTION_KEY",
+	"METRICS_RETENTION_DAYS", "STATS_INTERVAL_MS", "METRICS_FLUSH_MS", "QUEEN_HOTLIST", "QUEEN_KV_TRUSTED_PROXY",
+	"PG_SSL_REJECT_UNAUTHORIZED", "DB_IDLE_TIMEOUT"}
+
+// jwt reads the JWT_* variables.
+func (p *parser) jwt(c *Config) {
+	p.boolean("JWT_ENABLED", &c.JWTEnabled)
+	j := &c.JWT
+	p.str("JWT_ALGORITHM", &j.Algorithm)
+	p.str("JWT_SECRET", &j.Secret)
+	p.str("JWT_PUBLIC_KEY", &j.PublicKeyPEM)
+	j.PublicKeyPEM = strings.ReplaceAll(j.PublicKeyPEM, `\n`, "\n") // a PEM in one env line
+	p.str("JWT_JWKS_URL", &j.JWKSURL)
+	var secs int
+	if p.intRange("JWT_JWKS_REFRESH_INTERVAL", &secs, 1, 86400*365) {
+		j.JWKSRefresh = time.Duration(secs) * time.Second
+	}
+	p.millis("JWT_JWKS_TIMEOUT_MS", &j.JWKSTimeout)
+	p.str("JWT_ISSUER", &j.Issuer)
+	p.str("JWT_AUDIENCE", &j.Audience)
+	if p.intRange("JWT_CLOCK_SKEW", &secs, 0, 86400) {
+		j.ClockSkew = time.Duration(secs) * time.Second
+	}
+	if v := p.getenv("JWT_SKIP_PATHS"); v != "" {
+		j.SkipPaths = nil
+		for _, s := range strings.Split(v, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				j.SkipPaths = append(j.SkipPaths, s)
+			}
+		}
+	}
+	p.str("JWT_ROLES_CLAIM", &j.RolesClaim)
+	p.str("JWT_ROLES_ARRAY_CLAIM", &j.RolesArrayClaim)
+	p.str("JWT_ROLE_ADMIN", &j.RoleAdmin)
+	p.str("JWT_ROLE_READ_WRITE", &j.RoleReadWrite)
+	p.str("JWT_ROLE_READ_ONLY", &j.RoleReadOnly)
+	p.str("JWT_ROLE_WRITE_ONLY", &j.RoleWriteOnly)
 }
 
 // MeshRuns reports whether this broker joins a mesh: sync enabled and at

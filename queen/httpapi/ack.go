@@ -200,7 +200,7 @@ func (s *Server) transaction(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return
 	}
-	results, more, err := s.store.TransactionWith(r.Context(), tenantOf(r), ops, leases, "", extras)
+	results, more, err := s.store.TransactionWith(r.Context(), tenantOf(r), ops, leases, subOf(r), extras)
 	release()
 	if msg, rolledBack := store.IsRollback(err); rolledBack {
 		writeJSON(w, http.StatusOK, map[string]any{"transactionId": txnID, "success": false, "error": msg, "results": []any{}})

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/queen-go/queen/queen/auth"
 	"github.com/queen-go/queen/queen/clock"
 	"github.com/queen-go/queen/queen/config"
 	"github.com/queen-go/queen/queen/httpapi"
@@ -48,8 +49,15 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 	e := &env{t: t}
 	idSrc := ids.NewSource(clock.Real{}, nil)
 	e.store = store.New(storetest.Pool(t), store.Options{IDs: idSrc, DBNow: e.dbNow, TxTimeout: 10 * time.Second})
+	var authn *auth.Authenticator
+	if cfg.JWTEnabled {
+		var err error
+		if authn, err = auth.New(cfg.JWT, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
 	srv := httpapi.New(httpapi.Options{Config: cfg, Store: e.store, Clock: clock.Real{}, Waker: waker.New(),
-		IDs: idSrc, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		IDs: idSrc, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Auth: authn})
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)
 	e.url = ts.URL
@@ -174,6 +182,7 @@ type popped struct {
 		CreatedAt     string          `json:"createdAt"`
 		ConsumerGroup string          `json:"consumerGroup"`
 		RetryCount    int             `json:"retryCount"`
+		ProducerSub   *string         `json:"producerSub"`
 	} `json:"messages"`
 }
 

@@ -167,7 +167,7 @@ func (s *Server) push(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return
 	}
-	results, err := s.store.Push(r.Context(), tenant, items, "")
+	results, err := s.store.Push(r.Context(), tenant, items, subOf(r))
 	release()
 	if err != nil {
 		if s.spool != nil && store.Unavailable(err) && r.Context().Err() == nil {
@@ -252,7 +252,7 @@ func (s *Server) buffer(w http.ResponseWriter, r *http.Request, tenant string, i
 			part = store.DefaultPartition
 		}
 		evs[i] = spool.Event{Tenant: tenant, Queue: it.Queue, Partition: part, TransactionID: it.TransactionID,
-			TraceID: it.TraceID, Payload: it.Payload}
+			TraceID: it.TraceID, ProducerSub: subOf(r), Payload: it.Payload}
 		if len(evs[i].Payload) == 0 {
 			evs[i].Payload = json.RawMessage("null")
 		}

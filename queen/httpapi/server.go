@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/queen-go/queen/queen/admission"
+	"github.com/queen-go/queen/queen/auth"
 	"github.com/queen-go/queen/queen/clock"
 	"github.com/queen-go/queen/queen/config"
 	"github.com/queen-go/queen/queen/ids"
@@ -53,6 +54,7 @@ type Server struct {
 	timerHint func(d time.Duration)
 	// sweeperStats reports the sweeper for the metrics; nil: none.
 	sweeperStats func() SweeperStats
+	auth         *auth.Authenticator
 
 	draining  chan struct{} // closed by Drain
 	drainOnce sync.Once
@@ -86,6 +88,8 @@ type Options struct {
 	TimerHint func(d time.Duration)
 	// SweeperStats reports the sweeper for /metrics/prometheus.
 	SweeperStats func() SweeperStats
+	// Auth checks bearer tokens (JWT_ENABLED); nil lets every request in.
+	Auth *auth.Authenticator
 }
 
 // SweeperStats are the sweeper's figures the metrics expose.
@@ -120,7 +124,7 @@ func New(o Options) *Server {
 		o.Maintenance = maintenance.New(o.Store, o.Spool, o.Logger)
 	}
 	return &Server{cfg: o.Config, store: o.Store, spool: o.Spool, drainer: o.Drainer, maint: o.Maintenance,
-		arbiter: o.Arbiter, clock: o.Clock, wake: o.Waker, peers: o.Peers, ids: o.IDs, sharedState: o.SharedState, timerHint: o.TimerHint, sweeperStats: o.SweeperStats, log: o.Logger, started: o.Clock.Now(),
+		arbiter: o.Arbiter, clock: o.Clock, wake: o.Waker, peers: o.Peers, ids: o.IDs, sharedState: o.SharedState, timerHint: o.TimerHint, sweeperStats: o.SweeperStats, auth: o.Auth, log: o.Logger, started: o.Clock.Now(),
 		draining: make(chan struct{})}
 }
 
@@ -183,7 +187,39 @@ func (s *Server) Handler() http.Handler {
 
 type ctxKey int
 
-const tenantKey ctxKey = 0
+const (
+	tenantKey ctxKey = iota
+	principalKey
+)
+
+// subOf is the authenticated producer identity of r: the token's sub, or
+// "" without auth. A producerSub in a body is never used.
+func subOf(r *http.Request) string {
+	p, _ := r.Context().Value(principalKey).(auth.Principal)
+	return p.Sub
+}
+
+// routeLevel is the access level a route needs: public health and metrics;
+// admin for system routes and deletes of queues and groups; produce for
+// push and timer schedules (write-only tokens pass); read-only for other
+// reads; read-write for the rest, pops included.
+func routeLevel(method, pattern string) auth.Level {
+	path := strings.TrimPrefix(pattern, method+" ")
+	switch {
+	case path == "/health" || path == "/metrics" || path == "/metrics/prometheus":
+		return auth.Public
+	case strings.HasPrefix(path, "/api/v1/system/"):
+		return auth.Admin
+	case method == http.MethodDelete && (strings.HasPrefix(path, "/api/v1/resources/queues/") ||
+		strings.HasPrefix(path, "/api/v1/consumer-groups/")):
+		return auth.Admin
+	case method == http.MethodPost && (path == "/api/v1/push" || path == "/api/v1/timers"):
+		return auth.Produce
+	case method == http.MethodGet && !strings.HasPrefix(path, "/api/v1/pop"):
+		return auth.ReadOnly
+	}
+	return auth.ReadWrite
+}
 
 // middleware adds CORS headers, answers preflight, resolves the tenant,
 // caps the body, and turns unrouted requests into JSON 404s.
@@ -199,9 +235,18 @@ func (s *Server) middleware(mux *http.ServeMux) http.Handler {
 			w.WriteHeader(http.StatusNoContent)
 			return
 		}
-		if _, pattern := mux.Handler(r); pattern == "" {
+		_, pattern := mux.Handler(r)
+		if pattern == "" {
 			writeError(w, http.StatusNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
 			return
+		}
+		var who auth.Principal
+		if s.auth != nil {
+			var denied *auth.Error
+			if who, denied = s.auth.Check(r, routeLevel(r.Method, pattern)); denied != nil {
+				writeError(w, denied.Status, denied.Msg)
+				return
+			}
 		}
 		tenant := config.DefaultTenant
 		if s.cfg.TenancyHeader {
@@ -217,7 +262,8 @@ func (s *Server) middleware(mux *http.ServeMux) http.Handler {
 		if r.ContentLength != 0 {
 			r.Body = s.bodyDeadline(w, r.Body)
 		}
-		mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tenantKey, tenant)))
+		ctx := context.WithValue(context.WithValue(r.Context(), tenantKey, tenant), principalKey, who)
+		mux.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
 

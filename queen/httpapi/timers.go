@@ -238,7 +238,7 @@ func (s *Server) applyTimers(w http.ResponseWriter, r *http.Request, ops []store
 		return nil, false
 	}
 	defer release()
-	res, err := s.store.ApplyTimers(r.Context(), tenantOf(r), "", ops)
+	res, err := s.store.ApplyTimers(r.Context(), tenantOf(r), subOf(r), ops)
 	if err != nil {
 		s.timersStoreError(w, r, err)
 		return nil, false

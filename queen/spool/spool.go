@@ -44,12 +44,14 @@ const DefaultTenant = store.DefaultTenant
 
 // Event is one buffered push item.
 type Event struct {
-	Tenant        string          `json:"tenant,omitempty"`
-	Queue         string          `json:"queue"`
-	Partition     string          `json:"partition"`
-	TransactionID string          `json:"transactionId"`
-	TraceID       string          `json:"traceId,omitempty"`
-	Payload       json.RawMessage `json:"payload"`
+	Tenant        string `json:"tenant,omitempty"`
+	Queue         string `json:"queue"`
+	Partition     string `json:"partition"`
+	TransactionID string `json:"transactionId"`
+	TraceID       string `json:"traceId,omitempty"`
+	// ProducerSub is the JWT sub the push was stamped with.
+	ProducerSub string          `json:"producerSub,omitempty"`
+	Payload     json.RawMessage `json:"payload"`
 }
 
 // TenantOrDefault is the tenant an event replays under.

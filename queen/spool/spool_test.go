@@ -488,3 +488,31 @@ type steppedClock struct{ now time.Time }
 
 func (c *steppedClock) Now() time.Time                       { return c.now }
 func (c *steppedClock) NewTimer(d time.Duration) clock.Timer { return clock.Real{}.NewTimer(d) }
+
+// TestReplayKeepsTheStampedProducer: a push buffered under a token's sub
+// replays with that producer_sub.
+func TestReplayKeepsTheStampedProducer(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	stamped := ev(t1, "signed")
+	stamped.ProducerSub = "alice"
+	if err := e.sp.Append([]spool.Event{stamped, ev(t1, "anonymous")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.d.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p, err := e.st.Pop(ctx, store.PopRequest{Tenant: t1, Queue: stamped.Queue, Partition: stamped.Partition, Batch: 10})
+	if err != nil || len(p.Messages) != 2 {
+		t.Fatalf("pop: %+v %v", p, err)
+	}
+	for _, m := range p.Messages {
+		got := ""
+		if m.ProducerSub != nil {
+			got = *m.ProducerSub
+		}
+		if want := map[string]string{"signed": "alice", "anonymous": ""}[m.TransactionID]; got != want {
+			t.Errorf("%s replayed with producer %q, want %q", m.TransactionID, got, want)
+		}
+	}
+}

@@ -17,6 +17,9 @@ type PushItem struct {
 	Payload       json.RawMessage // nil is stored as JSON null
 	TransactionID string          // "" means the new message id
 	TraceID       string          // "" or a UUID
+	// ProducerSub, when set, is this item's producer identity (a spooled
+	// push replays with the one stamped at push time); else the call's.
+	ProducerSub string
 }
 
 // PushResult is the outcome of one item.
@@ -207,7 +210,11 @@ func (s *Store) pushRows(ctx context.Context, tenant string, items []PushItem, p
 		if len(it.Payload) > 0 {
 			payload = string(it.Payload)
 		}
-		rows[i] = appendRow{id: id, pid: pids[keys[i]], txid: txid, trace: it.TraceID, payload: payload, sub: producerSub}
+		sub := producerSub
+		if it.ProducerSub != "" {
+			sub = it.ProducerSub
+		}
+		rows[i] = appendRow{id: id, pid: pids[keys[i]], txid: txid, trace: it.TraceID, payload: payload, sub: sub}
 	}
 	return rows, nil
 }
