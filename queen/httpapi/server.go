@@ -179,6 +179,15 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/kv/{ns}/{key...}", s.kvGet)
 	mux.HandleFunc("PUT /api/v1/kv/{ns}/{key...}", s.kvPut)
 	mux.HandleFunc("DELETE /api/v1/kv/{ns}/{key...}", s.kvDelete)
+	mux.HandleFunc("GET /api/v1/consumer-groups", s.listGroups)
+	mux.HandleFunc("GET /api/v1/consumer-groups/lagging", s.laggingGroups)
+	mux.HandleFunc("GET /api/v1/consumer-groups/{group}", s.getGroup)
+	mux.HandleFunc("DELETE /api/v1/consumer-groups/{group}", s.deleteGroup)
+	mux.HandleFunc("DELETE /api/v1/consumer-groups/{group}/queues/{queue}", s.deleteGroup)
+	mux.HandleFunc("POST /api/v1/consumer-groups/{group}/queues/{queue}/seek", s.seekGroup)
+	mux.HandleFunc("POST /api/v1/consumer-groups/{group}/queues/{queue}/partitions/{partition}/seek", s.seekPartition)
+	mux.HandleFunc("POST /api/v1/consumer-groups/{group}/subscription", s.setSubscription)
+	mux.HandleFunc("POST /api/v1/stats/refresh", s.refreshStats)
 	mux.HandleFunc("GET /health", s.health)
 	mux.HandleFunc("GET /metrics", s.metrics)
 	mux.HandleFunc("GET /metrics/prometheus", s.prometheus)
@@ -211,7 +220,7 @@ func routeLevel(method, pattern string) auth.Level {
 	case strings.HasPrefix(path, "/api/v1/system/"):
 		return auth.Admin
 	case method == http.MethodDelete && (strings.HasPrefix(path, "/api/v1/resources/queues/") ||
-		strings.HasPrefix(path, "/api/v1/consumer-groups/")):
+		strings.HasPrefix(path, "/api/v1/consumer-groups/")), path == "/api/v1/stats/refresh":
 		return auth.Admin
 	case method == http.MethodPost && (path == "/api/v1/push" || path == "/api/v1/timers"):
 		return auth.Produce

@@ -94,6 +94,14 @@ func (c *cache) forgetQueue(tenant, queue string) {
 	}
 }
 
+// forgetGroup drops a group's subscription entry for a queue: its cursors
+// were deleted, so its next pop must subscribe again.
+func (c *cache) forgetGroup(tenant, queue, group string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.subs, subName{tenant: tenant, queue: queue, group: group})
+}
+
 // forgetPartitionIDs drops the entries naming these partition ids: after a
 // foreign-key miss says one of them no longer exists.
 func (c *cache) forgetPartitionIDs(ids map[string]bool) {

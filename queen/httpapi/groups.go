@@ -1,0 +1,269 @@
+package httpapi
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Consumer-group routes, in the shapes Queen's CLI and clients read
+// (contract-admin.md section 2).
+
+// msTime is the admin rows' timestamp format.
+func msTime(t *time.Time) any {
+	if t == nil {
+		return nil
+	}
+	return t.UTC().Format("2006-01-02T15:04:05.000Z")
+}
+
+// wireMode is a subscription's mode as Queen reports it: an "all" group
+// has none.
+func wireMode(m string) any {
+	switch m {
+	case "", "all":
+		return nil
+	case "from":
+		return "timestamp"
+	}
+	return m
+}
+
+// listGroups is GET /api/v1/consumer-groups: a top-level array.
+func (s *Server) listGroups(w http.ResponseWriter, r *http.Request) {
+	gs, err := s.store.ListGroups(r.Context(), tenantOf(r))
+	if err != nil {
+		s.storeError(w, r, "consumer groups", err)
+		return
+	}
+	out := make([]map[string]any, len(gs))
+	for i, g := range gs {
+		state := "Dead"
+		switch {
+		case g.MaxTimeLagSeconds > 300:
+			state = "Lagging"
+		case g.Consumed:
+			state = "Stable"
+		}
+		out[i] = map[string]any{"name": g.Group, "queueName": g.Queue, "topics": []string{g.Queue}, "members": g.Members,
+			"partitionsWithLag": g.PartitionsWithLag, "totalLag": nil, "maxTimeLag": g.MaxTimeLagSeconds,
+			"lagSeconds": g.MaxTimeLagSeconds, "state": state, "subscriptionMode": wireMode(g.SubscriptionMode),
+			"subscriptionTimestamp": msTime(g.SubscriptionTimestamp), "subscriptionCreatedAt": msTime(g.SubscriptionCreatedAt)}
+		if wireMode(g.SubscriptionMode) == nil {
+			out[i]["subscriptionTimestamp"], out[i]["subscriptionCreatedAt"] = nil, nil
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// laggingGroups is GET /api/v1/consumer-groups/lagging?minLagSeconds=N
+// (3600): every (group, partition) whose oldest unconsumed message is older
+// than N seconds, most lagging first.
+func (s *Server) laggingGroups(w http.ResponseWriter, r *http.Request) {
+	minLag := int64(3600)
+	if v := r.URL.Query().Get("minLagSeconds"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			writeError(w, http.StatusBadRequest, "minLagSeconds must be a non-negative integer")
+			return
+		}
+		minLag = n
+	}
+	all, err := s.store.GroupPartitions(r.Context(), tenantOf(r), nil)
+	if err != nil {
+		s.storeError(w, r, "lagging consumer groups", err)
+		return
+	}
+	out := []map[string]any{}
+	for g, parts := range all {
+		for _, p := range parts {
+			if p.OldestUnconsumedAt == nil || p.TimeLagSeconds <= minLag {
+				continue
+			}
+			var worker any
+			if p.WorkerID != "" {
+				worker = p.WorkerID
+			}
+			out = append(out, map[string]any{"consumer_group": g, "queue_name": p.Queue, "partition_name": p.Partition,
+				"partition_id": p.PartitionID, "worker_id": worker, "offset_lag": p.OffsetLag, "time_lag_seconds": p.TimeLagSeconds,
+				"lag_hours": float64(p.TimeLagSeconds*100/3600) / 100, "oldest_unconsumed_at": msTime(p.OldestUnconsumedAt),
+				"last_consumed_at": msTime(p.LastConsumedAt)})
+		}
+	}
+	sortByLag(out)
+	writeJSON(w, http.StatusOK, out)
+}
+
+func sortByLag(rows []map[string]any) {
+	for i := 1; i < len(rows); i++ {
+		for j := i; j > 0 && rows[j]["time_lag_seconds"].(int64) > rows[j-1]["time_lag_seconds"].(int64); j-- {
+			rows[j], rows[j-1] = rows[j-1], rows[j]
+		}
+	}
+}
+
+// getGroup is GET /api/v1/consumer-groups/{group}: its cursors by queue; an
+// unknown group is {}.
+func (s *Server) getGroup(w http.ResponseWriter, r *http.Request) {
+	g := r.PathValue("group")
+	all, err := s.store.GroupPartitions(r.Context(), tenantOf(r), &g)
+	if err != nil {
+		s.storeError(w, r, "consumer group", err)
+		return
+	}
+	out := map[string]any{}
+	byQueue := map[string][]map[string]any{}
+	for _, p := range all[g] {
+		var worker any
+		if p.WorkerID != "" {
+			worker = p.WorkerID
+		}
+		byQueue[p.Queue] = append(byQueue[p.Queue], map[string]any{"partition": p.Partition, "workerId": worker,
+			"lastConsumedAt": msTime(p.LastConsumedAt), "totalConsumed": p.TotalConsumed, "offsetLag": p.OffsetLag,
+			"timeLagSeconds": p.TimeLagSeconds, "leaseActive": p.LeaseActive})
+	}
+	for q, parts := range byQueue {
+		out[q] = map[string]any{"partitions": parts}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// queryFlag is queryBool with a default for an absent parameter.
+func queryFlag(r *http.Request, name string, def bool) bool {
+	if !r.URL.Query().Has(name) {
+		return def
+	}
+	return queryBool(r.URL.Query(), name)
+}
+
+// deleteGroup is DELETE /api/v1/consumer-groups/{group}[/queues/{queue}]
+// ?deleteMetadata= (default true).
+func (s *Server) deleteGroup(w http.ResponseWriter, r *http.Request) {
+	g := r.PathValue("group")
+	var queue *string
+	if q := r.PathValue("queue"); q != "" {
+		queue = &q
+	}
+	meta := queryFlag(r, "deleteMetadata", true)
+	n, queues, err := s.store.DeleteGroup(r.Context(), tenantOf(r), g, queue, meta)
+	if err != nil {
+		s.storeError(w, r, "delete consumer group", err)
+		return
+	}
+	for _, q := range queues {
+		s.peers.QueueChanged(tenantOf(r), q, false) // peers forget the group's cached subscription
+	}
+	body := map[string]any{"success": true, "consumerGroup": g, "deletedPartitions": n, "metadataDeleted": meta}
+	if queue != nil {
+		body["queueName"] = *queue
+	}
+	writeJSON(w, http.StatusOK, body)
+}
+
+// seekGroup is POST /api/v1/consumer-groups/{group}/queues/{queue}/seek
+// with {"toEnd": true} or {"timestamp": RFC 3339}.
+func (s *Server) seekGroup(w http.ResponseWriter, r *http.Request) {
+	body, err := readObject(r, false)
+	if err != nil {
+		writeBad(w, err)
+		return
+	}
+	toEnd, _, err := body.boolean("toEnd", "")
+	if err != nil {
+		writeBad(w, err)
+		return
+	}
+	ts, hasTS, err := body.str("timestamp", "")
+	if err != nil {
+		writeBad(w, err)
+		return
+	}
+	var at *time.Time
+	switch {
+	case toEnd:
+	case hasTS && ts != "":
+		t, err := parseInstant(ts)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "timestamp must be an RFC 3339 instant: "+err.Error())
+			return
+		}
+		at = &t
+	default:
+		writeError(w, http.StatusBadRequest, "Must specify either 'toEnd': true or 'timestamp'")
+		return
+	}
+	g, q := r.PathValue("group"), r.PathValue("queue")
+	n, _, err := s.store.Seek(r.Context(), tenantOf(r), g, q, nil, toEnd, at)
+	if err != nil {
+		s.storeError(w, r, "seek", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"success": true, "consumerGroup": g, "queueName": q, "seekToEnd": toEnd,
+		"targetTimestamp": msTime(at), "partitionsUpdated": n})
+}
+
+// parseInstant reads an RFC 3339 instant (seconds or finer).
+func parseInstant(v string) (time.Time, error) {
+	return time.Parse(time.RFC3339Nano, strings.TrimSpace(v))
+}
+
+// seekPartition is POST .../partitions/{partition}/seek: always to the end
+// (an empty body, {} or {"toEnd": true}).
+func (s *Server) seekPartition(w http.ResponseWriter, r *http.Request) {
+	if _, err := readObject(r, true); err != nil {
+		writeBad(w, err)
+		return
+	}
+	g, q, p := r.PathValue("group"), r.PathValue("queue"), r.PathValue("partition")
+	ok, err := s.store.PartitionExists(r.Context(), tenantOf(r), q, p)
+	if err != nil {
+		s.storeError(w, r, "seek", err)
+		return
+	}
+	if !ok {
+		writeJSON(w, http.StatusNotFound, map[string]any{"success": false, "error": "Partition not found"})
+		return
+	}
+	n, at, err := s.store.Seek(r.Context(), tenantOf(r), g, q, &p, true, nil)
+	if err != nil {
+		s.storeError(w, r, "seek", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"success": true, "consumerGroup": g, "queueName": q, "partitionName": p,
+		"updated": n > 0, "cursorMovedTo": msTime(at)})
+}
+
+// setSubscription is POST /api/v1/consumer-groups/{group}/subscription
+// with {"subscriptionTimestamp": RFC 3339}.
+func (s *Server) setSubscription(w http.ResponseWriter, r *http.Request) {
+	body, err := readObject(r, false)
+	if err != nil {
+		writeBad(w, err)
+		return
+	}
+	v, ok, err := body.str("subscriptionTimestamp", "")
+	if err != nil || !ok || v == "" {
+		writeError(w, http.StatusBadRequest, "Missing subscriptionTimestamp in request body")
+		return
+	}
+	at, err := parseInstant(v)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "subscriptionTimestamp must be an RFC 3339 instant: "+err.Error())
+		return
+	}
+	g := r.PathValue("group")
+	n, err := s.store.SetSubscription(r.Context(), tenantOf(r), g, at)
+	if err != nil {
+		s.storeError(w, r, "subscription", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"success": true, "consumerGroup": g, "newTimestamp": v, "rowsUpdated": n})
+}
+
+// refreshStats is POST /api/v1/stats/refresh: every figure here is
+// computed from the rows when asked, so there is nothing to refresh.
+func (s *Server) refreshStats(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"skipped": false, "live": true,
+		"message": "statistics are computed from the rows on every read; nothing to refresh"})
+}
