@@ -41,6 +41,7 @@ func parseAck(o obj, path string) (store.AckItem, error) {
 }
 
 func (s *Server) ack(w http.ResponseWriter, r *http.Request) {
+	s.stats.ackRequests.Add(1)
 	body, err := readObject(r, false)
 	if err != nil {
 		writeBad(w, err)
@@ -60,6 +61,7 @@ func (s *Server) ack(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) ackBatch(w http.ResponseWriter, r *http.Request) {
+	s.stats.ackRequests.Add(1)
 	body, err := readObject(r, false)
 	if err != nil {
 		writeBad(w, err)

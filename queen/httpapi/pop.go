@@ -100,6 +100,7 @@ func (s *Server) parsePop(r *http.Request) (popParams, error) {
 }
 
 func (s *Server) pop(w http.ResponseWriter, r *http.Request) {
+	s.stats.popRequests.Add(1)
 	p, err := s.parsePop(r)
 	if err != nil {
 		writeBad(w, err)
@@ -123,6 +124,7 @@ func (s *Server) pop(w http.ResponseWriter, r *http.Request) {
 // popDiscover pops from the tenant's queues matching namespace and/or task,
 // highest priority first.
 func (s *Server) popDiscover(w http.ResponseWriter, r *http.Request) {
+	s.stats.popRequests.Add(1)
 	p, err := s.parsePop(r)
 	if err != nil {
 		writeBad(w, err)
@@ -196,6 +198,9 @@ func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, p popParams, k
 				return
 			}
 			s.stats.popMessages.Add(int64(len(res.Messages)))
+			for _, m := range res.Messages {
+				s.queueMessages.WithLabelValues(p.req.Tenant, m.Queue, "pop").Inc()
+			}
 			writeJSON(w, http.StatusOK, popBody(res))
 			return
 		}

@@ -141,6 +141,7 @@ func (s *Server) parsePush(r *http.Request) ([]store.PushItem, error) {
 }
 
 func (s *Server) push(w http.ResponseWriter, r *http.Request) {
+	s.stats.pushRequests.Add(1)
 	items, err := s.parsePush(r)
 	if err != nil {
 		writeBad(w, err)
@@ -196,6 +197,7 @@ func (s *Server) push(w http.ResponseWriter, r *http.Request) {
 	for _, res := range results {
 		if res.Status == "queued" {
 			s.stats.pushMessages.Add(1)
+			s.queueMessages.WithLabelValues(tenant, res.QueueName, "push").Inc()
 		}
 	}
 	writeJSON(w, http.StatusCreated, pushResults(results))

@@ -19,6 +19,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/queen-go/queen/queen/admission"
 	"github.com/queen-go/queen/queen/auth"
 	"github.com/queen-go/queen/queen/clock"
@@ -54,7 +56,11 @@ type Server struct {
 	timerHint func(d time.Duration)
 	// sweeperStats reports the sweeper for the metrics; nil: none.
 	sweeperStats func() SweeperStats
-	auth         *auth.Authenticator
+	// registry is this server's Prometheus registry; queueMessages counts
+	// messages pushed and popped per queue.
+	registry      *prometheus.Registry
+	queueMessages *prometheus.CounterVec
+	auth          *auth.Authenticator
 
 	draining  chan struct{} // closed by Drain
 	drainOnce sync.Once
@@ -62,6 +68,7 @@ type Server struct {
 
 type counters struct {
 	requests, pushMessages, popMessages, ackMessages, transactions, dbErrors, dlq, buffered atomic.Int64
+	pushRequests, popRequests, ackRequests                                                  atomic.Int64
 }
 
 // Options are a Server's dependencies.
@@ -123,9 +130,13 @@ func New(o Options) *Server {
 	if o.Maintenance == nil {
 		o.Maintenance = maintenance.New(o.Store, o.Spool, o.Logger)
 	}
-	return &Server{cfg: o.Config, store: o.Store, spool: o.Spool, drainer: o.Drainer, maint: o.Maintenance,
+	s := &Server{cfg: o.Config, store: o.Store, spool: o.Spool, drainer: o.Drainer, maint: o.Maintenance,
 		arbiter: o.Arbiter, clock: o.Clock, wake: o.Waker, peers: o.Peers, ids: o.IDs, sharedState: o.SharedState, timerHint: o.TimerHint, sweeperStats: o.SweeperStats, auth: o.Auth, log: o.Logger, started: o.Clock.Now(),
 		draining: make(chan struct{})}
+	s.queueMessages = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "queen_queue_messages_total",
+		Help: "Messages pushed (queued) and popped through this broker, per queue."}, []string{"tenant", "queue", "op"})
+	s.registry = s.metricsRegistry()
+	return s
 }
 
 // alone is Peers for a broker with no mesh.

@@ -2,12 +2,8 @@ package httpapi
 
 import (
 	"context"
-	"fmt"
 	"net/http"
-	"sort"
-	"strings"
 
-	"github.com/queen-go/queen/queen/admission"
 	"github.com/queen-go/queen/queen/store"
 )
 
@@ -155,69 +151,6 @@ func (s *Server) bufferStatus(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, body)
 }
 
-// prometheus renders the gauges in the Prometheus text format.
-func (s *Server) prometheus(w http.ResponseWriter, r *http.Request) {
-	var b strings.Builder
-	gauge := func(name, help string, v any, labels ...string) {
-		if !strings.Contains(b.String(), "# TYPE "+name+" ") {
-			fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name)
-		}
-		lbl := ""
-		if len(labels) > 0 {
-			var parts []string
-			for i := 0; i+1 < len(labels); i += 2 {
-				parts = append(parts, fmt.Sprintf("%s=%q", labels[i], labels[i+1]))
-			}
-			sort.Strings(parts)
-			lbl = "{" + strings.Join(parts, ",") + "}"
-		}
-		fmt.Fprintf(&b, "%s%s %v\n", name, lbl, v)
-	}
-	boolNum := func(v bool) int {
-		if v {
-			return 1
-		}
-		return 0
-	}
-	gauge("queen_file_buffer_pending", "Spooled push events waiting to replay.", s.spoolPending())
-	gauge("queen_file_buffer_failed", "Quarantined spool files.", s.spoolFailed())
-	gauge("queen_file_buffer_db_healthy", "1 when the spool sees the database healthy.", boolNum(s.bufferHealthy()))
-	gauge("queen_maintenance_mode_enabled", "1 while push maintenance diverts pushes to the spool.", boolNum(s.maint.Push()))
-	gauge("queen_pop_maintenance_mode_enabled", "1 while pops answer empty.", boolNum(s.maint.Pop()))
-	st := s.store.Pool().Stat()
-	gauge("queen_db_pool_size", "Maximum database connections.", st.MaxConns())
-	gauge("queen_db_pool_idle", "Idle database connections.", st.IdleConns())
-	gauge("queen_db_pool_active", "Database connections in use.", st.AcquiredConns())
-	if s.arbiter != nil {
-		as := s.arbiter.Stats()
-		gauge("queen_admission_budget", "Admission slots.", as.Budget)
-		for _, l := range admission.Lanes() {
-			gauge("queen_admission_inflight", "Admitted work by lane.", as.Inflight[l], "lane", l.String())
-		}
-		for _, l := range admission.Lanes() {
-			gauge("queen_admission_waiting", "Work waiting for a slot by lane.", as.Waiting[l], "lane", l.String())
-		}
-	}
-	counter := func(name, help string, v int64) {
-		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s counter\n%s{scope=\"cluster\"} %d\n", name, help, name, name, v)
-	}
-	counter("queen_cluster_push_messages_total", "Messages pushed through this broker.", s.stats.pushMessages.Load())
-	counter("queen_cluster_pop_messages_total", "Messages popped through this broker.", s.stats.popMessages.Load())
-	counter("queen_cluster_ack_messages_total", "Successful acks through this broker.", s.stats.ackMessages.Load())
-	counter("queen_cluster_db_errors_total", "Database failures seen by this broker.", s.stats.dbErrors.Load())
-	counter("queen_cluster_dlq_total", "Messages dead-lettered through this broker.", s.stats.dlq.Load())
-	if s.sweeperStats != nil {
-		s.sweeperMetrics(&b, s.sweeperStats())
-	}
-	if due, err := s.store.DueTimers(r.Context(), 100000); err == nil {
-		gauge("queen_timers_due", "Timers due and not claimed (counted up to 100000): a backlog means the sweepers fall behind.", due)
-	}
-	fmt.Fprintf(&b, "# HELP queen_uptime_seconds Seconds since start.\n# TYPE queen_uptime_seconds gauge\nqueen_uptime_seconds %.0f\n",
-		s.clock.Now().Sub(s.started).Seconds())
-	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-	_, _ = w.Write([]byte(b.String()))
-}
-
 // getSharedState reports the mesh: its links, the servers it hears from and
 // its counters. A broker with no peers says so.
 func (s *Server) getSharedState(w http.ResponseWriter, r *http.Request) {
@@ -227,22 +160,4 @@ func (s *Server) getSharedState(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, s.sharedState())
-}
-
-// sweeperMetrics writes the timer and sweeper families.
-func (s *Server) sweeperMetrics(b *strings.Builder, st SweeperStats) {
-	c := func(name, help string, v int64) {
-		fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s counter\n%s %d\n", name, help, name, name, v)
-	}
-	c("queen_timers_fired_total", "Timers this broker fired (their message stored).", st.Fired)
-	c("queen_timers_fire_duplicates_total", "Timers fired whose transactionId was already stored.", st.Duplicates)
-	c("queen_sweeper_cycles_total", "Sweeper cycles run here.", st.Cycles)
-	c("queen_sweeper_failures_total", "Sweeper cycles that failed (retried next cycle; claims wait out their lease).", st.Failures)
-	c("queen_kv_expired_pruned_total", "Expired KV rows deleted by this broker's sweeper.", st.Pruned)
-	const h = "queen_timers_delivery_lateness_milliseconds"
-	fmt.Fprintf(b, "# HELP %s Fire time minus deliverAt of each fired timer.\n# TYPE %s histogram\n", h, h)
-	for i, le := range st.LatenessBuckets {
-		fmt.Fprintf(b, "%s_bucket{le=\"%g\"} %d\n", h, le, st.LatenessCumulative[i])
-	}
-	fmt.Fprintf(b, "%s_bucket{le=\"+Inf\"} %d\n%s_sum %g\n%s_count %d\n", h, st.LatenessCount, h, st.LatenessSum, h, st.LatenessCount)
 }

@@ -355,3 +355,37 @@ func (s *Store) Overview(ctx context.Context, tenant string) (Overview, error) {
 	})
 	return o, err
 }
+
+// QueueDepth is one queue's backlog, for the metrics.
+type QueueDepth struct {
+	Tenant, Queue string
+	Depth         int64 // messages pushed past the queue-mode cursor
+	DLQ           int64
+}
+
+// queueDepthsSQL reads every queue's depth from the per-partition sequence
+// and the queue-mode cursor (no message scan: a scrape must stay cheap on
+// any backlog), and its dead-letter count.
+const queueDepthsSQL = `
+SELECT q.tenant_id::text, q.name,
+	coalesce((SELECT sum(p.last_seq - coalesce(pc.last_consumed_seq, 0)) FROM queen.partitions p
+		LEFT JOIN queen.partition_consumers pc ON pc.partition_id = p.id AND pc.consumer_group = '__QUEUE_MODE__'
+		WHERE p.queue_id = q.id), 0)::bigint,
+	(SELECT count(*) FROM queen.dead_letter_queue d JOIN queen.partitions p ON p.id = d.partition_id WHERE p.queue_id = q.id)
+FROM queen.queues q
+ORDER BY 1, 2`
+
+// QueueDepths lists every tenant's queues with their depth and DLQ count.
+func (s *Store) QueueDepths(ctx context.Context) ([]QueueDepth, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	rows, err := s.pool.Query(ctx, queueDepthsSQL)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (QueueDepth, error) {
+		var d QueueDepth
+		err := r.Scan(&d.Tenant, &d.Queue, &d.Depth, &d.DLQ)
+		return d, err
+	})
+}

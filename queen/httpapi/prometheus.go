@@ -1,0 +1,128 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/queen-go/queen/queen/admission"
+)
+
+// metricsRegistry builds this server's Prometheus registry: values read at
+// scrape time from the broker's parts (spool, switches, pool, admission,
+// counters, sweeper), per-queue depth and DLQ depth from the database, and
+// the process and Go runtime collectors. One registry per server: no
+// global state.
+func (s *Server) metricsRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	gauge := func(name, help string, f func() float64) {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f))
+	}
+	flag := func(b bool) float64 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	gauge("queen_file_buffer_pending", "Spooled push events waiting to replay.", func() float64 { return float64(s.spoolPending()) })
+	gauge("queen_file_buffer_failed", "Quarantined spool files.", func() float64 { return float64(s.spoolFailed()) })
+	gauge("queen_file_buffer_db_healthy", "1 when the spool sees the database healthy.", func() float64 { return flag(s.bufferHealthy()) })
+	gauge("queen_maintenance_mode_enabled", "1 while push maintenance diverts pushes to the spool.", func() float64 { return flag(s.maint.Push()) })
+	gauge("queen_pop_maintenance_mode_enabled", "1 while pops answer empty.", func() float64 { return flag(s.maint.Pop()) })
+	gauge("queen_db_pool_size", "Maximum database connections.", func() float64 { return float64(s.store.Pool().Stat().MaxConns()) })
+	gauge("queen_db_pool_idle", "Idle database connections.", func() float64 { return float64(s.store.Pool().Stat().IdleConns()) })
+	gauge("queen_db_pool_active", "Database connections in use.", func() float64 { return float64(s.store.Pool().Stat().AcquiredConns()) })
+	gauge("queen_uptime_seconds", "Seconds since this broker started.", func() float64 { return s.clock.Now().Sub(s.started).Seconds() })
+	cluster := func(name, help string, f func() int64) {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help,
+			ConstLabels: prometheus.Labels{"scope": "cluster"}}, func() float64 { return float64(f()) }))
+	}
+	cluster("queen_cluster_push_requests_total", "Push requests served by this broker.", s.stats.pushRequests.Load)
+	cluster("queen_cluster_pop_requests_total", "Pop requests served by this broker.", s.stats.popRequests.Load)
+	cluster("queen_cluster_ack_requests_total", "Ack requests served by this broker.", s.stats.ackRequests.Load)
+	cluster("queen_cluster_transactions_total", "Transactions served by this broker.", s.stats.transactions.Load)
+	cluster("queen_cluster_push_messages_total", "Messages pushed through this broker.", s.stats.pushMessages.Load)
+	cluster("queen_cluster_pop_messages_total", "Messages popped through this broker.", s.stats.popMessages.Load)
+	cluster("queen_cluster_ack_messages_total", "Successful acks through this broker.", s.stats.ackMessages.Load)
+	cluster("queen_cluster_db_errors_total", "Database failures seen by this broker.", s.stats.dbErrors.Load)
+	cluster("queen_cluster_dlq_total", "Messages dead-lettered through this broker.", s.stats.dlq.Load)
+	reg.MustRegister(s.queueMessages)
+	reg.MustRegister(&brokerCollector{s: s})
+	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
+	return reg
+}
+
+// prometheus is GET /metrics/prometheus.
+func (s *Server) prometheus(w http.ResponseWriter, r *http.Request) {
+	promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}).ServeHTTP(w, r)
+}
+
+var (
+	admissionInflight = prometheus.NewDesc("queen_admission_inflight", "Admitted database work by lane.", []string{"lane"}, nil)
+	admissionWaiting  = prometheus.NewDesc("queen_admission_waiting", "Database work waiting for a slot by lane.", []string{"lane"}, nil)
+	admissionBudget   = prometheus.NewDesc("queen_admission_budget", "Admission slots.", nil, nil)
+	queueDepth        = prometheus.NewDesc("queen_queue_depth", "Messages pushed past the queue-mode cursor of a queue (evicted ones count until consumed past).", []string{"tenant", "queue"}, nil)
+	dlqByQueue        = prometheus.NewDesc("queen_dlq_depth_by_queue", "Dead-lettered messages of a queue.", []string{"tenant", "queue"}, nil)
+	dlqTotal          = prometheus.NewDesc("queen_dlq_depth", "Dead-lettered messages, all queues.", nil, prometheus.Labels{"scope": "cluster"})
+	timersDue         = prometheus.NewDesc("queen_timers_due", "Timers due and not claimed (counted up to 100000): a backlog means the sweepers fall behind.", nil, nil)
+	timersFired       = prometheus.NewDesc("queen_timers_fired_total", "Timers this broker fired (their message stored).", nil, nil)
+	timersDuplicates  = prometheus.NewDesc("queen_timers_fire_duplicates_total", "Timers fired whose transactionId was already stored.", nil, nil)
+	sweeperCycles     = prometheus.NewDesc("queen_sweeper_cycles_total", "Sweeper cycles run here.", nil, nil)
+	sweeperFailures   = prometheus.NewDesc("queen_sweeper_failures_total", "Sweeper cycles that failed (retried next cycle; claims wait out their lease).", nil, nil)
+	kvPruned          = prometheus.NewDesc("queen_kv_expired_pruned_total", "Expired KV rows deleted by this broker's sweeper.", nil, nil)
+	timersLateness    = prometheus.NewDesc("queen_timers_delivery_lateness_milliseconds", "Fire time minus deliverAt of each fired timer.", nil, nil)
+)
+
+// brokerCollector reads what has labels or needs the database at scrape
+// time. A database read that fails leaves its families out of that scrape.
+type brokerCollector struct{ s *Server }
+
+func (c *brokerCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{admissionInflight, admissionWaiting, admissionBudget, queueDepth, dlqByQueue, dlqTotal,
+		timersDue, timersFired, timersDuplicates, sweeperCycles, sweeperFailures, kvPruned, timersLateness} {
+		ch <- d
+	}
+}
+
+func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.s
+	if s.arbiter != nil {
+		as := s.arbiter.Stats()
+		ch <- prometheus.MustNewConstMetric(admissionBudget, prometheus.GaugeValue, float64(as.Budget))
+		for _, l := range admission.Lanes() {
+			ch <- prometheus.MustNewConstMetric(admissionInflight, prometheus.GaugeValue, float64(as.Inflight[l]), l.String())
+			ch <- prometheus.MustNewConstMetric(admissionWaiting, prometheus.GaugeValue, float64(as.Waiting[l]), l.String())
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if depths, err := s.store.QueueDepths(ctx); err == nil {
+		var dlq int64
+		for _, d := range depths {
+			ch <- prometheus.MustNewConstMetric(queueDepth, prometheus.GaugeValue, float64(d.Depth), d.Tenant, d.Queue)
+			ch <- prometheus.MustNewConstMetric(dlqByQueue, prometheus.GaugeValue, float64(d.DLQ), d.Tenant, d.Queue)
+			dlq += d.DLQ
+		}
+		ch <- prometheus.MustNewConstMetric(dlqTotal, prometheus.GaugeValue, float64(dlq))
+	}
+	if due, err := s.store.DueTimers(ctx, 100000); err == nil {
+		ch <- prometheus.MustNewConstMetric(timersDue, prometheus.GaugeValue, float64(due))
+	}
+	if s.sweeperStats == nil {
+		return
+	}
+	st := s.sweeperStats()
+	for d, v := range map[*prometheus.Desc]int64{timersFired: st.Fired, timersDuplicates: st.Duplicates, sweeperCycles: st.Cycles,
+		sweeperFailures: st.Failures, kvPruned: st.Pruned} {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v))
+	}
+	buckets := map[float64]uint64{}
+	for i, le := range st.LatenessBuckets {
+		buckets[le] = uint64(st.LatenessCumulative[i])
+	}
+	ch <- prometheus.MustNewConstHistogram(timersLateness, uint64(st.LatenessCount), st.LatenessSum, buckets)
+}
