@@ -1,0 +1,236 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Message inspection for the admin routes: statuses computed from the
+// cursors, as Queen computes them (contract-admin.md section 3).
+
+// MessageFilter narrows a listing; empty strings match everything.
+type MessageFilter struct {
+	Tenant, Queue, Partition, Namespace, Task, Status string
+	From, To                                          time.Time
+	Limit, Offset                                     int
+}
+
+// MessageRow is one message with its computed statuses.
+type MessageRow struct {
+	ID, TransactionID, PartitionID, Queue, Partition, Namespace, Task string
+	TraceID, ProducerSub                                              *string
+	Priority                                                          int
+	CreatedAt                                                         time.Time
+	LeaseExpiresAt                                                    *time.Time // the queue-mode lease, when live
+	Status, QueueStatus                                               string
+	ConsumedBy, TotalGroups                                           int
+}
+
+// messageStatusSQL computes, for messages m of partitions p of queues q,
+// queueStatus and status (section 3.1's rules), and the bus counts. It is
+// the common part of the list and get statements; $now is the injected now.
+const messageStatusSQL = `
+SELECT m.id::text AS id, m.transaction_id, p.id::text AS partition_id, q.name AS queue, p.name AS partition,
+	coalesce(q.namespace, '') AS namespace, coalesce(q.task, '') AS task,
+	m.trace_id::text AS trace_id, m.producer_sub, q.priority, m.created_at,
+	CASE WHEN qm.lease_expires_at > coalesce(@now::timestamptz, now()) THEN qm.lease_expires_at END AS lease_expires_at,
+	CASE WHEN dl THEN 'dead_letter'
+		WHEN qm.partition_id IS NOT NULL AND qm.last_consumed_seq >= m.seq THEN 'completed'
+		WHEN qm.lease_expires_at > coalesce(@now::timestamptz, now()) THEN 'processing'
+		ELSE 'pending' END AS queue_status,
+	CASE WHEN dl THEN 'dead_letter'
+		WHEN qm.partition_id IS NULL AND bus.total > 0 THEN CASE WHEN bus.consumed = bus.total THEN 'completed' ELSE 'pending' END
+		WHEN qm.partition_id IS NOT NULL AND qm.last_consumed_seq >= m.seq THEN 'completed'
+		WHEN qm.lease_expires_at > coalesce(@now::timestamptz, now()) THEN 'processing'
+		ELSE 'pending' END AS status,
+	bus.consumed, bus.total
+FROM queen.messages m
+JOIN queen.partitions p ON p.id = m.partition_id
+JOIN queen.queues q ON q.id = p.queue_id
+LEFT JOIN queen.partition_consumers qm ON qm.partition_id = p.id AND qm.consumer_group = '__QUEUE_MODE__'
+CROSS JOIN LATERAL (SELECT EXISTS (SELECT 1 FROM queen.dead_letter_queue d WHERE d.message_id = m.id) AS dl) x
+CROSS JOIN LATERAL (SELECT (count(*) FILTER (WHERE pc.last_consumed_seq >= m.seq))::int AS consumed, count(*)::int AS total
+	FROM queen.partition_consumers pc WHERE pc.partition_id = p.id AND pc.consumer_group <> '__QUEUE_MODE__') bus`
+
+const listMessagesSQL = `
+SELECT * FROM (` + messageStatusSQL + `
+	WHERE q.tenant_id = @tenant AND (@queue = '' OR q.name = @queue) AND (@partition = '' OR p.name = @partition)
+		AND (@ns = '' OR q.namespace = @ns) AND (@task = '' OR q.task = @task)
+		AND m.created_at >= @from AND m.created_at < @to
+) s
+WHERE @status = '' OR s.status = @status
+ORDER BY created_at DESC, id DESC
+LIMIT @limit OFFSET @offset`
+
+func scanMessageRow(r pgx.Row) (MessageRow, error) {
+	var m MessageRow
+	err := r.Scan(&m.ID, &m.TransactionID, &m.PartitionID, &m.Queue, &m.Partition, &m.Namespace, &m.Task, &m.TraceID,
+		&m.ProducerSub, &m.Priority, &m.CreatedAt, &m.LeaseExpiresAt, &m.QueueStatus, &m.Status, &m.ConsumedBy, &m.TotalGroups)
+	return m, err
+}
+
+// ListMessages lists messages newest first.
+func (s *Store) ListMessages(ctx context.Context, f MessageFilter) ([]MessageRow, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	rows, err := s.pool.Query(ctx, listMessagesSQL, pgx.NamedArgs{"tenant": f.Tenant, "queue": f.Queue, "partition": f.Partition,
+		"ns": f.Namespace, "task": f.Task, "from": f.From, "to": f.To, "status": f.Status, "limit": f.Limit, "offset": f.Offset,
+		"now": s.dbNow()})
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (MessageRow, error) { return scanMessageRow(r) })
+}
+
+// ConsumptionMode says how a queue (or all queues, for "") is consumed:
+// by the queue-mode group, by named groups, both or neither.
+func (s *Store) ConsumptionMode(ctx context.Context, tenant, queue string) (hasQueueMode bool, busGroups int, err error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	err = s.pool.QueryRow(ctx, `
+		SELECT coalesce(bool_or(pc.consumer_group = '__QUEUE_MODE__'), false),
+			count(DISTINCT pc.consumer_group) FILTER (WHERE pc.consumer_group <> '__QUEUE_MODE__')
+		FROM queen.partition_consumers pc JOIN queen.queues q ON q.id = pc.queue_id
+		WHERE q.tenant_id = $1 AND ($2 = '' OR q.name = $2)`, tenant, queue).Scan(&hasQueueMode, &busGroups)
+	return hasQueueMode, busGroups, err
+}
+
+// MessageDetail is one message with its payload, DLQ record, queue
+// configuration and every cursor of its partition.
+type MessageDetail struct {
+	MessageRow
+	Payload      json.RawMessage
+	IsEncrypted  bool
+	ErrorMessage *string
+	RetryCount   *int
+	Config       QueueConfig
+	Groups       []GroupCursor
+}
+
+// QueueConfig is the part of a queue's options a message view shows.
+type QueueConfig struct {
+	LeaseTime, RetryLimit, RetryDelay, TTL, Priority int
+}
+
+// GroupCursor is one consumer row of a partition.
+type GroupCursor struct {
+	Name           string
+	Consumed       bool
+	LeaseExpiresAt *time.Time
+}
+
+// GetMessage returns one message, or ErrNotFound.
+func (s *Store) GetMessage(ctx context.Context, tenant, partitionID, txid string) (MessageDetail, error) {
+	var d MessageDetail
+	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx, now time.Time) error {
+		var err error
+		d.MessageRow, err = scanMessageRow(tx.QueryRow(ctx, messageStatusSQL+`
+			WHERE q.tenant_id = @tenant AND p.id = @pid AND m.transaction_id = @txid`,
+			pgx.NamedArgs{"tenant": tenant, "pid": partitionID, "txid": txid, "now": s.dbNow()}))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		if err := tx.QueryRow(ctx, `SELECT m.payload, m.is_encrypted, q.lease_time, q.retry_limit, q.retry_delay, q.ttl, q.priority
+			FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id
+			WHERE m.id = $1`, d.ID).Scan(&d.Payload, &d.IsEncrypted, &d.Config.LeaseTime, &d.Config.RetryLimit, &d.Config.RetryDelay,
+			&d.Config.TTL, &d.Config.Priority); err != nil {
+			return err
+		}
+		err = tx.QueryRow(ctx, `SELECT error_message, retry_count FROM queen.dead_letter_queue WHERE message_id = $1
+			ORDER BY failed_at DESC LIMIT 1`, d.ID).Scan(&d.ErrorMessage, &d.RetryCount)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT pc.consumer_group, pc.last_consumed_seq >= m.seq,
+				CASE WHEN pc.lease_expires_at > coalesce($2::timestamptz, now()) THEN pc.lease_expires_at END
+			FROM queen.partition_consumers pc JOIN queen.messages m ON m.id = $1
+			WHERE pc.partition_id = m.partition_id ORDER BY 1`, d.ID, s.dbNow())
+		if err != nil {
+			return err
+		}
+		d.Groups, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (GroupCursor, error) {
+			var g GroupCursor
+			err := r.Scan(&g.Name, &g.Consumed, &g.LeaseExpiresAt)
+			return g, err
+		})
+		return err
+	})
+	return d, err
+}
+
+// DeleteMessage deletes one message row (its DLQ rows go with it; cursors
+// stay). It reports whether there was one.
+func (s *Store) DeleteMessage(ctx context.Context, tenant, partitionID, txid string) (bool, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	tag, err := s.pool.Exec(ctx, `DELETE FROM queen.messages m USING queen.partitions p, queen.queues q
+		WHERE m.partition_id = p.id AND p.queue_id = q.id AND q.tenant_id = $1 AND p.id = $2 AND m.transaction_id = $3`,
+		tenant, partitionID, txid)
+	return tag.RowsAffected() > 0, err
+}
+
+// Retried is the message a DLQ retry pushed.
+type Retried struct {
+	Queue, Partition, PartitionID, MessageID, TransactionID string
+	Duplicate                                               bool
+}
+
+// RetryMessage gives a dead-lettered message another life, in one
+// transaction: its newest DLQ row is deleted and a copy of the message is
+// pushed to the end of its partition under transactionId "dlq:<row id>", so
+// a repeated retry of that row dedups. ErrNotFound: no DLQ row.
+func (s *Store) RetryMessage(ctx context.Context, tenant, partitionID, txid string) (Retried, error) {
+	var r Retried
+	var dlqID int64
+	var payload []byte
+	var trace *string
+	var sub *string
+	err := s.pool.QueryRow(ctx, `SELECT d.id, q.name, p.name, m.payload, m.trace_id::text, m.producer_sub
+		FROM queen.dead_letter_queue d JOIN queen.messages m ON m.id = d.message_id
+		JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id
+		WHERE q.tenant_id = $1 AND p.id = $2 AND m.transaction_id = $3 ORDER BY d.failed_at DESC, d.id DESC LIMIT 1`,
+		tenant, partitionID, txid).Scan(&dlqID, &r.Queue, &r.Partition, &payload, &trace, &sub)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return r, ErrNotFound
+	}
+	if err != nil {
+		return r, err
+	}
+	r.TransactionID = fmt.Sprintf("dlq:%d", dlqID)
+	item := PushItem{Queue: r.Queue, Partition: r.Partition, Payload: payload, TransactionID: r.TransactionID}
+	if trace != nil {
+		item.TraceID = *trace
+	}
+	if sub != nil {
+		item.ProducerSub = *sub
+	}
+	rows, err := s.pushRows(ctx, tenant, []PushItem{item}, "")
+	if err != nil {
+		return r, err
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `DELETE FROM queen.dead_letter_queue WHERE id = $1`, dlqID); err != nil {
+			return err
+		}
+		out, err := s.appendDistinct(ctx, tx, rows)
+		if err != nil {
+			return err
+		}
+		if out[0].gone {
+			return fmt.Errorf("the message's partition was deleted during the retry")
+		}
+		r.MessageID, r.Duplicate, r.PartitionID = out[0].messageID, !out[0].queued, rows[0].pid
+		return nil
+	})
+	return r, err
+}
