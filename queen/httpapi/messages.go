@@ -29,7 +29,7 @@ func messageRowBody(m store.MessageRow) map[string]any {
 		"queuePath": m.Queue + "/" + m.Partition, "queue": m.Queue, "partition": m.Partition, "namespace": nullable(m.Namespace),
 		"task": nullable(m.Task), "status": m.Status, "queueStatus": m.QueueStatus,
 		"busStatus": map[string]any{"consumedBy": m.ConsumedBy, "totalGroups": m.TotalGroups},
-		"traceId": m.TraceID, "producerSub": m.ProducerSub, "queuePriority": m.Priority,
+		"traceId":   m.TraceID, "producerSub": m.ProducerSub, "queuePriority": m.Priority,
 		"createdAt": msTime(&m.CreatedAt), "leaseExpiresAt": msTime(m.LeaseExpiresAt)}
 }
 
