@@ -1,0 +1,243 @@
+package httpapi
+
+import (
+	"net/http"
+	"sort"
+	"time"
+
+	"github.com/queen-go/queen/queen/store"
+)
+
+// Status and resource views (contract-admin.md section 4). Every number is
+// computed from the rows when asked; series this broker does not record
+// (throughput, workers) are empty, never invented.
+
+// window reads from/to (defaults: now-def and now); a malformed one is 400.
+func (s *Server) window(w http.ResponseWriter, r *http.Request, def time.Duration) (time.Time, time.Time, bool) {
+	to := s.clock.Now().UTC()
+	from := to.Add(-def)
+	for name, dst := range map[string]*time.Time{"from": &from, "to": &to} {
+		if v := r.URL.Query().Get(name); v != "" {
+			t, err := parseInstant(v)
+			if err != nil {
+				writeError(w, http.StatusBadRequest, name+" must be an ISO 8601 / RFC 3339 instant")
+				return from, to, false
+			}
+			*dst = t.UTC()
+		}
+	}
+	return from, to, true
+}
+
+// bucketMinutes is the bucket width for a window.
+func bucketMinutes(d time.Duration) int {
+	switch m := d.Minutes(); {
+	case m <= 60:
+		return 1
+	case m <= 360:
+		return 5
+	case m <= 1440:
+		return 15
+	case m <= 10080:
+		return 60
+	}
+	return 360
+}
+
+func queueRow(q store.QueueInfo) map[string]any {
+	return map[string]any{"id": q.ID, "name": q.Name, "queue": q.Name, "namespace": nullable(q.Namespace), "task": nullable(q.Task),
+		"createdAt": msTime(&q.CreatedAt), "partitions": len(q.Partitions), "partitionCount": len(q.Partitions),
+		"messages": map[string]any{"total": q.Messages, "pending": q.Pending, "processing": 0},
+		"pending": q.Pending, "completed": max(q.Messages-q.Pending-q.DLQ, 0), "dlq": q.DLQ}
+}
+
+// filterQueues keeps the queues of a namespace and task ("" matches all),
+// newest first.
+func filterQueues(qs []store.QueueInfo, r *http.Request) []store.QueueInfo {
+	ns, task, name := r.URL.Query().Get("namespace"), r.URL.Query().Get("task"), r.URL.Query().Get("queue")
+	var out []store.QueueInfo
+	for _, q := range qs {
+		if (ns == "" || q.Namespace == ns) && (task == "" || q.Task == task) && (name == "" || q.Name == name) {
+			out = append(out, q)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].CreatedAt.After(out[j].CreatedAt) })
+	return out
+}
+
+// status is GET /api/v1/status.
+func (s *Server) status(w http.ResponseWriter, r *http.Request) {
+	from, to, ok := s.window(w, r, time.Hour)
+	if !ok {
+		return
+	}
+	tenant := tenantOf(r)
+	qs, err := s.store.ListQueues(r.Context(), tenant)
+	if err != nil {
+		s.storeError(w, r, "status", err)
+		return
+	}
+	leases, err := s.store.Leases(r.Context(), tenant)
+	if err != nil {
+		s.storeError(w, r, "status", err)
+		return
+	}
+	dlq, err := s.store.DeadLetters(r.Context(), tenant)
+	if err != nil {
+		s.storeError(w, r, "status", err)
+		return
+	}
+	var total, pending int64
+	queues := []map[string]any{}
+	for _, q := range filterQueues(qs, r) {
+		total, pending = total+q.Messages, pending+q.Pending
+		if q.Messages > 0 {
+			row := queueRow(q)
+			row["totalConsumed"] = max(q.Messages-q.Pending, 0)
+			queues = append(queues, row)
+		}
+	}
+	top := make([]map[string]any, len(dlq.TopErrors))
+	for i, e := range dlq.TopErrors {
+		top[i] = map[string]any{"error": e.Error, "count": e.Count}
+	}
+	bm := bucketMinutes(to.Sub(from))
+	writeJSON(w, http.StatusOK, map[string]any{
+		"timeRange": map[string]any{"from": msTime(&from), "to": msTime(&to)}, "bucketMinutes": bm, "pointCount": 0,
+		"throughput": []any{}, "queues": queues,
+		"messages": map[string]any{"total": total, "pending": pending, "processing": 0,
+			"completed": max(total-pending-dlq.Total, 0), "failed": 0, "deadLetter": dlq.Total,
+			"requests":        map[string]any{"push": s.stats.pushRequests.Load(), "pop": s.stats.popRequests.Load(), "ack": s.stats.ackRequests.Load()},
+			"batchEfficiency": map[string]any{"push": 0, "pop": 0, "ack": 0}},
+		"leases": map[string]any{"active": leases.Active, "partitionsWithLeases": leases.Partitions,
+			"totalBatchSize": leases.BatchSize, "totalAcked": leases.Acked},
+		"deadLetterQueue": map[string]any{"totalMessages": dlq.Total, "affectedPartitions": dlq.Partitions, "topErrors": top},
+		"workers":         []any{},
+		"errors":          map[string]any{"dbErrors": s.stats.dbErrors.Load(), "ackFailed": 0, "dlqMessages": dlq.Total},
+		"statsAge":        0,
+	})
+}
+
+// statusQueues is GET /api/v1/status/queues?namespace&task&limit&offset.
+func (s *Server) statusQueues(w http.ResponseWriter, r *http.Request) {
+	qs, err := s.store.ListQueues(r.Context(), tenantOf(r))
+	if err != nil {
+		s.storeError(w, r, "status queues", err)
+		return
+	}
+	q := r.URL.Query()
+	limit, offset := queryInt(q, "limit", 100), max(queryInt(q, "offset", 0), 0)
+	if limit < 1 {
+		limit = 100
+	}
+	rows := filterQueues(qs, r)
+	out := []map[string]any{}
+	for i := offset; i < len(rows) && i < offset+limit; i++ {
+		out = append(out, queueRow(rows[i]))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"queues": out, "pagination": map[string]any{"limit": limit, "offset": offset}})
+}
+
+// partitionCounts is one partition's six counts.
+func partitionCounts(p store.PartitionInfo) map[string]any {
+	return map[string]any{"total": p.Messages, "pending": p.Pending, "processing": 0,
+		"completed": max(p.Messages-p.Pending, 0), "failed": 0, "deadLetter": 0}
+}
+
+// statusQueue is GET /api/v1/status/queues/{queue}: the queue, its
+// configuration and every partition.
+func (s *Server) statusQueue(w http.ResponseWriter, r *http.Request) {
+	q, err := s.store.GetQueue(r.Context(), tenantOf(r), r.PathValue("queue"))
+	if err == store.ErrNotFound {
+		writeError(w, http.StatusNotFound, "Queue not found")
+		return
+	}
+	if err != nil {
+		s.storeError(w, r, "status queue", err)
+		return
+	}
+	parts := make([]map[string]any, len(q.Partitions))
+	for i, p := range q.Partitions {
+		c := partitionCounts(p)
+		parts[i] = map[string]any{"id": p.ID, "name": p.Name, "createdAt": msTime(&p.CreatedAt), "messages": c, "stats": c,
+			"pending": p.Pending, "total": p.Messages, "lastActivity": msTime(p.LastMessageAt), "newestMessage": msTime(p.LastMessageAt)}
+	}
+	o := q.Options
+	totals := map[string]any{"total": q.Messages, "pending": q.Pending, "processing": 0,
+		"completed": max(q.Messages-q.Pending-q.DLQ, 0), "failed": 0, "deadLetter": q.DLQ}
+	totals["messages"] = map[string]any{"total": q.Messages, "pending": q.Pending, "processing": 0,
+		"completed": totals["completed"], "failed": 0, "deadLetter": q.DLQ}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"queue": map[string]any{"id": q.ID, "name": q.Name, "namespace": nullable(q.Namespace), "task": nullable(q.Task),
+			"priority": o.Priority, "createdAt": msTime(&q.CreatedAt), "config": map[string]any{"leaseTime": o.LeaseTime,
+				"retryLimit": o.RetryLimit, "retryDelay": o.RetryDelay, "ttl": o.TTL, "maxQueueSize": o.MaxSize,
+				"deadLetterQueue": o.DeadLetterQueue}},
+		"partitions": parts, "totals": totals})
+}
+
+// statusAnalytics is GET /api/v1/status/analytics: messages stored per
+// minute, hour (default) or day over the window (default 24 h), zero-filled,
+// oldest first.
+func (s *Server) statusAnalytics(w http.ResponseWriter, r *http.Request) {
+	from, to, ok := s.window(w, r, 24*time.Hour)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	interval, step := q.Get("interval"), time.Hour
+	switch interval {
+	case "minute":
+		step = time.Minute
+	case "day":
+		step = 24 * time.Hour
+	default:
+		interval = "hour"
+	}
+	counts, err := s.store.MessagesPerBucket(r.Context(), tenantOf(r), q.Get("queue"), q.Get("namespace"), q.Get("task"), from, to, step)
+	if err != nil {
+		s.storeError(w, r, "analytics", err)
+		return
+	}
+	points := []map[string]any{}
+	for at := from.Truncate(step); at.Before(to) && len(points) < 10000; at = at.Add(step) {
+		points = append(points, map[string]any{"timestamp": at.Format(time.RFC3339), "messages": counts[at]})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"dataPoints": points, "interval": interval,
+		"from": from.Format(time.RFC3339), "to": to.Format(time.RFC3339)})
+}
+
+// groupedResources is GET /api/v1/resources/namespaces and .../tasks,
+// derived from the queues.
+func (s *Server) groupedResources(key string, of func(store.QueueInfo) string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		qs, err := s.store.ListQueues(r.Context(), tenantOf(r))
+		if err != nil {
+			s.storeError(w, r, key, err)
+			return
+		}
+		type agg struct{ queues, partitions, total, pending int64 }
+		by := map[string]*agg{}
+		var names []string
+		for _, q := range qs {
+			n := of(q)
+			if n == "" {
+				continue
+			}
+			if by[n] == nil {
+				by[n] = &agg{}
+				names = append(names, n)
+			}
+			a := by[n]
+			a.queues, a.partitions, a.total, a.pending = a.queues+1, a.partitions+int64(len(q.Partitions)), a.total+q.Messages, a.pending+q.Pending
+		}
+		sort.Strings(names)
+		single := key[:len(key)-1]
+		out := []map[string]any{}
+		for _, n := range names {
+			a := by[n]
+			out = append(out, map[string]any{single: n, "name": n, "queues": a.queues, "queueCount": a.queues,
+				"partitions": a.partitions, "messages": map[string]any{"total": a.total, "pending": a.pending}})
+		}
+		writeJSON(w, http.StatusOK, map[string]any{key: out})
+	}
+}
