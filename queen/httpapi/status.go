@@ -48,7 +48,7 @@ func queueRow(q store.QueueInfo) map[string]any {
 	return map[string]any{"id": q.ID, "name": q.Name, "queue": q.Name, "namespace": nullable(q.Namespace), "task": nullable(q.Task),
 		"createdAt": msTime(&q.CreatedAt), "partitions": len(q.Partitions), "partitionCount": len(q.Partitions),
 		"messages": map[string]any{"total": q.Messages, "pending": q.Pending, "processing": 0},
-		"pending": q.Pending, "completed": max(q.Messages-q.Pending-q.DLQ, 0), "dlq": q.DLQ}
+		"pending":  q.Pending, "completed": max(q.Messages-q.Pending-q.DLQ, 0), "dlq": q.DLQ}
 }
 
 // filterQueues keeps the queues of a namespace and task ("" matches all),
