@@ -243,7 +243,12 @@ func (b *Broker) Start(ctx context.Context) error {
 			b.log.Error("http server stopped", "err", err)
 		}
 	}()
-	b.log.Info("queen broker serving", "addr", b.listener.Addr().String(), "tenancy", b.cfg.TenancyHeader)
+	// The startup summary: what an operator checks first, and no secret.
+	b.log.Info("queen broker serving", "addr", b.listener.Addr().String(),
+		"database", fmt.Sprintf("%s:%d/%s", b.cfg.PGHost, b.cfg.PGPort, b.cfg.PGDatabase), "user", b.cfg.PGUser,
+		"pool", b.cfg.DBPoolSize, "spool", b.cfg.FileBufferDir, "tenancy", b.cfg.TenancyHeader,
+		"jwt", b.cfg.JWTEnabled, "meshPeers", b.cfg.MeshPeers, "sweeper", b.cfg.Sweeper,
+		"retentionInterval", b.cfg.RetentionInterval)
 	return nil
 }
 

@@ -3,7 +3,12 @@ package httpapi
 import (
 	"context"
 	"net/http"
+	"os"
 	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
 )
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
@@ -31,6 +36,7 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 	var mem runtime.MemStats
 	runtime.ReadMemStats(&mem)
 	req, pushed := s.stats.requests.Load(), s.stats.pushMessages.Load()
+	user, system := cpuTimes()
 	writeJSON(w, http.StatusOK, map[string]any{
 		"uptime":   uptime,
 		"requests": map[string]any{"total": req, "rate": rate(req)},
@@ -39,12 +45,50 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 			"dlq": s.stats.dlq.Load()},
 		"transactions": s.stats.transactions.Load(),
 		"database": map[string]any{"poolSize": st.MaxConns(), "idleConnections": st.IdleConns(),
-			"activeConnections": st.AcquiredConns(), "acquireWaitsTotal": st.EmptyAcquireCount(),
-			"errors": s.stats.dbErrors.Load()},
-		"memory": map[string]any{"heapAlloc": mem.HeapAlloc, "heapSys": mem.HeapSys, "sys": mem.Sys,
-			"numGC": mem.NumGC},
-		"cpu":        map[string]any{"goroutines": runtime.NumGoroutine(), "cpus": runtime.NumCPU()},
+			"waitingRequests": s.waitingForSlots(), "activeConnections": st.AcquiredConns(),
+			"acquireWaitsTotal": st.EmptyAcquireCount(), "errors": s.stats.dbErrors.Load()},
+		// Queen's keys (a Node.js process's) where Go has the figure, 0
+		// where it has none (external, arrayBuffers); Go's own beside them.
+		"memory": map[string]any{"rss": rssBytes(), "heapTotal": mem.HeapSys, "heapUsed": mem.HeapAlloc, "external": 0,
+			"arrayBuffers": 0, "sys": mem.Sys, "numGC": mem.NumGC},
+		"cpu": map[string]any{"user": user.Microseconds(), "system": system.Microseconds(),
+			"goroutines": runtime.NumGoroutine(), "cpus": runtime.NumCPU()},
 		"serverId":   s.cfg.ServerID,
 		"observedAt": timestamp(s.clock.Now()),
 	})
+}
+
+// waitingForSlots is the database work waiting for an admission slot.
+func (s *Server) waitingForSlots() int {
+	if s.arbiter == nil {
+		return 0
+	}
+	n := 0
+	for _, w := range s.arbiter.Stats().Waiting {
+		n += w
+	}
+	return n
+}
+
+// cpuTimes is the process's user and system CPU time.
+func cpuTimes() (user, system time.Duration) {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0, 0
+	}
+	return time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())
+}
+
+// rssBytes is the resident set size from /proc (Linux); 0 elsewhere.
+func rssBytes() int64 {
+	raw, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(raw))
+	if len(f) < 2 {
+		return 0
+	}
+	pages, _ := strconv.ParseInt(f[1], 10, 64)
+	return pages * int64(os.Getpagesize())
 }

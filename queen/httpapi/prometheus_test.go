@@ -80,3 +80,31 @@ func hasLabel(m *dto.Metric, k, v string) bool {
 	}
 	return false
 }
+
+// TestMetricsJSONHasQueensKeys: GET /metrics carries the keys Queen's
+// clients decode, with real values where Go has them.
+func TestMetricsJSONHasQueensKeys(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	m := e.expect(e.do("GET", "/metrics", nil), 200).obj(t)
+	want := map[string][]string{"requests": {"total", "rate"}, "messages": {"total", "rate"},
+		"database": {"poolSize", "idleConnections", "waitingRequests"},
+		"memory":   {"rss", "heapTotal", "heapUsed", "external", "arrayBuffers"}, "cpu": {"user", "system"}}
+	if _, ok := m["uptime"]; !ok {
+		t.Fatalf("no uptime: %v", m)
+	}
+	for obj, keys := range want {
+		o, ok := m[obj].(map[string]any)
+		if !ok {
+			t.Fatalf("no %s: %v", obj, m)
+		}
+		for _, k := range keys {
+			if _, ok := o[k]; !ok {
+				t.Errorf("%s.%s missing", obj, k)
+			}
+		}
+	}
+	if m["memory"].(map[string]any)["rss"].(float64) <= 0 || m["database"].(map[string]any)["poolSize"].(float64) <= 0 {
+		t.Fatalf("rss and poolSize must be real: %v", m)
+	}
+}

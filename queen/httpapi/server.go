@@ -293,7 +293,16 @@ func (s *Server) middleware(mux *http.ServeMux) http.Handler {
 			r.Body = s.bodyDeadline(w, r.Body)
 		}
 		ctx := context.WithValue(context.WithValue(r.Context(), tenantKey, tenant), principalKey, who)
-		mux.ServeHTTP(w, r.WithContext(ctx))
+		if !s.log.Enabled(ctx, slog.LevelDebug) {
+			mux.ServeHTTP(w, r.WithContext(ctx))
+			return
+		}
+		// The access log, at debug level only: the hot path pays for it
+		// only when asked.
+		began, rec := s.clock.Now(), &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		mux.ServeHTTP(rec, r.WithContext(ctx))
+		s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "status", rec.status, "tenant", tenant,
+			"sub", who.Sub, "ms", s.clock.Now().Sub(began).Milliseconds())
 	})
 }
 
@@ -527,3 +536,18 @@ func (s *Server) admit(r *http.Request, lane admission.Lane) (func(), error) {
 	}
 	return s.arbiter.Acquire(r.Context(), lane)
 }
+
+// statusRecorder notes the status a handler answered, for the access log.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	r.status = code
+	r.ResponseWriter.WriteHeader(code)
+}
+
+// Unwrap lets http.ResponseController reach the connection (body
+// deadlines, flushes).
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }

@@ -24,6 +24,8 @@ type Retention struct {
 	CleanupDays int
 	Log         *slog.Logger
 	Every       background.Every
+
+	leading bool // whether the last pass held the lock, to log changes
 }
 
 // Name implements background.Service.
@@ -36,6 +38,10 @@ func (r *Retention) NextDue(now time.Time) time.Time { return r.Every.Next(now) 
 func (r *Retention) RunOnce(ctx context.Context) error {
 	defer func() { r.Every.Mark(r.Clock.Now()) }()
 	release, ok, err := r.Store.TryLeader(ctx, store.RetentionLock)
+	if err == nil && ok != r.leading {
+		r.leading = ok
+		r.Log.Info("retention leadership changed", "leader", ok, "lock", store.RetentionLock)
+	}
 	if err != nil || !ok {
 		return err
 	}
