@@ -40,7 +40,9 @@ func (r *Retention) RunOnce(ctx context.Context) error {
 	release, ok, err := r.Store.TryLeader(ctx, store.RetentionLock)
 	if err == nil && ok != r.leading {
 		r.leading = ok
-		r.Log.Info("retention leadership changed", "leader", ok, "lock", store.RetentionLock)
+		// The lock is released after every pass, so brokers take turns:
+		// debug, or a three-broker cluster logs a change every few seconds.
+		r.Log.Debug("retention leadership changed", "leader", ok, "lock", store.RetentionLock)
 	}
 	if err != nil || !ok {
 		return err
