@@ -27,6 +27,15 @@ sim-replay: ## rerun one run and keep its history in sim-out/: make sim-replay S
 sim-canaries: ## run the simulator once per planted bug; passes only if every canary is caught
 	$(GO) test -count=1 -tags canary -timeout 20m -v -run 'TestCanariesAreCaught|TestStrandedIsCaught|TestShutdownCutsIsCaught' ./scenarios/
 
+FUZZTIME ?= 10s
+FUZZ_TARGETS := queen/httpapi:FuzzPushBody queen/httpapi:FuzzTimerAndKVBodies queen/httpapi:FuzzTransactionOp \
+	queen/httpapi:FuzzPopQuery queen/spool:FuzzRecordReader queen/auth:FuzzToken
+fuzz: ## run every fuzz target for FUZZTIME (10s) each (their seeds also run in make test)
+	@for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; echo "fuzz ./$$pkg $$name for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) ./$$pkg || exit 1; \
+	done
+
 BENCH_WINDOW ?= 5s
 BENCH_WINDOWS ?= 3
 bench: ## broker vs raw PostgreSQL in one run (own throwaway server): ratios, latency, bootstrap, CPU, exactly-once; writes bench-result.json
@@ -44,4 +53,4 @@ build: ## build bin/queen
 help: ## list targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-.PHONY: run cluster test test-race bench sim sim-replay sim-canaries lint build help
+.PHONY: run cluster fuzz test test-race bench sim sim-replay sim-canaries lint build help

@@ -64,13 +64,15 @@ func (rr *recordReader) next() ([]byte, error) {
 		rr.torn = true
 		return nil, io.EOF
 	}
-	payload := make([]byte, size)
-	if _, err := io.ReadFull(rr.br, payload); err != nil {
-		if errors.Is(err, io.ErrUnexpectedEOF) || err == io.EOF {
-			rr.torn = true
-			return nil, io.EOF
-		}
+	// Read what is there rather than allocate what the header claims: a
+	// damaged length must not cost 256 MiB.
+	payload, err := io.ReadAll(io.LimitReader(rr.br, int64(size)))
+	if err != nil {
 		return nil, fmt.Errorf("spool: read record: %w", err)
+	}
+	if len(payload) < int(size) {
+		rr.torn = true
+		return nil, io.EOF
 	}
 	if crc32.Checksum(payload, castagnoli) != binary.BigEndian.Uint32(h[4:8]) {
 		rr.torn = true

@@ -1,0 +1,122 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/queen-go/queen/queen/clock"
+	"github.com/queen-go/queen/queen/config"
+)
+
+// Fuzz targets for every body decoder: no input panics, and whatever a
+// decoder accepts is something the database takes (a queue name, JSON
+// that jsonb stores), so a request is either refused with a 4xx or written
+// whole.
+
+func fuzzServer() *Server {
+	return New(Options{Config: config.Default(), Clock: clock.Real{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+}
+
+func FuzzPushBody(f *testing.F) {
+	f.Add([]byte(`{"items":[{"queue":"q","partition":"p","transactionId":"t","payload":{"a":1}}]}`))
+	f.Add([]byte(`{"items":[{"queue":"q","payload":"\u0000"}]}`))
+	f.Add([]byte(`{"items":[]}`))
+	f.Add([]byte(`[1,2]`))
+	s := fuzzServer()
+	f.Fuzz(func(t *testing.T, body []byte) {
+		r := httptest.NewRequest("POST", "/api/v1/push", bytes.NewReader(body))
+		items, err := s.parsePush(r)
+		if err != nil {
+			return
+		}
+		for _, it := range items {
+			if it.Queue == "" || !utf8.ValidString(it.Queue) {
+				t.Fatalf("accepted queue %q", it.Queue)
+			}
+			if len(it.Payload) > 0 {
+				if !json.Valid(it.Payload) {
+					t.Fatalf("accepted a payload that is not JSON: %q", it.Payload)
+				}
+				if why, ok := jsonbSafe(it.Payload); !ok {
+					t.Fatalf("accepted a payload jsonb refuses (%s): %q", why, it.Payload)
+				}
+			}
+		}
+	})
+}
+
+func FuzzTimerAndKVBodies(f *testing.F) {
+	f.Add([]byte(`[{"op":"schedule","queue":"q","timerKey":"k","txn":"t","delayMs":5,"payload":"eyJhIjoxfQ=="}]`))
+	f.Add([]byte(`{"operations":[{"op":"put","ns":"n","key":"k","value":1,"forever":true}]}`))
+	f.Add([]byte(`[{"op":"getMany","ns":"n","keys":["a","b"]}]`))
+	s := fuzzServer()
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if ops, err := s.parseTimerOps(body); err == nil {
+			for _, op := range ops {
+				if op.Queue == "" || op.TimerKey == "" || (op.Payload != nil && !json.Valid(op.Payload)) {
+					t.Fatalf("accepted timer op %+v", op)
+				}
+			}
+		}
+		if ops, err := s.parseKVOps(body); err == nil {
+			for _, op := range ops {
+				if op.NS == "" || (op.Value != nil && !json.Valid(op.Value)) || len(op.Key) > s.cfg.KVMaxKeyBytes {
+					t.Fatalf("accepted kv op %+v", op)
+				}
+			}
+		}
+	})
+}
+
+func FuzzTransactionOp(f *testing.F) {
+	f.Add([]byte(`{"type":"push","items":[{"queue":"q","payload":1}]}`))
+	f.Add([]byte(`{"type":"ack","transactionId":"t","partitionId":"01a22bd9-ae05-7000-b728-51e48ab01f24","status":"failed"}`))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		if !json.Valid(raw) {
+			return
+		}
+		op, err := parseTxnOp(raw, 0)
+		if err != nil {
+			return
+		}
+		for _, it := range op.Items {
+			if it.Queue == "" {
+				t.Fatalf("accepted a push without a queue: %+v", op)
+			}
+		}
+	})
+}
+
+func FuzzPopQuery(f *testing.F) {
+	f.Add("batch=10&wait=true&timeout=1000&consumerGroup=g&subscriptionMode=new")
+	f.Add("batch=-1&partitions=99999999999&leaseSeconds=0&subscriptionFrom=now")
+	s := fuzzServer()
+	f.Fuzz(func(t *testing.T, query string) {
+		if _, err := url.ParseQuery(query); err != nil {
+			return
+		}
+		r := httptest.NewRequest("GET", "/api/v1/pop/queue/q", nil)
+		r.URL.RawQuery = query
+		r.SetPathValue("queue", "q")
+		r = r.WithContext(contextWithTenant(r))
+		p, err := s.parsePop(r)
+		if err != nil {
+			return
+		}
+		if p.req.Batch < 1 || p.req.Batch > s.cfg.MaxPopBatch {
+			t.Fatalf("accepted batch %d", p.req.Batch)
+		}
+	})
+}
+
+func contextWithTenant(r *http.Request) context.Context {
+	return context.WithValue(r.Context(), tenantKey, config.DefaultTenant)
+}
