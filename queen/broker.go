@@ -25,6 +25,7 @@ import (
 	"github.com/queen-go/queen/queen/canary"
 	"github.com/queen-go/queen/queen/clock"
 	"github.com/queen-go/queen/queen/config"
+	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/dbprobe"
 	"github.com/queen-go/queen/queen/httpapi"
 	"github.com/queen-go/queen/queen/ids"
@@ -150,7 +151,11 @@ func (b *Broker) Start(ctx context.Context) error {
 			return err
 		}
 	}
-	b.store = store.New(b.pool, store.Options{DBNow: b.opts.DBNow, IDs: b.opts.IDs, TxTimeout: b.cfg.DBStatementTimeout,
+	var cipher *crypt.Cipher
+	if b.cfg.EncryptionKey != "" {
+		cipher, _ = crypt.New(b.cfg.EncryptionKey) // checked when the configuration was parsed
+	}
+	b.store = store.New(b.pool, store.Options{DBNow: b.opts.DBNow, IDs: b.opts.IDs, TxTimeout: b.cfg.DBStatementTimeout, Cipher: cipher,
 		Clock: b.opts.Clock, CacheTTL: b.cfg.CacheRefreshInterval, PushStatements: b.cfg.PushStatements,
 		PushBatchRows: b.cfg.PushBatchRows})
 	arbiter := admission.New(b.cfg.DBPoolSize, b.cfg.AdmissionMaintShare)
@@ -174,7 +179,8 @@ func (b *Broker) Start(ctx context.Context) error {
 		b.log.Warn("could not read the maintenance switches; assuming off until the next reconcile", "err", err)
 	}
 	apiOpts := httpapi.Options{Config: b.cfg, Store: b.store, Spool: b.spool, Drainer: b.drainer,
-		Maintenance: b.maint, Arbiter: arbiter, Clock: b.opts.Clock, Waker: waker.New(), IDs: b.opts.IDs, Logger: b.log}
+		Maintenance: b.maint, Arbiter: arbiter, Clock: b.opts.Clock, Waker: waker.New(), IDs: b.opts.IDs, Logger: b.log,
+		Cipher: cipher}
 	if b.cfg.JWTEnabled {
 		if apiOpts.Auth, err = auth.New(b.cfg.JWT, b.opts.Clock, b.log); err != nil {
 			b.pool.Close()

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -340,5 +342,52 @@ func TestPushTimingOutOnABusyPartitionDoesNotFlipHealth(t *testing.T) {
 	}
 	if s := pushOne(t, base, tenantA, "third"); s != "queued" {
 		t.Fatalf("the next push: %s", s)
+	}
+}
+
+// TestSpoolHoldsNoPlaintextWithAKey: with QUEEN_ENCRYPTION_KEY set, a push
+// buffered during an outage is sealed on disk, whatever its queue; at
+// replay each queue's own policy decides how it is stored, and consumers
+// read the plaintext.
+func TestSpoolHoldsNoPlaintextWithAKey(t *testing.T) {
+	b, proxy := brokerBehindProxy(t, func(c *config.Config) { c.EncryptionKey = strings.Repeat("a1", 32) })
+	base := "http://" + b.Addr()
+	if code, body := do(t, "POST", base+"/api/v1/configure", "", `{"queue":"vault","options":{"encryptionEnabled":true}}`); code != 200 {
+		t.Fatalf("configure: %d %s", code, body)
+	}
+	proxy.SetMode(faults.Refuse, 0)
+	for _, q := range []string{"vault", "orders"} {
+		code, body := do(t, "POST", base+"/api/v1/push", "", fmt.Sprintf(`{"items":[{"queue":%q,"transactionId":"x-%s","payload":{"pin":"9876"}}]}`, q, q))
+		if code != 201 || !strings.Contains(string(body), "buffered") {
+			t.Fatalf("push during the outage: %d %s", code, body)
+		}
+	}
+	if err := b.Spool().Finalize(); err != nil {
+		t.Fatal(err)
+	}
+	files, _ := filepath.Glob(filepath.Join(b.Spool().Dir(), "*"))
+	for _, f := range files {
+		raw, _ := os.ReadFile(f)
+		if strings.Contains(string(raw), "9876") {
+			t.Fatalf("%s holds a payload in the clear", f)
+		}
+	}
+	proxy.SetMode(faults.Pass, 0)
+	deadline := time.Now().Add(20 * time.Second)
+	for b.Spool().Pending() > 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, q := range []string{"vault", "orders"} {
+		code, body := do(t, "GET", base+"/api/v1/pop/queue/"+q+"?autoAck=true", "", "")
+		if code != 200 || !strings.Contains(string(body), `"pin":"9876"`) {
+			t.Fatalf("pop %s after replay: %d %s", q, code, body)
+		}
+	}
+	var vault, orders bool
+	pool := b.Store().Pool()
+	_ = pool.QueryRow(context.Background(), `SELECT is_encrypted FROM queen.messages WHERE transaction_id = 'x-vault'`).Scan(&vault)
+	_ = pool.QueryRow(context.Background(), `SELECT is_encrypted FROM queen.messages WHERE transaction_id = 'x-orders'`).Scan(&orders)
+	if !vault || orders {
+		t.Fatalf("replay must apply each queue's policy: vault sealed %v, orders sealed %v", vault, orders)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/queen-go/queen/queen/auth"
+	"github.com/queen-go/queen/queen/crypt"
 )
 
 // DefaultTenant is the tenant of every request when tenancy is off, and of a
@@ -97,6 +98,10 @@ type Config struct {
 	// a bearer token when JWTEnabled.
 	JWTEnabled bool        // JWT_ENABLED, default false
 	JWT        auth.Config // JWT_ALGORITHM (HS256), JWT_SECRET, JWT_PUBLIC_KEY, JWT_JWKS_URL, ...
+
+	// EncryptionKey is QUEEN_ENCRYPTION_KEY (64 hex characters): the
+	// AES-256-GCM key of queues with encryptionEnabled; empty: none.
+	EncryptionKey string
 
 	// Ignored are Queen's variables that are set but do nothing here, so
 	// the broker can say so at startup.
@@ -247,6 +252,13 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	p.intRange("QUEEN_KV_MAX_READ_BYTES", &c.KVMaxReadBytes, 1, 1<<30)
 	p.intRange("QUEEN_KV_PREFIX_LIMIT", &c.KVPrefixLimit, 1, 1000000)
 	p.jwt(&c)
+	if v := strings.TrimSpace(getenv("QUEEN_ENCRYPTION_KEY")); v != "" {
+		if _, err := crypt.New(v); err != nil {
+			p.fail("QUEEN_ENCRYPTION_KEY", "(hidden)", err.Error())
+		} else {
+			c.EncryptionKey = v
+		}
+	}
 	for _, name := range ignoredVars {
 		if strings.TrimSpace(getenv(name)) != "" {
 			c.Ignored = append(c.Ignored, name)
@@ -313,7 +325,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 
 // ignoredVars are Queen variables this broker accepts and does nothing
 // with: each set one is named in a startup warning.
-var ignoredVars = []string{"NUM_WORKERS", "EVICTION_INTERVAL", "EVICTION_BATCH_SIZE", "QUEEN_ENCRYPTION_KEY",
+var ignoredVars = []string{"NUM_WORKERS", "EVICTION_INTERVAL", "EVICTION_BATCH_SIZE",
 	"METRICS_RETENTION_DAYS", "STATS_INTERVAL_MS", "METRICS_FLUSH_MS", "QUEEN_HOTLIST", "QUEEN_KV_TRUSTED_PROXY",
 	"PG_SSL_REJECT_UNAUTHORIZED", "DB_IDLE_TIMEOUT"}
 

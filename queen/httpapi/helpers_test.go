@@ -15,6 +15,7 @@ import (
 
 	"github.com/queen-go/queen/queen/auth"
 	"github.com/queen-go/queen/queen/clock"
+	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/config"
 	"github.com/queen-go/queen/queen/httpapi"
 	"github.com/queen-go/queen/queen/ids"
@@ -48,7 +49,14 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 	}
 	e := &env{t: t}
 	idSrc := ids.NewSource(clock.Real{}, nil)
-	e.store = store.New(storetest.Pool(t), store.Options{IDs: idSrc, DBNow: e.dbNow, TxTimeout: 10 * time.Second})
+	var cipher *crypt.Cipher
+	if cfg.EncryptionKey != "" {
+		var err error
+		if cipher, err = crypt.New(cfg.EncryptionKey); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.store = store.New(storetest.Pool(t), store.Options{IDs: idSrc, DBNow: e.dbNow, TxTimeout: 10 * time.Second, Cipher: cipher})
 	var authn *auth.Authenticator
 	if cfg.JWTEnabled {
 		var err error
@@ -57,7 +65,7 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 		}
 	}
 	srv := httpapi.New(httpapi.Options{Config: cfg, Store: e.store, Clock: clock.Real{}, Waker: waker.New(),
-		IDs: idSrc, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Auth: authn})
+		IDs: idSrc, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Auth: authn, Cipher: cipher})
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)
 	e.url = ts.URL

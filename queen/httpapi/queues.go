@@ -117,6 +117,11 @@ func (s *Server) configure(w http.ResponseWriter, r *http.Request) {
 		writeBad(w, err)
 		return
 	}
+	if e := in.Patch.EncryptionEnabled; e != nil && *e && s.cipher == nil {
+		writeError(w, http.StatusBadRequest, path+"encryptionEnabled needs QUEEN_ENCRYPTION_KEY (64 hex characters) "+
+			"set on every broker: without it payloads would be stored in the clear")
+		return
+	}
 	res, err := s.store.Configure(r.Context(), in)
 	if err != nil {
 		s.storeError(w, r, "configure", err)

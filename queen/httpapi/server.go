@@ -25,6 +25,7 @@ import (
 	"github.com/queen-go/queen/queen/auth"
 	"github.com/queen-go/queen/queen/clock"
 	"github.com/queen-go/queen/queen/config"
+	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/maintenance"
 	"github.com/queen-go/queen/queen/spool"
@@ -61,6 +62,7 @@ type Server struct {
 	registry      *prometheus.Registry
 	queueMessages *prometheus.CounterVec
 	auth          *auth.Authenticator
+	cipher        *crypt.Cipher
 
 	draining  chan struct{} // closed by Drain
 	drainOnce sync.Once
@@ -97,6 +99,8 @@ type Options struct {
 	SweeperStats func() SweeperStats
 	// Auth checks bearer tokens (JWT_ENABLED); nil lets every request in.
 	Auth *auth.Authenticator
+	// Cipher seals spooled payloads (QUEEN_ENCRYPTION_KEY); nil: none.
+	Cipher *crypt.Cipher
 }
 
 // SweeperStats are the sweeper's figures the metrics expose.
@@ -131,7 +135,7 @@ func New(o Options) *Server {
 		o.Maintenance = maintenance.New(o.Store, o.Spool, o.Logger)
 	}
 	s := &Server{cfg: o.Config, store: o.Store, spool: o.Spool, drainer: o.Drainer, maint: o.Maintenance,
-		arbiter: o.Arbiter, clock: o.Clock, wake: o.Waker, peers: o.Peers, ids: o.IDs, sharedState: o.SharedState, timerHint: o.TimerHint, sweeperStats: o.SweeperStats, auth: o.Auth, log: o.Logger, started: o.Clock.Now(),
+		arbiter: o.Arbiter, clock: o.Clock, wake: o.Waker, peers: o.Peers, ids: o.IDs, sharedState: o.SharedState, timerHint: o.TimerHint, sweeperStats: o.SweeperStats, auth: o.Auth, cipher: o.Cipher, log: o.Logger, started: o.Clock.Now(),
 		draining: make(chan struct{})}
 	s.queueMessages = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "queen_queue_messages_total",
 		Help: "Messages pushed (queued) and popped through this broker, per queue."}, []string{"tenant", "queue", "op"})

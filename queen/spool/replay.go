@@ -200,7 +200,7 @@ func items(evs []Event) []store.PushItem {
 	out := make([]store.PushItem, len(evs))
 	for i, e := range evs {
 		out[i] = store.PushItem{Queue: e.Queue, Partition: e.Partition, Payload: e.Payload,
-			TransactionID: e.TransactionID, TraceID: e.TraceID, ProducerSub: e.ProducerSub}
+			TransactionID: e.TransactionID, TraceID: e.TraceID, ProducerSub: e.ProducerSub, Sealed: e.Encrypted}
 	}
 	return out
 }

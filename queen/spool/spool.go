@@ -50,8 +50,10 @@ type Event struct {
 	TransactionID string `json:"transactionId"`
 	TraceID       string `json:"traceId,omitempty"`
 	// ProducerSub is the JWT sub the push was stamped with.
-	ProducerSub string          `json:"producerSub,omitempty"`
-	Payload     json.RawMessage `json:"payload"`
+	ProducerSub string `json:"producerSub,omitempty"`
+	// Encrypted: Payload is an envelope sealed with QUEEN_ENCRYPTION_KEY.
+	Encrypted bool            `json:"encrypted,omitempty"`
+	Payload   json.RawMessage `json:"payload"`
 }
 
 // TenantOrDefault is the tenant an event replays under.

@@ -45,7 +45,7 @@ func (s *Store) ListDLQ(ctx context.Context, f DLQFilter) ([]DLQEntry, int64, er
 			return err
 		}
 		rows, err := tx.Query(ctx, `SELECT m.id::text, m.transaction_id, p.id::text, q.name, p.name, d.consumer_group,
-				d.error_message, d.retry_count, m.payload, m.producer_sub, m.created_at, d.failed_at`+where+`
+				d.error_message, d.retry_count, m.payload, m.is_encrypted, m.producer_sub, m.created_at, d.failed_at`+where+`
 			ORDER BY d.failed_at DESC, d.id DESC LIMIT $4 OFFSET $5`, f.Tenant, f.Queue, f.Group, f.Limit, f.Offset)
 		if err != nil {
 			return err
@@ -53,12 +53,10 @@ func (s *Store) ListDLQ(ctx context.Context, f DLQFilter) ([]DLQEntry, int64, er
 		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (DLQEntry, error) {
 			var e DLQEntry
 			var payload []byte
+			var sealed bool
 			err := r.Scan(&e.ID, &e.TransactionID, &e.PartitionID, &e.Queue, &e.Partition, &e.ConsumerGroup,
-				&e.ErrorMessage, &e.RetryCount, &payload, &e.ProducerSub, &e.CreatedAt, &e.FailedAt)
-			if payload == nil {
-				payload = []byte("null")
-			}
-			e.Data = payload
+				&e.ErrorMessage, &e.RetryCount, &payload, &sealed, &e.ProducerSub, &e.CreatedAt, &e.FailedAt)
+			e.Data = s.openPayload(payload, sealed)
 			return e, err
 		})
 		return err

@@ -144,6 +144,7 @@ func (s *Store) GetMessage(ctx context.Context, tenant, partitionID, txid string
 			&d.Config.TTL, &d.Config.Priority); err != nil {
 			return err
 		}
+		d.Payload = s.openPayload(d.Payload, d.IsEncrypted)
 		err = tx.QueryRow(ctx, `SELECT error_message, retry_count FROM queen.dead_letter_queue WHERE message_id = $1
 			ORDER BY failed_at DESC LIMIT 1`, d.ID).Scan(&d.ErrorMessage, &d.RetryCount)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {

@@ -119,7 +119,7 @@ claimed AS (
 ),
 picked AS (
 	SELECT * FROM (
-		SELECT c.partition_id, c.name, c.retries, m.id, m.transaction_id, m.trace_id, m.payload, m.producer_sub,
+		SELECT c.partition_id, c.name, c.retries, m.id, m.transaction_id, m.trace_id, m.payload, m.is_encrypted, m.producer_sub,
 			m.created_at, m.seq, row_number() OVER (ORDER BY c.rank, m.seq) AS n
 		FROM claimed c
 		CROSS JOIN LATERAL (
@@ -157,7 +157,7 @@ leased AS (
 	RETURNING pc.partition_id, pc.lease_expires_at
 )
 SELECT p.partition_id::text, p.name, p.retries, p.id::text, p.transaction_id, p.trace_id::text, p.payload,
-	p.producer_sub, p.created_at, p.seq, l.lease_expires_at
+	p.is_encrypted, p.producer_sub, p.created_at, p.seq, l.lease_expires_at
 FROM picked p JOIN leased l ON l.partition_id = p.partition_id
 ORDER BY p.n`
 
@@ -233,15 +233,13 @@ func (s *Store) Pop(ctx context.Context, req PopRequest) (PopResult, error) {
 	for rows.Next() {
 		m := Message{Queue: req.Queue, ConsumerGroup: req.Group}
 		var payload []byte
+		var sealed bool
 		var expires *time.Time
 		if err := rows.Scan(&m.PartitionID, &m.Partition, &m.RetryCount, &m.ID, &m.TransactionID, &m.TraceID, &payload,
-			&m.ProducerSub, &m.CreatedAt, &m.Seq, &expires); err != nil {
+			&sealed, &m.ProducerSub, &m.CreatedAt, &m.Seq, &expires); err != nil {
 			return PopResult{Queue: req.Queue, Group: req.Group}, err
 		}
-		if payload == nil {
-			payload = []byte("null")
-		}
-		m.Data = payload
+		m.Data = s.openPayload(payload, sealed)
 		if !req.AutoAck {
 			m.LeaseID = p.LeaseID
 		}

@@ -20,6 +20,9 @@ type PushItem struct {
 	// ProducerSub, when set, is this item's producer identity (a spooled
 	// push replays with the one stamped at push time); else the call's.
 	ProducerSub string
+	// Sealed: Payload is an envelope sealed with the broker's key (a
+	// spooled push); it is opened, then stored as its queue asks.
+	Sealed bool
 }
 
 // PushResult is the outcome of one item.
@@ -56,9 +59,9 @@ type PushResult struct {
 // inserted, never to a seq a conflicting row did not take.
 const appendSQL = `
 WITH input AS (
-	SELECT v.id, v.pid, v.txid, v.trace, v.payload, v.sub, v.ord
-	FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[])
-		WITH ORDINALITY AS v(id, pid, txid, trace, payload, sub, ord)
+	SELECT v.id, v.pid, v.txid, v.trace, v.payload, v.sub, v.enc, v.ord
+	FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $8::boolean[])
+		WITH ORDINALITY AS v(id, pid, txid, trace, payload, sub, enc, ord)
 ),
 locked AS (
 	SELECT p.id, p.last_seq FROM queen.partitions p
@@ -71,8 +74,8 @@ fresh AS (
 	FROM input i JOIN locked l ON l.id = i.pid
 ),
 appended AS (
-	INSERT INTO queen.messages (id, partition_id, seq, transaction_id, trace_id, payload, created_at, producer_sub)
-	SELECT id, pid, seq, txid, nullif(trace, '')::uuid, payload::jsonb, coalesce($7::timestamptz, now()), nullif(sub, '')
+	INSERT INTO queen.messages (id, partition_id, seq, transaction_id, trace_id, payload, created_at, producer_sub, is_encrypted)
+	SELECT id, pid, seq, txid, nullif(trace, '')::uuid, payload::jsonb, coalesce($7::timestamptz, now()), nullif(sub, ''), enc
 	FROM fresh
 	ON CONFLICT (partition_id, transaction_id) DO NOTHING
 	RETURNING id, partition_id, seq
@@ -91,6 +94,7 @@ ORDER BY i.ord`
 type appendParams struct {
 	IDs, PartitionIDs, TransactionIDs, TraceIDs, Payloads, ProducerSubs []string
 	Now                                                                 *time.Time
+	Encrypted                                                           []bool
 }
 
 // dupLookupSQL finds the stored rows of the rows appendSQL did not insert:
@@ -124,6 +128,7 @@ func strandedSQL(sql string) string {
 // appendRow is one message bound for a known partition.
 type appendRow struct {
 	id, pid, txid, trace, payload, sub string
+	encrypted                          bool // payload is a sealed envelope
 }
 
 // appendOut is one row's outcome.
@@ -216,6 +221,9 @@ func (s *Store) pushRows(ctx context.Context, tenant string, items []PushItem, p
 		}
 		rows[i] = appendRow{id: id, pid: pids[keys[i]], txid: txid, trace: it.TraceID, payload: payload, sub: sub}
 	}
+	if err := s.sealRows(ctx, tenant, items, rows); err != nil {
+		return nil, err
+	}
 	return rows, nil
 }
 
@@ -230,6 +238,7 @@ func (s *Store) appendRows(ctx context.Context, q querier, rows []appendRow) ([]
 		p.TraceIDs = append(p.TraceIDs, r.trace)
 		p.Payloads = append(p.Payloads, r.payload)
 		p.ProducerSubs = append(p.ProducerSubs, r.sub)
+		p.Encrypted = append(p.Encrypted, r.encrypted)
 	}
 	sql := appendSQL
 	if canary.On("stranded") {
@@ -239,7 +248,7 @@ func (s *Store) appendRows(ctx context.Context, q querier, rows []appendRow) ([]
 		// A resent transactionId hits the unique index as an error.
 		sql = strings.Replace(sql, "ON CONFLICT (partition_id, transaction_id) DO NOTHING", "", 1)
 	}
-	res, err := q.Query(ctx, sql, p.IDs, p.PartitionIDs, p.TransactionIDs, p.TraceIDs, p.Payloads, p.ProducerSubs, p.Now)
+	res, err := q.Query(ctx, sql, p.IDs, p.PartitionIDs, p.TransactionIDs, p.TraceIDs, p.Payloads, p.ProducerSubs, p.Now, p.Encrypted)
 	if err != nil {
 		return nil, err
 	}

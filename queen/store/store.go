@@ -31,6 +31,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/queen-go/queen/queen/clock"
+	"github.com/queen-go/queen/queen/crypt"
 
 	"github.com/queen-go/queen/queen/config"
 	"github.com/queen-go/queen/queen/ids"
@@ -68,6 +69,9 @@ type Options struct {
 	// PushBatchRows caps the rows of one combined push statement. Zero
 	// means 1000.
 	PushBatchRows int
+	// Cipher seals the payloads of queues with encryptionEnabled and opens
+	// them on every read (QUEEN_ENCRYPTION_KEY); nil: no encryption.
+	Cipher *crypt.Cipher
 }
 
 // Store runs queen's statements over a connection pool.
@@ -78,6 +82,7 @@ type Store struct {
 	txTimeout time.Duration
 	cache     *cache
 	pushes    *combiner
+	cipher    *crypt.Cipher
 }
 
 // New wraps an open pool.
@@ -97,7 +102,7 @@ func New(pool *pgxpool.Pool, o Options) *Store {
 	if o.PushBatchRows <= 0 {
 		o.PushBatchRows = 1000
 	}
-	s := &Store{pool: pool, dbNow: o.DBNow, ids: o.IDs, txTimeout: o.TxTimeout, cache: newCache(o.Clock, o.CacheTTL)}
+	s := &Store{pool: pool, dbNow: o.DBNow, ids: o.IDs, txTimeout: o.TxTimeout, cache: newCache(o.Clock, o.CacheTTL), cipher: o.Cipher}
 	s.pushes = &combiner{run: s.appendCombined, maxInFlight: o.PushStatements, maxRows: o.PushBatchRows}
 	return s
 }

@@ -27,7 +27,7 @@ WHERE (t.tenant_id, t.queue, t.timer_key) IN (
 	LIMIT $4
 	FOR UPDATE SKIP LOCKED)
 RETURNING t.tenant_id::text, t.queue, t.timer_key, t.partition, t.deliver_at, t.txn, t.message_id::text,
-	t.payload, coalesce(t.producer_sub, '')`
+	t.payload, coalesce(t.producer_sub, ''), t.encrypted`
 
 	// fireTimersSQL deletes the claimed timers that are still this claim's:
 	// one rescheduled or cancelled since (or re-claimed by another broker
@@ -60,6 +60,7 @@ type ClaimedTimer struct {
 	Tenant, Queue, TimerKey, Partition, Txn, MessageID, ProducerSub string
 	DeliverAt                                                       time.Time
 	Payload                                                         []byte
+	Encrypted                                                       bool // Payload is sealed
 }
 
 // ClaimTimers leases up to limit due timers for lease under token.
@@ -83,7 +84,7 @@ func (s *Store) ClaimTimers(ctx context.Context, token string, lease time.Durati
 	for rows.Next() {
 		var c ClaimedTimer
 		if err := rows.Scan(&c.Tenant, &c.Queue, &c.TimerKey, &c.Partition, &c.DeliverAt, &c.Txn, &c.MessageID,
-			&c.Payload, &c.ProducerSub); err != nil {
+			&c.Payload, &c.ProducerSub, &c.Encrypted); err != nil {
 			rows.Close()
 			return nil, err
 		}
@@ -130,7 +131,8 @@ func (s *Store) FireTimers(ctx context.Context, token string, claimed []ClaimedT
 			if len(c.Payload) > 0 {
 				payload = string(c.Payload)
 			}
-			rows[i] = appendRow{id: c.MessageID, pid: pids[keys[j]], txid: c.Txn, payload: payload, sub: c.ProducerSub}
+			rows[i] = appendRow{id: c.MessageID, pid: pids[keys[j]], txid: c.Txn, payload: payload, sub: c.ProducerSub,
+				encrypted: c.Encrypted}
 		}
 	}
 	ctx, cancel := s.bound(ctx)

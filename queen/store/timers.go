@@ -56,12 +56,13 @@ const (
 	// claimer's fire (by claim token) misses it.
 	scheduleTimerSQL = `
 INSERT INTO queen.log_timers AS t (tenant_id, queue, timer_key, partition, deliver_at, txn, message_id, payload,
-	producer_sub, created_at, updated_at)
+	producer_sub, created_at, updated_at, encrypted)
 VALUES ($1, $2, $3, $4,
 	coalesce($5::timestamptz, coalesce($10::timestamptz, now()) + make_interval(secs => $6::float8 / 1000)),
-	$7, $8, $9, nullif($11, ''), coalesce($10::timestamptz, now()), coalesce($10::timestamptz, now()))
+	$7, $8, $9, nullif($11, ''), coalesce($10::timestamptz, now()), coalesce($10::timestamptz, now()), $12)
 ON CONFLICT (tenant_id, queue, timer_key) DO UPDATE SET partition = excluded.partition, deliver_at = excluded.deliver_at,
 	txn = excluded.txn, message_id = excluded.message_id, payload = excluded.payload, producer_sub = excluded.producer_sub,
+	encrypted = excluded.encrypted,
 	attempts = 0, last_error = NULL, claimed_until = NULL, claim_token = NULL, updated_at = excluded.updated_at
 WHERE t.claimed_until IS NULL OR t.claimed_until <= coalesce($10::timestamptz, now())
 RETURNING deliver_at, xmax = 0`
@@ -70,6 +71,7 @@ RETURNING deliver_at, xmax = 0`
 UPDATE queen.log_timers SET
 	deliver_at = coalesce($4::timestamptz, coalesce($7::timestamptz, now()) + make_interval(secs => $5::float8 / 1000)),
 	payload = CASE WHEN $6::boolean THEN $8::jsonb ELSE payload END,
+	encrypted = CASE WHEN $6::boolean THEN $9::boolean ELSE encrypted END,
 	claimed_until = NULL, claim_token = NULL, attempts = 0, last_error = NULL, updated_at = coalesce($7::timestamptz, now())
 WHERE tenant_id = $1 AND queue = $2 AND timer_key = $3
 	AND (claimed_until IS NULL OR claimed_until <= coalesce($7::timestamptz, now()))
@@ -143,9 +145,13 @@ func (s *Store) applyTimer(ctx context.Context, q querier, tenant, producerSub s
 			payload = json.RawMessage("null")
 		}
 		r.MessageID = s.ids.New()
+		payload, sealed, err := s.sealTimerPayload(ctx, q, tenant, op.Queue, payload)
+		if err != nil {
+			return r, err
+		}
 		var inserted bool
-		err := q.QueryRow(ctx, scheduleTimerSQL, tenant, op.Queue, op.TimerKey, part, op.DeliverAt, op.DelayMs,
-			op.Txn, r.MessageID, string(payload), now, producerSub).Scan(&at, &inserted)
+		err = q.QueryRow(ctx, scheduleTimerSQL, tenant, op.Queue, op.TimerKey, part, op.DeliverAt, op.DelayMs,
+			op.Txn, r.MessageID, string(payload), now, producerSub, sealed).Scan(&at, &inserted)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return s.timerMiss(ctx, q, tenant, op, r)
 		}
@@ -158,8 +164,15 @@ func (s *Store) applyTimer(ctx context.Context, q querier, tenant, producerSub s
 		}
 		return r, nil
 	case "reschedule":
+		payload, sealed := op.Payload, false
+		if payload != nil {
+			var err error
+			if payload, sealed, err = s.sealTimerPayload(ctx, q, tenant, op.Queue, payload); err != nil {
+				return r, err
+			}
+		}
 		err := q.QueryRow(ctx, rescheduleTimerSQL, tenant, op.Queue, op.TimerKey, op.DeliverAt, op.DelayMs,
-			op.Payload != nil, now, nullableJSON(op.Payload)).Scan(&at, &r.Txn, &r.MessageID)
+			payload != nil, now, nullableJSON(payload), sealed).Scan(&at, &r.Txn, &r.MessageID)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return s.timerMiss(ctx, q, tenant, op, r)
 		}
@@ -253,4 +266,19 @@ func (s *Store) PeekTimer(ctx context.Context, tenant, queue, key string) (Timer
 	}
 	t.Payload = payload
 	return t, err == nil, err
+}
+
+// sealTimerPayload seals a timer's payload at schedule time when its queue
+// asks for encryption, so it is never at rest in the clear; the fire stores
+// it sealed as it is.
+func (s *Store) sealTimerPayload(ctx context.Context, q querier, tenant, queue string, payload json.RawMessage) (json.RawMessage, bool, error) {
+	if s.cipher == nil {
+		return payload, false, nil
+	}
+	on, err := s.queueEncrypted(ctx, q, tenant, queue)
+	if err != nil || !on {
+		return payload, false, err
+	}
+	sealed, err := s.cipher.Seal(payload)
+	return sealed, err == nil, err
 }

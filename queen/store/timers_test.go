@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/queen-go/queen/queen/clock"
+	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/store/storetest"
@@ -173,5 +175,43 @@ func TestKVTTLVersionsAndPreconditions(t *testing.T) {
 	*now = now.Add(2 * time.Second)
 	if n, err := s.PruneKV(ctx, 100); err != nil || n != 1 {
 		t.Fatalf("prune removed %d expired rows, want 1 (short): %v", n, err)
+	}
+}
+
+func TestTimerPayloadIsSealedFromScheduleToPop(t *testing.T) {
+	t.Parallel()
+	pool := storetest.Pool(t)
+	c, err := crypt.New(strings.Repeat("7e", 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil), Cipher: c})
+	ctx := context.Background()
+	on := true
+	if _, err := s.Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: "enc", Patch: store.OptionPatch{EncryptionEnabled: &on}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ApplyTimers(ctx, tenant, "", []store.TimerOp{{Op: "schedule", Queue: "enc", TimerKey: "k", Txn: "k",
+		Payload: json.RawMessage(`{"pin":"2468"}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	var raw string
+	if err := pool.QueryRow(ctx, `SELECT payload::text FROM queen.log_timers`).Scan(&raw); err != nil || strings.Contains(raw, "2468") {
+		t.Fatalf("a pending timer holds its payload in the clear: %s %v", raw, err)
+	}
+	token := "00000000-0000-0000-0000-0000000000e1"
+	claimed, err := s.ClaimTimers(ctx, token, time.Minute, 10)
+	if err != nil || len(claimed) != 1 {
+		t.Fatalf("claim: %v %v", claimed, err)
+	}
+	if _, err := s.FireTimers(ctx, token, claimed); err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.Pop(ctx, store.PopRequest{Tenant: tenant, Queue: "enc", Batch: 1})
+	if err != nil || len(p.Messages) != 1 || !strings.Contains(string(p.Messages[0].Data), "2468") {
+		t.Fatalf("pop of the fired timer: %+v %v", p, err)
+	}
+	if err := pool.QueryRow(ctx, `SELECT payload::text FROM queen.messages`).Scan(&raw); err != nil || strings.Contains(raw, "2468") {
+		t.Fatalf("the fired message is stored in the clear: %s %v", raw, err)
 	}
 }
