@@ -15,8 +15,8 @@ import (
 
 	"github.com/queen-go/queen/queen/auth"
 	"github.com/queen-go/queen/queen/clock"
-	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/config"
+	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/httpapi"
 	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/store"
