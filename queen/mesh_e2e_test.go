@@ -185,10 +185,17 @@ func TestMeshLeaseTakenOnOneIsAckedOnTheOther(t *testing.T) {
 func TestMeshCarriesMaintenanceAndQueueForgets(t *testing.T) {
 	a, b := meshPair(t, "s", "s")
 	linked(t, a, b)
-	post(t, "http://"+a.Addr()+"/api/v1/push", `{"items":[{"queue":"fq","payload":1}]}`)
+	// Enough messages that pops b serves before the flip reaches it leave
+	// some for the pop that checks the flip back; autoAck pops hold no
+	// lease, so none hides the partition from the next.
+	var items []string
+	for i := range 50 {
+		items = append(items, fmt.Sprintf(`{"queue":"fq","payload":%d}`, i))
+	}
+	post(t, "http://"+a.Addr()+"/api/v1/push", `{"items":[`+strings.Join(items, ",")+`]}`)
 	post(t, "http://"+a.Addr()+"/api/v1/system/maintenance/pop", `{"enabled":true}`)
 	eventually(t, "b to stop serving pops", func() bool {
-		code, _ := get(t, "http://"+b.Addr()+"/api/v1/pop/queue/fq?autoAck=false")
+		code, _ := get(t, "http://"+b.Addr()+"/api/v1/pop/queue/fq?autoAck=true")
 		return code == 204
 	})
 	post(t, "http://"+a.Addr()+"/api/v1/system/maintenance/pop", `{"enabled":false}`)

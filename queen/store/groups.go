@@ -77,7 +77,8 @@ const groupPartitionsSQL = `
 SELECT q.name, p.name, p.id::text, CASE WHEN pc.lease_expires_at > coalesce($3::timestamptz, now()) THEN coalesce(pc.worker_id, '') ELSE '' END,
 	pc.last_consumed_at, pc.total_messages_consumed,
 	(SELECT count(*) FROM queen.messages m WHERE m.partition_id = p.id AND m.seq > pc.last_consumed_seq),
-	o.created_at, coalesce(pc.lease_expires_at > coalesce($3::timestamptz, now()), false), pc.consumer_group
+	o.created_at, coalesce(pc.lease_expires_at > coalesce($3::timestamptz, now()), false), pc.consumer_group,
+	coalesce(greatest(extract(epoch FROM coalesce($3::timestamptz, now()) - o.created_at), 0), 0)::bigint
 FROM queen.partition_consumers pc
 JOIN queen.partitions p ON p.id = pc.partition_id
 JOIN queen.queues q ON q.id = p.queue_id
@@ -91,26 +92,18 @@ ORDER BY q.name, p.name`
 func (s *Store) GroupPartitions(ctx context.Context, tenant string, group *string) (map[string][]GroupPartition, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	now := s.dbNow()
-	rows, err := s.pool.Query(ctx, groupPartitionsSQL, tenant, group, now)
+	rows, err := s.pool.Query(ctx, groupPartitionsSQL, tenant, group, s.dbNow())
 	if err != nil {
 		return nil, err
 	}
 	out := map[string][]GroupPartition{}
-	at := time.Now()
-	if now != nil {
-		at = *now
-	}
 	for rows.Next() {
 		var gp GroupPartition
 		var g string
 		if err := rows.Scan(&gp.Queue, &gp.Partition, &gp.PartitionID, &gp.WorkerID, &gp.LastConsumedAt, &gp.TotalConsumed,
-			&gp.OffsetLag, &gp.OldestUnconsumedAt, &gp.LeaseActive, &g); err != nil {
+			&gp.OffsetLag, &gp.OldestUnconsumedAt, &gp.LeaseActive, &g, &gp.TimeLagSeconds); err != nil {
 			rows.Close()
 			return nil, err
-		}
-		if gp.OldestUnconsumedAt != nil {
-			gp.TimeLagSeconds = max(int64(at.Sub(*gp.OldestUnconsumedAt)/time.Second), 0)
 		}
 		out[g] = append(out[g], gp)
 	}
