@@ -107,7 +107,9 @@ func hasFault(s *scenarios.Scenario, kind string) bool {
 }
 
 func TestCanariesAreCaughtByGeneratedSeeds(t *testing.T) {
-	const base, tries = 0x9e3779b97f4a7c15, 4
+	// Lockstep seeds replay exactly, so which seed catches a canary is
+	// fixed; ten fitting seeds leave room for workload changes.
+	const base, tries = 0x9e3779b97f4a7c15, 10
 	for _, c := range slices.Sorted(maps.Keys(generatedCanaries)) {
 		t.Run(c, func(t *testing.T) {
 			t.Setenv("QUEEN_CANARY", c)

@@ -7,16 +7,18 @@ import "fmt"
 const timerSlackMS = 5000
 
 // CheckTimers: a timer whose schedule was answered "scheduled" is stored
-// exactly once in TimerQueue, never before the deliverAt it was answered;
-// a cancel answered "cancelled" means it is never stored; a failed schedule
-// stores nothing. At the final read (after the sweepers settled), no timer
+// exactly once in TimerQueue, never before the deliverAt it was answered,
+// unless a cancel may have removed it (answered "cancelled", or lost: then
+// either outcome is right); a cancel answered "cancelled" means it is never
+// stored; a failed schedule stores nothing. At the final read (after the sweepers settled), no timer
 // is still pending past its deliverAt by more than the sweeper lease plus
 // slack: claims of a broker that died were recovered within the lease.
 func CheckTimers(h []Event, _ Spec) []Violation {
 	type timer struct {
 		outcome   string // ok, fail, info
 		at        int64
-		cancelled bool
+		cancelled bool // a cancel answered "cancelled"
+		mayBeGone bool // a cancel whose answer was lost may have cancelled it
 	}
 	timers := map[[2]string]*timer{}
 	calls := map[int]Event{}
@@ -34,6 +36,11 @@ func CheckTimers(h []Event, _ Spec) []Violation {
 			in := calls[e.Call]
 			if t := timers[[2]string{in.Tenant, in.Txid}]; t != nil {
 				t.cancelled = true
+			}
+		case e.Op == "timer-cancel" && e.K == KInfo:
+			in := calls[e.Call]
+			if t := timers[[2]string{in.Tenant, in.Txid}]; t != nil {
+				t.mayBeGone = true
 			}
 		}
 	}
@@ -67,7 +74,7 @@ func CheckTimers(h []Event, _ Spec) []Violation {
 			out = append(out, Violation{"timers", fmt.Sprintf("%s/%s fired though its schedule failed", k[0], k[1])})
 		case isStored && t.outcome == KOK && row.At < t.at:
 			out = append(out, Violation{"timers", fmt.Sprintf("%s/%s fired %d ms before its deliverAt", k[0], k[1], t.at-row.At)})
-		case !isStored && !isPending && t.outcome == KOK && !t.cancelled:
+		case !isStored && !isPending && t.outcome == KOK && !t.cancelled && !t.mayBeGone:
 			out = append(out, Violation{"timers", fmt.Sprintf("%s/%s was scheduled but is neither fired nor pending (lost)", k[0], k[1])})
 		}
 	}
