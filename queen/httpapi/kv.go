@@ -58,15 +58,9 @@ func kvResult(r store.KVResult) kvResultWire {
 
 // parseKVOps reads a KV body: an array of ops or {"operations": [...]}.
 func (s *Server) parseKVOps(raw json.RawMessage) ([]store.KVOp, error) {
-	var list []json.RawMessage
-	if err := json.Unmarshal(raw, &list); err != nil {
-		var wrapped struct {
-			Operations []json.RawMessage `json:"operations"`
-		}
-		if err := json.Unmarshal(raw, &wrapped); err != nil || wrapped.Operations == nil {
-			return nil, kvBad("kv_bad_body", `body must be an array of operations, or {"operations":[...]}`)
-		}
-		list = wrapped.Operations
+	list, ok := opsList(raw)
+	if !ok {
+		return nil, kvBad("kv_bad_body", `body must be an array of operations, or {"operations":[...]}`)
 	}
 	if len(list) > s.cfg.KVMaxOpsPerCall {
 		return nil, kvBad("kv_too_many_ops", "%d ops in one call, the ceiling is %d (QUEEN_KV_MAX_OPS_PER_CALL)", len(list), s.cfg.KVMaxOpsPerCall)

@@ -67,15 +67,9 @@ var serverOwnedTimerFields = map[string]bool{"producerSub": true, "messageId": t
 
 // parseTimerOps reads a timers body: an array of ops or {"operations": [...]}.
 func (s *Server) parseTimerOps(raw json.RawMessage) ([]store.TimerOp, error) {
-	var list []json.RawMessage
-	if err := json.Unmarshal(raw, &list); err != nil {
-		var wrapped struct {
-			Operations []json.RawMessage `json:"operations"`
-		}
-		if err := json.Unmarshal(raw, &wrapped); err != nil || wrapped.Operations == nil {
-			return nil, timersBad("timers_bad_body", `body must be an array of operations, or {"operations":[...]}`)
-		}
-		list = wrapped.Operations
+	list, ok := opsList(raw)
+	if !ok {
+		return nil, timersBad("timers_bad_body", `body must be an array of operations, or {"operations":[...]}`)
 	}
 	if len(list) > s.cfg.TimersMaxOpsPerCall {
 		return nil, timersBad("timers_too_many_ops", "%d ops in one call, the ceiling is %d (QUEEN_TIMERS_MAX_OPS_PER_CALL)",
@@ -373,4 +367,20 @@ func (s *Server) listTimers(w http.ResponseWriter, r *http.Request) {
 	default:
 		writeCoded(w, http.StatusBadRequest, "timers_bad_request", "timers_read_mode_unknown", "mode must be list or count")
 	}
+}
+
+// opsList reads an ops body, as Queen's timers and KV routes take it: an
+// array of ops, or {"operations": [...]}.
+func opsList(raw json.RawMessage) ([]json.RawMessage, bool) {
+	var list []json.RawMessage
+	if err := json.Unmarshal(raw, &list); err == nil {
+		return list, true
+	}
+	var wrapped struct {
+		Operations []json.RawMessage `json:"operations"`
+	}
+	if err := json.Unmarshal(raw, &wrapped); err != nil || wrapped.Operations == nil {
+		return nil, false
+	}
+	return wrapped.Operations, true
 }
