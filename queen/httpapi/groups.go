@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"net/http"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -96,11 +97,9 @@ func (s *Server) laggingGroups(w http.ResponseWriter, r *http.Request) {
 }
 
 func sortByLag(rows []map[string]any) {
-	for i := 1; i < len(rows); i++ {
-		for j := i; j > 0 && rows[j]["time_lag_seconds"].(int64) > rows[j-1]["time_lag_seconds"].(int64); j-- {
-			rows[j], rows[j-1] = rows[j-1], rows[j]
-		}
-	}
+	sort.SliceStable(rows, func(i, j int) bool {
+		return rows[i]["time_lag_seconds"].(int64) > rows[j]["time_lag_seconds"].(int64)
+	})
 }
 
 // getGroup is GET /api/v1/consumer-groups/{group}: its cursors by queue; an

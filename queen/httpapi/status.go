@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"errors"
 	"net/http"
 	"sort"
 	"time"
@@ -148,7 +149,7 @@ func partitionCounts(p store.PartitionInfo) map[string]any {
 // configuration and every partition.
 func (s *Server) statusQueue(w http.ResponseWriter, r *http.Request) {
 	q, err := s.store.GetQueue(r.Context(), tenantOf(r), r.PathValue("queue"))
-	if err == store.ErrNotFound {
+	if errors.Is(err, store.ErrNotFound) {
 		writeError(w, http.StatusNotFound, "Queue not found")
 		return
 	}

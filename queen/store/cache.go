@@ -24,6 +24,8 @@ type cache struct {
 	mu    sync.Mutex
 	parts map[partName]cached
 	subs  map[subName]cached
+	// sealed: (tenant, queue) -> "t" when the queue has encryptionEnabled.
+	sealed map[subName]cached
 }
 
 // maxCacheEntries is where a put starts pruning expired entries, so names
@@ -40,7 +42,8 @@ type cached struct {
 }
 
 func newCache(c clock.Clock, ttl time.Duration) *cache {
-	return &cache{clock: c, ttl: ttl, parts: map[partName]cached{}, subs: map[subName]cached{}}
+	return &cache{clock: c, ttl: ttl, parts: map[partName]cached{}, subs: map[subName]cached{},
+		sealed: map[subName]cached{}}
 }
 
 func (c *cache) partition(k partName) (string, bool) { return lookup(c, c.parts, k) }
@@ -92,6 +95,7 @@ func (c *cache) forgetQueue(tenant, queue string) {
 			delete(c.subs, k)
 		}
 	}
+	delete(c.sealed, subName{tenant: tenant, queue: queue})
 }
 
 // forgetGroup drops a group's subscription entry for a queue: its cursors

@@ -13,10 +13,9 @@ import (
 // queueEncrypted reports whether the tenant's queue asks for encryption
 // (false for a queue that does not exist), cached like the names.
 func (s *Store) queueEncrypted(ctx context.Context, q querier, tenant, queue string) (bool, error) {
-	// The flag lives in the names cache under a partition name no client
-	// can send (a NUL), so configure and delete forget it with the rest.
-	k := partName{tenant: tenant, queue: queue, partition: "\x00encryption"}
-	if v, ok := s.cache.partition(k); ok {
+	// Cached with the queue's names, so configure and delete forget it.
+	k := subName{tenant: tenant, queue: queue}
+	if v, ok := lookup(s.cache, s.cache.sealed, k); ok {
 		return v == "t", nil
 	}
 	var on bool
@@ -33,7 +32,7 @@ func (s *Store) queueEncrypted(ctx context.Context, q querier, tenant, queue str
 	if err := rows.Err(); err != nil {
 		return false, err
 	}
-	s.cache.putPartition(k, map[bool]string{true: "t", false: "f"}[on])
+	store(s.cache, s.cache.sealed, k, map[bool]string{true: "t", false: "f"}[on])
 	return on, nil
 }
 
