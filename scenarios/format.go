@@ -166,7 +166,7 @@ func (s *Scenario) apply(f []string) error {
 	return err
 }
 
-// parseQueue reads name(partitions=N,leaseTime=Ds,groups=a|b,completedRetention=Ds).
+// parseQueue reads name(partitions=N,leaseTime=Ds,groups=a|b,completedRetention=Ds,maxWait=Ds).
 func parseQueue(s string) (sim.QueueSpec, error) {
 	q := sim.QueueSpec{Name: s}
 	open := strings.IndexByte(s, '(')
@@ -196,6 +196,10 @@ func parseQueue(s string) (sim.QueueSpec, error) {
 			var d time.Duration
 			d, err = time.ParseDuration(v)
 			q.CompletedRetentionSecs = int(d / time.Second)
+		case "maxWait":
+			var d time.Duration
+			d, err = time.ParseDuration(v)
+			q.MaxWaitSecs = int(d / time.Second)
 		default:
 			err = fmt.Errorf("unknown option %q", k)
 		}
@@ -321,6 +325,9 @@ func Print(w io.Writer, s *Scenario) error {
 			spec := fmt.Sprintf("%s(partitions=%d,leaseTime=%ds,groups=%s", q.Name, q.Partitions, q.LeaseSecs, strings.Join(q.Groups, "|"))
 			if q.CompletedRetentionSecs > 0 {
 				spec += fmt.Sprintf(",completedRetention=%ds", q.CompletedRetentionSecs)
+			}
+			if q.MaxWaitSecs > 0 {
+				spec += fmt.Sprintf(",maxWait=%ds", q.MaxWaitSecs)
 			}
 			qs = append(qs, spec+")")
 		}

@@ -40,15 +40,15 @@ func Generate(seed uint64) *Scenario {
 	}
 	retention := rng.IntN(3) == 0
 	if retention {
-		// Completed retention while two groups read at their own speeds.
-		// No resent transactionIds and no outages: a push replayed after
-		// its row was legitimately deleted is stored again (dedup reaches
-		// as far as the rows do), which is not what this run checks.
+		// Completed retention while two groups read at their own speeds,
+		// and no outages. A resent transactionId whose message every group
+		// completed may be stored again once retention deleted it (dedup
+		// reaches as far as the rows do); the checkers tell its two lives
+		// apart (sim.Generations).
 		s.Queues[0].CompletedRetentionSecs = 2 + rng.IntN(9)
 		if len(s.Queues[0].Groups) < 2 {
 			s.Queues[0].Groups = append(s.Queues[0].Groups, "audit")
 		}
-		s.Weights.ReusePct = 0
 	}
 	fired := map[string]bool{}
 	for n := rng.IntN(5); n > 0; n-- {
@@ -91,6 +91,15 @@ func Generate(seed uint64) *Scenario {
 		// Timers fired by whichever broker's sweeper gets them, and KV
 		// rows expiring while they are read.
 		s.Weights.Timer, s.Weights.KV = 3+rng.IntN(4), 2+rng.IntN(4)
+	}
+	if !fired["pg.refuse"] && !fired["pg.blackhole"] && !fired["pg.reset"] && rng.IntN(3) == 0 {
+		// Eviction while groups read at their own speeds: a message may
+		// go unconsumed once it waited maxWait, never sooner. No outages:
+		// a spool replay stores a message later than it was answered.
+		s.Queues[0].MaxWaitSecs = 8 + rng.IntN(23)
+		if len(s.Queues[0].Groups) < 2 {
+			s.Queues[0].Groups = append(s.Queues[0].Groups, "audit")
+		}
 	}
 	delete(fired, "broker.start")
 	for _, k := range []string{"pg.refuse", "pg.blackhole", "pg.reset", "broker.crash", "clock.skew", "spool.eio", "spool.enospc", "spool.torn",

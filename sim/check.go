@@ -26,6 +26,16 @@ type Spec struct {
 	// RecoverySlackMS is how long after a lease ends an abandoned message
 	// may stay hidden before a pop that finds nothing is a violation.
 	RecoverySlackMS int64
+	// RetentionMS is each queue's completed retention (absent: none): a
+	// message every group completed may be deleted that long after it was
+	// created, and its transactionId then stored again (see Generations).
+	RetentionMS map[string]int64
+	// MaxWaitMS is each queue's eviction age (absent: none): a message may
+	// be deleted unconsumed once it waited that long.
+	MaxWaitMS map[string]int64
+	// SkewMS is the largest clock skew the run injects: time bounds
+	// between brokers' clocks are loosened by it.
+	SkewMS int64
 }
 
 // QueueMode is the consumer group of queue-mode pops.
@@ -56,6 +66,10 @@ var Checkers = []Checker{
 	{Name: "timers", Check: CheckTimers},
 	{Name: "kv", Check: CheckKV},
 }
+
+// Judge runs the checker on h with re-inserted transactionIds told apart
+// (Generations), as every run is judged.
+func (c Checker) Judge(h []Event, s Spec) []Violation { return c.Check(Generations(h, s), s) }
 
 // CheckerNamed returns the checker called name.
 func CheckerNamed(name string) (Checker, bool) {
@@ -135,6 +149,7 @@ type completion struct {
 type timeline struct {
 	foreign     []*call // acks and extends sent under another tenant
 	attempted   map[Key]bool
+	pushVT      map[Key]int64 // earliest invoke time of a push of the key
 	acked       map[Key]bool // push answered queued/duplicate/buffered (or committed in a txn)
 	queuedOK    map[Key]int  // push items answered "queued"
 	pushTenants map[[3]string]map[string]bool
@@ -162,11 +177,14 @@ type ext struct {
 }
 
 func build(h []Event) *timeline {
-	t := &timeline{attempted: map[Key]bool{}, acked: map[Key]bool{}, queuedOK: map[Key]int{},
+	t := &timeline{attempted: map[Key]bool{}, pushVT: map[Key]int64{}, acked: map[Key]bool{}, queuedOK: map[Key]int{},
 		pushTenants: map[[3]string]map[string]bool{}, releases: map[string][]int{}, released: map[string]int{}, extends: map[string][]ext{},
 		leaseGroup: map[string]string{}}
 	addPush := func(k Key, c *call, status string) {
 		t.attempted[k] = true
+		if at, ok := t.pushVT[k]; !ok || c.in.VT < at {
+			t.pushVT[k] = c.in.VT
+		}
 		pk := [3]string{k.Q, k.P, k.Txid}
 		if t.pushTenants[pk] == nil {
 			t.pushTenants[pk] = map[string]bool{}
@@ -284,6 +302,15 @@ func build(h []Event) *timeline {
 		}
 	}
 	return t
+}
+
+// evictable reports whether k's queue evicts and k may have waited past
+// its maxWait by vt (its earliest push counted as its creation), so that
+// it may be gone unconsumed.
+func (t *timeline) evictable(k Key, vt int64, s Spec) bool {
+	w := s.MaxWaitMS[k.Q]
+	at, ok := t.pushVT[k]
+	return w > 0 && ok && at+w-s.SkewMS <= vt
 }
 
 func groupOf(g string) string {

@@ -9,7 +9,7 @@ import "fmt"
 // group, at most (partitions of the queue) successful pops of that group
 // and queue in a row may serve other partitions while Y is claimable (no
 // live lease of that group holds it); a pop that serves Y starts the count
-// again. More means Y was starved: with steady traffic into one partition,
+// again. A message that may have been evicted stops waiting. More means Y was starved: with steady traffic into one partition,
 // the others would never be served.
 func CheckFairness(h []Event, s Spec) []Violation {
 	t := build(h)
@@ -117,6 +117,9 @@ func CheckFairness(h []Event, s Spec) []Violation {
 					// it is not starved; count again from here.
 					skipped = 0
 					continue
+				}
+				if t.evictable(p.key, sv.vt, s) {
+					break // it may be gone: nothing waits any longer
 				}
 				if sv.suspended || t.partitionLeased(p.key, g, sv.invokeI, sv.vt) {
 					continue

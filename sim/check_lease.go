@@ -6,7 +6,8 @@ import "fmt"
 // "abandon" event, e.g. after its broker crashed) becomes available again
 // once its lease ends. It must be delivered again in its group, and no pop
 // of that group and queue may come back empty more than RecoverySlackMS
-// after the lease ended, while no fault is active, before it is.
+// after the lease ended, while no fault is active, before it is, unless it
+// may have been evicted (maxWaitTimeSeconds) by then.
 func CheckLeaseRecovery(h []Event, s Spec) []Violation {
 	t := build(h)
 	type gk struct {
@@ -57,6 +58,9 @@ func CheckLeaseRecovery(h []Event, s Spec) []Violation {
 				}
 			}
 			if redelivered < 0 {
+				if t.evictable(d.key, h[len(h)-1].VT, s) {
+					continue // may have been evicted before its turn came again
+				}
 				if ci, ok := completed[id]; !ok || ci < e.I {
 					out = append(out, Violation{"lease-recovery", fmt.Sprintf("%s abandoned with lease %s (event %d) was never delivered again in group %s", d.key, e.Lease, e.I, d.group)})
 				}
@@ -69,7 +73,7 @@ func CheckLeaseRecovery(h []Event, s Spec) []Violation {
 				if groupOf(c.in.G) != d.group || c.in.Q != d.key.Q || c.in.Tenant != d.key.Tenant || (c.in.P != "" && c.in.P != d.key.P) {
 					continue
 				}
-				if c.in.VT >= end+s.RecoverySlackMS && healthy(c.in.VT) && !t.heldByOther(d, c.in.I, c.in.VT) {
+				if c.in.VT >= end+s.RecoverySlackMS && healthy(c.in.VT) && !t.heldByOther(d, c.in.I, c.in.VT) && !t.evictable(d.key, c.in.VT, s) {
 					out = append(out, Violation{"lease-recovery", fmt.Sprintf("%s still hidden at vt %d (pop event %d answered empty), its lease %s ended at vt %d", d.key, c.in.VT, c.in.I, e.Lease, end)})
 					break
 				}

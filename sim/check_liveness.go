@@ -11,6 +11,7 @@ import "fmt"
 // recovery slack only: the broker must give such a claim back at once).
 // Pops during a fault, or within answerGrace of one, are not judged.
 //
+// Messages that may have been evicted (maxWaitTimeSeconds) do not count.
 // Only messages never delivered in the group count: a delivered one is the
 // business of the lease-recovery and no-loss checkers, and a later
 // completion may have moved the cursor past it.
@@ -50,7 +51,7 @@ func CheckLiveness(h []Event, s Spec) []Violation {
 		if c.in.Op != "pop" || !c.ok() || len(c.done.Msgs) > 0 || c.done.Bad != "" || inFault(c.in.VT) {
 			continue
 		}
-		if k, ok := t.waiting(c, calls, released, maybeRenewed, s.RecoverySlackMS); ok {
+		if k, ok := t.waiting(c, calls, released, maybeRenewed, s); ok {
 			out = append(out, Violation{"liveness", fmt.Sprintf("pop of group %s (event %d, vt %d) answered empty while %s waited, never given to the group, in a partition nobody held",
 				groupOf(c.in.G), c.done.I, c.in.VT, k)})
 		}
@@ -59,7 +60,8 @@ func CheckLiveness(h []Event, s Spec) []Violation {
 }
 
 // waiting finds a message the empty pop p should have been able to get.
-func (t *timeline) waiting(p *call, calls []*call, released map[string]int, maybeRenewed map[string]int64, slack int64) (Key, bool) {
+func (t *timeline) waiting(p *call, calls []*call, released map[string]int, maybeRenewed map[string]int64, spec Spec) (Key, bool) {
+	slack := spec.RecoverySlackMS
 	g, i, vt := groupOf(p.in.G), p.in.I, p.in.VT
 	if t.unknownHolder(p, calls, slack) {
 		return Key{}, false
@@ -70,7 +72,7 @@ func (t *timeline) waiting(p *call, calls []*call, released map[string]int, mayb
 			k.Tenant != p.in.Tenant || k.Q != p.in.Q || (p.in.P != "" && k.P != p.in.P) {
 			continue
 		}
-		if t.deliveredBefore(k, g, i) || t.maybeCompleted(k, g, i, calls) || t.partitionHeld(k, g, i, vt, slack, released, maybeRenewed) {
+		if t.evictable(k, vt, spec) || t.deliveredBefore(k, g, i) || t.maybeCompleted(k, g, i, calls) || t.partitionHeld(k, g, i, vt, slack, released, maybeRenewed) {
 			continue
 		}
 		return k, true

@@ -8,6 +8,11 @@ import "fmt"
 // left indeterminate are settled by the final database read, for messages
 // the group was actually given, or may have been given by an autoAck pop
 // whose answer was lost. Nothing is completed that was never pushed.
+//
+// On a queue that evicts (maxWaitTimeSeconds), a message may go
+// unconsumed once it waited that long; but its group must not be given a
+// message pushed after it, from its partition, before it could have been
+// evicted: that is a message skipped, not evicted.
 func CheckNoLoss(h []Event, s Spec) []Violation {
 	t := build(h)
 	done := map[string]map[Key]bool{}
@@ -71,10 +76,67 @@ func CheckNoLoss(h []Event, s Spec) []Violation {
 			groups = []string{QueueMode}
 		}
 		for _, g := range groups {
+			if !done[g][k] && s.MaxWaitMS[k.Q] > 0 {
+				if v, skipped := t.skippedYoung(k, g, s); skipped {
+					out = append(out, v)
+					continue
+				}
+				if t.evictable(k, h[len(h)-1].VT, s) {
+					continue // evicted unconsumed, as maxWaitTimeSeconds allows
+				}
+			}
 			if !done[g][k] {
 				out = append(out, Violation{"no-loss", fmt.Sprintf("%s acknowledged to its producer but never completed in group %s", k, g)})
 			}
 		}
 	}
 	return limit(out, 20)
+}
+
+// skippedYoung reports k, never completed in g, as skipped when g was
+// given a message of k's partition pushed after k was answered, before k
+// was old enough to be evicted, and before (or without) being given k.
+func (t *timeline) skippedYoung(k Key, g string, s Spec) (Violation, bool) {
+	answered := -1
+	for _, p := range t.pushes {
+		if p.key == k && (answered < 0 || p.okI < answered) {
+			answered = p.okI
+		}
+	}
+	evictAt := t.pushVT[k] + s.MaxWaitMS[k.Q] - s.SkewMS
+	for _, d := range t.deliveries {
+		k2 := d.key
+		if d.group != g || k2 == k || k2.Tenant != k.Tenant || k2.Q != k.Q || k2.P != k.P || d.okVT >= evictAt {
+			continue
+		}
+		if t.deliveredBy(k, g, d.okI) {
+			break // given before or with it: its lease ran out, then eviction took it
+		}
+		if first, ok := t.firstPushInvoke(k2); ok && first > answered {
+			return Violation{"no-loss", fmt.Sprintf("%s never completed in group %s, which was given %s (pushed after it) at vt %d, before it could have been evicted (vt %d)",
+				k, g, k2, d.okVT, evictAt)}, true
+		}
+	}
+	return Violation{}, false
+}
+
+func (t *timeline) firstPushInvoke(k Key) (int, bool) {
+	first, ok := 0, false
+	for _, p := range t.pushes {
+		if p.key == k && (!ok || p.invokeI < first) {
+			first, ok = p.invokeI, true
+		}
+	}
+	return first, ok
+}
+
+// deliveredBy reports whether k was given to g in an answer at or before
+// index i.
+func (t *timeline) deliveredBy(k Key, g string, i int) bool {
+	for _, d := range t.deliveries {
+		if d.key == k && d.group == g && d.okI <= i {
+			return true
+		}
+	}
+	return false
 }

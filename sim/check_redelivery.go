@@ -8,7 +8,7 @@ import "fmt"
 // dead-lettered there. A failed ack that moved the cursor like a completion
 // would otherwise pass every other property, since the final read takes a
 // cursor past a delivered message as completed.
-func CheckRedelivery(h []Event, _ Spec) []Violation {
+func CheckRedelivery(h []Event, s Spec) []Violation {
 	t := build(h)
 	dlq := map[string]map[Key]bool{}
 	for _, r := range t.rows {
@@ -41,7 +41,7 @@ func CheckRedelivery(h []Event, _ Spec) []Violation {
 					break
 				}
 			}
-			if !again {
+			if !again && !t.evictable(k, h[len(h)-1].VT, s) {
 				out = append(out, Violation{"redelivery", fmt.Sprintf("%s acked %s in group %s (event %d) and never delivered again nor dead-lettered", k, st, group, c.done.I)})
 			}
 		}

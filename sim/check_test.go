@@ -58,3 +58,38 @@ func TestCheckersAcceptRegressionHistories(t *testing.T) {
 		}
 	}
 }
+
+// A queue with completed retention or eviction may legitimately store a
+// transactionId twice or lose a message unconsumed, within bounds; the
+// checkers accept what the bounds allow and reject what they do not.
+func TestCheckersKnowRetentionAndEviction(t *testing.T) {
+	base := sim.Spec{Groups: map[string][]string{"q": {sim.QueueMode}}, Partitions: map[string]int{"q": 1}, RecoverySlackMS: 1000}
+	retention, eviction := base, base
+	retention.RetentionMS = map[string]int64{"q": 5000}
+	eviction.MaxWaitMS = map[string]int64{"q": 10000}
+	for _, tc := range []struct {
+		file string
+		spec sim.Spec
+		bad  string // the checker that must reject it; "" for none
+	}{
+		{"retention-reinsert-accepted.jsonl", retention, ""},
+		{"retention-reinsert-accepted.jsonl", base, "dedup"}, // no retention: stored twice
+		{"retention-reinsert-early-bad.jsonl", retention, "dedup"},
+		{"eviction-accepted.jsonl", eviction, ""},
+		{"eviction-accepted.jsonl", base, "no-loss"}, // no eviction: "a" is lost
+		{"eviction-skipped-bad.jsonl", eviction, "no-loss"},
+	} {
+		h := load(t, tc.file)
+		for _, c := range sim.Checkers {
+			v := c.Judge(h, tc.spec)
+			switch {
+			case c.Name == tc.bad && len(v) == 0:
+				t.Errorf("%s: %s accepts it", tc.file, c.Name)
+			case tc.bad == "" && len(v) > 0:
+				t.Errorf("%s: %s rejects it: %v", tc.file, c.Name, v[0])
+			case c.Name == tc.bad:
+				t.Logf("%s rejected as expected: %v", tc.file, v[0])
+			}
+		}
+	}
+}

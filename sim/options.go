@@ -17,6 +17,9 @@ type QueueSpec struct {
 	// retention leader deletes messages every group consumed that long ago,
 	// while groups read at their own speeds.
 	CompletedRetentionSecs int
+	// MaxWaitSecs > 0 turns on eviction: the retention leader deletes
+	// messages that waited longer than this, consumed or not.
+	MaxWaitSecs int
 }
 
 // Weights are the relative odds of each workload operation.
@@ -132,10 +135,22 @@ func (o *Options) defaults() {
 
 // Spec derives the checkers' view of the run.
 func (o Options) Spec() Spec {
-	s := Spec{Groups: map[string][]string{}, Partitions: map[string]int{}, RecoverySlackMS: 2000}
+	s := Spec{Groups: map[string][]string{}, Partitions: map[string]int{}, RecoverySlackMS: 2000,
+		RetentionMS: map[string]int64{}, MaxWaitMS: map[string]int64{}}
 	for _, q := range o.Queues {
 		s.Groups[q.Name] = q.Groups
 		s.Partitions[q.Name] = q.Partitions
+		if q.CompletedRetentionSecs > 0 {
+			s.RetentionMS[q.Name] = int64(q.CompletedRetentionSecs) * 1000
+		}
+		if q.MaxWaitSecs > 0 {
+			s.MaxWaitMS[q.Name] = int64(q.MaxWaitSecs) * 1000
+		}
+	}
+	for _, f := range o.Faults {
+		if f.Kind == "clock.skew" {
+			s.SkewMS = max(s.SkewMS, f.By.Abs().Milliseconds())
+		}
 	}
 	return s
 }

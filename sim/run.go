@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net/url"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -190,9 +191,15 @@ func (r *runner) conclude(dsn string, ops int) (*Result, error) {
 // finish runs the checkers, the coverage check and the hash.
 func finish(res *Result, o Options) {
 	h := res.History.Events()
+	judged := Generations(h, o.Spec())
 	for _, name := range o.Expect {
 		if c, ok := CheckerNamed(name); ok {
-			res.Violations = append(res.Violations, c.Check(h, o.Spec())...)
+			res.Violations = append(res.Violations, c.Check(judged, o.Spec())...)
+		}
+	}
+	for _, e := range judged {
+		if e.K == KInvoke && e.Op == "push" && strings.Contains(e.Txid, "~") {
+			res.Fired["push.reinserted"]++ // maybe stored again after retention or eviction deleted it
 		}
 	}
 	if recovered(h) > 0 {
@@ -311,12 +318,15 @@ func (r *runner) configure() error {
 			if q.CompletedRetentionSecs > 0 {
 				opts["retentionEnabled"], opts["completedRetentionSeconds"] = true, q.CompletedRetentionSecs
 			}
+			if q.MaxWaitSecs > 0 {
+				opts["maxWaitTimeSeconds"] = q.MaxWaitSecs
+			}
 			body, _ := json.Marshal(map[string]any{"queue": q.Name, "options": opts})
 			code, raw, err := r.setupCall("POST", "/api/v1/configure", t, body)
 			if err != nil || code != 200 {
 				return fmt.Errorf("configure %s: %d %s %v", q.Name, code, raw, err)
 			}
-			if q.CompletedRetentionSecs > 0 {
+			if q.CompletedRetentionSecs > 0 || q.MaxWaitSecs > 0 {
 				if err := r.subscribe(t, q); err != nil {
 					return err
 				}

@@ -21,5 +21,6 @@ import "os"
 // before letting them answer), cancel-keeps-claim (a claim that finished
 // after its pop's client left is not given back), timer-early (the sweeper
 // claims and fires timers up to two seconds before they are due),
-// kv-ttl-ignored (KV reads see expired rows until they are pruned).
+// kv-ttl-ignored (KV reads see expired rows until they are pruned),
+// evict-early (eviction deletes messages at a tenth of maxWaitTimeSeconds).
 func On(name string) bool { return os.Getenv("QUEEN_CANARY") == name }

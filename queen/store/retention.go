@@ -93,6 +93,10 @@ func (s *Store) RetentionPass(ctx context.Context, batch int) (RetentionResult, 
 			where = strings.Replace(where, "min(pc.last_consumed_seq)", "max(pc.last_consumed_seq)", 1)
 			where = strings.Replace(where, "/*subscribed*/", "AND false", 1)
 		}
+		if rule.name == "evicted" && canary.On("evict-early") {
+			// Evicts at a tenth of maxWaitTimeSeconds.
+			where = strings.Replace(where, "secs => q.max_wait_time_seconds", "secs => q.max_wait_time_seconds / 10.0", 1)
+		}
 		sql := fmt.Sprintf(retentionSQL, where)
 		for round := 0; round < maxRetentionRounds; round++ {
 			n, err := s.retentionRound(ctx, sql, batch)
