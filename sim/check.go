@@ -150,8 +150,8 @@ type timeline struct {
 	foreign     []*call // acks and extends sent under another tenant
 	attempted   map[Key]bool
 	pushVT      map[Key]int64 // earliest invoke time of a push of the key
-	acked       map[Key]bool // push answered queued/duplicate/buffered (or committed in a txn)
-	queuedOK    map[Key]int  // push items answered "queued"
+	acked       map[Key]bool  // push answered queued/duplicate/buffered (or committed in a txn)
+	queuedOK    map[Key]int   // push items answered "queued"
 	pushTenants map[[3]string]map[string]bool
 	pushes      []pushRec
 	deliveries  []delivery
