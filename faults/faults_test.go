@@ -145,3 +145,56 @@ func TestFaultyFSInjectsBeforeTheNextAppend(t *testing.T) {
 		t.Fatalf("fired %v", fs.Fired())
 	}
 }
+
+// A held COMMIT is one a client sent as a simple query; statements that
+// mention the word are not held, and the draw holds some commits, not all.
+func TestPGProxyHoldsCommits(t *testing.T) {
+	dsn := storetest.DSN(t)
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := faults.NewPGProxy(fmt.Sprintf("%s:%d", cfg.Host, cfg.Port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	via := fmt.Sprintf("host=127.0.0.1 port=%d user=%s dbname=%s sslmode=disable", p.Port(), cfg.User, cfg.Database)
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, via)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	p.SetHold(50 * time.Millisecond)
+	const n = 40
+	for i := 0; i < n; i++ {
+		tx, err := c.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s string
+		if err := tx.QueryRow(ctx, "SELECT $1::text", "commit").Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, "SELECT 'commit'"); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.SetHold(0)
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Half of them, drawn at random: none held or all held would mean
+	// the draw or the scan is broken (a 1 in 2^39 chance otherwise).
+	if held := p.Fired()["pg.hold"]; held == 0 || held == n {
+		t.Fatalf("held %d of %d commits, want some but not all", held, n)
+	}
+}

@@ -5,6 +5,7 @@
 package faults
 
 import (
+	"math/rand/v2"
 	"net"
 	"strconv"
 	"sync"
@@ -40,6 +41,8 @@ type PGProxy struct {
 	delay       time.Duration
 	slowConnect time.Duration
 	cutAfter    time.Duration
+	hold        time.Duration // longest a COMMIT is held (0: none)
+	rng         *rand.Rand
 	conns       map[net.Conn]struct{}
 	fired       map[string]int
 	closed      bool
@@ -54,7 +57,8 @@ func NewPGProxy(target string) (*PGProxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &PGProxy{target: target, ln: ln, conns: map[net.Conn]struct{}{}, fired: map[string]int{}}
+	p := &PGProxy{target: target, ln: ln, conns: map[net.Conn]struct{}{}, fired: map[string]int{},
+		rng: rand.New(rand.NewPCG(uint64(ln.Addr().(*net.TCPAddr).Port), 0x4e1d))}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -71,6 +75,27 @@ func (p *PGProxy) SetMode(m Mode, delay time.Duration) {
 	if m == Refuse {
 		p.Reset()
 	}
+}
+
+// SetHold holds every other COMMIT a client sends (a simple query, as pgx
+// sends it), drawn at random, for max before passing it on, and lets the
+// rest pass at once, so that transactions commit in another order than
+// they ran their statements; 0 stops holding. Whatever a held transaction
+// wrote stays invisible meanwhile.
+func (p *PGProxy) SetHold(max time.Duration) {
+	p.mu.Lock()
+	p.hold = max
+	p.mu.Unlock()
+}
+
+// holdFor draws how long to hold one COMMIT.
+func (p *PGProxy) holdFor() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.hold <= 0 || p.rng.IntN(2) == 0 {
+		return 0
+	}
+	return p.hold
 }
 
 // SetSlowConnect makes every new connection wait d before its first byte
@@ -198,16 +223,17 @@ func (p *PGProxy) serve(client net.Conn) {
 	defer p.untrack(server)
 	done := make(chan struct{}, 2)
 	p.wg.Add(2)
-	go p.pipe(server, client, done)
-	go p.pipe(client, server, done)
+	go p.pipe(server, client, &frontend{}, done)
+	go p.pipe(client, server, nil, done)
 	<-done
 	client.Close()
 	server.Close()
 	<-done
 }
 
-// pipe copies src to dst, applying the proxy's mode to each chunk.
-func (p *PGProxy) pipe(dst, src net.Conn, done chan<- struct{}) {
+// pipe copies src to dst, applying the proxy's mode to each chunk; fe,
+// set on the client's side, finds the COMMITs to hold.
+func (p *PGProxy) pipe(dst, src net.Conn, fe *frontend, done chan<- struct{}) {
 	defer p.wg.Done()
 	defer func() { done <- struct{}{} }()
 	var cut sync.Once
@@ -226,6 +252,12 @@ func (p *PGProxy) pipe(dst, src net.Conn, done chan<- struct{}) {
 			case Delay:
 				p.note("pg.delay")
 				time.Sleep(delay)
+			}
+			if fe != nil && fe.scan(buf[:n]) {
+				if d := p.holdFor(); d > 0 {
+					p.note("pg.hold")
+					time.Sleep(d)
+				}
 			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return

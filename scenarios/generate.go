@@ -191,6 +191,16 @@ func GenerateFree(seed uint64) *Scenario {
 	// Timers and KV rows, scheduled and put on one broker and fired or
 	// read on another, through whatever faults the run has.
 	s.Weights.Timer, s.Weights.KV = 2+rng.IntN(4), 2+rng.IntN(3)
+	// Pops whose client gives up mid-request, wherever the broker is:
+	// whatever it claimed for them must come back, and nothing else move.
+	s.Weights.Leave = 1 + rng.IntN(3)
+	// Half the COMMITs on every broker's database path, drawn at random,
+	// are held 30-80 ms: transactions commit in another order than they
+	// wrote in, so an order fixed before COMMIT shows (the stranded
+	// canary).
+	s.Faults = append(s.Faults, sim.FaultAt{At: 0, Kind: "pg.hold", Broker: -1, For: time.Minute,
+		By: time.Duration(30+rng.IntN(51)) * time.Millisecond})
+	s.Sometimes = append(s.Sometimes, "pg.hold")
 	// Lease recovery and fairness bound waits in wall time, which a loaded
 	// machine stretches; free-running runs judge what holds whatever the
 	// timing.

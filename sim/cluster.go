@@ -393,11 +393,18 @@ func (c *Cluster) Do(ctx context.Context, i int, method, path, tenant string, bo
 	return resp.StatusCode, raw, err
 }
 
-// DoLeaving sends one request whose client goes away as soon as the
-// broker starts on the database (lockstep only): the context is cancelled
-// at the broker's first read of database time. left reports whether that
-// happened before the handler returned.
-func (c *Cluster) DoLeaving(ctx context.Context, i int, method, path, tenant string) (code int, body []byte, left bool, err error) {
+// DoLeaving sends one request whose client goes away while the broker
+// works on it. Lockstep: the context is cancelled at the broker's first
+// read of database time. Free-running: the client gives up after the
+// given wait and closes its connection, wherever the broker then is. left
+// reports whether the client left before the answer came.
+func (c *Cluster) DoLeaving(ctx context.Context, i int, method, path, tenant string, wait time.Duration) (code int, body []byte, left bool, err error) {
+	if !c.opts.Lockstep {
+		ctx, cancel := context.WithTimeout(ctx, wait)
+		defer cancel()
+		code, body, err = c.Do(ctx, i, method, path, tenant, nil)
+		return code, body, err != nil && ctx.Err() != nil, err
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var fired atomic.Bool

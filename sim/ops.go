@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
+	"time"
 )
 
 // held is a batch a simulated consumer holds under a lease.
@@ -106,11 +107,13 @@ func (a *actor) pop(ctx context.Context, c, b int, tenant string, q QueueSpec, g
 }
 
 // popLeaving is a pop whose client goes away while the broker is claiming
-// (lockstep): recorded as an answer lost to a cancel ("cancelled"). The
+// (lockstep: at its first read of database time; free-running: after
+// wait, a short client timeout): recorded as an answer lost to a cancel
+// ("cancelled"). The
 // broker must give back whatever it claimed at once, so the partition is
 // claimable again within the slack counted from the cancel, not from the
 // end of a lease nobody knows.
-func (a *actor) popLeaving(ctx context.Context, c, b int, tenant string, q QueueSpec, g string, batch int) {
+func (a *actor) popLeaving(ctx context.Context, c, b int, tenant string, q QueueSpec, g string, batch int, wait time.Duration) {
 	grp := g
 	if g == QueueMode {
 		grp = ""
@@ -120,13 +123,13 @@ func (a *actor) popLeaving(ctx context.Context, c, b int, tenant string, q Queue
 	if grp != "" {
 		v.Set("consumerGroup", grp)
 	}
-	code, raw, left, err := a.cluster.DoLeaving(ctx, b, "GET", "/api/v1/pop/queue/"+url.PathEscape(q.Name)+"?"+v.Encode(), tenant)
+	code, raw, left, err := a.cluster.DoLeaving(ctx, b, "GET", "/api/v1/pop/queue/"+url.PathEscape(q.Name)+"?"+v.Encode(), tenant, wait)
 	if left {
 		a.hist.Add(Event{K: KInfo, Call: call, Op: "pop", B: b, VT: a.vt(), Err: Cancelled})
 		return
 	}
-	// It answered without reading database time, so the client was still
-	// there; whatever it got, the client walks away from.
+	// It answered before the client left; whatever it got, the client
+	// walks away from.
 	if h := a.finishPop(call, b, code, raw, err, tenant, q, grp, false); h != nil {
 		a.hist.Add(Event{K: KClient, What: "abandon", C: c, VT: a.vt(), Lease: h.lease})
 	}

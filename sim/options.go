@@ -38,7 +38,8 @@ type Weights struct {
 	// another tenant than its lease's: every one must be refused.
 	Foreign int
 	// Leave is the weight of pops whose client goes away while the broker
-	// claims (lockstep only; free-running runs ignore it).
+	// claims (lockstep: at its first read of database time; free-running:
+	// a client timeout of 1-20 ms).
 	Leave int
 	// PollPct is the percentage of pops that long-poll (free-running
 	// only): a push on another broker wakes them through the mesh.
@@ -55,10 +56,10 @@ var DefaultWeights = Weights{Push: 45, Pop: 30, Ack: 18, Extend: 2, Txn: 3, Aban
 // FaultAt is one scheduled fault.
 type FaultAt struct {
 	At     time.Duration // from the start of the safety phase
-	Kind   string        // pg.blackhole pg.refuse pg.delay pg.reset broker.crash broker.stop broker.start clock.skew spool.eio spool.enospc spool.torn spool.poison mesh.drop mesh.delay mesh.reorder leader.double
+	Kind   string        // pg.blackhole pg.refuse pg.delay pg.hold pg.reset broker.crash broker.stop broker.start clock.skew spool.eio spool.enospc spool.torn spool.poison mesh.drop mesh.delay mesh.reorder leader.double
 	Broker int           // -1: every broker
 	For    time.Duration // how long a pg.* fault lasts
-	By     time.Duration // clock.skew offset, pg.delay and mesh.delay delay
+	By     time.Duration // clock.skew offset, pg.delay and mesh.delay delay, pg.hold longest hold
 	Count  int           // spool.eio, spool.enospc, spool.torn: how many writes fail
 }
 

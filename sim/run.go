@@ -197,6 +197,11 @@ func finish(res *Result, o Options) {
 			res.Violations = append(res.Violations, c.Check(judged, o.Spec())...)
 		}
 	}
+	for _, e := range h {
+		if e.K == KInfo && e.Op == "pop" && e.Err == Cancelled {
+			res.Fired["pop.cancelled"]++
+		}
+	}
 	for _, e := range judged {
 		if e.K == KInvoke && e.Op == "push" && strings.Contains(e.Txid, "~") {
 			res.Fired["push.reinserted"]++ // maybe stored again after retention or eviction deleted it
@@ -374,11 +379,7 @@ func (r *runner) step(rng *rand.Rand, c *client) {
 		return
 	}
 	w := r.o.Weights
-	leave := w.Leave
-	if r.pg == nil {
-		leave = 0 // needs lockstep's hook on database time
-	}
-	total := w.Push + w.Pop + w.Ack + w.Extend + w.Txn + w.Abandon + w.Foreign + leave + w.Timer + w.KV
+	total := w.Push + w.Pop + w.Ack + w.Extend + w.Txn + w.Abandon + w.Foreign + w.Leave + w.Timer + w.KV
 	x := pick(total)
 	if x >= total-w.Timer-w.KV {
 		r.timerStep(pick, c, b, x >= total-w.KV)
@@ -443,7 +444,14 @@ func (r *runner) step(rng *rand.Rand, c *client) {
 		}
 	default:
 		q := r.o.Queues[pick(len(r.o.Queues))]
-		r.act.popLeaving(r.ctx, c.id, b, r.o.Tenants[pick(len(r.o.Tenants))], q, q.Groups[pick(len(q.Groups))], 1+pick(5))
+		tenant, g, batch := r.o.Tenants[pick(len(r.o.Tenants))], q.Groups[pick(len(q.Groups))], 1+pick(5)
+		var wait time.Duration
+		if r.pg == nil {
+			// Free-running: the client gives up 1-20 ms in, wherever
+			// the broker is (parsing, claiming, committing, answering).
+			wait = time.Duration(1+pick(20)) * time.Millisecond
+		}
+		r.act.popLeaving(r.ctx, c.id, b, tenant, q, g, batch, wait)
 	}
 }
 
@@ -537,6 +545,13 @@ func (r *runner) inject(f FaultAt) error {
 			if r.cluster.Up(b) {
 				_, _, _ = r.cluster.Do(r.ctx, b, "GET", "/health", "", nil)
 			}
+		}
+	case "pg.hold":
+		// COMMITs on the broker's database path are held up to By each,
+		// so transactions commit out of the order they wrote in.
+		for _, b := range r.brokersOf(f) {
+			r.cluster.Proxy(b).SetHold(f.By)
+			r.active = append(r.active, activeFault{f.Kind, b, until})
 		}
 	case "pg.reset":
 		for _, b := range r.brokersOf(f) {
@@ -689,10 +704,19 @@ func (r *runner) expireFaults(now time.Time) {
 			kept = append(kept, a)
 			continue
 		}
-		r.cluster.Proxy(a.broker).SetMode(faults.Pass, 0)
-		r.cluster.ResetPool(a.broker)
+		r.clear(a)
 	}
 	r.active = kept
+}
+
+// clear ends one database fault on its broker's path.
+func (r *runner) clear(a activeFault) {
+	if a.kind == "pg.hold" {
+		r.cluster.Proxy(a.broker).SetHold(0)
+		return
+	}
+	r.cluster.Proxy(a.broker).SetMode(faults.Pass, 0)
+	r.cluster.ResetPool(a.broker)
 }
 
 // heal clears every fault, restarts crashed brokers and lets consumers go:
@@ -706,8 +730,7 @@ func (r *runner) heal() error {
 		r.fired["leader.double.deleted"] += int(n)
 	}
 	for _, a := range r.active {
-		r.cluster.Proxy(a.broker).SetMode(faults.Pass, 0)
-		r.cluster.ResetPool(a.broker)
+		r.clear(a)
 	}
 	r.active = nil
 	for b := 0; b < r.o.Brokers; b++ {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/queen-go/queen/queen/canary"
 )
 
@@ -106,23 +108,53 @@ FROM unnest($1::uuid[], $2::text[]) WITH ORDINALITY AS v(pid, txid, ord)
 JOIN queen.messages m ON m.partition_id = v.pid AND m.transaction_id = v.txid`
 
 // strandedSQL is the stranded canary: the reference broker's bug. No
-// per-partition serialisation, an order fixed at creation rather than at
-// commit, and a pause between taking a position and committing.
-//
-// The pause refers to x so that it runs after the seq is read, whatever
-// join order the planner picks.
+// per-partition serialisation (neither the partition row's lock nor its
+// update) and an order fixed when a row is written rather than when it
+// commits; run in a transaction of its own (appendStranded), so the gap
+// between taking a position and COMMIT is whatever the COMMIT's way to the
+// database takes: the simulator's pg.hold fault widens it.
 func strandedSQL(sql string) string {
 	out := strings.Replace(sql, `SELECT p.id, p.last_seq FROM queen.partitions p
 	WHERE p.id IN (SELECT pid FROM input)
 	ORDER BY p.id
-	FOR NO KEY UPDATE`, `SELECT x.id, x.last_seq FROM (
-		SELECT p.id, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS last_seq
-		FROM queen.partitions p WHERE p.id IN (SELECT pid FROM input) OFFSET 0) x,
-		LATERAL (SELECT pg_sleep(random() * 0.2 + 0 * x.last_seq)) pause`, 1)
-	if out == sql {
+	FOR NO KEY UPDATE`, `SELECT p.id, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS last_seq
+		FROM queen.partitions p WHERE p.id IN (SELECT pid FROM input)`, 1)
+	from, to := strings.Index(out, "advanced AS ("), strings.Index(out, "RETURNING p.id\n)")
+	if out == sql || from < 0 || to < from {
 		panic("store: the stranded canary no longer matches appendSQL")
 	}
-	return out
+	return out[:from] + "advanced AS (SELECT DISTINCT partition_id AS id FROM appended)" + out[to+len("RETURNING p.id\n)"):]
+}
+
+// strandedAdvanceSQL moves the partitions' last_seq after the stranded
+// canary's COMMIT, never backwards.
+const strandedAdvanceSQL = `
+UPDATE queen.partitions p
+SET last_seq = greatest(p.last_seq, a.seq), last_message_at = coalesce($2::timestamptz, now()), last_activity = coalesce($2::timestamptz, now())
+FROM (SELECT partition_id, max(seq) AS seq FROM queen.messages WHERE id = ANY($1::uuid[]) GROUP BY partition_id) a
+WHERE p.id = a.partition_id`
+
+// appendStranded runs the stranded canary's append in an explicit
+// transaction, as the reference broker does.
+func (s *Store) appendStranded(ctx context.Context, q querier, rows []appendRow) ([]appendOut, error) {
+	tx, err := q.(*pgxpool.Pool).Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	out, err := s.appendRows(ctx, tx, rows)
+	if err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(rows))
+	for i, r := range rows {
+		ids[i] = r.id
+	}
+	_, err = q.Exec(ctx, strandedAdvanceSQL, ids, s.dbNow())
+	return out, err
 }
 
 // appendRow is one message bound for a known partition.
@@ -242,6 +274,9 @@ func (s *Store) appendRows(ctx context.Context, q querier, rows []appendRow) ([]
 	}
 	sql := appendSQL
 	if canary.On("stranded") {
+		if _, pool := q.(*pgxpool.Pool); pool {
+			return s.appendStranded(ctx, q, rows)
+		}
 		sql = strandedSQL(sql)
 	}
 	if canary.On("dedup-raises") {
