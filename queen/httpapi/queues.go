@@ -201,16 +201,28 @@ func (s *Server) deleteQueue(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, body)
 }
 
+// overview is GET /api/v1/resources/overview (contract-admin.md 4.6).
+// Lag is in seconds (time) and messages (offset) over every cursor with
+// messages past it; throughput is not recorded, so it is zero.
 func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 	o, err := s.store.Overview(r.Context(), tenantOf(r))
 	if err != nil {
 		s.storeError(w, r, "overview", err)
 		return
 	}
+	spread := func(v store.Spread) map[string]any {
+		return map[string]any{"avg": v.Avg, "median": v.Median, "min": v.Min, "max": v.Max}
+	}
+	now := s.clock.Now().UTC()
 	writeJSON(w, http.StatusOK, map[string]any{
 		"queues": o.Queues, "partitions": o.Partitions,
-		"messages":     map[string]any{"total": o.Messages, "pending": o.Pending, "dlq": o.DLQ},
-		"activeLeases": o.ActiveLeases, "namespaces": emptyIfNil(o.Namespaces), "tasks": emptyIfNil(o.Tasks),
+		"namespaces": len(o.Namespaces), "tasks": len(o.Tasks),
+		"namespaceNames": emptyIfNil(o.Namespaces), "taskNames": emptyIfNil(o.Tasks),
+		"messages": map[string]any{"total": o.Messages, "pending": o.Pending, "processing": o.Processing,
+			"completed": max(o.Messages-o.Pending-o.DLQ, 0), "failed": 0, "deadLetter": o.DLQ},
+		"lag":          map[string]any{"time": spread(o.LagSeconds), "offset": spread(o.LagOffset)},
+		"throughput":   map[string]any{"ingestedPerSecond": 0, "processedPerSecond": 0},
+		"activeLeases": o.ActiveLeases, "timestamp": msTime(&now), "statsAge": 0,
 	})
 }
 

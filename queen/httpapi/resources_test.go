@@ -76,6 +76,21 @@ func TestResourcesListGetDeleteOverview(t *testing.T) {
 	if ov["queues"].(float64) != 2 || ov["partitions"].(float64) != 3 || ov["messages"].(map[string]any)["total"].(float64) != 3 {
 		t.Fatalf("overview: %v", ov)
 	}
+	// Namespace a and task x (from "a.x"); every partition one message behind its
+	// queue-mode cursor.
+	lag := ov["lag"].(map[string]any)
+	if ov["namespaces"].(float64) != 1 || ov["tasks"].(float64) != 1 || lag["offset"].(map[string]any)["max"].(float64) != 1 ||
+		lag["offset"].(map[string]any)["avg"].(float64) != 1 || lag["time"].(map[string]any)["max"].(float64) < 0 ||
+		ov["messages"].(map[string]any)["pending"].(float64) != 3 || ov["throughput"] == nil || ov["statsAge"] == nil {
+		t.Fatalf("overview shape: %v", ov)
+	}
+	if m := e.pop("/api/v1/pop/queue/b"); m == nil {
+		t.Fatal("pop b: nothing")
+	}
+	ov = e.expect(e.do("GET", "/api/v1/resources/overview", nil), 200).obj(t)
+	if p := ov["messages"].(map[string]any)["processing"].(float64); p != 1 {
+		t.Fatalf("overview: processing %v after one leased pop, want 1: %v", p, ov)
+	}
 	d := e.expect(e.do("DELETE", "/api/v1/resources/queues/a.x", nil), 200).obj(t)
 	if d["deleted"] != true || d["existed"] != true {
 		t.Fatalf("delete: %v", d)

@@ -313,40 +313,79 @@ func (s *Store) DeleteQueue(ctx context.Context, tenant, name string) (bool, err
 
 // Overview is the tenant-wide summary.
 type Overview struct {
-	Queues, Partitions, Messages, Pending, DLQ, ActiveLeases int64
-	Namespaces, Tasks                                        []string
+	Queues, Partitions, Messages, Pending, Processing, DLQ, ActiveLeases int64
+	Namespaces, Tasks                                                    []string
+	// LagSeconds and LagOffset summarise, over every (partition, group)
+	// cursor with messages past it, the age of the oldest message not yet
+	// consumed and the number of messages not yet consumed.
+	LagSeconds, LagOffset Spread
 }
 
-// Overview counts the tenant's objects.
+// Spread is the average, median, minimum and maximum of a set (zeros for
+// an empty set).
+type Spread struct{ Avg, Median, Min, Max float64 }
+
+// overviewCountsSQL counts a tenant's objects ($1) at $2. Pending is the
+// queue-mode backlog; processing, what live leases hold.
+const overviewCountsSQL = `
+SELECT
+	(SELECT count(*) FROM queen.queues q WHERE q.tenant_id = $1),
+	(SELECT count(*) FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE q.tenant_id = $1),
+	(SELECT count(*) FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id
+		JOIN queen.queues q ON q.id = p.queue_id WHERE q.tenant_id = $1),
+	(SELECT coalesce(sum(p.last_seq - coalesce(pc.last_consumed_seq, 0)), 0)::bigint
+		FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+		LEFT JOIN queen.partition_consumers pc ON pc.partition_id = p.id AND pc.consumer_group = '__QUEUE_MODE__'
+		WHERE q.tenant_id = $1),
+	(SELECT coalesce(sum(greatest(pc.lease_max_seq - pc.last_consumed_seq, 0)), 0)::bigint
+		FROM queen.partition_consumers pc JOIN queen.partitions p ON p.id = pc.partition_id
+		JOIN queen.queues q ON q.id = p.queue_id WHERE q.tenant_id = $1 AND pc.lease_expires_at > $2),
+	(SELECT count(*) FROM queen.dead_letter_queue d JOIN queen.partitions p ON p.id = d.partition_id
+		JOIN queen.queues q ON q.id = p.queue_id WHERE q.tenant_id = $1),
+	(SELECT count(*) FROM queen.partition_consumers pc JOIN queen.partitions p ON p.id = pc.partition_id
+		JOIN queen.queues q ON q.id = p.queue_id WHERE q.tenant_id = $1 AND pc.lease_expires_at > $2)`
+
+// overviewLagSQL spreads the lag of every cursor ($1's partitions, every
+// group, queue mode from the start where it never popped) that has
+// messages past it, at $2: the oldest unconsumed message's age in seconds,
+// and the count past the cursor.
+const overviewLagSQL = `
+WITH cursors AS (
+	SELECT p.id, p.last_seq, coalesce(pc.last_consumed_seq, 0) AS cursor
+	FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+	LEFT JOIN queen.partition_consumers pc ON pc.partition_id = p.id
+	WHERE q.tenant_id = $1
+),
+lag AS (
+	SELECT (c.last_seq - c.cursor)::float8 AS n,
+		greatest(extract(epoch FROM $2::timestamptz - (SELECT m.created_at FROM queen.messages m
+			WHERE m.partition_id = c.id AND m.seq > c.cursor ORDER BY m.seq LIMIT 1)), 0)::float8 AS secs
+	FROM cursors c WHERE c.last_seq > c.cursor
+)
+SELECT coalesce(avg(secs), 0), coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY secs), 0), coalesce(min(secs), 0), coalesce(max(secs), 0),
+	coalesce(avg(n), 0), coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY n), 0), coalesce(min(n), 0), coalesce(max(n), 0)
+FROM lag`
+
+// Overview counts the tenant's objects and spreads their lag.
 func (s *Store) Overview(ctx context.Context, tenant string) (Overview, error) {
 	var o Overview
 	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx, now time.Time) error {
-		err := tx.QueryRow(ctx, `
-			SELECT
-				(SELECT count(*) FROM queen.queues q WHERE q.tenant_id = $1),
-				(SELECT count(*) FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE q.tenant_id = $1),
-				(SELECT count(*) FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id
-					JOIN queen.queues q ON q.id = p.queue_id WHERE q.tenant_id = $1),
-				(SELECT coalesce(sum(p.last_seq - coalesce(pc.last_consumed_seq, 0)), 0)::bigint
-					FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
-					LEFT JOIN queen.partition_consumers pc ON pc.partition_id = p.id AND pc.consumer_group = '__QUEUE_MODE__'
-					WHERE q.tenant_id = $1),
-				(SELECT count(*) FROM queen.dead_letter_queue d JOIN queen.partitions p ON p.id = d.partition_id
-					JOIN queen.queues q ON q.id = p.queue_id WHERE q.tenant_id = $1),
-				(SELECT count(*) FROM queen.partition_consumers pc JOIN queen.partitions p ON p.id = pc.partition_id
-					JOIN queen.queues q ON q.id = p.queue_id WHERE q.tenant_id = $1 AND pc.lease_expires_at > $2)`,
-			tenant, now).Scan(&o.Queues, &o.Partitions, &o.Messages, &o.Pending, &o.DLQ, &o.ActiveLeases)
+		err := tx.QueryRow(ctx, overviewCountsSQL, tenant, now).Scan(&o.Queues, &o.Partitions, &o.Messages, &o.Pending, &o.Processing, &o.DLQ, &o.ActiveLeases)
 		if err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `SELECT DISTINCT namespace FROM queen.queues WHERE tenant_id = $1 AND namespace IS NOT NULL ORDER BY 1`, tenant)
+		t, n := &o.LagSeconds, &o.LagOffset
+		if err := tx.QueryRow(ctx, overviewLagSQL, tenant, now).Scan(&t.Avg, &t.Median, &t.Min, &t.Max, &n.Avg, &n.Median, &n.Min, &n.Max); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT DISTINCT namespace FROM queen.queues WHERE tenant_id = $1 AND namespace IS NOT NULL AND namespace <> '' ORDER BY 1`, tenant)
 		if err != nil {
 			return err
 		}
 		if o.Namespaces, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
 			return err
 		}
-		rows, err = tx.Query(ctx, `SELECT DISTINCT task FROM queen.queues WHERE tenant_id = $1 AND task IS NOT NULL ORDER BY 1`, tenant)
+		rows, err = tx.Query(ctx, `SELECT DISTINCT task FROM queen.queues WHERE tenant_id = $1 AND task IS NOT NULL AND task <> '' ORDER BY 1`, tenant)
 		if err != nil {
 			return err
 		}
