@@ -1,0 +1,190 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"github.com/queen-go/queen/queen/ids"
+	"github.com/queen-go/queen/queen/store"
+)
+
+// Traces (contract-admin.md section 5): events a consumer records against
+// a message, read back per message, per name, and as a list of names. The
+// keys are snake_case, as Queen answers; camelCase aliases serve queenctl.
+
+// recordTrace is POST /api/v1/traces.
+func (s *Server) recordTrace(w http.ResponseWriter, r *http.Request) {
+	p, err := s.traceParams(r)
+	if err != nil {
+		writeBad(w, err)
+		return
+	}
+	id, err := s.store.RecordTrace(r.Context(), p)
+	if errors.Is(err, store.ErrNotFound) {
+		writeJSON(w, http.StatusNotFound, map[string]any{"success": false, "error": "Message not found"})
+		return
+	}
+	if err != nil {
+		s.storeError(w, r, "trace", err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{"success": true, "traceId": id})
+}
+
+// traceParams reads a trace body: transactionId, partitionId and data are
+// required; consumerGroup and eventType default (null counts as absent);
+// traceNames is null, a string or an array of strings.
+func (s *Server) traceParams(r *http.Request) (store.TraceParams, error) {
+	p := store.TraceParams{Tenant: tenantOf(r), ConsumerGroup: store.QueueModeGroup, EventType: "info", WorkerID: s.cfg.ServerID}
+	body, err := readObject(r, false)
+	if err != nil {
+		return p, err
+	}
+	txid, hasTxid, err := body.str("transactionId", "")
+	if err != nil {
+		return p, err
+	}
+	pid, hasPid, err := body.str("partitionId", "")
+	if err != nil {
+		return p, err
+	}
+	if !hasTxid || !hasPid || txid == "" || pid == "" {
+		return p, bad("transactionId and partitionId are required")
+	}
+	if !ids.Valid(pid) {
+		return p, bad("partitionId must be a UUID")
+	}
+	if isNull(body["data"]) {
+		return p, bad("data is required")
+	}
+	p.TransactionID, p.PartitionID, p.Data = txid, pid, body["data"]
+	if g, ok, err := body.str("consumerGroup", ""); err != nil {
+		return p, err
+	} else if ok && g != "" {
+		p.ConsumerGroup = g
+	}
+	if e, ok, err := body.str("eventType", ""); err != nil {
+		return p, err
+	} else if ok && e != "" {
+		p.EventType = e
+	}
+	p.Names, err = traceNames(body["traceNames"])
+	return p, err
+}
+
+func traceNames(raw json.RawMessage) ([]string, error) {
+	if isNull(raw) {
+		return nil, nil
+	}
+	var one string
+	if json.Unmarshal(raw, &one) == nil {
+		if one == "" {
+			return nil, nil
+		}
+		return []string{one}, nil
+	}
+	var many []string
+	if err := json.Unmarshal(raw, &many); err != nil {
+		return nil, bad("traceNames must be a string or an array of strings")
+	}
+	var out []string
+	for _, n := range many {
+		if n != "" {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+func traceBody(t store.Trace) map[string]any {
+	names := t.Names
+	if names == nil {
+		names = []string{}
+	}
+	var worker any
+	if t.WorkerID != "" {
+		worker = t.WorkerID
+	}
+	return map[string]any{"id": t.ID, "event_type": t.EventType, "eventType": t.EventType, "data": t.Data,
+		"consumer_group": t.ConsumerGroup, "worker_id": worker, "created_at": msTime(&t.CreatedAt), "createdAt": msTime(&t.CreatedAt),
+		"trace_names": names}
+}
+
+// tracesOfMessage is GET /api/v1/traces/{partitionId}/{transactionId}.
+func (s *Server) tracesOfMessage(w http.ResponseWriter, r *http.Request) {
+	pid, txid, ok := messageKey(w, r)
+	if !ok {
+		return
+	}
+	ts, err := s.store.TracesOf(r.Context(), tenantOf(r), pid, txid)
+	if err != nil {
+		s.storeError(w, r, "traces", err)
+		return
+	}
+	out := make([]map[string]any, len(ts))
+	for i, t := range ts {
+		out[i] = traceBody(t)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"traces": out})
+}
+
+// page reads limit (default def, 1..1000) and offset (>= 0).
+func page(w http.ResponseWriter, r *http.Request, def int) (int, int, bool) {
+	q := r.URL.Query()
+	limit, offset := queryInt(q, "limit", def), queryInt(q, "offset", 0)
+	if limit < 1 || limit > 1000 {
+		writeError(w, http.StatusBadRequest, "limit must be between 1 and 1000")
+		return 0, 0, false
+	}
+	if offset < 0 {
+		writeError(w, http.StatusBadRequest, "offset must not be negative")
+		return 0, 0, false
+	}
+	return limit, offset, true
+}
+
+// tracesByName is GET /api/v1/traces/by-name/{traceName}.
+func (s *Server) tracesByName(w http.ResponseWriter, r *http.Request) {
+	limit, offset, ok := page(w, r, 100)
+	if !ok {
+		return
+	}
+	ts, total, err := s.store.TracesByName(r.Context(), tenantOf(r), r.PathValue("traceName"), limit, offset)
+	if err != nil {
+		s.storeError(w, r, "traces", err)
+		return
+	}
+	out := make([]map[string]any, len(ts))
+	for i, t := range ts {
+		b := traceBody(t)
+		b["transaction_id"], b["partition_id"], b["queue_name"], b["partition_name"] = t.TransactionID, t.PartitionID, t.QueueName, t.PartitionName
+		b["message_payload"] = t.MessagePayload
+		if t.MessagePayload == nil {
+			b["message_payload"] = nil
+		}
+		out[i] = b
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"traces": out, "total": total,
+		"pagination": map[string]any{"limit": limit, "offset": offset}})
+}
+
+// traceNamesList is GET /api/v1/traces/names.
+func (s *Server) traceNamesList(w http.ResponseWriter, r *http.Request) {
+	limit, offset, ok := page(w, r, 50)
+	if !ok {
+		return
+	}
+	ns, total, err := s.store.TraceNames(r.Context(), tenantOf(r), limit, offset)
+	if err != nil {
+		s.storeError(w, r, "trace names", err)
+		return
+	}
+	out := make([]map[string]any, len(ns))
+	for i, n := range ns {
+		out[i] = map[string]any{"trace_name": n.Name, "trace_count": n.TraceCount, "message_count": n.MessageCount,
+			"last_seen": msTime(&n.LastSeen), "name": n.Name, "count": n.TraceCount, "lastSeen": msTime(&n.LastSeen)}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"trace_names": out, "names": out, "total": total,
+		"pagination": map[string]any{"limit": limit, "offset": offset}})
+}
