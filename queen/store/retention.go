@@ -44,33 +44,48 @@ func (s *Store) TryLeader(ctx context.Context, id int64) (release func(), ok boo
 // (messages), p (partitions) and q (queues), with $1 the injected now (NULL: now()).
 var retentionRules = []struct {
 	name  string
+	kind  string // retention_history.retention_type, as Queen names it
 	where string
 }{
-	{"expired", `q.retention_enabled AND q.retention_seconds > 0
+	{"expired", "retention", `q.retention_enabled AND q.retention_seconds > 0
 		AND m.created_at < coalesce($1::timestamptz, now()) - make_interval(secs => q.retention_seconds)`},
 	// Invariant (never delete unconsumed): a message is "completed" only when
 	// every group subscribed to the queue has a cursor row in its partition
 	// and every such cursor is past it. A group that subscribed but has no
 	// row there yet, or a partition nobody consumes, keeps its messages.
-	{"completed", `q.retention_enabled AND q.completed_retention_seconds > 0
+	{"completed", "completed_retention", `q.retention_enabled AND q.completed_retention_seconds > 0
 		AND m.created_at < coalesce($1::timestamptz, now()) - make_interval(secs => q.completed_retention_seconds)
 		AND m.seq <= (SELECT min(pc.last_consumed_seq) FROM queen.partition_consumers pc WHERE pc.partition_id = p.id)
 		AND NOT EXISTS (SELECT 1 FROM queen.consumer_groups_metadata g
 			WHERE g.tenant_id = q.tenant_id AND g.queue_name = q.name /*subscribed*/
 				AND NOT EXISTS (SELECT 1 FROM queen.partition_consumers pc
 					WHERE pc.partition_id = p.id AND pc.consumer_group = g.consumer_group))`},
-	{"evicted", `q.max_wait_time_seconds > 0
+	{"evicted", "max_wait_time_eviction", `q.max_wait_time_seconds > 0
 		AND m.created_at < coalesce($1::timestamptz, now()) - make_interval(secs => q.max_wait_time_seconds)`},
 }
 
-// retentionSQL deletes up to $2 messages matching one rule.
+// retentionSQL deletes up to $2 messages matching one rule, records per
+// queue what it deleted as retention type $3, and counts the deleted rows.
 const retentionSQL = `
-DELETE FROM queen.messages WHERE id IN (
-	SELECT m.id FROM queen.messages m
-	JOIN queen.partitions p ON p.id = m.partition_id
-	JOIN queen.queues q ON q.id = p.queue_id
-	WHERE %s
-	LIMIT $2)`
+WITH d AS (
+	DELETE FROM queen.messages WHERE id IN (
+		SELECT m.id FROM queen.messages m
+		JOIN queen.partitions p ON p.id = m.partition_id
+		JOIN queen.queues q ON q.id = p.queue_id
+		WHERE %s
+		LIMIT $2)
+	RETURNING partition_id
+),
+h AS (
+	INSERT INTO queen.retention_history (queue_id, retention_type, messages_deleted, executed_at)
+	SELECT p.queue_id, $3, count(*), coalesce($1::timestamptz, now())
+	FROM d JOIN queen.partitions p ON p.id = d.partition_id
+	GROUP BY p.queue_id
+)
+SELECT count(*) FROM d`
+
+// pruneHistorySQL forgets retention history older than a week.
+const pruneHistorySQL = `DELETE FROM queen.retention_history WHERE executed_at < coalesce($1::timestamptz, now()) - interval '7 days'`
 
 // maxRetentionRounds bounds one pass: a rule with more due rows than
 // batch * maxRetentionRounds finishes in the next pass.
@@ -99,7 +114,7 @@ func (s *Store) RetentionPass(ctx context.Context, batch int) (RetentionResult, 
 		}
 		sql := fmt.Sprintf(retentionSQL, where)
 		for round := 0; round < maxRetentionRounds; round++ {
-			n, err := s.retentionRound(ctx, sql, batch)
+			n, err := s.retentionRound(ctx, sql, batch, rule.kind)
 			if err != nil {
 				return r, fmt.Errorf("retention %s: %w", rule.name, err)
 			}
@@ -108,6 +123,11 @@ func (s *Store) RetentionPass(ctx context.Context, batch int) (RetentionResult, 
 				break
 			}
 		}
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	if _, err := s.pool.Exec(ctx, pruneHistorySQL, s.dbNow()); err != nil {
+		return r, fmt.Errorf("retention history prune: %w", err)
 	}
 	return r, nil
 }
@@ -154,9 +174,10 @@ func (s *Store) CleanupPartitions(ctx context.Context, batch, days int) (int64, 
 	return total, nil
 }
 
-func (s *Store) retentionRound(ctx context.Context, sql string, batch int) (int64, error) {
+func (s *Store) retentionRound(ctx context.Context, sql string, batch int, kind string) (int64, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	tag, err := s.pool.Exec(ctx, sql, s.dbNow(), batch)
-	return tag.RowsAffected(), err
+	var n int64
+	err := s.pool.QueryRow(ctx, sql, s.dbNow(), batch, kind).Scan(&n)
+	return n, err
 }

@@ -1,0 +1,109 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// RetentionBucket is what retention deleted in one time bucket.
+type RetentionBucket struct {
+	Bucket                                time.Time
+	Retention, Completed, Eviction, Total int64
+	Events                                int64 // history rows (one per queue per round)
+}
+
+// retentionSeriesSQL buckets tenant $1's retention history (queue $2, ""
+// for all) in [$3, $4) by $5 minutes, oldest first.
+const retentionSeriesSQL = `
+SELECT to_timestamp(floor(extract(epoch FROM h.executed_at) / ($5 * 60)) * ($5 * 60)) AS bucket,
+	coalesce(sum(h.messages_deleted) FILTER (WHERE h.retention_type = 'retention'), 0)::bigint,
+	coalesce(sum(h.messages_deleted) FILTER (WHERE h.retention_type = 'completed_retention'), 0)::bigint,
+	coalesce(sum(h.messages_deleted) FILTER (WHERE h.retention_type = 'max_wait_time_eviction'), 0)::bigint,
+	sum(h.messages_deleted)::bigint, count(*)
+FROM queen.retention_history h
+JOIN queen.queues q ON q.id = h.queue_id
+WHERE q.tenant_id = $1 AND ($2 = '' OR q.name = $2) AND h.executed_at >= $3 AND h.executed_at < $4
+GROUP BY 1
+ORDER BY 1`
+
+// RetentionSeries reads the retention history of a window.
+func (s *Store) RetentionSeries(ctx context.Context, tenant, queue string, from, to time.Time, bucketMinutes int) ([]RetentionBucket, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	rows, err := s.pool.Query(ctx, retentionSeriesSQL, tenant, queue, from, to, bucketMinutes)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (RetentionBucket, error) {
+		var b RetentionBucket
+		err := r.Scan(&b.Bucket, &b.Retention, &b.Completed, &b.Eviction, &b.Total, &b.Events)
+		return b, err
+	})
+}
+
+// ratio is a hit ratio in percent of hits h over reads r, two decimals.
+const ratio = `round(CASE WHEN (%[1]s) + (%[2]s) = 0 THEN 0 ELSE (%[1]s)::numeric / ((%[1]s) + (%[2]s)) * 100 END, 2)`
+
+// postgresStatsSQL reads PostgreSQL's own statistics views for this
+// database and the queen schema into one document
+// (contract-admin.md 4.7, postgres-stats). pg_buffercache is not assumed,
+// so bufferUsage is empty.
+var postgresStatsSQL = `
+SELECT jsonb_build_object(
+	'timestamp', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+	'database', (SELECT jsonb_build_object('name', d.datname, 'sizeBytes', pg_database_size(d.datid),
+		'size', pg_size_pretty(pg_database_size(d.datid)), 'connections', d.numbackends,
+		'commits', d.xact_commit, 'rollbacks', d.xact_rollback, 'deadlocks', d.deadlocks, 'conflicts', d.conflicts,
+		'tuplesReturned', d.tup_returned, 'tuplesFetched', d.tup_fetched, 'tuplesInserted', d.tup_inserted,
+		'tuplesUpdated', d.tup_updated, 'tuplesDeleted', d.tup_deleted, 'tempFiles', d.temp_files, 'tempBytes', d.temp_bytes)
+		FROM pg_stat_database d WHERE d.datname = current_database()),
+	'databaseCache', (SELECT jsonb_build_object('blocksRead', d.blks_read, 'blocksHit', d.blks_hit,
+		'hitRatio', ` + fmt.Sprintf(ratio, "d.blks_hit", "d.blks_read") + `)
+		FROM pg_stat_database d WHERE d.datname = current_database()),
+	'tableCache', coalesce((SELECT jsonb_agg(jsonb_build_object('table', t.relname, 'heapRead', t.heap_blks_read,
+		'heapHit', t.heap_blks_hit, 'hitRatio', ` + fmt.Sprintf(ratio, "t.heap_blks_hit", "t.heap_blks_read") + `) ORDER BY t.relname)
+		FROM pg_statio_user_tables t WHERE t.schemaname = 'queen'), '[]'),
+	'indexCache', coalesce((SELECT jsonb_agg(jsonb_build_object('index', i.indexrelname, 'table', i.relname,
+		'indexRead', i.idx_blks_read, 'indexHit', i.idx_blks_hit, 'hitRatio', ` + fmt.Sprintf(ratio, "i.idx_blks_hit", "i.idx_blks_read") + `) ORDER BY i.indexrelname)
+		FROM pg_statio_user_indexes i WHERE i.schemaname = 'queen'), '[]'),
+	'cacheSummary', (SELECT jsonb_build_object(
+		'tableHitRatio', ` + fmt.Sprintf(ratio, "coalesce(sum(t.heap_blks_hit), 0)", "coalesce(sum(t.heap_blks_read), 0)") + `,
+		'indexHitRatio', (SELECT ` + fmt.Sprintf(ratio, "coalesce(sum(i.idx_blks_hit), 0)", "coalesce(sum(i.idx_blks_read), 0)") + `
+			FROM pg_statio_user_indexes i WHERE i.schemaname = 'queen'))
+		FROM pg_statio_user_tables t WHERE t.schemaname = 'queen'),
+	'deadTuples', coalesce((SELECT jsonb_agg(jsonb_build_object('table', t.relname, 'liveTuples', t.n_live_tup,
+		'deadTuples', t.n_dead_tup, 'deadRatio', ` + fmt.Sprintf(ratio, "t.n_dead_tup", "t.n_live_tup") + `,
+		'lastVacuum', t.last_vacuum, 'lastAutovacuum', t.last_autovacuum) ORDER BY t.n_dead_tup DESC, t.relname)
+		FROM pg_stat_user_tables t WHERE t.schemaname = 'queen'), '[]'),
+	'hotUpdates', coalesce((SELECT jsonb_agg(jsonb_build_object('table', t.relname, 'updates', t.n_tup_upd,
+		'hotUpdates', t.n_tup_hot_upd, 'hotRatio', ` + fmt.Sprintf(ratio, "t.n_tup_hot_upd", "(t.n_tup_upd - t.n_tup_hot_upd)") + `) ORDER BY t.relname)
+		FROM pg_stat_user_tables t WHERE t.schemaname = 'queen'), '[]'),
+	'activeQueries', coalesce((SELECT jsonb_agg(jsonb_build_object('pid', a.pid, 'state', a.state,
+		'applicationName', a.application_name, 'waitEventType', a.wait_event_type, 'waitEvent', a.wait_event,
+		'durationMs', round(extract(epoch FROM now() - a.query_start) * 1000), 'query', left(a.query, 200)) ORDER BY a.query_start)
+		FROM pg_stat_activity a WHERE a.datname = current_database() AND a.state IS DISTINCT FROM 'idle'
+			AND a.pid <> pg_backend_pid()), '[]'),
+	'autovacuumStatus', coalesce((SELECT jsonb_agg(jsonb_build_object('table', t.relname, 'lastAutovacuum', t.last_autovacuum,
+		'lastAutoanalyze', t.last_autoanalyze, 'autovacuumCount', t.autovacuum_count, 'autoanalyzeCount', t.autoanalyze_count)
+		ORDER BY t.relname) FROM pg_stat_user_tables t WHERE t.schemaname = 'queen'), '[]'),
+	'bufferConfig', jsonb_build_object('sharedBuffers', current_setting('shared_buffers'),
+		'effectiveCacheSize', current_setting('effective_cache_size'), 'workMem', current_setting('work_mem'),
+		'maintenanceWorkMem', current_setting('maintenance_work_mem')),
+	'bufferUsage', '[]'::jsonb,
+	'tableSizes', coalesce((SELECT jsonb_agg(jsonb_build_object('table', c.relname, 'totalBytes', pg_total_relation_size(c.oid),
+		'tableBytes', pg_relation_size(c.oid), 'indexBytes', pg_indexes_size(c.oid),
+		'totalSize', pg_size_pretty(pg_total_relation_size(c.oid))) ORDER BY pg_total_relation_size(c.oid) DESC, c.relname)
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'queen' AND c.relkind = 'r'), '[]'))`
+
+// PostgresStats reads the database's statistics views as one document.
+func (s *Store) PostgresStats(ctx context.Context) (json.RawMessage, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	var doc json.RawMessage
+	err := s.pool.QueryRow(ctx, postgresStatsSQL).Scan(&doc)
+	return doc, err
+}
