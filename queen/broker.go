@@ -157,7 +157,7 @@ func (b *Broker) Start(ctx context.Context) error {
 	}
 	b.store = store.New(b.pool, store.Options{DBNow: b.opts.DBNow, IDs: b.opts.IDs, TxTimeout: b.cfg.DBStatementTimeout, Cipher: cipher,
 		Clock: b.opts.Clock, CacheTTL: b.cfg.CacheRefreshInterval, PushStatements: b.cfg.PushStatements,
-		PushBatchRows: b.cfg.PushBatchRows})
+		PushBatchRows: b.cfg.PushBatchRows, Log: b.log})
 	arbiter := admission.New(b.cfg.DBPoolSize, b.cfg.AdmissionMaintShare)
 	if b.cfg.FileBufferDir != "" && b.cfg.FileBufferDir != "off" {
 		b.spool, err = spool.Open(spool.Options{Dir: b.cfg.FileBufferDir, FS: b.opts.SpoolFS, Clock: b.opts.Clock,

@@ -113,7 +113,7 @@ func (s *Store) GroupPartitions(ctx context.Context, tenant string, group *strin
 // deleteGroupSQL drops a group's cursors (on one queue when $3 is not
 // NULL), live leases with them, and, when $4, its subscriptions, so a group
 // created again under that name subscribes afresh. It returns the queues
-// whose cursors went.
+// whose cursors went. The group's watermarks go too (on that queue).
 const deleteGroupSQL = `
 WITH gone AS (
 	DELETE FROM queen.partition_consumers pc USING queen.queues q
@@ -122,6 +122,9 @@ WITH gone AS (
 ), meta AS (
 	DELETE FROM queen.consumer_groups_metadata g
 	WHERE $4::boolean AND g.tenant_id = $1 AND g.consumer_group = $2 AND ($3::text IS NULL OR g.queue_name = $3)
+), marks AS (
+	DELETE FROM queen.consumer_watermarks w
+	WHERE w.consumer_group = $2 AND ($3::text IS NULL OR w.queue_name = $3)
 )
 SELECT name FROM gone` // meta runs to completion unread, as every data-modifying WITH does
 
@@ -150,6 +153,9 @@ func (s *Store) DeleteGroup(ctx context.Context, tenant, group string, queue *st
 	}
 	if queue != nil {
 		s.cache.forgetGroup(tenant, *queue, group)
+		s.marks.forget(tenant, *queue, group)
+	} else {
+		s.marks.forget(tenant, "", group)
 	}
 	return len(names), queues, nil
 }
@@ -175,6 +181,14 @@ RETURNING p.last_message_at`
 func (s *Store) Seek(ctx context.Context, tenant, group, queue string, partition *string, toEnd bool, to *time.Time) (int, *time.Time, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
+	if !toEnd && partition == nil {
+		// A group sent back in time has a backlog again: its watermark
+		// is stale (a seek to the end, or of one partition, keeps it).
+		if _, err := s.pool.Exec(ctx, `DELETE FROM queen.consumer_watermarks WHERE queue_name = $1 AND consumer_group = $2`, queue, group); err != nil {
+			return 0, nil, err
+		}
+		s.marks.forget(tenant, queue, group)
+	}
 	rows, err := s.pool.Query(ctx, seekSQL, tenant, group, queue, partition, toEnd, to, s.dbNow())
 	if err != nil {
 		return 0, nil, err
@@ -197,11 +211,15 @@ func (s *Store) PartitionExists(ctx context.Context, tenant, queue, partition st
 }
 
 // SetSubscription sets the subscription instant of every subscription the
-// group has. Cursors already placed do not move.
+// group has, and drops its watermarks. Cursors already placed do not move.
 func (s *Store) SetSubscription(ctx context.Context, tenant, group string, at time.Time) (int64, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	tag, err := s.pool.Exec(ctx, `UPDATE queen.consumer_groups_metadata SET subscription_timestamp = $3
-		WHERE tenant_id = $1 AND consumer_group = $2 AND subscription_mode <> 'all'`, tenant, group, at)
-	return tag.RowsAffected(), err
+	var n int64
+	err := s.pool.QueryRow(ctx, `WITH marks AS (DELETE FROM queen.consumer_watermarks WHERE consumer_group = $2),
+		moved AS (UPDATE queen.consumer_groups_metadata SET subscription_timestamp = $3
+			WHERE tenant_id = $1 AND consumer_group = $2 AND subscription_mode <> 'all' RETURNING 1)
+		SELECT count(*) FROM moved`, tenant, group, at).Scan(&n)
+	s.marks.forget(tenant, "", group)
+	return n, err
 }

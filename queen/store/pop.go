@@ -259,6 +259,14 @@ func (s *Store) Pop(ctx context.Context, req PopRequest) (PopResult, error) {
 	if len(res.Messages) > 0 && !req.AutoAck {
 		res.LeaseID = p.LeaseID
 	}
+	if len(res.Messages) == 0 && req.Partition == "" {
+		rows.Close()
+		// Bookkeeping for tools that read the watermarks: the pop's
+		// answer does not depend on it.
+		if err := s.noteEmptyScan(ctx, req.Tenant, req.Queue, req.Group); err != nil {
+			s.log.Warn("consumer watermark not written", "queue", req.Queue, "group", req.Group, "err", err)
+		}
+	}
 	return res, nil
 }
 

@@ -299,12 +299,14 @@ func queueInfo(ctx context.Context, tx pgx.Tx, q Queue) (QueueInfo, error) {
 // DeleteQueue removes a queue and, by cascade, its partitions, messages,
 // cursors and DLQ rows. It reports whether the queue existed.
 func (s *Store) DeleteQueue(ctx context.Context, tenant, name string) (bool, error) {
-	// The queue's subscriptions go with it: a queue created again under the
-	// same name starts with none.
+	// The queue's subscriptions and watermarks go with it: a queue created
+	// again under the same name starts with none.
 	tag, err := s.pool.Exec(ctx, `
-		WITH subs AS (DELETE FROM queen.consumer_groups_metadata WHERE tenant_id = $1 AND queue_name = $2)
+		WITH subs AS (DELETE FROM queen.consumer_groups_metadata WHERE tenant_id = $1 AND queue_name = $2),
+		marks AS (DELETE FROM queen.consumer_watermarks WHERE queue_name = $2)
 		DELETE FROM queen.queues WHERE tenant_id = $1 AND name = $2`, tenant, name)
 	s.cache.forgetQueue(tenant, name)
+	s.marks.forget(tenant, name, "")
 	if err != nil {
 		return false, err
 	}

@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"sort"
 	"strings"
 	"time"
@@ -72,6 +73,9 @@ type Options struct {
 	// Cipher seals the payloads of queues with encryptionEnabled and opens
 	// them on every read (QUEEN_ENCRYPTION_KEY); nil: no encryption.
 	Cipher *crypt.Cipher
+	// Log receives what the store cannot return to a caller (bookkeeping
+	// that failed beside a call that succeeded); nil discards it.
+	Log *slog.Logger
 }
 
 // Store runs queen's statements over a connection pool.
@@ -83,6 +87,8 @@ type Store struct {
 	cache     *cache
 	pushes    *combiner
 	cipher    *crypt.Cipher
+	marks     *watermarkThrottle
+	log       *slog.Logger
 }
 
 // New wraps an open pool.
@@ -96,13 +102,17 @@ func New(pool *pgxpool.Pool, o Options) *Store {
 	if o.CacheTTL <= 0 {
 		o.CacheTTL = 60 * time.Second
 	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
 	if o.PushStatements <= 0 {
 		o.PushStatements = 4
 	}
 	if o.PushBatchRows <= 0 {
 		o.PushBatchRows = 1000
 	}
-	s := &Store{pool: pool, dbNow: o.DBNow, ids: o.IDs, txTimeout: o.TxTimeout, cache: newCache(o.Clock, o.CacheTTL), cipher: o.Cipher}
+	s := &Store{pool: pool, dbNow: o.DBNow, ids: o.IDs, txTimeout: o.TxTimeout, cache: newCache(o.Clock, o.CacheTTL), cipher: o.Cipher,
+		marks: &watermarkThrottle{clock: o.Clock, last: map[[3]string]time.Time{}}, log: o.Log}
 	s.pushes = &combiner{run: s.appendCombined, maxInFlight: o.PushStatements, maxRows: o.PushBatchRows}
 	return s
 }

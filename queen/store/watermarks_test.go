@@ -1,0 +1,108 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/queen-go/queen/queen/clock"
+	"github.com/queen-go/queen/queen/ids"
+	"github.com/queen-go/queen/queen/store"
+	"github.com/queen-go/queen/queen/store/storetest"
+)
+
+// An empty wildcard pop of a drained queue leaves a watermark for (queue,
+// group); with messages pending (even all leased) it only moves an
+// existing row's updated_at, at most every 30 s; a seek to a timestamp, a
+// group delete, a subscription change and a queue delete remove the rows.
+func TestWatermarksWrittenOnEmptyWildcardPopsAndDropped(t *testing.T) {
+	ctx := context.Background()
+	pool := storetest.Pool(t)
+	sim := clock.NewSim(time.Now().UTC().Truncate(time.Millisecond))
+	s := store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil), Clock: sim,
+		DBNow: func() *time.Time { t := sim.Now(); return &t }})
+	push := func(part, txid string) {
+		t.Helper()
+		if _, err := s.Push(ctx, tenant, []store.PushItem{{Queue: "wm", Partition: part, TransactionID: txid}}, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pop := func() store.PopResult {
+		t.Helper()
+		r, err := s.Pop(ctx, store.PopRequest{Tenant: tenant, Queue: "wm", Group: "g", Batch: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	row := func() (empty, updated time.Time, ok bool) {
+		t.Helper()
+		err := pool.QueryRow(ctx, `SELECT last_empty_scan_at, updated_at FROM queen.consumer_watermarks
+			WHERE queue_name = 'wm' AND consumer_group = 'g'`).Scan(&empty, &updated)
+		return empty, updated, err == nil
+	}
+	for _, p := range []string{"a", "b", "c"} {
+		push(p, p+"1")
+	}
+	for r := pop(); len(r.Messages) > 0; r = pop() {
+		if _, _, ok := row(); ok {
+			t.Fatal("a watermark while messages were being served")
+		}
+		for _, m := range r.Messages {
+			if _, err := s.Ack(ctx, tenant, "g", []store.AckItem{{TransactionID: m.TransactionID, PartitionID: m.PartitionID, LeaseID: m.LeaseID}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	empty, updated, ok := row()
+	if !ok || !empty.Equal(sim.Now()) || !updated.Equal(sim.Now()) {
+		t.Fatalf("after draining: row %v %v %v, want both at %v", ok, empty, updated, sim.Now())
+	}
+	first := sim.Now()
+	// Pending but leased: the row stays "empty at first", updated_at moves
+	// only once 30 s have passed.
+	push("a", "a2")
+	if r := pop(); len(r.Messages) != 1 {
+		t.Fatalf("pop a2: %+v", r)
+	}
+	sim.Advance(10 * time.Second)
+	pop()
+	if _, updated, _ := row(); !updated.Equal(first) {
+		t.Fatalf("updated_at moved within 30 s: %v", updated)
+	}
+	sim.Advance(25 * time.Second)
+	pop()
+	if empty, updated, _ := row(); !empty.Equal(first) || !updated.Equal(sim.Now()) {
+		t.Fatalf("with a2 pending: empty %v updated %v, want %v and %v", empty, updated, first, sim.Now())
+	}
+	exists := func() bool { _, _, ok := row(); return ok }
+	// Each of these drops the row; an empty pop 30 s later writes it again.
+	rewrite := func() {
+		t.Helper()
+		sim.Advance(31 * time.Second)
+		if _, err := pool.Exec(ctx, `INSERT INTO queen.consumer_watermarks (queue_name, consumer_group) VALUES ('wm', 'g')
+			ON CONFLICT DO NOTHING`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at := sim.Now().Add(-time.Hour)
+	if _, _, err := s.Seek(ctx, tenant, "g", "wm", nil, true, nil); err != nil || !exists() {
+		t.Fatalf("seek to end dropped the row (%v)", err)
+	}
+	if _, _, err := s.Seek(ctx, tenant, "g", "wm", nil, false, &at); err != nil || exists() {
+		t.Fatalf("seek to a timestamp kept the row (%v)", err)
+	}
+	rewrite()
+	if _, err := s.SetSubscription(ctx, tenant, "g", at); err != nil || exists() {
+		t.Fatalf("subscription change kept the row (%v)", err)
+	}
+	rewrite()
+	q := "wm"
+	if _, _, err := s.DeleteGroup(ctx, tenant, "g", &q, false); err != nil || exists() {
+		t.Fatalf("group delete kept the row (%v)", err)
+	}
+	rewrite()
+	if _, err := s.DeleteQueue(ctx, tenant, "wm"); err != nil || exists() {
+		t.Fatalf("queue delete kept the row (%v)", err)
+	}
+}
