@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/queen-go/queen/queen/clock"
 	"github.com/queen-go/queen/queen/ids"
@@ -69,5 +72,97 @@ func TestSQLPushFunctionsFeedTheBroker(t *testing.T) {
 	res, err := s.Push(ctx, tenant, []store.PushItem{{Queue: "sql.jobs", Partition: "p1", TransactionID: "t3"}}, "")
 	if err != nil || res[0].Status != "queued" {
 		t.Fatalf("push after SQL pushes: %+v %v", res, err)
+	}
+}
+
+// popSpecific runs queen.pop_specific_batch and decodes its answer.
+func popSpecific(t *testing.T, pool interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, requests string) []specificResult {
+	t.Helper()
+	var raw []byte
+	if err := pool.QueryRow(context.Background(), `SELECT queen.pop_specific_batch($1::jsonb)`, requests).Scan(&raw); err != nil {
+		t.Fatal(err)
+	}
+	var out []specificResult
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatalf("%v: %s", err, raw)
+	}
+	return out
+}
+
+type specificResult struct {
+	Idx    int `json:"idx"`
+	Result struct {
+		Success       bool   `json:"success"`
+		Error         string `json:"error"`
+		Queue         string `json:"queue"`
+		Partition     string `json:"partition"`
+		PartitionID   string `json:"partitionId"`
+		LeaseID       string `json:"leaseId"`
+		ConsumerGroup string `json:"consumerGroup"`
+		Messages      []struct {
+			ID            string          `json:"id"`
+			TransactionID string          `json:"transactionId"`
+			Data          json.RawMessage `json:"data"`
+			ProducerSub   *string         `json:"producerSub"`
+			CreatedAt     int64           `json:"createdAt"`
+		} `json:"messages"`
+	} `json:"result"`
+}
+
+// TestPopSpecificBatchLeasesLikeTheBroker: queen.pop_specific_batch answers
+// in (queue, partition) order, reports unknown partitions, leases what it
+// returns under worker_id so the broker's pops skip the partition and a
+// second call finds the lease held, and an ack with that lease id settles
+// the messages; a partial batch leases only what it returned.
+func TestPopSpecificBatchLeasesLikeTheBroker(t *testing.T) {
+	t.Parallel()
+	pool := storetest.Pool(t)
+	s := store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil)})
+	ctx := context.Background()
+	sub := "sp-test-sub"
+	if _, err := s.Push(ctx, tenant, []store.PushItem{{Queue: "spb", Partition: "P", TransactionID: "a", Payload: json.RawMessage(`{"n":1}`)},
+		{Queue: "spb", Partition: "P", TransactionID: "b", ProducerSub: sub}, {Queue: "spb", Partition: "P", TransactionID: "c"}}, ""); err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now()
+	out := popSpecific(t, pool, `[{"idx": 7, "queue_name": "spb", "partition_name": "P", "batch_size": 2, "lease_seconds": 60, "worker_id": "w-1"},
+		{"idx": 3, "queue_name": "spb", "partition_name": "Nope"}]`)
+	if len(out) != 2 || out[0].Idx != 3 || out[0].Result.Success || out[0].Result.Error != "partition_not_found" || out[0].Result.Messages == nil {
+		t.Fatalf("unknown partition first (N < P): %+v", out)
+	}
+	got := out[1].Result
+	if out[1].Idx != 7 || !got.Success || got.LeaseID != "w-1" || got.ConsumerGroup != "__QUEUE_MODE__" || got.Queue != "spb" ||
+		len(got.Messages) != 2 || got.Messages[0].TransactionID != "a" || string(got.Messages[0].Data) != `{"n": 1}` ||
+		got.Messages[0].ProducerSub != nil || *got.Messages[1].ProducerSub != sub {
+		t.Fatalf("pop: %+v", out[1])
+	}
+	if at := time.UnixMicro(got.Messages[0].CreatedAt); at.Before(before.Add(-time.Minute)) || at.After(time.Now().Add(time.Minute)) {
+		t.Fatalf("createdAt %d is not microseconds", got.Messages[0].CreatedAt)
+	}
+	if r, err := s.Pop(ctx, store.PopRequest{Tenant: tenant, Queue: "spb", Batch: 10}); err != nil || len(r.Messages) != 0 {
+		t.Fatalf("the broker popped a leased partition: %+v %v", r, err)
+	}
+	if again := popSpecific(t, pool, `[{"queue_name": "spb", "partition_name": "P", "worker_id": "w-2"}]`); again[0].Result.Error != "lease_held" {
+		t.Fatalf("second claim: %+v", again)
+	}
+	var items []store.AckItem
+	for _, m := range got.Messages {
+		items = append(items, store.AckItem{TransactionID: m.TransactionID, PartitionID: got.PartitionID, LeaseID: "w-1"})
+	}
+	res, err := s.Ack(ctx, tenant, "", items)
+	if err != nil || !res[0].Success || !res[1].Success {
+		t.Fatalf("ack under worker_id: %+v %v", res, err)
+	}
+	// The lease ended with its batch: c is next, for anyone.
+	r, err := s.Pop(ctx, store.PopRequest{Tenant: tenant, Queue: "spb", Batch: 10})
+	if err != nil || len(r.Messages) != 1 || r.Messages[0].TransactionID != "c" {
+		t.Fatalf("after the ack: %+v %v", r, err)
+	}
+	// A named group first seen here subscribes from the start.
+	g := popSpecific(t, pool, `[{"queue_name": "spb", "partition_name": "P", "consumer_group": "audit", "worker_id": "w-3"}]`)
+	if len(g[0].Result.Messages) != 3 || g[0].Result.ConsumerGroup != "audit" {
+		t.Fatalf("group audit: %+v", g)
 	}
 }
