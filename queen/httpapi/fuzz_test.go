@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/queen-go/queen/queen/ids"
 	"io"
 	"log/slog"
 	"net/http"
@@ -48,6 +49,31 @@ func FuzzPushBody(f *testing.F) {
 				if why, ok := jsonbSafe(it.Payload); !ok {
 					t.Fatalf("accepted a payload jsonb refuses (%s): %q", why, it.Payload)
 				}
+			}
+		}
+	})
+}
+
+func FuzzTraceBody(f *testing.F) {
+	f.Add([]byte(`{"transactionId":"t","partitionId":"01a22c56-622f-7000-85d2-8458ca5b958d","data":{"a":1},"traceNames":["x"]}`))
+	f.Add([]byte(`{"transactionId":"t","partitionId":"01a22c56-622f-7000-85d2-8458ca5b958d","data":"\u0000","traceNames":"x"}`))
+	f.Add([]byte(`{"transactionId":"","partitionId":null,"data":null}`))
+	s := fuzzServer()
+	f.Fuzz(func(t *testing.T, body []byte) {
+		r := httptest.NewRequest("POST", "/api/v1/traces", bytes.NewReader(body))
+		p, err := s.traceParams(r)
+		if err != nil {
+			return
+		}
+		if p.TransactionID == "" || !ids.Valid(p.PartitionID) || !json.Valid(p.Data) || p.EventType == "" || p.ConsumerGroup == "" {
+			t.Fatalf("accepted trace %+v", p)
+		}
+		if why, ok := jsonbSafe(p.Data); !ok {
+			t.Fatalf("accepted data jsonb refuses (%s): %q", why, p.Data)
+		}
+		for _, n := range p.Names {
+			if n == "" {
+				t.Fatalf("accepted an empty trace name: %+v", p)
 			}
 		}
 	})

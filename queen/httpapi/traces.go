@@ -20,6 +20,7 @@ func (s *Server) recordTrace(w http.ResponseWriter, r *http.Request) {
 		writeBad(w, err)
 		return
 	}
+	p.Tenant = tenantOf(r)
 	id, err := s.store.RecordTrace(r.Context(), p)
 	if errors.Is(err, store.ErrNotFound) {
 		writeJSON(w, http.StatusNotFound, map[string]any{"success": false, "error": "Message not found"})
@@ -36,7 +37,7 @@ func (s *Server) recordTrace(w http.ResponseWriter, r *http.Request) {
 // required; consumerGroup and eventType default (null counts as absent);
 // traceNames is null, a string or an array of strings.
 func (s *Server) traceParams(r *http.Request) (store.TraceParams, error) {
-	p := store.TraceParams{Tenant: tenantOf(r), ConsumerGroup: store.QueueModeGroup, EventType: "info", WorkerID: s.cfg.ServerID}
+	p := store.TraceParams{ConsumerGroup: store.QueueModeGroup, EventType: "info", WorkerID: s.cfg.ServerID}
 	body, err := readObject(r, false)
 	if err != nil {
 		return p, err
@@ -57,6 +58,9 @@ func (s *Server) traceParams(r *http.Request) (store.TraceParams, error) {
 	}
 	if isNull(body["data"]) {
 		return p, bad("data is required")
+	}
+	if why, ok := jsonbSafe(body["data"]); !ok {
+		return p, bad("data contains %s", why)
 	}
 	p.TransactionID, p.PartitionID, p.Data = txid, pid, body["data"]
 	if g, ok, err := body.str("consumerGroup", ""); err != nil {

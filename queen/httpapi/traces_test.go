@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/queen-go/queen/queen/config"
@@ -33,6 +34,10 @@ func TestTracesRecordReadAndGoWithTheirMessage(t *testing.T) {
 		if r.status != 400 || r.obj(t)["error"] != c.want {
 			t.Fatalf("%v: %d %s, want 400 %q", c.body, r.status, r.body, c.want)
 		}
+	}
+	if r := e.do("POST", "/api/v1/traces", map[string]any{"transactionId": "m1", "partitionId": pid, "data": "a\u0000b"}); r.status != 400 ||
+		!strings.HasPrefix(r.obj(t)["error"].(string), "data contains") {
+		t.Fatalf("NUL in data: %d %s", r.status, r.body)
 	}
 	r := e.do("POST", "/api/v1/traces", map[string]any{"transactionId": "none", "partitionId": pid, "data": 1})
 	if r.status != 404 || r.obj(t)["success"] != false {
