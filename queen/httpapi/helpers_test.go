@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"io"
 	"log/slog"
 	"net/http"
@@ -32,6 +33,7 @@ type env struct {
 	t     *testing.T
 	url   string
 	store *store.Store
+	pool  *pgxpool.Pool
 	mu    sync.Mutex
 	shift time.Duration
 }
@@ -56,7 +58,8 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 			t.Fatal(err)
 		}
 	}
-	e.store = store.New(storetest.Pool(t), store.Options{IDs: idSrc, DBNow: e.dbNow, TxTimeout: 10 * time.Second, Cipher: cipher})
+	e.pool = storetest.Pool(t)
+	e.store = store.New(e.pool, store.Options{IDs: idSrc, DBNow: e.dbNow, TxTimeout: 10 * time.Second, Cipher: cipher})
 	var authn *auth.Authenticator
 	if cfg.JWTEnabled {
 		var err error
@@ -83,6 +86,15 @@ func (e *env) dbNow() *time.Time {
 }
 
 // advanceDB moves database time forward by d.
+// sql runs a statement straight on the database, as tools and test
+// suites do.
+func (e *env) sql(t *testing.T, stmt string, args ...any) {
+	t.Helper()
+	if _, err := e.pool.Exec(context.Background(), stmt, args...); err != nil {
+		t.Fatalf("%s: %v", stmt, err)
+	}
+}
+
 func (e *env) advanceDB(d time.Duration) {
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -224,6 +224,9 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/traces/names", s.traceNamesList)
 	mux.HandleFunc("GET /api/v1/traces/by-name/{traceName}", s.tracesByName)
 	mux.HandleFunc("GET /api/v1/traces/{partitionId}/{transactionId}", s.tracesOfMessage)
+	mux.HandleFunc("POST /streams/v1/queries", s.registerQuery)
+	mux.HandleFunc("POST /streams/v1/cycle", s.cycle)
+	mux.HandleFunc("POST /streams/v1/state/get", s.stateGet)
 	mux.HandleFunc("GET /health", s.health)
 	mux.HandleFunc("GET /metrics", s.metrics)
 	mux.HandleFunc("GET /metrics/prometheus", s.prometheus)
@@ -247,7 +250,8 @@ func subOf(r *http.Request) string {
 // routeLevel is the access level a route needs: public health and metrics;
 // admin for system routes and deletes of queues and groups; produce for
 // push and timer schedules (write-only tokens pass); read-only for other
-// reads; read-write for the rest, pops included.
+// reads (and the streams state read); read-write for the rest, pops
+// included.
 func routeLevel(method, pattern string) auth.Level {
 	path := strings.TrimPrefix(pattern, method+" ")
 	switch {
@@ -260,7 +264,7 @@ func routeLevel(method, pattern string) auth.Level {
 		return auth.Admin
 	case method == http.MethodPost && (path == "/api/v1/push" || path == "/api/v1/timers"):
 		return auth.Produce
-	case method == http.MethodGet && !strings.HasPrefix(path, "/api/v1/pop"):
+	case method == http.MethodGet && !strings.HasPrefix(path, "/api/v1/pop"), path == "/streams/v1/state/get":
 		return auth.ReadOnly
 	}
 	return auth.ReadWrite

@@ -1,0 +1,297 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/queen-go/queen/queen/ids"
+	"github.com/queen-go/queen/queen/store"
+)
+
+// The streaming SDKs' routes (contract-streams.md): register a query,
+// commit a cycle, read state. Top-level fields are snake_case, as the SDKs
+// send them; ack and push items are camelCase.
+
+// registerQuery is POST /streams/v1/queries.
+func (s *Server) registerQuery(w http.ResponseWriter, r *http.Request) {
+	body, err := readStreamsBody(r)
+	if err != nil {
+		writeBad(w, err)
+		return
+	}
+	p := store.RegisterParams{Tenant: tenantOf(r)}
+	for _, f := range []struct {
+		name string
+		dst  *string
+	}{{"name", &p.Name}, {"source_queue", &p.SourceQueue}, {"config_hash", &p.ConfigHash}} {
+		v, _, err := body.str(f.name, "")
+		if err != nil {
+			writeBad(w, err)
+			return
+		}
+		if v == "" {
+			writeError(w, http.StatusBadRequest, f.name+" is required")
+			return
+		}
+		*f.dst = v
+	}
+	if p.SinkQueue, _, err = body.str("sink_queue", ""); err != nil {
+		writeBad(w, err)
+		return
+	}
+	if p.Reset, _, err = body.boolean("reset", ""); err != nil {
+		writeBad(w, err)
+		return
+	}
+	q, err := s.store.RegisterQuery(r.Context(), p)
+	var mismatch *store.ErrConfigHashMismatch
+	if errors.As(err, &mismatch) {
+		writeJSON(w, http.StatusConflict, map[string]any{"success": false, "query_id": mismatch.QueryID, "name": p.Name,
+			"error": fmt.Sprintf("config_hash mismatch: operator chain changed for queryId '%s'. Pass reset:true to wipe existing state, or use a new queryId.", p.Name)})
+		return
+	}
+	if err != nil {
+		s.storeError(w, r, "register query", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"success": true, "query_id": q.ID, "name": q.Name, "config_hash": q.ConfigHash,
+		"fresh": q.Fresh, "reset": q.Reset})
+}
+
+// readStreamsBody reads a JSON object body, with the streams routes' texts.
+func readStreamsBody(r *http.Request) (obj, error) {
+	raw, err := readBody(r, false)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		var v any
+		if json.Unmarshal(raw, &v) == nil {
+			return nil, bad("request body must be a JSON object")
+		}
+		return nil, bad("Invalid JSON: %v", err)
+	}
+	if m == nil {
+		return nil, bad("request body must be a JSON object")
+	}
+	return m, nil
+}
+
+// streamIDs reads the query_id and partition_id every cycle and state read
+// names: both required, both UUIDs.
+func streamIDs(body obj) (query, partition string, err error) {
+	for _, f := range []struct {
+		name string
+		dst  *string
+	}{{"query_id", &query}, {"partition_id", &partition}} {
+		v, _, err := body.str(f.name, "")
+		if err != nil {
+			return "", "", err
+		}
+		if v == "" {
+			return "", "", bad("%s is required", f.name)
+		}
+		if !ids.Valid(v) {
+			return "", "", bad("%s must be a UUID", f.name)
+		}
+		*f.dst = v
+	}
+	return query, partition, nil
+}
+
+// cycle is POST /streams/v1/cycle.
+func (s *Server) cycle(w http.ResponseWriter, r *http.Request) {
+	p, err := s.cycleParams(r)
+	if err != nil {
+		writeBad(w, err)
+		return
+	}
+	p.Tenant, p.ProducerSub = tenantOf(r), subOf(r)
+	res, err := s.store.Cycle(r.Context(), p)
+	if msg, ok := store.IsRollback(err); ok {
+		writeJSON(w, http.StatusOK, map[string]any{"success": false, "query_id": p.QueryID, "partition_id": p.PartitionID,
+			"queueName": nil, "state_ops_applied": 0, "push_results": []any{}, "ack_result": nil, "error": msg})
+		return
+	}
+	if err != nil {
+		s.storeError(w, r, "cycle", err)
+		return
+	}
+	s.notifyPushed(p.Tenant, res.Pushed)
+	var ack any
+	if res.Ack != nil {
+		ack = map[string]any{"success": true, "count": res.Ack.Count, "lease_released": res.Ack.LeaseReleased, "dlq": false}
+	}
+	pushed := pushResults(res.Pushed)
+	if pushed == nil {
+		pushed = []pushResultWire{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"success": true, "query_id": p.QueryID, "partition_id": p.PartitionID,
+		"queueName": res.QueueName, "state_ops_applied": res.StateOpsApplied, "push_results": pushed, "ack_result": ack})
+}
+
+// cycleParams reads a cycle body. Null or missing lists are empty, a null
+// ack is a flush cycle, release_lease defaults to true.
+func (s *Server) cycleParams(r *http.Request) (store.CycleParams, error) {
+	var p store.CycleParams
+	body, err := readStreamsBody(r)
+	if err != nil {
+		return p, err
+	}
+	if p.QueryID, p.PartitionID, err = streamIDs(body); err != nil {
+		return p, err
+	}
+	if p.Group, _, err = body.str("consumer_group", ""); err != nil {
+		return p, err
+	}
+	if p.Group == "" {
+		p.Group = store.QueueModeGroup
+	}
+	release, has, err := body.boolean("release_lease", "")
+	if err != nil {
+		return p, err
+	}
+	p.ReleaseLease = release || !has
+	if p.State, err = stateOps(body); err != nil {
+		return p, err
+	}
+	items, _, err := body.array("push_items", "")
+	if err != nil {
+		return p, err
+	}
+	for i, raw := range items {
+		it, err := parsePushItem(raw, fmt.Sprintf("push_items[%d].", i))
+		if err != nil {
+			return p, err
+		}
+		if it.Payload == nil {
+			it.Payload = json.RawMessage(`{}`)
+		}
+		p.Push = append(p.Push, it)
+	}
+	p.Ack, err = cycleAck(body)
+	return p, err
+}
+
+func stateOps(body obj) ([]store.StateOp, error) {
+	raws, _, err := body.array("state_ops", "")
+	if err != nil {
+		return nil, err
+	}
+	ops := make([]store.StateOp, len(raws))
+	for i, raw := range raws {
+		path := fmt.Sprintf("state_ops[%d].", i)
+		o, _, err := asObject(raw, path[:len(path)-1])
+		if err != nil {
+			return nil, err
+		}
+		typ, _, err := o.str("type", path)
+		if err != nil {
+			return nil, err
+		}
+		key, hasKey, err := o.str("key", path)
+		if err != nil {
+			return nil, err
+		}
+		if !hasKey {
+			return nil, bad("%skey is required", path)
+		}
+		switch typ {
+		case "upsert":
+			ops[i] = store.StateOp{Key: key, Value: o["value"]}
+			if isNull(o["value"]) {
+				ops[i].Value = nil // stored as {}
+			} else if why, ok := jsonbSafe(o["value"]); !ok {
+				return nil, bad("%svalue contains %s", path, why)
+			}
+		case "delete":
+			ops[i] = store.StateOp{Key: key, Delete: true}
+		default:
+			return nil, bad("%stype must be upsert or delete", path)
+		}
+	}
+	return ops, nil
+}
+
+func cycleAck(body obj) (*store.CycleAck, error) {
+	o, ok, err := body.object("ack", "")
+	if err != nil || !ok {
+		return nil, err
+	}
+	a := &store.CycleAck{Count: 1, Completed: true}
+	if a.TransactionID, _, err = o.str("transactionId", "ack."); err != nil {
+		return nil, err
+	}
+	if a.TransactionID == "" {
+		return nil, bad("ack.transactionId is required")
+	}
+	if a.LeaseID, _, err = o.str("leaseId", "ack."); err != nil {
+		return nil, err
+	}
+	status, _, err := o.str("status", "ack.")
+	if err != nil {
+		return nil, err
+	}
+	switch strings.ToLower(status) {
+	case "", "completed", "success", "acked", "ok":
+	default:
+		a.Completed = false // a nack: the lease goes back, the cursor stays
+	}
+	if n, ok, err := o.integer("count", "ack."); err != nil {
+		return nil, err
+	} else if ok {
+		if n < 0 {
+			return nil, bad("ack.count must not be negative")
+		}
+		a.Count = n
+	}
+	return a, nil
+}
+
+// stateGet is POST /streams/v1/state/get.
+func (s *Server) stateGet(w http.ResponseWriter, r *http.Request) {
+	body, err := readStreamsBody(r)
+	if err != nil {
+		writeBad(w, err)
+		return
+	}
+	query, partition, err := streamIDs(body)
+	if err != nil {
+		writeBad(w, err)
+		return
+	}
+	var f store.StateFilter
+	var keys []json.RawMessage
+	if err := json.Unmarshal(body["keys"], &keys); err == nil {
+		for _, k := range keys {
+			var key string
+			if err := json.Unmarshal(k, &key); err != nil {
+				writeError(w, http.StatusBadRequest, "keys must be an array of strings")
+				return
+			}
+			f.Keys = append(f.Keys, key)
+		}
+	}
+	if f.KeyPrefix, _, err = body.str("key_prefix", ""); err != nil {
+		writeBad(w, err)
+		return
+	}
+	var ripe float64
+	if json.Unmarshal(body["ripe_at_or_before"], &ripe) == nil && !isNull(body["ripe_at_or_before"]) {
+		f.RipeAt = &ripe
+	}
+	rows, err := s.store.StateGet(r.Context(), tenantOf(r), query, partition, f)
+	if err != nil {
+		s.storeError(w, r, "state get", err)
+		return
+	}
+	out := make([]map[string]any, len(rows))
+	for i, row := range rows {
+		out[i] = map[string]any{"key": row.Key, "value": row.Value, "updated_at": row.UpdatedAt.UTC().Format("2006-01-02T15:04:05.000000Z07:00")}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"success": true, "rows": out})
+}

@@ -1,0 +1,335 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Streams: the server side of Queen's streaming SDKs (contract-streams.md).
+// A query is registered by name; each cycle commits the query's state
+// changes for one source partition, its sink pushes and the source ack in
+// one transaction, so a cycle that loses its lease leaves nothing behind
+// and the next pop replays the same messages onto the same state.
+
+// StreamQuery is a registered query.
+type StreamQuery struct {
+	ID, Name, ConfigHash string
+	Fresh, Reset         bool
+}
+
+// ErrConfigHashMismatch: the query exists with another operator chain and
+// the caller did not consent to a reset. The query's id comes with it.
+type ErrConfigHashMismatch struct{ QueryID string }
+
+func (e *ErrConfigHashMismatch) Error() string { return "config_hash mismatch" }
+
+// RegisterParams is one registration.
+type RegisterParams struct {
+	Tenant, Name, SourceQueue, ConfigHash string
+	SinkQueue                             string // "" is none
+	Reset                                 bool
+}
+
+// registerInsertSQL creates the query unless the tenant has one by that
+// name; no row comes back when it exists.
+const registerInsertSQL = `
+INSERT INTO queen_streams.queries (id, tenant_id, name, source_queue, sink_queue, config_hash, created_at, updated_at)
+VALUES ($1, $2, $3, $4, nullif($5, ''), $6, coalesce($7::timestamptz, now()), coalesce($7::timestamptz, now()))
+ON CONFLICT (tenant_id, name) DO NOTHING
+RETURNING id::text`
+
+// RegisterQuery registers the tenant's query, or re-attaches to it: the
+// same name always keeps its id. A new config hash needs Reset, which wipes
+// the query's state; without it nothing changes and the answer is
+// *ErrConfigHashMismatch.
+func (s *Store) RegisterQuery(ctx context.Context, p RegisterParams) (StreamQuery, error) {
+	q := StreamQuery{Name: p.Name, ConfigHash: p.ConfigHash}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, registerInsertSQL, s.ids.New(), p.Tenant, p.Name, p.SourceQueue, p.SinkQueue, p.ConfigHash, s.dbNow()).Scan(&q.ID)
+		if err == nil {
+			q.Fresh = true
+			return nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		var hash string
+		if err := tx.QueryRow(ctx, `SELECT id::text, config_hash FROM queen_streams.queries WHERE tenant_id = $1 AND name = $2 FOR UPDATE`,
+			p.Tenant, p.Name).Scan(&q.ID, &hash); err != nil {
+			return err
+		}
+		if hash != p.ConfigHash {
+			if !p.Reset {
+				return &ErrConfigHashMismatch{QueryID: q.ID}
+			}
+			if _, err := tx.Exec(ctx, `DELETE FROM queen_streams.state WHERE query_id = $1`, q.ID); err != nil {
+				return err
+			}
+			q.Reset = true
+		}
+		_, err = tx.Exec(ctx, `UPDATE queen_streams.queries SET source_queue = $2, sink_queue = nullif($3, ''), config_hash = $4,
+			updated_at = coalesce($5::timestamptz, now()) WHERE id = $1`, q.ID, p.SourceQueue, p.SinkQueue, p.ConfigHash, s.dbNow())
+		return err
+	})
+	return q, err
+}
+
+// StateOp is one state change: an upsert of Value (JSON) or a delete.
+type StateOp struct {
+	Delete bool
+	Key    string
+	Value  json.RawMessage
+}
+
+// CycleAck is a cycle's source ack: the message (by transactionId, in the
+// cycle's partition) the group's cursor moves to, under LeaseID.
+type CycleAck struct {
+	TransactionID, LeaseID string
+	Completed              bool // false: a nack (lease given back, cursor kept)
+	Count                  int
+}
+
+// CycleParams is one cycle.
+type CycleParams struct {
+	Tenant, QueryID, PartitionID, Group string
+	State                               []StateOp
+	Push                                []PushItem
+	Ack                                 *CycleAck
+	ReleaseLease                        bool
+	ProducerSub                         string
+}
+
+// CycleAckResult is what the ack did.
+type CycleAckResult struct {
+	Count         int
+	LeaseReleased bool
+}
+
+// CycleResult is a committed cycle.
+type CycleResult struct {
+	QueueName       string
+	StateOpsApplied int
+	Pushed          []PushResult
+	Ack             *CycleAckResult
+}
+
+// cycleCheckSQL finds the tenant's source partition's queue name ($1
+// partition, $2 tenant) and whether the tenant's query $3 exists, then
+// serialises cycles of one (query, partition) until commit.
+const cycleCheckSQL = `
+SELECT (SELECT q.name FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE p.id = $1 AND q.tenant_id = $2),
+	EXISTS (SELECT 1 FROM queen_streams.queries WHERE id = $3 AND tenant_id = $2),
+	(SELECT true FROM (SELECT pg_advisory_xact_lock(hashtextextended($3::text || ':' || $1::text, 0))) l)`
+
+// stateUpsertSQL writes the final value of each upserted key.
+const stateUpsertSQL = `
+INSERT INTO queen_streams.state (query_id, partition_id, key, value, updated_at)
+SELECT $1, $2, k, v::jsonb, coalesce($5::timestamptz, now()) FROM unnest($3::text[], $4::text[]) AS x(k, v)
+ON CONFLICT (query_id, partition_id, key) DO UPDATE SET value = EXCLUDED.value, updated_at = EXCLUDED.updated_at`
+
+// cycleAckCheckSQL reads the acked message ($1 partition, $2
+// transactionId) and judges group $3's lease $4 at $5: held, live, and
+// covering the message. It locks the cursor row.
+const cycleAckCheckSQL = `
+WITH m AS (SELECT id, seq, created_at FROM queen.messages WHERE partition_id = $1 AND transaction_id = $2),
+pc AS (SELECT worker_id, lease_expires_at, lease_max_seq FROM queen.partition_consumers
+	WHERE partition_id = $1 AND consumer_group = $3 FOR UPDATE)
+SELECT (SELECT seq FROM m),
+	coalesce((SELECT pc.worker_id = $4 AND pc.lease_expires_at > coalesce($5::timestamptz, now())
+		AND (SELECT seq FROM m) <= pc.lease_max_seq FROM pc), false)`
+
+// cycleAckSQL moves group $3's cursor in partition $1 to the message $2
+// (completed) or keeps it (nack), adds $4 to the consumed count, and gives
+// the lease back when $5 (a nack always does). lease_acquired_at stays:
+// it orders the partitions' claims.
+const cycleAckSQL = `
+UPDATE queen.partition_consumers pc SET
+	last_consumed_seq = CASE WHEN $6 THEN greatest(pc.last_consumed_seq, m.seq) ELSE pc.last_consumed_seq END,
+	last_consumed_id = CASE WHEN $6 AND m.seq > pc.last_consumed_seq THEN m.id ELSE pc.last_consumed_id END,
+	last_consumed_created_at = CASE WHEN $6 AND m.seq > pc.last_consumed_seq THEN m.created_at ELSE pc.last_consumed_created_at END,
+	last_consumed_at = CASE WHEN $6 THEN coalesce($7::timestamptz, now()) ELSE pc.last_consumed_at END,
+	total_messages_consumed = pc.total_messages_consumed + CASE WHEN $6 THEN $4 ELSE 0 END,
+	total_batches_consumed = pc.total_batches_consumed + CASE WHEN $6 AND $5 THEN 1 ELSE 0 END,
+	worker_id = CASE WHEN $5 THEN NULL ELSE pc.worker_id END,
+	lease_expires_at = CASE WHEN $5 THEN NULL ELSE pc.lease_expires_at END,
+	batch_size = CASE WHEN $5 THEN 0 ELSE pc.batch_size END,
+	acked_count = CASE WHEN $5 THEN 0 ELSE pc.acked_count END,
+	batch_retry_count = CASE WHEN $5 AND $6 THEN 0 ELSE pc.batch_retry_count END
+FROM queen.messages m
+WHERE m.partition_id = $1 AND m.transaction_id = $2 AND pc.partition_id = $1 AND pc.consumer_group = $3`
+
+// Cycle commits one cycle, or nothing: a business failure (unknown query
+// or partition, the acked message missing, a lease that is not held) is
+// an error IsRollback recognises, with the text the SDKs show.
+func (s *Store) Cycle(ctx context.Context, p CycleParams) (CycleResult, error) {
+	var res CycleResult
+	// Sink names resolve (queues and partitions are created) before the
+	// transaction: creating them is harmless if it rolls back.
+	rows, err := s.pushRows(ctx, p.Tenant, p.Push, p.ProducerSub)
+	if err != nil {
+		return res, err
+	}
+	upKeys, upValues, delKeys := collapseState(p.State)
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	var pushed []appendOut
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var queue *string
+		var queryOK, locked bool
+		if err := tx.QueryRow(ctx, cycleCheckSQL, p.PartitionID, p.Tenant, p.QueryID).Scan(&queue, &queryOK, &locked); err != nil {
+			return err
+		}
+		switch {
+		case !queryOK:
+			return rollback("query not found")
+		case queue == nil:
+			return rollback("partition not found")
+		}
+		res.QueueName = *queue
+		if len(upKeys) > 0 {
+			if _, err := tx.Exec(ctx, stateUpsertSQL, p.QueryID, p.PartitionID, upKeys, upValues, s.dbNow()); err != nil {
+				return err
+			}
+		}
+		if len(delKeys) > 0 {
+			if _, err := tx.Exec(ctx, `DELETE FROM queen_streams.state WHERE query_id = $1 AND partition_id = $2 AND key = ANY ($3::text[])`,
+				p.QueryID, p.PartitionID, delKeys); err != nil {
+				return err
+			}
+		}
+		if len(rows) > 0 {
+			var err error
+			if pushed, err = s.appendDistinct(ctx, tx, rows); err != nil {
+				return err
+			}
+			for _, o := range pushed {
+				if o.gone {
+					return rollback("a sink partition was deleted during the cycle")
+				}
+			}
+		}
+		if p.Ack != nil {
+			var err error
+			if res.Ack, err = s.cycleAck(ctx, tx, p); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return CycleResult{}, err
+	}
+	res.StateOpsApplied = len(p.State)
+	for i, r := range rows {
+		o := pushed[i]
+		pr := PushResult{Index: i, Status: "duplicate", MessageID: o.messageID, TransactionID: r.txid,
+			PartitionID: r.pid, QueueName: p.Push[i].Queue, TraceID: p.Push[i].TraceID}
+		if o.queued {
+			pr.Status = "queued"
+		}
+		res.Pushed = append(res.Pushed, pr)
+	}
+	return res, nil
+}
+
+// cycleAck applies the source ack inside the cycle's transaction.
+func (s *Store) cycleAck(ctx context.Context, tx pgx.Tx, p CycleParams) (*CycleAckResult, error) {
+	a := p.Ack
+	var seq *int64
+	var held bool
+	if err := tx.QueryRow(ctx, cycleAckCheckSQL, p.PartitionID, a.TransactionID, p.Group, a.LeaseID, s.dbNow()).Scan(&seq, &held); err != nil {
+		return nil, err
+	}
+	if seq == nil {
+		return nil, rollback("Message not found")
+	}
+	if !held {
+		return nil, rollback("Invalid or expired lease")
+	}
+	release := p.ReleaseLease || !a.Completed
+	if _, err := tx.Exec(ctx, cycleAckSQL, p.PartitionID, a.TransactionID, p.Group, a.Count, release, a.Completed, s.dbNow()); err != nil {
+		return nil, err
+	}
+	out := &CycleAckResult{LeaseReleased: release}
+	if a.Completed {
+		out.Count = a.Count
+	}
+	return out, nil
+}
+
+// collapseState reduces ops applied in order to their net effect per key:
+// the last op on a key wins (an upsert writes its value, a delete
+// removes the row).
+func collapseState(ops []StateOp) (upKeys, upValues, delKeys []string) {
+	last := map[string]int{}
+	for i, op := range ops {
+		last[op.Key] = i
+	}
+	for i, op := range ops {
+		if last[op.Key] != i {
+			continue
+		}
+		if op.Delete {
+			delKeys = append(delKeys, op.Key)
+			continue
+		}
+		v := op.Value
+		if len(v) == 0 {
+			v = json.RawMessage(`{}`)
+		}
+		upKeys, upValues = append(upKeys, op.Key), append(upValues, string(v))
+	}
+	return upKeys, upValues, delKeys
+}
+
+// StateRow is one state row.
+type StateRow struct {
+	Key       string
+	Value     json.RawMessage
+	UpdatedAt time.Time
+}
+
+// StateFilter narrows a state read within (query, partition).
+type StateFilter struct {
+	Keys      []string // exact keys (none: all)
+	KeyPrefix string   // a literal prefix ("" none)
+	RipeAt    *float64 // value.windowEnd, a JSON number, at or before this
+}
+
+// stateGetSQL reads tenant $1's query $2's rows for partition $3, sorted
+// by key, with the filters ANDed.
+const stateGetSQL = `
+SELECT s.key, s.value, s.updated_at
+FROM queen_streams.state s
+JOIN queen_streams.queries q ON q.id = s.query_id
+WHERE q.tenant_id = $1 AND s.query_id = $2 AND s.partition_id = $3
+	AND (cardinality($4::text[]) = 0 OR s.key = ANY ($4::text[]))
+	AND ($5 = '' OR left(s.key, length($5)) = $5)
+	AND ($6::float8 IS NULL OR (jsonb_typeof(s.value -> 'windowEnd') = 'number'
+		AND (s.value ->> 'windowEnd')::numeric <= $6::float8::numeric))
+ORDER BY s.key`
+
+// StateGet reads state rows; an unknown query or partition has none.
+func (s *Store) StateGet(ctx context.Context, tenant, queryID, partitionID string, f StateFilter) ([]StateRow, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	keys := f.Keys
+	if keys == nil {
+		keys = []string{}
+	}
+	rows, err := s.pool.Query(ctx, stateGetSQL, tenant, queryID, partitionID, keys, f.KeyPrefix, f.RipeAt)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (StateRow, error) {
+		var row StateRow
+		err := r.Scan(&row.Key, &row.Value, &row.UpdatedAt)
+		return row, err
+	})
+}
