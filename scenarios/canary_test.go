@@ -79,6 +79,8 @@ var generatedCanaries = map[string]func(*scenarios.Scenario) bool{
 	// Completed retention deletes what one group consumed, whatever the
 	// others have.
 	"retention-ignores-group": func(s *scenarios.Scenario) bool { return s.Queues[0].CompletedRetentionSecs > 0 },
+	// A streams cycle commits under a lease it lost: counted twice.
+	"cycle-ignores-lease": func(s *scenarios.Scenario) bool { return s.Weights.Stream > 0 },
 	// Eviction deletes messages long before their maxWait.
 	"evict-early": func(s *scenarios.Scenario) bool { return s.Queues[0].MaxWaitSecs > 0 },
 	// A resent transactionId fails its push with a unique violation: a

@@ -254,6 +254,8 @@ func (s *Scenario) parseWorkload(f []string) error {
 			w.Timer = n
 		case "kv":
 			w.KV = n
+		case "stream":
+			w.Stream = n
 		default:
 			return fmt.Errorf("workload: unknown %q", k)
 		}
@@ -350,6 +352,9 @@ func Print(w io.Writer, s *Scenario) error {
 	}
 	if w8.Timer > 0 {
 		fmt.Fprintf(b, " timer=%d", w8.Timer)
+	}
+	if w8.Stream > 0 {
+		fmt.Fprintf(b, " stream=%d", w8.Stream)
 	}
 	if w8.KV > 0 {
 		fmt.Fprintf(b, " kv=%d", w8.KV)

@@ -101,6 +101,12 @@ func Generate(seed uint64) *Scenario {
 			s.Queues[0].Groups = append(s.Queues[0].Groups, "audit")
 		}
 	}
+	if rng.IntN(2) == 0 && s.Weights.Timer == 0 {
+		// A streaming query counting a source per partition, its cycles
+		// racing leases, crashes and outages (in runs without timers and
+		// KV, whose rarer reads it would crowd out).
+		s.Weights.Stream = 15 + rng.IntN(16)
+	}
 	delete(fired, "broker.start")
 	for _, k := range []string{"pg.refuse", "pg.blackhole", "pg.reset", "broker.crash", "clock.skew", "spool.eio", "spool.enospc", "spool.torn",
 		"spool.poison", "spool.quarantined"} {
@@ -201,10 +207,12 @@ func GenerateFree(seed uint64) *Scenario {
 	s.Faults = append(s.Faults, sim.FaultAt{At: 0, Kind: "pg.hold", Broker: -1, For: time.Minute,
 		By: time.Duration(30+rng.IntN(51)) * time.Millisecond})
 	s.Sometimes = append(s.Sometimes, "pg.hold")
+	// A streaming query's cycles, their commits held like the rest.
+	s.Weights.Stream = 8 + rng.IntN(8)
 	// Lease recovery and fairness bound waits in wall time, which a loaded
 	// machine stretches; free-running runs judge what holds whatever the
 	// timing.
-	s.Expect = []string{"no-loss", "no-double-delivery", "fifo", "dedup", "tenant", "answers", "redelivery", "timers", "kv"}
+	s.Expect = []string{"no-loss", "no-double-delivery", "fifo", "dedup", "tenant", "answers", "redelivery", "timers", "kv", "stream"}
 	return s
 }
 

@@ -65,6 +65,7 @@ var Checkers = []Checker{
 	{Name: "liveness", Check: CheckLiveness, Lockstep: true},
 	{Name: "timers", Check: CheckTimers},
 	{Name: "kv", Check: CheckKV},
+	{Name: "stream", Check: CheckStream},
 }
 
 // Judge runs the checker on h with re-inserted transactionIds told apart

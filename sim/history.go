@@ -70,6 +70,10 @@ type Event struct {
 	// the database's now then (Unix ms).
 	Timers []PendingTimer `json:"timers,omitempty"`
 	DBNow  int64          `json:"dbNow,omitempty"`
+	// StreamState and StreamSink are the counting query's state rows and
+	// sink messages at the final read.
+	StreamState []StreamState `json:"streamState,omitempty"`
+	StreamSink  []StreamOut   `json:"streamSink,omitempty"`
 }
 
 // PendingTimer is a timer row found by the final read.

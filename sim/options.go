@@ -48,6 +48,9 @@ type Weights struct {
 	// TimerQueue, sometimes cancel); KV the weight of KV puts (1-2 s ttl)
 	// and reads.
 	Timer, KV int
+	// Stream is the weight of streaming operations: source pushes, batch
+	// pops and cycles of a query counting the source per partition.
+	Stream int
 }
 
 // DefaultWeights is the workload mix when a scenario names none.

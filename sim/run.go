@@ -70,6 +70,8 @@ type client struct {
 	held   []*held
 	timers []timerRef
 	kv     []kvRef
+	// streams are source batches popped and not yet committed.
+	streams []*streamBatch
 }
 
 type runner struct {
@@ -95,6 +97,8 @@ type runner struct {
 	jobs       sync.WaitGroup
 	doublePass atomic.Int64 // retention passes run by forced double leaders
 	doubleRows atomic.Int64 // rows those passes deleted
+	// streamQueries is the counting query's id per tenant.
+	streamQueries map[string]string
 }
 
 type activeFault struct {
@@ -155,6 +159,10 @@ func (r *runner) setup(dsn string, log io.Writer) error {
 		r.cluster.Close()
 		return err
 	}
+	if err := r.setupStreams(); err != nil {
+		r.cluster.Close()
+		return err
+	}
 	return nil
 }
 
@@ -167,6 +175,7 @@ func (r *runner) conclude(dsn string, ops int) (*Result, error) {
 		return nil, err
 	}
 	r.drain()
+	r.drainStreams()
 	res := &Result{History: r.hist, Ops: ops, Faults: len(r.o.Faults), Fired: r.fired}
 	var dbNow *time.Time
 	if r.pg != nil {
@@ -198,8 +207,11 @@ func finish(res *Result, o Options) {
 		}
 	}
 	for _, e := range h {
-		if e.K == KInfo && e.Op == "pop" && e.Err == Cancelled {
+		switch {
+		case e.K == KInfo && e.Op == "pop" && e.Err == Cancelled:
 			res.Fired["pop.cancelled"]++
+		case e.K == KOK && e.Op == "stream-cycle":
+			res.Fired["stream."+e.Status]++ // committed, rejected
 		}
 	}
 	for _, e := range judged {
@@ -379,8 +391,12 @@ func (r *runner) step(rng *rand.Rand, c *client) {
 		return
 	}
 	w := r.o.Weights
-	total := w.Push + w.Pop + w.Ack + w.Extend + w.Txn + w.Abandon + w.Foreign + w.Leave + w.Timer + w.KV
+	total := w.Push + w.Pop + w.Ack + w.Extend + w.Txn + w.Abandon + w.Foreign + w.Leave + w.Stream + w.Timer + w.KV
 	x := pick(total)
+	if x >= total-w.Timer-w.KV-w.Stream && x < total-w.Timer-w.KV {
+		r.streamStep(pick, c, b)
+		return
+	}
 	if x >= total-w.Timer-w.KV {
 		r.timerStep(pick, c, b, x >= total-w.KV)
 		return
@@ -752,6 +768,7 @@ func (r *runner) abandonAll(c *client) {
 		r.hist.Add(Event{K: KClient, What: "abandon", C: c.id, VT: r.vt(), Lease: h.lease})
 	}
 	c.held = nil
+	c.streams = nil // their leases run out; the next pop replays them
 }
 
 // drain consumes and completes everything left, in every group of every
@@ -828,6 +845,9 @@ func finalRead(ctx context.Context, dsn string, h *History, vt int64, dbNow *tim
 		return err
 	}
 	if final.Timers, final.DBNow, err = pendingTimers(ctx, conn, dbNow); err != nil {
+		return err
+	}
+	if final.StreamState, final.StreamSink, err = readStreams(ctx, conn); err != nil {
 		return err
 	}
 	h.Add(final)

@@ -22,5 +22,6 @@ import "os"
 // after its pop's client left is not given back), timer-early (the sweeper
 // claims and fires timers up to two seconds before they are due),
 // kv-ttl-ignored (KV reads see expired rows until they are pruned),
-// evict-early (eviction deletes messages at a tenth of maxWaitTimeSeconds).
+// evict-early (eviction deletes messages at a tenth of maxWaitTimeSeconds),
+// cycle-ignores-lease (a streams cycle commits under a lease it lost).
 func On(name string) bool { return os.Getenv("QUEEN_CANARY") == name }
