@@ -29,7 +29,7 @@ sim-canaries: ## run the simulator once per planted bug; passes only if every ca
 
 FUZZTIME ?= 10s
 FUZZ_TARGETS := queen/httpapi:FuzzPushBody queen/httpapi:FuzzTimerAndKVBodies queen/httpapi:FuzzTransactionOp \
-	queen/httpapi:FuzzPopQuery queen/httpapi:FuzzTraceBody queen/spool:FuzzRecordReader queen/auth:FuzzToken
+	queen/httpapi:FuzzPopQuery queen/httpapi:FuzzTraceBody queen/httpapi:FuzzCycleBody queen/spool:FuzzRecordReader queen/auth:FuzzToken
 fuzz: ## run every fuzz target for FUZZTIME (10s) each (their seeds also run in make test)
 	@for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; name=$${t##*:}; echo "fuzz ./$$pkg $$name for $(FUZZTIME)"; \

@@ -50,3 +50,31 @@ func TestEncryptionAtRest(t *testing.T) {
 		t.Fatalf("configure encryption with no key: %d %s", r.status, r.body)
 	}
 }
+
+// A streams cycle's sink pushes into an encrypted queue are sealed like any
+// push, and opened on pop.
+func TestStreamsSinkPushesAreSealed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *config.Config) { c.EncryptionKey = strings.Repeat("4f", 32) })
+	e.expect(e.do("POST", "/api/v1/configure", map[string]any{"queue": "vault", "options": map[string]any{"encryptionEnabled": true}}), 200)
+	q := e.expect(e.do("POST", "/streams/v1/queries", map[string]any{"name": "seal", "source_queue": "src", "config_hash": "h"}), 200).obj(t)["query_id"]
+	e.push(item{"queue": "src", "transactionId": "m"})
+	p := e.pop("/api/v1/pop/queue/src")
+	r := e.expect(e.do("POST", "/streams/v1/cycle", map[string]any{"query_id": q, "partition_id": p.PartitionID,
+		"push_items": []any{map[string]any{"queue": "vault", "transactionId": "v1", "payload": map[string]any{"pin": "9876"}}},
+		"ack":        map[string]any{"transactionId": "m", "leaseId": p.LeaseID}}), 200).obj(t)
+	if r["success"] != true {
+		t.Fatalf("cycle: %v", r)
+	}
+	var raw string
+	var sealed bool
+	if err := e.store.Pool().QueryRow(context.Background(), `SELECT payload::text, is_encrypted FROM queen.messages WHERE transaction_id = 'v1'`).Scan(&raw, &sealed); err != nil {
+		t.Fatal(err)
+	}
+	if !sealed || strings.Contains(raw, "9876") {
+		t.Fatalf("a sink push was stored in the clear: %v %s", sealed, raw)
+	}
+	if got := e.pop("/api/v1/pop/queue/vault"); got == nil || !strings.Contains(string(got.Messages[0].Data), "9876") {
+		t.Fatalf("pop of the sink: %+v", got)
+	}
+}

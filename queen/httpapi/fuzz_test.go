@@ -79,6 +79,40 @@ func FuzzTraceBody(f *testing.F) {
 	})
 }
 
+func FuzzCycleBody(f *testing.F) {
+	const id = "01a22c56-622f-7000-85d2-8458ca5b958d"
+	f.Add([]byte(`{"query_id":"` + id + `","partition_id":"` + id + `","state_ops":[{"type":"upsert","key":"k","value":{"n":1}}],` +
+		`"push_items":[{"queue":"s","payload":{"a":1}}],"ack":{"transactionId":"t","leaseId":"l","count":2},"release_lease":false}`))
+	f.Add([]byte(`{"query_id":"` + id + `","partition_id":"` + id + `","state_ops":null,"push_items":null,"ack":null}`))
+	f.Add([]byte(`{"query_id":"x","partition_id":"","state_ops":[{"type":"delete"}]}`))
+	s := fuzzServer()
+	f.Fuzz(func(t *testing.T, body []byte) {
+		r := httptest.NewRequest("POST", "/streams/v1/cycle", bytes.NewReader(body))
+		p, err := s.cycleParams(r)
+		if err != nil {
+			return
+		}
+		if !ids.Valid(p.QueryID) || !ids.Valid(p.PartitionID) || p.Group == "" {
+			t.Fatalf("accepted ids %q %q group %q", p.QueryID, p.PartitionID, p.Group)
+		}
+		for _, op := range p.State {
+			if op.Value != nil {
+				if why, ok := jsonbSafe(op.Value); !ok || !json.Valid(op.Value) {
+					t.Fatalf("accepted a state value jsonb refuses (%s): %q", why, op.Value)
+				}
+			}
+		}
+		for _, it := range p.Push {
+			if it.Queue == "" || !json.Valid(it.Payload) {
+				t.Fatalf("accepted push item %+v", it)
+			}
+		}
+		if p.Ack != nil && (p.Ack.TransactionID == "" || p.Ack.Count < 0) {
+			t.Fatalf("accepted ack %+v", p.Ack)
+		}
+	})
+}
+
 func FuzzTimerAndKVBodies(f *testing.F) {
 	f.Add([]byte(`[{"op":"schedule","queue":"q","timerKey":"k","txn":"t","delayMs":5,"payload":"eyJhIjoxfQ=="}]`))
 	f.Add([]byte(`{"operations":[{"op":"put","ns":"n","key":"k","value":1,"forever":true}]}`))
