@@ -54,7 +54,7 @@ const ratio = `round(CASE WHEN (%[1]s) + (%[2]s) = 0 THEN 0 ELSE (%[1]s)::numeri
 // so bufferUsage is empty.
 var postgresStatsSQL = `
 SELECT jsonb_build_object(
-	'timestamp', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+	'timestamp', to_char(coalesce($1::timestamptz, now()) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
 	'database', (SELECT jsonb_build_object('name', d.datname, 'sizeBytes', pg_database_size(d.datid),
 		'size', pg_size_pretty(pg_database_size(d.datid)), 'connections', d.numbackends,
 		'commits', d.xact_commit, 'rollbacks', d.xact_rollback, 'deadlocks', d.deadlocks, 'conflicts', d.conflicts,
@@ -84,7 +84,7 @@ SELECT jsonb_build_object(
 		FROM pg_stat_user_tables t WHERE t.schemaname = 'queen'), '[]'),
 	'activeQueries', coalesce((SELECT jsonb_agg(jsonb_build_object('pid', a.pid, 'state', a.state,
 		'applicationName', a.application_name, 'waitEventType', a.wait_event_type, 'waitEvent', a.wait_event,
-		'durationMs', round(extract(epoch FROM now() - a.query_start) * 1000), 'query', left(a.query, 200)) ORDER BY a.query_start)
+		'durationMs', round(extract(epoch FROM coalesce($1::timestamptz, now()) - a.query_start) * 1000), 'query', left(a.query, 200)) ORDER BY a.query_start)
 		FROM pg_stat_activity a WHERE a.datname = current_database() AND a.state IS DISTINCT FROM 'idle'
 			AND a.pid <> pg_backend_pid()), '[]'),
 	'autovacuumStatus', coalesce((SELECT jsonb_agg(jsonb_build_object('table', t.relname, 'lastAutovacuum', t.last_autovacuum,
@@ -104,6 +104,6 @@ func (s *Store) PostgresStats(ctx context.Context) (json.RawMessage, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	var doc json.RawMessage
-	err := s.pool.QueryRow(ctx, postgresStatsSQL).Scan(&doc)
+	err := s.pool.QueryRow(ctx, postgresStatsSQL, s.dbNow()).Scan(&doc)
 	return doc, err
 }
