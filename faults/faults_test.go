@@ -19,9 +19,11 @@ import (
 
 func TestMain(m *testing.M) { storetest.Main(m) }
 
-func TestPGProxyModes(t *testing.T) {
-	dsn := storetest.DSN(t)
-	cfg, err := pgx.ParseConfig(dsn)
+// proxied starts a proxy in front of the test database and answers it
+// with the DSN that goes through it.
+func proxied(t *testing.T) (*faults.PGProxy, string) {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(storetest.DSN(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,8 +31,12 @@ func TestPGProxyModes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close()
-	via := fmt.Sprintf("host=127.0.0.1 port=%d user=%s dbname=%s sslmode=disable connect_timeout=1", p.Port(), cfg.User, cfg.Database)
+	t.Cleanup(p.Close)
+	return p, fmt.Sprintf("host=127.0.0.1 port=%d user=%s dbname=%s sslmode=disable connect_timeout=1", p.Port(), cfg.User, cfg.Database)
+}
+
+func TestPGProxyModes(t *testing.T) {
+	p, via := proxied(t)
 	ping := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
 		defer cancel()
@@ -149,17 +155,7 @@ func TestFaultyFSInjectsBeforeTheNextAppend(t *testing.T) {
 // A held COMMIT is one a client sent as a simple query; statements that
 // mention the word are not held, and the draw holds some commits, not all.
 func TestPGProxyHoldsCommits(t *testing.T) {
-	dsn := storetest.DSN(t)
-	cfg, err := pgx.ParseConfig(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := faults.NewPGProxy(fmt.Sprintf("%s:%d", cfg.Host, cfg.Port))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	via := fmt.Sprintf("host=127.0.0.1 port=%d user=%s dbname=%s sslmode=disable", p.Port(), cfg.User, cfg.Database)
+	p, via := proxied(t)
 	ctx := context.Background()
 	c, err := pgx.Connect(ctx, via)
 	if err != nil {

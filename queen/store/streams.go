@@ -205,24 +205,14 @@ func (s *Store) Cycle(ctx context.Context, p CycleParams) (CycleResult, error) {
 				return err
 			}
 		}
-		if len(rows) > 0 {
-			var err error
-			if pushed, err = s.appendDistinct(ctx, tx, rows); err != nil {
-				return err
-			}
-			for _, o := range pushed {
-				if o.gone {
-					return rollback("a sink partition was deleted during the cycle")
-				}
-			}
+		var err error
+		if pushed, err = s.appendInTx(ctx, tx, rows); err != nil {
+			return err
 		}
 		if p.Ack != nil {
-			var err error
-			if res.Ack, err = s.cycleAck(ctx, tx, p); err != nil {
-				return err
-			}
+			res.Ack, err = s.cycleAck(ctx, tx, p)
 		}
-		return nil
+		return err
 	})
 	if err != nil {
 		return CycleResult{}, err

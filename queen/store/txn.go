@@ -132,16 +132,9 @@ func (s *Store) TransactionWith(ctx context.Context, tenant string, ops []TxnOp,
 		if err := s.lockForTxn(ctx, tx, lp, requiredLeases); err != nil {
 			return err
 		}
-		if len(rows) > 0 {
-			var err error
-			if pushed, err = s.appendDistinct(ctx, tx, rows); err != nil {
-				return err
-			}
-			for _, o := range pushed {
-				if o.gone {
-					return rollback("a partition was deleted during the transaction")
-				}
-			}
+		var err error
+		if pushed, err = s.appendInTx(ctx, tx, rows); err != nil {
+			return err
 		}
 		for _, g := range groups {
 			idx := byGroup[g]
@@ -160,7 +153,6 @@ func (s *Store) TransactionWith(ctx context.Context, tenant string, ops []TxnOp,
 				acked[i] = res[j]
 			}
 		}
-		var err error
 		if len(extras.Timers) > 0 {
 			if more.Timers, err = s.applyTimers(ctx, tx, tenant, producerSub, extras.Timers); err != nil {
 				return err
@@ -224,4 +216,22 @@ func (s *Store) lockForTxn(ctx context.Context, tx pgx.Tx, p txnLockParams, requ
 		}
 	}
 	return nil
+}
+
+// appendInTx appends rows inside tx; a partition deleted meanwhile (its
+// cached id is stale) rolls the whole transaction back.
+func (s *Store) appendInTx(ctx context.Context, tx pgx.Tx, rows []appendRow) ([]appendOut, error) {
+	if len(rows) == 0 {
+		return nil, nil
+	}
+	out, err := s.appendDistinct(ctx, tx, rows)
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range out {
+		if o.gone {
+			return nil, rollback("a partition was deleted during the transaction")
+		}
+	}
+	return out, nil
 }
