@@ -42,6 +42,22 @@ func do(t *testing.T, method, url, tenant, body string) (int, []byte) {
 	return resp.StatusCode, raw
 }
 
+// doSettled is do for the steps a test takes while the database path is
+// meant to be healthy: a 503 there means a loaded machine stretched the
+// test's tight connect timeout, not what the test checks, so it is retried
+// for up to 30 s.
+func doSettled(t *testing.T, method, url, tenant, body string) (int, []byte) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, raw := do(t, method, url, tenant, body)
+		if code != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			return code, raw
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // brokerBehindProxy starts a broker whose database path can be cut; tune,
 // when given, adjusts its configuration.
 func brokerBehindProxy(t *testing.T, tune ...func(*config.Config)) (*queen.Broker, *faults.PGProxy) {
@@ -97,7 +113,7 @@ func drainAll(t *testing.T, base, tenant string) []string {
 	t.Helper()
 	var got []string
 	for {
-		code, body := do(t, "GET", base+"/api/v1/pop/queue/orders?batch=50", tenant, "")
+		code, body := doSettled(t, "GET", base+"/api/v1/pop/queue/orders?batch=50", tenant, "")
 		if code == 204 {
 			return got
 		}
@@ -112,7 +128,7 @@ func drainAll(t *testing.T, base, tenant string) []string {
 		for _, m := range p.Messages {
 			got = append(got, m.TransactionID)
 			ack := fmt.Sprintf(`{"transactionId":%q,"partitionId":%q,"leaseId":%q}`, m.TransactionID, m.PartitionID, m.LeaseID)
-			if code, body := do(t, "POST", base+"/api/v1/ack", tenant, ack); code != 200 || !strings.Contains(string(body), `"success":true`) {
+			if code, body := doSettled(t, "POST", base+"/api/v1/ack", tenant, ack); code != 200 || !strings.Contains(string(body), `"success":true`) {
 				t.Fatalf("ack: %d %s", code, body)
 			}
 		}
@@ -190,7 +206,7 @@ func TestOutageBuffersPushesAndReplaysThemExactlyOnce(t *testing.T) {
 func TestMaintenanceModeDivertsAndDrainsOnDisable(t *testing.T) {
 	b, _ := brokerBehindProxy(t)
 	base := "http://" + b.Addr()
-	code, body := do(t, "POST", base+"/api/v1/system/maintenance", "", `{"enabled":true}`)
+	code, body := doSettled(t, "POST", base+"/api/v1/system/maintenance", "", `{"enabled":true}`)
 	if code != 200 || !strings.Contains(string(body), "Maintenance mode ENABLED. All PUSHes routing to file buffer.") {
 		t.Fatalf("enable: %d %s", code, body)
 	}
@@ -200,7 +216,7 @@ func TestMaintenanceModeDivertsAndDrainsOnDisable(t *testing.T) {
 		}
 	}
 	time.Sleep(200 * time.Millisecond) // several drain cycles: it must stay paused
-	_, body = do(t, "GET", base+"/api/v1/system/maintenance", "", "")
+	_, body = doSettled(t, "GET", base+"/api/v1/system/maintenance", "", "")
 	var m map[string]any
 	json.Unmarshal(body, &m)
 	if m["maintenanceMode"] != true || m["bufferedMessages"].(float64) != 5 || m["bufferStats"] == nil {
@@ -209,7 +225,7 @@ func TestMaintenanceModeDivertsAndDrainsOnDisable(t *testing.T) {
 	if got := drainAll(t, base, tenantA); len(got) != 0 {
 		t.Fatalf("drained while paused: %v", got)
 	}
-	code, body = do(t, "POST", base+"/api/v1/system/maintenance", "", `{"enabled":false}`)
+	code, body = doSettled(t, "POST", base+"/api/v1/system/maintenance", "", `{"enabled":false}`)
 	if code != 200 || !strings.Contains(string(body), "Maintenance mode DISABLED. Background processor will drain buffer to DB.") {
 		t.Fatalf("disable: %d %s", code, body)
 	}
@@ -227,13 +243,13 @@ func TestMaintenanceModeDivertsAndDrainsOnDisable(t *testing.T) {
 	}
 	// Pop maintenance: pops answer 204 even with messages waiting.
 	pushOne(t, base, tenantA, "x")
-	if code, body := do(t, "POST", base+"/api/v1/system/maintenance/pop", "", `{"enabled":true}`); code != 200 || !strings.Contains(string(body), `"popMaintenanceMode":true`) {
+	if code, body := doSettled(t, "POST", base+"/api/v1/system/maintenance/pop", "", `{"enabled":true}`); code != 200 || !strings.Contains(string(body), `"popMaintenanceMode":true`) {
 		t.Fatalf("pop maintenance on: %d %s", code, body)
 	}
-	if code, _ := do(t, "GET", base+"/api/v1/pop/queue/orders", tenantA, ""); code != 204 {
+	if code, _ := doSettled(t, "GET", base+"/api/v1/pop/queue/orders", tenantA, ""); code != 204 {
 		t.Fatalf("pop in pop maintenance: %d", code)
 	}
-	do(t, "POST", base+"/api/v1/system/maintenance/pop", "", `{"enabled":false}`)
+	doSettled(t, "POST", base+"/api/v1/system/maintenance/pop", "", `{"enabled":false}`)
 	if got := drainAll(t, base, tenantA); len(got) != 1 {
 		t.Fatalf("after pop maintenance: %v", got)
 	}
@@ -253,7 +269,7 @@ func TestMaintenanceFlagPersistsAcrossBrokers(t *testing.T) {
 	b := start(t, testConfig(t, dsn)) // reads the row at start
 	defer b.Shutdown(context.Background())
 	do(t, "POST", "http://"+a.Addr()+"/api/v1/push", "", `{"items":[{"queue":"orders"}]}`)
-	if code, _ := do(t, "GET", "http://"+b.Addr()+"/api/v1/pop/queue/orders", "", ""); code != 204 {
+	if code, _ := doSettled(t, "GET", "http://"+b.Addr()+"/api/v1/pop/queue/orders", "", ""); code != 204 {
 		t.Fatalf("a broker started after the flip must honour pop maintenance: %d", code)
 	}
 }
@@ -352,7 +368,7 @@ func TestPushTimingOutOnABusyPartitionDoesNotFlipHealth(t *testing.T) {
 func TestSpoolHoldsNoPlaintextWithAKey(t *testing.T) {
 	b, proxy := brokerBehindProxy(t, func(c *config.Config) { c.EncryptionKey = strings.Repeat("a1", 32) })
 	base := "http://" + b.Addr()
-	if code, body := do(t, "POST", base+"/api/v1/configure", "", `{"queue":"vault","options":{"encryptionEnabled":true}}`); code != 200 {
+	if code, body := doSettled(t, "POST", base+"/api/v1/configure", "", `{"queue":"vault","options":{"encryptionEnabled":true}}`); code != 200 {
 		t.Fatalf("configure: %d %s", code, body)
 	}
 	proxy.SetMode(faults.Refuse, 0)
@@ -378,7 +394,7 @@ func TestSpoolHoldsNoPlaintextWithAKey(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	for _, q := range []string{"vault", "orders"} {
-		code, body := do(t, "GET", base+"/api/v1/pop/queue/"+q+"?autoAck=true", "", "")
+		code, body := doSettled(t, "GET", base+"/api/v1/pop/queue/"+q+"?autoAck=true", "", "")
 		if code != 200 || !strings.Contains(string(body), `"pin":"9876"`) {
 			t.Fatalf("pop %s after replay: %d %s", q, code, body)
 		}
