@@ -19,7 +19,6 @@ func CheckStream(h []Event, _ Spec) []Violation {
 	if final == nil {
 		return nil
 	}
-	type pk struct{ tenant, p string }
 	pushed, acked := map[Key]bool{}, map[Key]bool{}
 	cycles := map[string]string{} // cycle id -> committed | rejected | maybe
 	for _, c := range calls(h) {
@@ -63,14 +62,14 @@ func CheckStream(h []Event, _ Spec) []Violation {
 			out = append(out, Violation{"stream", fmt.Sprintf("%s acknowledged to its producer but never counted", k)})
 		}
 	}
-	emitted, inSink := map[string]int{}, map[pk]map[string]int{}
+	emitted, inSink := map[string]int{}, map[string]map[string]int{} // cycle -> sink messages; tenant -> txid -> mentions
 	for _, o := range final.StreamSink {
 		emitted[o.Cycle]++
-		if inSink[pk{o.Tenant, ""}] == nil {
-			inSink[pk{o.Tenant, ""}] = map[string]int{}
+		if inSink[o.Tenant] == nil {
+			inSink[o.Tenant] = map[string]int{}
 		}
 		for _, id := range o.IDs {
-			inSink[pk{o.Tenant, ""}][id]++
+			inSink[o.Tenant][id]++
 		}
 	}
 	for id, n := range emitted {
@@ -91,7 +90,7 @@ func CheckStream(h []Event, _ Spec) []Violation {
 	// The sink names what the state counts: each counted message in
 	// exactly one sink message of its tenant.
 	for k, n := range counted {
-		if got := inSink[pk{k.Tenant, ""}][k.Txid]; got != n {
+		if got := inSink[k.Tenant][k.Txid]; got != n {
 			out = append(out, Violation{"stream", fmt.Sprintf("%s counted %d times, in the sink %d times", k, n, got)})
 		}
 	}
