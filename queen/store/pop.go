@@ -262,8 +262,9 @@ func (s *Store) Pop(ctx context.Context, req PopRequest) (PopResult, error) {
 	if len(res.Messages) == 0 && req.Partition == "" {
 		rows.Close()
 		// Bookkeeping for tools that read the watermarks: the pop's
-		// answer does not depend on it.
-		if err := s.noteEmptyScan(ctx, req.Tenant, req.Queue, req.Group); err != nil {
+		// answer does not depend on it (and a client that left is no
+		// database problem worth a warning).
+		if err := s.noteEmptyScan(ctx, req.Tenant, req.Queue, req.Group); err != nil && ctx.Err() == nil {
 			s.log.Warn("consumer watermark not written", "queue", req.Queue, "group", req.Group, "err", err)
 		}
 	}
