@@ -338,26 +338,15 @@ func Print(w io.Writer, s *Scenario) error {
 	w8 := s.Weights
 	fmt.Fprintf(b, "workload  clients=%d ops=%d push=%d pop=%d ack=%d extend=%d txn=%d abandon=%d reuse=%d%% fail=%d%%",
 		s.Clients, s.Ops, w8.Push, w8.Pop, w8.Ack, w8.Extend, w8.Txn, w8.Abandon, w8.ReusePct, w8.FailPct)
-	if w8.HotPct > 0 {
-		fmt.Fprintf(b, " hot=%d%%", w8.HotPct)
-	}
-	if w8.Foreign > 0 {
-		fmt.Fprintf(b, " foreign=%d", w8.Foreign)
-	}
-	if w8.Leave > 0 {
-		fmt.Fprintf(b, " leave=%d", w8.Leave)
-	}
-	if w8.PollPct > 0 {
-		fmt.Fprintf(b, " poll=%d%%", w8.PollPct)
-	}
-	if w8.Timer > 0 {
-		fmt.Fprintf(b, " timer=%d", w8.Timer)
-	}
-	if w8.Stream > 0 {
-		fmt.Fprintf(b, " stream=%d", w8.Stream)
-	}
-	if w8.KV > 0 {
-		fmt.Fprintf(b, " kv=%d", w8.KV)
+	// Optional weights, printed only when set, in this order.
+	for _, o := range []struct {
+		key, unit string
+		n         int
+	}{{"hot", "%", w8.HotPct}, {"foreign", "", w8.Foreign}, {"leave", "", w8.Leave}, {"poll", "%", w8.PollPct},
+		{"timer", "", w8.Timer}, {"stream", "", w8.Stream}, {"kv", "", w8.KV}} {
+		if o.n > 0 {
+			fmt.Fprintf(b, " %s=%d%s", o.key, o.n, o.unit)
+		}
 	}
 	fmt.Fprintln(b)
 	if s.VTime > 0 {
