@@ -48,6 +48,11 @@ func (s *Server) registerQuery(w http.ResponseWriter, r *http.Request) {
 	}
 	q, err := s.store.RegisterQuery(r.Context(), p)
 	var mismatch *store.ErrConfigHashMismatch
+	var denied *store.ErrStreamsDenied
+	if errors.As(err, &denied) {
+		writeJSON(w, http.StatusForbidden, map[string]any{"success": false, "denied": true, "error": denied.Reason})
+		return
+	}
 	if errors.As(err, &mismatch) {
 		writeJSON(w, http.StatusConflict, map[string]any{"success": false, "query_id": mismatch.QueryID, "name": p.Name,
 			"error": fmt.Sprintf("config_hash mismatch: operator chain changed for queryId '%s'. Pass reset:true to wipe existing state, or use a new queryId.", p.Name)})
@@ -103,6 +108,26 @@ func streamIDs(body obj) (query, partition string, err error) {
 	return query, partition, nil
 }
 
+// ownsStreamPartition answers 404 when tenancy is on and the partition is
+// not the caller's (Rust's model: refused before any transaction, so a
+// tenant cannot probe another's partitions). With tenancy off every
+// partition is the default tenant's, and an unknown one is the cycle's
+// business failure "partition not found", as in Queen's C++ broker.
+func (s *Server) ownsStreamPartition(w http.ResponseWriter, r *http.Request, partition string) bool {
+	if !s.cfg.TenancyHeader {
+		return true
+	}
+	owned, err := s.store.PartitionOwned(r.Context(), tenantOf(r), partition)
+	if err != nil {
+		s.storeError(w, r, "partition owner", err)
+		return false
+	}
+	if !owned {
+		writeError(w, http.StatusNotFound, "not found")
+	}
+	return owned
+}
+
 // cycle is POST /streams/v1/cycle.
 func (s *Server) cycle(w http.ResponseWriter, r *http.Request) {
 	p, err := s.cycleParams(r)
@@ -111,6 +136,9 @@ func (s *Server) cycle(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.Tenant, p.ProducerSub = tenantOf(r), subOf(r)
+	if !s.ownsStreamPartition(w, r, p.PartitionID) {
+		return
+	}
 	res, err := s.store.Cycle(r.Context(), p)
 	if msg, ok := store.IsRollback(err); ok {
 		writeJSON(w, http.StatusOK, map[string]any{"success": false, "query_id": p.QueryID, "partition_id": p.PartitionID,
@@ -262,6 +290,9 @@ func (s *Server) stateGet(w http.ResponseWriter, r *http.Request) {
 	query, partition, err := streamIDs(body)
 	if err != nil {
 		writeBad(w, err)
+		return
+	}
+	if !s.ownsStreamPartition(w, r, partition) {
 		return
 	}
 	var f store.StateFilter

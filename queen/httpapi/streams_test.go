@@ -1,11 +1,14 @@
 package httpapi_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/queen-go/queen/queen/config"
 )
 
 // Registration: the same name keeps its id; a changed hash is a 409
@@ -249,5 +252,81 @@ func TestStreamsCycleEdges(t *testing.T) {
 	rows = e.expect(e.do("POST", "/streams/v1/state/get", map[string]any{"query_id": q, "partition_id": p.PartitionID}), 200).obj(t)["rows"].([]any)
 	if len(rows) != 0 {
 		t.Fatalf("state outlived its query: %v", rows)
+	}
+}
+
+// Tenancy on (Rust's model): a tenant other than the default one registers
+// a new query only with an enabled grant and below its cap, while
+// re-attaching and resetting are never gated; the same name under two
+// tenants is two queries; a partition that is not the caller's is a 404
+// before anything is written, and another tenant's query reads as empty.
+func TestStreamsTenancyGrantsQuotaAndOwnership(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *config.Config) { c.TenancyHeader = true })
+	const t1, t2 = "11111111-1111-4111-8111-111111111111", "22222222-2222-4222-8222-222222222222"
+	reg := func(tenant, name, hash string, reset bool, want int) map[string]any {
+		t.Helper()
+		body := map[string]any{"name": name, "source_queue": "src", "config_hash": hash, "reset": reset}
+		return e.expect(e.do("POST", "/streams/v1/queries", body, "x-queen-tenant", tenant), want).obj(t)
+	}
+	if d := reg(t1, "count", "h", false, 403); d["denied"] != true || d["error"] != "streams not granted for this tenant" {
+		t.Fatalf("no grant: %v", d)
+	}
+	reg(config.DefaultTenant, "count", "h", false, 200) // the default tenant is never gated
+	e.sql(t, `INSERT INTO queen_streams.quota (tenant_id, max_queries) VALUES ($1, 1), ($2, NULL)`, t1, t2)
+	a := reg(t1, "count", "h", false, 200)
+	if d := reg(t1, "other", "h", false, 403); d["error"] != "streams query quota exceeded (max 1)" {
+		t.Fatalf("over the cap: %v", d)
+	}
+	if again := reg(t1, "count", "h2", true, 200); again["query_id"] != a["query_id"] || again["reset"] != true {
+		t.Fatalf("a reset at the cap: %v", again)
+	}
+	b := reg(t2, "count", "h", false, 200)
+	if b["query_id"] == a["query_id"] {
+		t.Fatal("two tenants share one query")
+	}
+	var n int
+	if err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM queen_streams.queries WHERE tenant_id = $1`, t1).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("tenant 1 has %d queries (%v), want 1", n, err)
+	}
+	e.sql(t, `UPDATE queen_streams.quota SET enabled = false WHERE tenant_id = $1`, t2)
+	if d := reg(t2, "second", "h", false, 403); d["error"] != "streams not granted for this tenant" {
+		t.Fatalf("disabled grant: %v", d)
+	}
+
+	e.expect(e.do("POST", "/api/v1/push", map[string]any{"items": []any{map[string]any{"queue": "src", "transactionId": "m1"}}},
+		"x-queen-tenant", t1), 201)
+	p := e.pop("/api/v1/pop/queue/src", "x-queen-tenant", t1)
+	if p == nil {
+		t.Fatal("tenant 1 cannot pop its message")
+	}
+	cycle := func(tenant, query, partition string) response {
+		return e.do("POST", "/streams/v1/cycle", map[string]any{"query_id": query, "partition_id": partition,
+			"state_ops": []any{map[string]any{"type": "upsert", "key": "n", "value": map[string]any{"n": 1}}}}, "x-queen-tenant", tenant)
+	}
+	for _, r := range []response{
+		cycle(t2, b["query_id"].(string), p.PartitionID),
+		cycle(t2, b["query_id"].(string), "01a22c56-622f-7000-85d2-8458ca5b958d"),
+		e.do("POST", "/streams/v1/state/get", map[string]any{"query_id": b["query_id"], "partition_id": p.PartitionID}, "x-queen-tenant", t2),
+	} {
+		if r.status != 404 || r.obj(t)["error"] != "not found" {
+			t.Fatalf("foreign partition: %d %s, want 404 not found", r.status, r.body)
+		}
+	}
+	if r := e.expect(cycle(t1, a["query_id"].(string), p.PartitionID), 200).obj(t); r["success"] != true {
+		t.Fatalf("own cycle: %v", r)
+	}
+	foreign := e.expect(e.do("POST", "/streams/v1/state/get", map[string]any{"query_id": b["query_id"], "partition_id": p.PartitionID},
+		"x-queen-tenant", t1), 200).obj(t)
+	if foreign["success"] != true || len(foreign["rows"].([]any)) != 0 {
+		t.Fatalf("another tenant's query: %v", foreign)
+	}
+	own := e.expect(e.do("POST", "/streams/v1/state/get", map[string]any{"query_id": a["query_id"], "partition_id": p.PartitionID},
+		"x-queen-tenant", t1), 200).obj(t)
+	if rows := own["rows"].([]any); len(rows) != 1 {
+		t.Fatalf("own state: %v", own)
+	}
+	if err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM queen_streams.state WHERE query_id = $1`, b["query_id"]).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("a refused cycle wrote %d rows (%v)", n, err)
 	}
 }

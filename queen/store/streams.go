@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -36,50 +37,103 @@ type RegisterParams struct {
 	Reset                                 bool
 }
 
+// ErrStreamsDenied: the tenant may not register another query (no
+// enabled grant, or its cap is reached). Only fresh registrations by a
+// tenant other than the default one are gated.
+type ErrStreamsDenied struct{ Reason string }
+
+func (e *ErrStreamsDenied) Error() string { return e.Reason }
+
+// registerFindSQL reads tenant $1's query named $2 and locks it, so a
+// re-registration and a reset of one query run one at a time.
+const registerFindSQL = `
+SELECT id::text, config_hash FROM queen_streams.queries WHERE tenant_id = $1 AND name = $2 FOR UPDATE`
+
+// registerGrantSQL reads tenant $1's grant and counts its queries. It
+// locks the grant row, so two fresh registrations of one tenant cannot
+// both pass the count and exceed the cap.
+const registerGrantSQL = `
+SELECT g.enabled, g.max_queries, (SELECT count(*) FROM queen_streams.queries WHERE tenant_id = $1)
+FROM queen_streams.quota g WHERE g.tenant_id = $1 FOR UPDATE`
+
 // registerInsertSQL creates the query unless the tenant has one by that
-// name; no row comes back when it exists.
+// name; no row comes back when a concurrent registration created it first.
 const registerInsertSQL = `
 INSERT INTO queen_streams.queries (id, tenant_id, name, source_queue, sink_queue, config_hash, created_at, updated_at)
 VALUES ($1, $2, $3, $4, nullif($5, ''), $6, coalesce($7::timestamptz, now()), coalesce($7::timestamptz, now()))
 ON CONFLICT (tenant_id, name) DO NOTHING
 RETURNING id::text`
 
+// registerWipeSQL deletes query $1's state (a reset).
+const registerWipeSQL = `DELETE FROM queen_streams.state WHERE query_id = $1`
+
+// registerUpdateSQL re-attaches query $1 with the caller's queues and hash.
+const registerUpdateSQL = `
+UPDATE queen_streams.queries SET source_queue = $2, sink_queue = nullif($3, ''), config_hash = $4,
+	updated_at = coalesce($5::timestamptz, now())
+WHERE id = $1`
+
 // RegisterQuery registers the tenant's query, or re-attaches to it: the
 // same name always keeps its id. A new config hash needs Reset, which wipes
 // the query's state; without it nothing changes and the answer is
-// *ErrConfigHashMismatch.
+// *ErrConfigHashMismatch. A fresh query of a tenant other than the default
+// one needs that tenant's grant (*ErrStreamsDenied); re-attaching never does.
 func (s *Store) RegisterQuery(ctx context.Context, p RegisterParams) (StreamQuery, error) {
 	q := StreamQuery{Name: p.Name, ConfigHash: p.ConfigHash}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, registerInsertSQL, s.ids.New(), p.Tenant, p.Name, p.SourceQueue, p.SinkQueue, p.ConfigHash, s.dbNow()).Scan(&q.ID)
-		if err == nil {
-			q.Fresh = true
-			return nil
-		}
-		if !errors.Is(err, pgx.ErrNoRows) {
-			return err
-		}
 		var hash string
-		if err := tx.QueryRow(ctx, `SELECT id::text, config_hash FROM queen_streams.queries WHERE tenant_id = $1 AND name = $2 FOR UPDATE`,
-			p.Tenant, p.Name).Scan(&q.ID, &hash); err != nil {
+		err := tx.QueryRow(ctx, registerFindSQL, p.Tenant, p.Name).Scan(&q.ID, &hash)
+		if errors.Is(err, pgx.ErrNoRows) {
+			if p.Tenant != DefaultTenant {
+				if err := checkStreamsGrant(ctx, tx, p.Tenant); err != nil {
+					return err
+				}
+			}
+			err = tx.QueryRow(ctx, registerInsertSQL, s.ids.New(), p.Tenant, p.Name, p.SourceQueue, p.SinkQueue, p.ConfigHash, s.dbNow()).Scan(&q.ID)
+			if err == nil {
+				q.Fresh = true
+				return nil
+			}
+			if errors.Is(err, pgx.ErrNoRows) { // created meanwhile: re-attach to it
+				err = tx.QueryRow(ctx, registerFindSQL, p.Tenant, p.Name).Scan(&q.ID, &hash)
+			}
+		}
+		if err != nil {
 			return err
 		}
 		if hash != p.ConfigHash {
 			if !p.Reset {
 				return &ErrConfigHashMismatch{QueryID: q.ID}
 			}
-			if _, err := tx.Exec(ctx, `DELETE FROM queen_streams.state WHERE query_id = $1`, q.ID); err != nil {
+			if _, err := tx.Exec(ctx, registerWipeSQL, q.ID); err != nil {
 				return err
 			}
 			q.Reset = true
 		}
-		_, err = tx.Exec(ctx, `UPDATE queen_streams.queries SET source_queue = $2, sink_queue = nullif($3, ''), config_hash = $4,
-			updated_at = coalesce($5::timestamptz, now()) WHERE id = $1`, q.ID, p.SourceQueue, p.SinkQueue, p.ConfigHash, s.dbNow())
+		_, err = tx.Exec(ctx, registerUpdateSQL, q.ID, p.SourceQueue, p.SinkQueue, p.ConfigHash, s.dbNow())
 		return err
 	})
 	return q, err
+}
+
+// checkStreamsGrant refuses a fresh query of a tenant without an enabled
+// grant, or at its cap.
+func checkStreamsGrant(ctx context.Context, tx pgx.Tx, tenant string) error {
+	var enabled bool
+	var max *int64
+	var count int64
+	err := tx.QueryRow(ctx, registerGrantSQL, tenant).Scan(&enabled, &max, &count)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows) || err == nil && !enabled:
+		return &ErrStreamsDenied{Reason: "streams not granted for this tenant"}
+	case err != nil:
+		return err
+	case max != nil && count >= *max:
+		return &ErrStreamsDenied{Reason: fmt.Sprintf("streams query quota exceeded (max %d)", *max)}
+	}
+	return nil
 }
 
 // StateOp is one state change: an upsert of Value (JSON) or a delete.
@@ -134,6 +188,10 @@ const stateUpsertSQL = `
 INSERT INTO queen_streams.state (query_id, partition_id, key, value, updated_at)
 SELECT $1, $2, k, v::jsonb, coalesce($5::timestamptz, now()) FROM unnest($3::text[], $4::text[]) AS x(k, v)
 ON CONFLICT (query_id, partition_id, key) DO UPDATE SET value = EXCLUDED.value, updated_at = EXCLUDED.updated_at`
+
+// stateDeleteSQL removes the deleted keys of one (query, partition).
+const stateDeleteSQL = `
+DELETE FROM queen_streams.state WHERE query_id = $1 AND partition_id = $2 AND key = ANY ($3::text[])`
 
 // cycleAckCheckSQL reads the acked message ($1 partition, $2
 // transactionId) and judges group $3's lease $4 at $5: held, live, and
@@ -200,8 +258,7 @@ func (s *Store) Cycle(ctx context.Context, p CycleParams) (CycleResult, error) {
 			}
 		}
 		if len(delKeys) > 0 {
-			if _, err := tx.Exec(ctx, `DELETE FROM queen_streams.state WHERE query_id = $1 AND partition_id = $2 AND key = ANY ($3::text[])`,
-				p.QueryID, p.PartitionID, delKeys); err != nil {
+			if _, err := tx.Exec(ctx, stateDeleteSQL, p.QueryID, p.PartitionID, delKeys); err != nil {
 				return err
 			}
 		}
@@ -278,6 +335,22 @@ func collapseState(ops []StateOp) (upKeys, upValues, delKeys []string) {
 		upKeys, upValues = append(upKeys, op.Key), append(upValues, string(v))
 	}
 	return upKeys, upValues, delKeys
+}
+
+// partitionOwnedSQL tells whether partition $1 exists and belongs to a
+// queue of tenant $2.
+const partitionOwnedSQL = `
+SELECT EXISTS (SELECT 1 FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE p.id = $1 AND q.tenant_id = $2)`
+
+// PartitionOwned tells whether the tenant owns the partition. With tenancy
+// on, the streams routes answer 404 for a partition that is not the
+// caller's before they open a transaction.
+func (s *Store) PartitionOwned(ctx context.Context, tenant, partitionID string) (bool, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	var owned bool
+	err := s.pool.QueryRow(ctx, partitionOwnedSQL, partitionID, tenant).Scan(&owned)
+	return owned, err
 }
 
 // StateRow is one state row.
