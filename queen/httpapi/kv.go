@@ -16,31 +16,48 @@ func kvBad(reason, format string, a ...any) *codedError {
 	return &codedError{http.StatusBadRequest, "kv_bad_request", reason, fmt.Sprintf(format, a...)}
 }
 
-// kvRowWire is one row of getMany and getPrefix.
+// kvRowWire is one row of getMany and getPrefix; a keys-only read leaves
+// the value out. expiresAt is null for a row kept forever.
 type kvRowWire struct {
-	Key     string          `json:"key"`
-	Value   json.RawMessage `json:"value"`
-	Version int64           `json:"version"`
+	Key       string          `json:"key"`
+	Value     json.RawMessage `json:"value,omitempty"`
+	Version   int64           `json:"version"`
+	ExpiresAt any             `json:"expiresAt"`
+	UpdatedAt string          `json:"updatedAt"`
 }
 
 // kvResultWire is one KV op's answer; fields that do not apply are left out.
 type kvResultWire struct {
-	Op      string          `json:"op"`
-	Found   *bool           `json:"found,omitempty"`
-	Value   json.RawMessage `json:"value,omitempty"`
-	Version *int64          `json:"version,omitempty"`
-	Applied *bool           `json:"applied,omitempty"`
-	Rows    []kvRowWire     `json:"rows,omitempty"`
-	Reason  string          `json:"reason,omitempty"`
+	Op        string          `json:"op"`
+	Key       string          `json:"key,omitempty"`
+	Found     *bool           `json:"found,omitempty"`
+	Value     json.RawMessage `json:"value,omitempty"`
+	Version   *int64          `json:"version,omitempty"`
+	ExpiresAt any             `json:"expiresAt,omitempty"`
+	UpdatedAt string          `json:"updatedAt,omitempty"`
+	Applied   *bool           `json:"applied,omitempty"`
+	Rows      []kvRowWire     `json:"rows,omitempty"`
+	Missing   []string        `json:"missing,omitempty"`
+	Truncated *bool           `json:"truncated,omitempty"`
+	NextAfter string          `json:"nextAfter,omitempty"`
+	Reason    string          `json:"reason,omitempty"`
 }
 
 func kvResult(r store.KVResult) kvResultWire {
-	w := kvResultWire{Op: r.Op, Reason: r.Reason}
+	w := kvResultWire{Op: r.Op, Key: r.Key, Reason: r.Reason}
 	switch r.Op {
 	case "getMany", "getPrefix":
 		w.Rows = make([]kvRowWire, len(r.Rows))
 		for i, row := range r.Rows {
-			w.Rows[i] = kvRowWire{Key: row.Key, Value: row.Value, Version: row.Version}
+			w.Rows[i] = kvRowWire{Key: row.Key, Value: row.Value, Version: row.Version,
+				ExpiresAt: timestampPtr(row.ExpiresAt), UpdatedAt: timestamp(row.UpdatedAt)}
+		}
+		w.Truncated, w.NextAfter = &r.Truncated, r.NextAfter
+		if r.Op == "getMany" {
+			w.Missing = r.Missing
+			if w.Missing == nil {
+				w.Missing = []string{}
+			}
 		}
 		return w
 	case "get":
@@ -48,10 +65,16 @@ func kvResult(r store.KVResult) kvResultWire {
 		w.Applied = &r.Applied
 	}
 	w.Found = &r.Found
-	if r.Found {
-		w.Value, w.Version = r.Value, &r.Version
-	} else {
+	if !r.Found {
 		w.Value = json.RawMessage("null")
+		return w
+	}
+	w.Value, w.Version = r.Value, &r.Version
+	if !r.UpdatedAt.IsZero() {
+		w.UpdatedAt, w.ExpiresAt = timestamp(r.UpdatedAt), timestampPtr(r.ExpiresAt)
+		if r.ExpiresAt == nil {
+			w.ExpiresAt = json.RawMessage("null")
+		}
 	}
 	return w
 }
@@ -98,12 +121,18 @@ func (s *Server) parseKVOp(raw json.RawMessage, path string) (store.KVOp, error)
 	if op.Required, _, err = o.boolean("required", path+"."); err != nil {
 		return op, kvBad("kv_bad_op", "%s", err.Error())
 	}
+	if op.KeysOnly, _, err = o.boolean("keysOnly", path+"."); err != nil {
+		return op, kvBad("kv_bad_op", "%s", err.Error())
+	}
 	switch op.Op {
 	case "getMany":
 		return op, s.kvKeys(o, path, &op)
 	case "getPrefix":
 		if op.Prefix, _, err = o.str("prefix", path+"."); err != nil {
 			return op, kvBad("kv_bad_prefix", "%s", err.Error())
+		}
+		if op.After, _, err = o.str("after", path+"."); err != nil {
+			return op, kvBad("kv_bad_after", "%s", err.Error())
 		}
 		op.Limit = 100
 		if n, ok, err := o.integer("limit", path+"."); err != nil {
@@ -138,7 +167,8 @@ func (s *Server) kvKeys(o obj, path string, op *store.KVOp) error {
 	return nil
 }
 
-// kvWriteFields reads value, ttlSeconds / forever, expect and by.
+// kvWriteFields reads value, ttlSeconds / forever, expect, and an incr's
+// delta (by is an older name for it), min and max.
 func (s *Server) kvWriteFields(o obj, path string, op *store.KVOp) error {
 	if op.Op == "put" || op.Op == "putIfAbsent" {
 		v, ok := o["value"]
@@ -174,11 +204,35 @@ func (s *Server) kvWriteFields(o obj, path string, op *store.KVOp) error {
 		}
 		op.Expect = &v
 	}
-	op.By = 1
-	if b, ok := o["by"]; ok && !isNull(b) {
-		if json.Unmarshal(b, &op.By) != nil {
-			return kvBad("kv_bad_by", "%s.by must be a number", path)
+	if op.Op == "incr" {
+		return kvIncrFields(o, path, op)
+	}
+	return nil
+}
+
+func kvIncrFields(o obj, path string, op *store.KVOp) error {
+	op.Delta = 1
+	for _, name := range []string{"by", "delta"} {
+		if b, ok := o[name]; ok && !isNull(b) {
+			if json.Unmarshal(b, &op.Delta) != nil {
+				return kvBad("kv_bad_delta", "%s.%s must be a number", path, name)
+			}
 		}
+	}
+	for _, f := range []struct {
+		name string
+		dst  **float64
+	}{{"min", &op.Min}, {"max", &op.Max}} {
+		if b, ok := o[f.name]; ok && !isNull(b) {
+			var v float64
+			if json.Unmarshal(b, &v) != nil {
+				return kvBad("kv_bad_bound", "%s.%s must be a number", path, f.name)
+			}
+			*f.dst = &v
+		}
+	}
+	if op.Min != nil && op.Max != nil && *op.Min > *op.Max {
+		return kvBad("kv_bad_bound", "%s.min must not be above %s.max", path, path)
 	}
 	return nil
 }
@@ -299,6 +353,10 @@ func (s *Server) kvPut(w http.ResponseWriter, r *http.Request) {
 		writeCodedErr(w, err)
 		return
 	}
+	if op.Required, _, err = o.boolean("required", "body."); err != nil {
+		writeCodedErr(w, kvBad("kv_bad_op", "%s", err.Error()))
+		return
+	}
 	if m := strings.Trim(r.Header.Get("If-Match"), `"`); m != "" && op.Expect == nil {
 		v, err := strconv.ParseInt(m, 10, 64)
 		if err != nil {
@@ -310,9 +368,25 @@ func (s *Server) kvPut(w http.ResponseWriter, r *http.Request) {
 	s.kvOne(w, r, op)
 }
 
-// kvDelete is DELETE /api/v1/kv/{ns}/{key...}.
+// kvDelete is DELETE /api/v1/kv/{ns}/{key...}, with an optional body
+// {expect?, required?}.
 func (s *Server) kvDelete(w http.ResponseWriter, r *http.Request) {
-	if op, ok := s.kvPath(w, r, "delete"); ok {
-		s.kvOne(w, r, op)
+	op, ok := s.kvPath(w, r, "delete")
+	if !ok {
+		return
 	}
+	o, err := readObject(r, true)
+	if err != nil {
+		writeBad(w, err)
+		return
+	}
+	if err := s.kvWriteFields(o, "body", &op); err != nil {
+		writeCodedErr(w, err)
+		return
+	}
+	if op.Required, _, err = o.boolean("required", "body."); err != nil {
+		writeCodedErr(w, kvBad("kv_bad_op", "%s", err.Error()))
+		return
+	}
+	s.kvOne(w, r, op)
 }

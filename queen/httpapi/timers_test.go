@@ -121,6 +121,61 @@ func TestKVRoutes(t *testing.T) {
 	}
 }
 
+// The KV wire as Queen's Go and JS clients speak it: incr's delta, min and
+// max (a refused hit is applied:false, reason limit, with the current
+// value), getPrefix paging by after / truncated / nextAfter with keysOnly,
+// getMany's missing, rows with key, version, expiresAt and updatedAt, and
+// a fenced DELETE whose body carries expect.
+func TestKVClientWire(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	kv := func(ops ...map[string]any) []map[string]any {
+		t.Helper()
+		res := e.expect(e.do("POST", "/api/v1/kv", map[string]any{"operations": ops}), 200).obj(t)["results"].([]any)
+		out := make([]map[string]any, len(res))
+		for i, r := range res {
+			out[i] = r.(map[string]any)
+		}
+		return out
+	}
+	hit := map[string]any{"op": "incr", "ns": "rl", "key": "c", "delta": 2, "max": 3, "ttlSeconds": 60}
+	if r := kv(hit)[0]; r["applied"] != true || r["value"] != float64(2) || r["key"] != "c" || r["expiresAt"] == nil {
+		t.Fatalf("first hit: %v", r)
+	}
+	if r := kv(hit)[0]; r["applied"] != false || r["reason"] != "limit" || r["value"] != float64(2) {
+		t.Fatalf("a hit over max: %v", r)
+	}
+	e.expect(e.do("POST", "/api/v1/kv", []any{map[string]any{"op": "incr", "ns": "rl", "key": "c", "min": 5, "max": 1}}), 400)
+	for _, k := range []string{"a", "b", "c"} {
+		kv(map[string]any{"op": "put", "ns": "pg", "key": "k/" + k, "value": k, "forever": true})
+	}
+	page := kv(map[string]any{"op": "getPrefix", "ns": "pg", "prefix": "k/", "limit": 2, "keysOnly": true})[0]
+	rows := page["rows"].([]any)
+	if page["truncated"] != true || page["nextAfter"] != "k/b" || len(rows) != 2 {
+		t.Fatalf("first page: %v", page)
+	}
+	if row := rows[0].(map[string]any); row["key"] != "k/a" || row["value"] != nil || row["version"] == nil || row["updatedAt"] == nil {
+		t.Fatalf("a keys-only row: %v", row)
+	}
+	last := kv(map[string]any{"op": "getPrefix", "ns": "pg", "prefix": "k/", "limit": 2, "after": "k/b"})[0]
+	if last["truncated"] != false || len(last["rows"].([]any)) != 1 || last["rows"].([]any)[0].(map[string]any)["value"] != "c" {
+		t.Fatalf("last page: %v", last)
+	}
+	many := kv(map[string]any{"op": "getMany", "ns": "pg", "keys": []string{"k/a", "k/z"}})[0]
+	if m := many["missing"].([]any); len(m) != 1 || m[0] != "k/z" || len(many["rows"].([]any)) != 1 {
+		t.Fatalf("getMany: %v", many)
+	}
+	g := e.expect(e.do("GET", "/api/v1/kv/pg/k/a", nil), 200).obj(t)
+	stale := g["version"].(float64) + 1000
+	if d := e.expect(e.do("DELETE", "/api/v1/kv/pg/k/a", map[string]any{"expect": stale}), 200).obj(t); d["applied"] != false || d["reason"] != "version" {
+		t.Fatalf("a fenced delete with a stale version: %v", d)
+	}
+	if d := e.expect(e.do("DELETE", "/api/v1/kv/pg/k/a", map[string]any{"expect": g["version"]}), 200).obj(t); d["applied"] != true {
+		t.Fatalf("a fenced delete: %v", d)
+	}
+	e.expect(e.do("DELETE", "/api/v1/kv/pg/k/b", nil), 200)
+}
+
 func TestTransactionAcksAndSchedulesAtomically(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,39 +18,56 @@ import (
 // expires_at has passed is absent to every operation at once, whether or
 // not the sweeper has pruned it yet.
 type KVOp struct {
-	Op      string // get getMany getPrefix put putIfAbsent incr delete
-	NS, Key string
-	Keys    []string // getMany
-	Prefix  string   // getPrefix
-	Limit   int      // getPrefix
-	Value   json.RawMessage
+	Op       string // get getMany getPrefix put putIfAbsent incr delete
+	NS, Key  string
+	Keys     []string // getMany
+	Prefix   string   // getPrefix
+	After    string   // getPrefix: keys strictly after this one ("" from the start)
+	Limit    int      // getPrefix
+	KeysOnly bool     // getMany, getPrefix: rows without their values
+	Value    json.RawMessage
 	// TTLSeconds > 0 expires the row that long after the write; 0 keeps it
-	// forever (put) or keeps the row's expiry (incr).
+	// forever. An incr applies it only when it creates the row (an absent
+	// or expired one): a live counter keeps its expiry, so a fixed window
+	// closes even while it is incremented.
 	TTLSeconds float64
-	Expect     *int64  // put, delete: the version the row must have; 0: absent
-	By         float64 // incr
-	Required   bool    // a lost precondition aborts the whole call
+	Expect     *int64   // put, delete: the version the row must have; 0: absent
+	Delta      float64  // incr
+	Min, Max   *float64 // incr: bounds the result may not cross (nil: none)
+	Required   bool     // a lost precondition aborts the whole call
 }
 
 // KVRow is one live row.
 type KVRow struct {
-	Key     string
-	Value   json.RawMessage
-	Version int64
+	Key       string
+	Value     json.RawMessage // nil for a keys-only read
+	Version   int64
+	ExpiresAt *time.Time // nil: forever
+	UpdatedAt time.Time
 }
 
 // KVResult is one operation's outcome: Found/Value/Version for reads and
 // for the row as it stands after a write; Applied for writes; Rows for the
 // many-row reads.
 type KVResult struct {
-	Op      string
-	Found   bool
-	Value   json.RawMessage
-	Version int64
-	Applied bool
-	Rows    []KVRow
+	Op        string
+	Key       string
+	Found     bool
+	Value     json.RawMessage
+	Version   int64
+	ExpiresAt *time.Time
+	UpdatedAt time.Time
+	Applied   bool
+	Rows      []KVRow
+	Missing   []string // getMany: keys with no live row
+	// Truncated: getPrefix has more rows after NextAfter, or the call's
+	// read budget cut a many-row read short (keys cut from a getMany are
+	// neither in Rows nor in Missing).
+	Truncated bool
+	NextAfter string
 	// Reason says why a write was not applied: version (expect did not
-	// match), exists (putIfAbsent on a live row), absent, not_a_number.
+	// match), exists (putIfAbsent on a live row), absent, type (incr on a
+	// value that is not a number), limit (incr would cross min or max).
 	Reason string
 }
 
@@ -65,17 +83,20 @@ func (e *KVPrecondition) Error() string {
 }
 
 // The KV statements take named arguments (pgx.NamedArgs): @tenant, @ns,
-// @key (or @keys, @prefix), @value, @by, @ttl, @expect, @limit and @now, the
-// injected now.
+// @key (or @keys, @prefix and @after), @value, @delta, @min, @max, @ttl,
+// @expect, @limit and @now, the injected now.
 const kvLive = `(expires_at IS NULL OR expires_at > coalesce(@now::timestamptz, now()))`
 
 const (
-	kvGetSQL = `SELECT key, value, version FROM queen.kv
+	kvGetSQL = `SELECT key, value, version, expires_at, updated_at FROM queen.kv
 WHERE tenant_id = @tenant AND namespace = @ns AND key = ANY(@keys::text[]) AND ` + kvLive + ` ORDER BY key`
 
-	kvGetPrefixSQL = `SELECT key, value, version FROM queen.kv
-WHERE tenant_id = @tenant AND namespace = @ns AND left(key, length(@prefix::text)) = @prefix::text AND ` + kvLive + `
-ORDER BY key LIMIT @limit`
+	// kvGetPrefixSQL reads one more row than the page, which tells
+	// whether the page is the last.
+	kvGetPrefixSQL = `SELECT key, value, version, expires_at, updated_at FROM queen.kv
+WHERE tenant_id = @tenant AND namespace = @ns AND left(key, length(@prefix::text)) = @prefix::text
+	AND key > @after::text AND ` + kvLive + `
+ORDER BY key LIMIT @limit::int + 1`
 
 	// kvPutSQL writes unconditionally (@expect NULL) or only over an
 	// absent or expired row (@expect 0).
@@ -87,7 +108,7 @@ VALUES (@tenant, @ns, @key, @value::jsonb,
 ON CONFLICT (tenant_id, namespace, key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at,
 	version = nextval('queen.kv_version_seq'), updated_at = excluded.updated_at
 WHERE @expect::bigint IS NULL OR NOT (k.expires_at IS NULL OR k.expires_at > coalesce(@now::timestamptz, now()))
-RETURNING version`
+RETURNING version, expires_at, updated_at`
 
 	// kvReplaceSQL writes only over the live row of version @expect.
 	kvReplaceSQL = `
@@ -95,23 +116,35 @@ UPDATE queen.kv SET value = @value::jsonb, version = nextval('queen.kv_version_s
 	updated_at = coalesce(@now::timestamptz, now()),
 	expires_at = CASE WHEN @ttl::float8 > 0 THEN coalesce(@now::timestamptz, now()) + make_interval(secs => @ttl::float8) END
 WHERE tenant_id = @tenant AND namespace = @ns AND key = @key AND version = @expect::bigint AND ` + kvLive + `
-RETURNING version`
+RETURNING version, expires_at, updated_at`
 
-	// kvIncrSQL adds @by to a number (an absent or expired row counts as
-	// 0); a live row holding something else is left alone.
+	// kvIncrNext is the counter after the incr: the live number plus
+	// @delta (an absent or expired row counts as 0), NULL when the live
+	// value is not a number. CASE keeps the cast away from a non-number.
+	kvIncrNext = `(CASE WHEN NOT (k.expires_at IS NULL OR k.expires_at > coalesce(@now::timestamptz, now())) THEN 0
+		WHEN jsonb_typeof(k.value) = 'number' THEN (k.value #>> '{}')::numeric END + @delta::numeric)`
+
+	// kvIncrSQL adds @delta to a counter unless the result would cross
+	// @min or @max; a live row holding something else is left alone. Only a
+	// created row (absent or expired) takes @ttl. The insert is attempted
+	// only when it could stand (the delta alone is within bounds) or a live
+	// row exists to conflict with.
 	kvIncrSQL = `
 INSERT INTO queen.kv AS k (tenant_id, namespace, key, value, expires_at, created_at, updated_at)
-VALUES (@tenant, @ns, @key, to_jsonb(@by::numeric),
+SELECT @tenant, @ns, @key, to_jsonb(@delta::numeric),
 	CASE WHEN @ttl::float8 > 0 THEN coalesce(@now::timestamptz, now()) + make_interval(secs => @ttl::float8) END,
-	coalesce(@now::timestamptz, now()), coalesce(@now::timestamptz, now()))
+	coalesce(@now::timestamptz, now()), coalesce(@now::timestamptz, now())
+WHERE (@min::numeric IS NULL OR @delta::numeric >= @min::numeric) AND (@max::numeric IS NULL OR @delta::numeric <= @max::numeric)
+	OR EXISTS (SELECT 1 FROM queen.kv WHERE tenant_id = @tenant AND namespace = @ns AND key = @key AND ` + kvLive + `)
 ON CONFLICT (tenant_id, namespace, key) DO UPDATE SET
-	value = to_jsonb(CASE WHEN k.expires_at IS NULL OR k.expires_at > coalesce(@now::timestamptz, now())
-		THEN (k.value #>> '{}')::numeric ELSE 0 END + @by::numeric),
-	expires_at = CASE WHEN @ttl::float8 > 0 THEN excluded.expires_at
-		WHEN k.expires_at IS NULL OR k.expires_at > coalesce(@now::timestamptz, now()) THEN k.expires_at END,
+	value = to_jsonb(` + kvIncrNext + `),
+	expires_at = CASE WHEN k.expires_at IS NULL OR k.expires_at > coalesce(@now::timestamptz, now())
+		THEN k.expires_at ELSE excluded.expires_at END,
 	version = nextval('queen.kv_version_seq'), updated_at = excluded.updated_at
-WHERE jsonb_typeof(k.value) = 'number' OR NOT (k.expires_at IS NULL OR k.expires_at > coalesce(@now::timestamptz, now()))
-RETURNING value, version`
+WHERE ` + kvIncrNext + ` IS NOT NULL
+	AND (@min::numeric IS NULL OR ` + kvIncrNext + ` >= @min::numeric)
+	AND (@max::numeric IS NULL OR ` + kvIncrNext + ` <= @max::numeric)
+RETURNING value, version, expires_at, updated_at`
 
 	kvDeleteSQL = `
 DELETE FROM queen.kv WHERE tenant_id = @tenant AND namespace = @ns AND key = @key
@@ -119,14 +152,16 @@ DELETE FROM queen.kv WHERE tenant_id = @tenant AND namespace = @ns AND key = @ke
 RETURNING version`
 )
 
-// ErrKVReadTooLarge is the error of a call whose reads would return more
-// than its maxRead bytes of values: nothing of the call was written.
+// ErrKVReadTooLarge is the error of a call whose single-key reads alone
+// exceed its read budget: nothing of the call was written. Many-row reads
+// are cut short at the budget instead (Truncated).
 var ErrKVReadTooLarge = errors.New("kv: the call reads more than QUEEN_KV_MAX_READ_BYTES")
 
 // ApplyKV runs the operations in one transaction and answers one result
 // each. When a Required op loses its precondition, nothing is written and
-// the error is a *KVPrecondition; when the values read exceed maxRead bytes
-// (0: no bound), nothing is written and the error is ErrKVReadTooLarge.
+// the error is a *KVPrecondition. maxRead bounds the value bytes the call
+// reads (0: no bound): a getMany or getPrefix stops at it and says
+// Truncated; a get past it fails the call with ErrKVReadTooLarge.
 func (s *Store) ApplyKV(ctx context.Context, tenant string, ops []KVOp, maxRead int) ([]KVResult, error) {
 	var out []KVResult
 	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx, _ time.Time) error {
@@ -139,25 +174,48 @@ func (s *Store) ApplyKV(ctx context.Context, tenant string, ops []KVOp, maxRead 
 
 func (s *Store) applyKV(ctx context.Context, q querier, tenant string, ops []KVOp, maxRead int) ([]KVResult, error) {
 	out := make([]KVResult, len(ops))
-	read := 0
+	budget := kvBudget{left: maxRead, bounded: maxRead > 0}
 	for i, op := range ops {
-		r, err := s.kvOp(ctx, q, tenant, op)
+		r, err := s.kvOp(ctx, q, tenant, op, &budget)
 		if err != nil {
 			return nil, fmt.Errorf("kv op %d (%s): %w", i, op.Op, err)
 		}
 		if op.Required && lostPrecondition(r) {
 			return nil, &KVPrecondition{Index: i, Result: r}
 		}
-		read += len(r.Value)
-		for _, row := range r.Rows {
-			read += len(row.Value)
-		}
-		if maxRead > 0 && read > maxRead {
+		if !budget.take(len(r.Value)) {
 			return nil, ErrKVReadTooLarge
 		}
 		out[i] = r
 	}
 	return out, nil
+}
+
+// kvBudget is what is left of a call's read budget.
+type kvBudget struct {
+	left    int
+	bounded bool
+}
+
+// take spends n bytes; false when they are not there.
+func (b *kvBudget) take(n int) bool {
+	if !b.bounded {
+		return true
+	}
+	b.left -= n
+	return b.left >= 0
+}
+
+// trim keeps the rows whose values fit the budget, spending it; false
+// when some were cut.
+func (b *kvBudget) trim(rows []KVRow) ([]KVRow, bool) {
+	for i, row := range rows {
+		if !b.take(len(row.Value)) {
+			b.left += len(row.Value)
+			return rows[:i], false
+		}
+	}
+	return rows, true
 }
 
 func lostPrecondition(r KVResult) bool {
@@ -180,27 +238,41 @@ func (s *Store) kvArgs(tenant string, op KVOp) pgx.NamedArgs {
 	if op.Value == nil {
 		value = "null"
 	}
-	return pgx.NamedArgs{"tenant": tenant, "ns": op.NS, "key": op.Key, "keys": keys, "prefix": op.Prefix,
-		"value": value, "by": op.By, "ttl": op.TTLSeconds, "expect": op.Expect, "limit": op.Limit, "now": s.dbNow()}
+	return pgx.NamedArgs{"tenant": tenant, "ns": op.NS, "key": op.Key, "keys": keys, "prefix": op.Prefix, "after": op.After,
+		"value": value, "delta": op.Delta, "min": op.Min, "max": op.Max, "ttl": op.TTLSeconds, "expect": op.Expect,
+		"limit": op.Limit, "now": s.dbNow()}
 }
 
-func (s *Store) kvOp(ctx context.Context, q querier, tenant string, op KVOp) (KVResult, error) {
-	r := KVResult{Op: op.Op}
+func (s *Store) kvOp(ctx context.Context, q querier, tenant string, op KVOp, budget *kvBudget) (KVResult, error) {
+	r := KVResult{Op: op.Op, Key: op.Key}
 	switch op.Op {
 	case "get":
 		rows, err := s.kvRows(ctx, q, kvGetSQL, s.kvArgs(tenant, op))
 		if err != nil || len(rows) == 0 {
 			return r, err
 		}
-		r.Found, r.Value, r.Version = true, rows[0].Value, rows[0].Version
+		r.found(rows[0])
 	case "getMany":
-		rows, err := s.kvRows(ctx, q, kvGetSQL, s.kvArgs(tenant, op))
-		r.Rows = rows
-		return r, err
+		return s.kvGetMany(ctx, q, tenant, op, budget)
 	case "getPrefix":
 		rows, err := s.kvRows(ctx, q, kvGetPrefixSQL, s.kvArgs(tenant, op))
-		r.Rows = rows
-		return r, err
+		if err != nil {
+			return r, err
+		}
+		if len(rows) > op.Limit {
+			rows, r.Truncated = rows[:op.Limit], true
+		}
+		rows = keysOnly(rows, op.KeysOnly)
+		var whole bool
+		if r.Rows, whole = budget.trim(rows); !whole {
+			r.Truncated = true
+		}
+		if r.Truncated && len(r.Rows) > 0 {
+			r.NextAfter = r.Rows[len(r.Rows)-1].Key
+		} else if r.Truncated {
+			r.NextAfter = op.After
+		}
+		return r, nil
 	case "put", "putIfAbsent":
 		if op.Op == "putIfAbsent" {
 			zero := int64(0)
@@ -210,7 +282,7 @@ func (s *Store) kvOp(ctx context.Context, q querier, tenant string, op KVOp) (KV
 		if op.Expect != nil && *op.Expect != 0 {
 			sql = kvReplaceSQL
 		}
-		err := q.QueryRow(ctx, sql, s.kvArgs(tenant, op)).Scan(&r.Version)
+		err := q.QueryRow(ctx, sql, s.kvArgs(tenant, op)).Scan(&r.Version, &r.ExpiresAt, &r.UpdatedAt)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return s.kvNotApplied(ctx, q, tenant, op, r, "version")
 		}
@@ -220,9 +292,9 @@ func (s *Store) kvOp(ctx context.Context, q querier, tenant string, op KVOp) (KV
 		r.Applied, r.Found, r.Value = true, true, op.Value
 	case "incr":
 		var v []byte
-		err := q.QueryRow(ctx, kvIncrSQL, s.kvArgs(tenant, op)).Scan(&v, &r.Version)
+		err := q.QueryRow(ctx, kvIncrSQL, s.kvArgs(tenant, op)).Scan(&v, &r.Version, &r.ExpiresAt, &r.UpdatedAt)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return s.kvNotApplied(ctx, q, tenant, op, r, "not_a_number")
+			return s.kvNotApplied(ctx, q, tenant, op, r, "limit")
 		}
 		if err != nil {
 			return r, err
@@ -243,6 +315,46 @@ func (s *Store) kvOp(ctx context.Context, q querier, tenant string, op KVOp) (KV
 	return r, nil
 }
 
+// found fills a single-key result from its row.
+func (r *KVResult) found(row KVRow) {
+	r.Found, r.Value, r.Version, r.ExpiresAt, r.UpdatedAt = true, row.Value, row.Version, row.ExpiresAt, row.UpdatedAt
+}
+
+// kvGetMany reads the keys' live rows and names the keys that have none.
+// Rows the read budget cuts are in neither list.
+func (s *Store) kvGetMany(ctx context.Context, q querier, tenant string, op KVOp, budget *kvBudget) (KVResult, error) {
+	r := KVResult{Op: op.Op}
+	rows, err := s.kvRows(ctx, q, kvGetSQL, s.kvArgs(tenant, op))
+	if err != nil {
+		return r, err
+	}
+	live := make(map[string]bool, len(rows))
+	for _, row := range rows {
+		live[row.Key] = true
+	}
+	seen := map[string]bool{}
+	for _, k := range op.Keys {
+		if !live[k] && !seen[k] {
+			r.Missing = append(r.Missing, k)
+		}
+		seen[k] = true
+	}
+	var whole bool
+	r.Rows, whole = budget.trim(keysOnly(rows, op.KeysOnly))
+	r.Truncated = !whole
+	return r, nil
+}
+
+// keysOnly drops the rows' values when asked to.
+func keysOnly(rows []KVRow, only bool) []KVRow {
+	if only {
+		for i := range rows {
+			rows[i].Value = nil
+		}
+	}
+	return rows
+}
+
 // kvNotApplied reports the row as it stands, and why the write missed.
 func (s *Store) kvNotApplied(ctx context.Context, q querier, tenant string, op KVOp, r KVResult, why string) (KVResult, error) {
 	get := op
@@ -253,14 +365,25 @@ func (s *Store) kvNotApplied(ctx context.Context, q querier, tenant string, op K
 	}
 	r.Reason = why
 	if len(rows) == 0 {
-		r.Reason = "absent"
+		if op.Op != "incr" { // an incr on nothing fails only its bounds
+			r.Reason = "absent"
+		}
 		return r, nil
 	}
-	r.Found, r.Value, r.Version = true, rows[0].Value, rows[0].Version
-	if op.Op == "putIfAbsent" || (op.Expect != nil && *op.Expect == 0) {
+	r.found(rows[0])
+	switch {
+	case op.Op == "incr" && !isJSONNumber(r.Value):
+		r.Reason = "type"
+	case op.Op == "putIfAbsent" || (op.Expect != nil && *op.Expect == 0):
 		r.Reason = "exists"
 	}
 	return r, nil
+}
+
+// isJSONNumber tells whether v (valid JSON) is a number.
+func isJSONNumber(v json.RawMessage) bool {
+	v = bytes.TrimSpace(v)
+	return len(v) > 0 && (v[0] == '-' || v[0] >= '0' && v[0] <= '9')
 }
 
 func (s *Store) kvRows(ctx context.Context, q querier, sql string, args pgx.NamedArgs) ([]KVRow, error) {
@@ -272,16 +395,11 @@ func (s *Store) kvRows(ctx context.Context, q querier, sql string, args pgx.Name
 	if err != nil {
 		return nil, err
 	}
-	var out []KVRow
-	for res.Next() {
+	return pgx.CollectRows(res, func(row pgx.CollectableRow) (KVRow, error) {
 		var r KVRow
 		var v []byte
-		if err := res.Scan(&r.Key, &v, &r.Version); err != nil {
-			res.Close()
-			return nil, err
-		}
+		err := row.Scan(&r.Key, &v, &r.Version, &r.ExpiresAt, &r.UpdatedAt)
 		r.Value = v
-		out = append(out, r)
-	}
-	return out, res.Err()
+		return r, err
+	})
 }

@@ -131,14 +131,14 @@ func TestKVTTLVersionsAndPreconditions(t *testing.T) {
 	if r := one(store.KVOp{Op: "putIfAbsent", NS: "n", Key: "k", Value: json.RawMessage(`4`)}); !r.Applied {
 		t.Fatalf("putIfAbsent over an expired row: %+v", r)
 	}
-	if r := one(store.KVOp{Op: "incr", NS: "n", Key: "c", By: 5}); !r.Applied || string(r.Value) != "5" {
+	if r := one(store.KVOp{Op: "incr", NS: "n", Key: "c", Delta: 5}); !r.Applied || string(r.Value) != "5" {
 		t.Fatalf("incr: %+v %s", r, r.Value)
 	}
-	if r := one(store.KVOp{Op: "incr", NS: "n", Key: "c", By: 2}); string(r.Value) != "7" {
+	if r := one(store.KVOp{Op: "incr", NS: "n", Key: "c", Delta: 2}); string(r.Value) != "7" {
 		t.Fatalf("incr again: %s", r.Value)
 	}
 	one(store.KVOp{Op: "put", NS: "n", Key: "text", Value: json.RawMessage(`"x"`)})
-	if r := one(store.KVOp{Op: "incr", NS: "n", Key: "text", By: 1}); r.Applied || r.Reason != "not_a_number" {
+	if r := one(store.KVOp{Op: "incr", NS: "n", Key: "text", Delta: 1}); r.Applied || r.Reason != "type" {
 		t.Fatalf("incr of a non-number: %+v", r)
 	}
 	many := one(store.KVOp{Op: "getMany", NS: "n", Keys: []string{"c", "k", "nope"}})
@@ -159,7 +159,7 @@ func TestKVTTLVersionsAndPreconditions(t *testing.T) {
 		t.Fatal("a call whose required op failed wrote its other ops")
 	}
 	if _, err := s.ApplyKV(ctx, tenant, []store.KVOp{{Op: "put", NS: "n", Key: "new", Value: json.RawMessage(`1`)},
-		{Op: "getPrefix", NS: "n", Limit: 100}}, 2); !errors.Is(err, store.ErrKVReadTooLarge) {
+		{Op: "get", NS: "n", Key: "text"}}, 2); !errors.Is(err, store.ErrKVReadTooLarge) {
 		t.Fatalf("a call reading past its bound: %v", err)
 	}
 	if g := one(store.KVOp{Op: "get", NS: "n", Key: "new"}); g.Found {
@@ -213,5 +213,85 @@ func TestTimerPayloadIsSealedFromScheduleToPop(t *testing.T) {
 	}
 	if err := pool.QueryRow(ctx, `SELECT payload::text FROM queen.messages`).Scan(&raw); err != nil || strings.Contains(raw, "2468") {
 		t.Fatalf("the fired message is stored in the clear: %s %v", raw, err)
+	}
+}
+
+// Counters and pages as Queen's clients use them: incr refuses to cross
+// min or max (a rate limiter's admission) and keeps a live counter's
+// expiry, so its window closes; getPrefix pages by an exclusive keyset
+// cursor and says when more remain; getMany names the missing keys; the
+// read budget cuts a page short instead of failing the call.
+func TestKVCountersPagesAndBudgets(t *testing.T) {
+	t.Parallel()
+	s, now := clockedStore(t)
+	ctx := context.Background()
+	f := func(v float64) *float64 { return &v }
+	one := func(op store.KVOp) store.KVResult {
+		t.Helper()
+		r, err := s.ApplyKV(ctx, tenant, []store.KVOp{op}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r[0]
+	}
+	limiter := store.KVOp{Op: "incr", NS: "rl", Key: "client", Delta: 1, Max: f(2), TTLSeconds: 10}
+	first := one(limiter)
+	if !first.Applied || string(first.Value) != "1" || first.ExpiresAt == nil {
+		t.Fatalf("first hit: %+v", first)
+	}
+	one(limiter)
+	*now = now.Add(5 * time.Second)
+	if r := one(limiter); r.Applied || r.Reason != "limit" || string(r.Value) != "2" {
+		t.Fatalf("a hit over the ceiling: %+v", r)
+	}
+	if r := one(store.KVOp{Op: "incr", NS: "rl", Key: "client", Delta: -1, Min: f(0), TTLSeconds: 10}); !r.Applied ||
+		!r.ExpiresAt.Equal(*first.ExpiresAt) {
+		t.Fatalf("a live counter's expiry moved: %+v, first %v", r, first.ExpiresAt)
+	}
+	*now = now.Add(6 * time.Second)
+	if r := one(limiter); !r.Applied || string(r.Value) != "1" || !r.ExpiresAt.After(*first.ExpiresAt) {
+		t.Fatalf("a new window: %+v", r)
+	}
+	if r := one(store.KVOp{Op: "incr", NS: "rl", Key: "fresh", Delta: 5, Max: f(3)}); r.Applied || r.Reason != "limit" || r.Found {
+		t.Fatalf("a delta over the ceiling on an absent key: %+v", r)
+	}
+	if g := one(store.KVOp{Op: "get", NS: "rl", Key: "fresh"}); g.Found {
+		t.Fatalf("a refused incr created the key: %+v", g)
+	}
+
+	for _, k := range []string{"p/a", "p/b", "p/c", "p/d", "q/x"} {
+		one(store.KVOp{Op: "put", NS: "pg", Key: k, Value: json.RawMessage(`"` + k + `"`)})
+	}
+	var keys []string
+	after := ""
+	for pages := 0; ; pages++ {
+		r := one(store.KVOp{Op: "getPrefix", NS: "pg", Prefix: "p/", After: after, Limit: 3, KeysOnly: true})
+		for _, row := range r.Rows {
+			if row.Value != nil {
+				t.Fatalf("a keys-only page carries values: %+v", row)
+			}
+			keys = append(keys, row.Key)
+		}
+		if !r.Truncated {
+			break
+		}
+		if pages > 3 || r.NextAfter == "" {
+			t.Fatalf("paging does not end: %+v", r)
+		}
+		after = r.NextAfter
+	}
+	if strings.Join(keys, ",") != "p/a,p/b,p/c,p/d" {
+		t.Fatalf("pages: %v", keys)
+	}
+	many := one(store.KVOp{Op: "getMany", NS: "pg", Keys: []string{"p/a", "nope", "q/x", "nope"}})
+	if len(many.Rows) != 2 || len(many.Missing) != 1 || many.Missing[0] != "nope" || many.Truncated {
+		t.Fatalf("getMany: %+v", many)
+	}
+	res, err := s.ApplyKV(ctx, tenant, []store.KVOp{{Op: "getPrefix", NS: "pg", Prefix: "p/", Limit: 100}}, 12)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := res[0]; !r.Truncated || len(r.Rows) != 2 || r.NextAfter != "p/b" {
+		t.Fatalf("a page cut by the read budget: %+v", r)
 	}
 }
