@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -163,5 +164,60 @@ func TestTenancyScopesQueuesAndRefusesCrossTenantAcks(t *testing.T) {
 	list := e.expect(e.do("GET", "/api/v1/resources/queues", nil, "x-queen-tenant", t2), 200).obj(t)
 	if len(list["queues"].([]any)) != 0 {
 		t.Fatalf("tenant 2 sees tenant 1's queues: %v", list)
+	}
+}
+
+// The depth route Queen's clients and queenctl poll, and the queue detail
+// they decode: per-partition pending, processing (a live lease) and ready,
+// for the queue or one group (a group that never read owes everything),
+// and the detail's stats, oldest and newest message and totals.
+func TestQueueDepthAndDetail(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for i := 0; i < 3; i++ {
+		e.push(item{"queue": "d", "partition": "p1", "transactionId": fmt.Sprintf("a%d", i)})
+	}
+	for i := 0; i < 2; i++ {
+		e.push(item{"queue": "d", "partition": "p2", "transactionId": fmt.Sprintf("b%d", i)})
+	}
+	p := e.pop("/api/v1/pop/queue/d/partition/p1?batch=2")
+	if p == nil || len(p.Messages) != 2 {
+		t.Fatalf("pop: %+v", p)
+	}
+	depth := func(query string) map[string]any {
+		t.Helper()
+		return e.expect(e.do("GET", "/api/v1/resources/queues/d/depth"+query, nil), 200).obj(t)
+	}
+	d := depth("")
+	parts := d["partitions"].([]any)
+	p1, p2 := parts[0].(map[string]any), parts[1].(map[string]any)
+	if d["queue"] != "d" || d["group"] != nil || d["pending"] != float64(5) || d["processing"] != float64(2) || d["ready"] != float64(3) ||
+		d["partitionsPending"] != float64(2) || d["effectivePending"] != float64(5) || d["conflation"] != false ||
+		p1["partition"] != "p1" || p1["pending"] != float64(3) || p1["processing"] != float64(2) || p2["pending"] != float64(2) {
+		t.Fatalf("queue depth: %v", d)
+	}
+	if g := depth("?group=never"); g["group"] != "never" || g["pending"] != float64(5) || g["processing"] != float64(0) {
+		t.Fatalf("a group that never read: %v", g)
+	}
+	e.ack(p.Messages[0].TransactionID, p.PartitionID, p.LeaseID, "completed")
+	e.ack(p.Messages[1].TransactionID, p.PartitionID, p.LeaseID, "completed")
+	if d := depth(""); d["pending"] != float64(3) || d["processing"] != float64(0) {
+		t.Fatalf("after the acks: %v", d)
+	}
+	if r := e.do("GET", "/api/v1/resources/queues/nope/depth", nil); r.status != 404 || r.obj(t)["error"] != "Queue not found" {
+		t.Fatalf("unknown queue: %d %s", r.status, r.body)
+	}
+	q := e.expect(e.do("GET", "/api/v1/resources/queues/d", nil), 200).obj(t)
+	totals := q["totals"].(map[string]any)
+	if q["name"] != "d" || totals["total"] != float64(5) || totals["pending"] != float64(3) || totals["completed"] != float64(2) {
+		t.Fatalf("queue detail: %v", q)
+	}
+	d1 := q["partitions"].([]any)[0].(map[string]any)
+	stats := d1["stats"].(map[string]any)
+	if d1["name"] != "p1" || stats["pending"] != float64(1) || stats["completed"] != float64(2) || d1["oldestMessage"] == nil || d1["newestMessage"] == nil {
+		t.Fatalf("partition detail: %v", d1)
+	}
+	if r := e.do("GET", "/api/v1/resources/queues/nope", nil); r.status != 404 || r.obj(t)["error"] != "Queue not found" {
+		t.Fatalf("unknown queue detail: %d %s", r.status, r.body)
 	}
 }

@@ -178,6 +178,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/dlq", s.listDLQ)
 	mux.HandleFunc("GET /api/v1/resources/queues", s.listQueues)
 	mux.HandleFunc("GET /api/v1/resources/queues/{queue}", s.getQueue)
+	mux.HandleFunc("GET /api/v1/resources/queues/{queue}/depth", s.queueDepth)
 	mux.HandleFunc("DELETE /api/v1/resources/queues/{queue}", s.deleteQueue)
 	mux.HandleFunc("GET /api/v1/resources/overview", s.overview)
 	mux.HandleFunc("GET /api/v1/system/maintenance", s.getMaintenance)

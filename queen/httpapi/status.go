@@ -140,9 +140,18 @@ func (s *Server) statusQueues(w http.ResponseWriter, r *http.Request) {
 }
 
 // partitionCounts is one partition's six counts.
+// partitionCounts are a partition's figures in queue mode: completed is
+// what the cursor passed and was not dead-lettered; failed is always 0 (a failed message is retried,
+// so pending, or dead-lettered).
 func partitionCounts(p store.PartitionInfo) map[string]any {
-	return map[string]any{"total": p.Messages, "pending": p.Pending, "processing": 0,
-		"completed": max(p.Messages-p.Pending, 0), "failed": 0, "deadLetter": 0}
+	return map[string]any{"total": p.Messages, "pending": p.Pending, "processing": p.Processing,
+		"completed": max(p.Messages-p.Pending-p.DLQ, 0), "failed": 0, "deadLetter": p.DLQ}
+}
+
+// queueCounts are partitionCounts summed over the queue.
+func queueCounts(q store.QueueInfo) map[string]any {
+	return map[string]any{"total": q.Messages, "pending": q.Pending, "processing": q.Processing,
+		"completed": max(q.Messages-q.Pending-q.DLQ, 0), "failed": 0, "deadLetter": q.DLQ}
 }
 
 // statusQueue is GET /api/v1/status/queues/{queue}: the queue, its
@@ -161,14 +170,17 @@ func (s *Server) statusQueue(w http.ResponseWriter, r *http.Request) {
 	for i, p := range q.Partitions {
 		c := partitionCounts(p)
 		parts[i] = map[string]any{"id": p.ID, "name": p.Name, "createdAt": msTime(&p.CreatedAt), "messages": c, "stats": c,
-			"pending": p.Pending, "total": p.Messages, "lastActivity": msTime(p.LastMessageAt), "newestMessage": msTime(p.LastMessageAt)}
+			"pending": p.Pending, "total": p.Messages, "lastActivity": msTime(p.LastMessageAt), "newestMessage": msTime(p.LastMessageAt),
+			"oldestMessage": msTime(p.OldestAt),
+			// queenctl's partition list reads these flat.
+			"processing": c["processing"], "completed": c["completed"], "failed": 0, "dlq": p.DLQ}
 	}
 	o := q.Options
-	totals := map[string]any{"total": q.Messages, "pending": q.Pending, "processing": 0,
-		"completed": max(q.Messages-q.Pending-q.DLQ, 0), "failed": 0, "deadLetter": q.DLQ}
-	totals["messages"] = map[string]any{"total": q.Messages, "pending": q.Pending, "processing": 0,
-		"completed": totals["completed"], "failed": 0, "deadLetter": q.DLQ}
+	totals := queueCounts(q)
+	totals["messages"] = queueCounts(q)
 	writeJSON(w, http.StatusOK, map[string]any{
+		// queenctl's status <queue> reads these flat.
+		"name": q.Name, "pending": q.Pending, "processing": q.Processing, "completed": totals["completed"], "failed": 0, "dlq": q.DLQ,
 		"queue": map[string]any{"id": q.ID, "name": q.Name, "namespace": nullable(q.Namespace), "task": nullable(q.Task),
 			"priority": o.Priority, "createdAt": msTime(&q.CreatedAt), "config": map[string]any{"leaseTime": o.LeaseTime,
 				"retryLimit": o.RetryLimit, "retryDelay": o.RetryDelay, "ttl": o.TTL, "maxQueueSize": o.MaxSize,

@@ -18,7 +18,7 @@ type PartitionBacklog struct {
 }
 
 // backlogSQL reads tenant $1's queue $2's depth per partition at $4, for
-// group $3 ('' = the queue as a whole, where the slowest named group sets
+// group $3 (” = the queue as a whole, where the slowest named group sets
 // the cursor and queue mode counts only when no named group has one, and
 // every live lease is processing). Pending runs from the cursor, or from
 // just before the oldest retained message when retention deleted past it,

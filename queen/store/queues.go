@@ -216,6 +216,7 @@ type QueueInfo struct {
 	Partitions []PartitionInfo
 	Messages   int64 // rows stored
 	Pending    int64 // not yet consumed in queue mode
+	Processing int64 // under a live queue-mode lease
 	DLQ        int64
 }
 
@@ -225,6 +226,9 @@ type PartitionInfo struct {
 	Name          string
 	Messages      int64
 	Pending       int64 // beyond the queue-mode cursor
+	Processing    int64 // of those, under a live queue-mode lease
+	DLQ           int64
+	OldestAt      *time.Time // the oldest stored message (nil: none)
 	LastMessageAt *time.Time
 	CreatedAt     time.Time
 }
@@ -242,7 +246,7 @@ func (s *Store) ListQueues(ctx context.Context, tenant string) ([]QueueInfo, err
 			return err
 		}
 		for _, q := range qs {
-			info, err := queueInfo(ctx, tx, q)
+			info, err := queueInfo(ctx, tx, q, now)
 			if err != nil {
 				return err
 			}
@@ -261,38 +265,45 @@ func (s *Store) GetQueue(ctx context.Context, tenant, name string) (QueueInfo, e
 		if err != nil {
 			return err
 		}
-		out, err = queueInfo(ctx, tx, q)
+		out, err = queueInfo(ctx, tx, q, now)
 		return err
 	})
 	return out, err
 }
 
-func queueInfo(ctx context.Context, tx pgx.Tx, q Queue) (QueueInfo, error) {
+// queuePartitionsSQL counts queue $1's partitions at $2: stored rows,
+// the queue-mode backlog, what a live queue-mode lease holds of it, DLQ
+// rows, and the oldest stored message.
+const queuePartitionsSQL = `
+SELECT p.id, p.name, p.created_at, p.last_message_at,
+	(SELECT count(*) FROM queen.messages m WHERE m.partition_id = p.id),
+	(SELECT count(*) FROM queen.messages m WHERE m.partition_id = p.id AND m.seq > coalesce(pc.last_consumed_seq, 0)),
+	CASE WHEN pc.lease_expires_at > coalesce($2::timestamptz, now()) THEN
+		(SELECT count(*) FROM queen.messages m WHERE m.partition_id = p.id
+			AND m.seq > pc.last_consumed_seq AND m.seq <= pc.lease_max_seq) ELSE 0 END,
+	(SELECT count(*) FROM queen.dead_letter_queue d WHERE d.partition_id = p.id),
+	(SELECT m.created_at FROM queen.messages m WHERE m.partition_id = p.id ORDER BY m.seq LIMIT 1)
+FROM queen.partitions p
+LEFT JOIN queen.partition_consumers pc ON pc.partition_id = p.id AND pc.consumer_group = '__QUEUE_MODE__'
+WHERE p.queue_id = $1 ORDER BY p.name`
+
+func queueInfo(ctx context.Context, tx pgx.Tx, q Queue, now time.Time) (QueueInfo, error) {
 	info := QueueInfo{Queue: q}
-	rows, err := tx.Query(ctx, `
-		SELECT p.id, p.name, p.created_at, p.last_message_at,
-			(SELECT count(*) FROM queen.messages m WHERE m.partition_id = p.id),
-			(SELECT count(*) FROM queen.messages m WHERE m.partition_id = p.id
-				AND m.seq > coalesce((SELECT pc.last_consumed_seq FROM queen.partition_consumers pc
-					WHERE pc.partition_id = p.id AND pc.consumer_group = '__QUEUE_MODE__'), 0))
-		FROM queen.partitions p WHERE p.queue_id = $1 ORDER BY p.name`, q.ID)
+	rows, err := tx.Query(ctx, queuePartitionsSQL, q.ID, now)
 	if err != nil {
 		return info, err
 	}
 	info.Partitions, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (PartitionInfo, error) {
 		var p PartitionInfo
-		err := r.Scan(&p.ID, &p.Name, &p.CreatedAt, &p.LastMessageAt, &p.Messages, &p.Pending)
+		err := r.Scan(&p.ID, &p.Name, &p.CreatedAt, &p.LastMessageAt, &p.Messages, &p.Pending, &p.Processing, &p.DLQ, &p.OldestAt)
 		return p, err
 	})
-	if err != nil {
-		return info, err
-	}
 	for _, p := range info.Partitions {
 		info.Messages += p.Messages
 		info.Pending += p.Pending
+		info.Processing += p.Processing
+		info.DLQ += p.DLQ
 	}
-	err = tx.QueryRow(ctx, `SELECT count(*) FROM queen.dead_letter_queue d JOIN queen.partitions p ON p.id = d.partition_id
-		WHERE p.queue_id = $1`, q.ID).Scan(&info.DLQ)
 	return info, err
 }
 
