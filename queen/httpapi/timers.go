@@ -282,23 +282,37 @@ func (s *Server) cancelTimer(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// timerWire is one pending timer, listed or peeked.
+// timerWire is one pending timer, listed or peeked. The payload is base64
+// of the bytes as stored, as a schedule takes it in: sealed when
+// encrypted says so (a peek inspects, it does not decrypt); a list leaves
+// payloads out.
 type timerWire struct {
-	Found     *bool           `json:"found,omitempty"`
-	Queue     string          `json:"queue"`
-	TimerKey  string          `json:"timerKey"`
-	Partition string          `json:"partition"`
-	DeliverAt string          `json:"deliverAt"`
-	Txn       string          `json:"txn"`
-	MessageID string          `json:"messageId"`
-	Payload   json.RawMessage `json:"payload,omitempty"`
-	Claimed   bool            `json:"claimed"`
-	Attempts  int             `json:"attempts"`
+	Found       *bool  `json:"found,omitempty"`
+	Queue       string `json:"queue"`
+	TimerKey    string `json:"timerKey"`
+	Partition   string `json:"partition"`
+	DeliverAt   string `json:"deliverAt"`
+	Txn         string `json:"txn"`
+	MessageID   string `json:"messageId"`
+	Payload     string `json:"payload,omitempty"`
+	PayloadZstd bool   `json:"payloadZstd"`
+	Encrypted   bool   `json:"encrypted"`
+	ProducerSub string `json:"producerSub,omitempty"`
+	Claimed     bool   `json:"claimed"`
+	Attempts    int    `json:"attempts"`
+	LastError   string `json:"lastError,omitempty"`
+	CreatedAt   string `json:"createdAt"`
+	UpdatedAt   string `json:"updatedAt"`
 }
 
 func toTimerWire(t store.Timer) timerWire {
-	return timerWire{Queue: t.Queue, TimerKey: t.TimerKey, Partition: t.Partition, DeliverAt: timestamp(t.DeliverAt),
-		Txn: t.Txn, MessageID: t.MessageID, Payload: t.Payload, Claimed: t.Claimed, Attempts: t.Attempts}
+	w := timerWire{Queue: t.Queue, TimerKey: t.TimerKey, Partition: t.Partition, DeliverAt: timestamp(t.DeliverAt),
+		Txn: t.Txn, MessageID: t.MessageID, Encrypted: t.Encrypted, ProducerSub: t.ProducerSub, Claimed: t.Claimed,
+		Attempts: t.Attempts, LastError: t.LastError, CreatedAt: timestamp(t.CreatedAt), UpdatedAt: timestamp(t.UpdatedAt)}
+	if t.Payload != nil {
+		w.Payload = base64.StdEncoding.EncodeToString(t.Payload)
+	}
+	return w
 }
 
 // peekTimer is GET /api/v1/timers/{queue}/{timerKey...}; a miss is
@@ -346,9 +360,9 @@ func (s *Server) listTimers(w http.ResponseWriter, r *http.Request) {
 		for i, t := range ts {
 			out[i] = toTimerWire(t)
 		}
-		body := map[string]any{"queue": queue, "timers": out, "truncated": truncated}
+		body := map[string]any{"queue": queue, "rows": out, "truncated": truncated}
 		if truncated {
-			body["next"] = ts[len(ts)-1].TimerKey
+			body["nextAfter"] = ts[len(ts)-1].TimerKey
 		}
 		writeJSON(w, http.StatusOK, body)
 	case "count":

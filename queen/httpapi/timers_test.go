@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -32,7 +33,7 @@ func TestTimersRefuseBadInputNamingTheField(t *testing.T) {
 			t.Errorf("%v: answered %s, want it to name %q", c.body, r.body, c.want)
 		}
 	}
-	if r := e.expect(e.do("GET", "/api/v1/timers/q", nil), 200).obj(t); len(r["timers"].([]any)) != 0 {
+	if r := e.expect(e.do("GET", "/api/v1/timers/q", nil), 200).obj(t); len(r["rows"].([]any)) != 0 {
 		t.Fatalf("a refused call wrote timers: %v", r)
 	}
 }
@@ -51,15 +52,18 @@ func TestTimersScheduleListPeekCancel(t *testing.T) {
 		t.Fatalf("schedule: %v", r)
 	}
 	list := e.expect(e.do("GET", "/api/v1/timers/q?limit=1", nil), 200).obj(t)
-	if ts := list["timers"].([]any); len(ts) != 1 || list["truncated"] != true || list["next"] != "a" {
-		t.Fatalf("list: %v", list)
+	if ts := list["rows"].([]any); len(ts) != 1 || list["truncated"] != true || list["nextAfter"] != "a" ||
+		ts[0].(map[string]any)["payload"] != nil || ts[0].(map[string]any)["createdAt"] == nil {
+		t.Fatalf("list (rows without payloads, then the cursor): %v", list)
 	}
 	if c := e.expect(e.do("GET", "/api/v1/timers/q?mode=count&prefix=a", nil), 200).obj(t); c["count"] != float64(1) {
 		t.Fatalf("count: %v", c)
 	}
 	peek := e.expect(e.do("GET", "/api/v1/timers/q/a", nil), 200).obj(t)
-	if peek["found"] != true || peek["payload"].(map[string]any)["order"] != float64(7) {
-		t.Fatalf("peek (a base64 payload is the message's JSON): %v", peek)
+	stored, err := base64.StdEncoding.DecodeString(peek["payload"].(string))
+	var body map[string]any
+	if err != nil || json.Unmarshal(stored, &body) != nil || peek["found"] != true || body["order"] != float64(7) || peek["encrypted"] != false {
+		t.Fatalf("peek (the payload comes back base64, as it went in): %v", peek)
 	}
 	if c := e.expect(e.do("DELETE", "/api/v1/timers/q/a", nil), 200).obj(t); c["status"] != "cancelled" || c["ok"] != true {
 		t.Fatalf("cancel: %v", c)
@@ -192,7 +196,7 @@ func TestTransactionAcksAndSchedulesAtomically(t *testing.T) {
 	if r["success"] != false || r["reason"] != "kv_precondition" {
 		t.Fatalf("transaction with a lost precondition: %v", r)
 	}
-	if l := e.expect(e.do("GET", "/api/v1/timers/later", nil), 200).obj(t); len(l["timers"].([]any)) != 0 {
+	if l := e.expect(e.do("GET", "/api/v1/timers/later", nil), 200).obj(t); len(l["rows"].([]any)) != 0 {
 		t.Fatalf("a rolled-back transaction scheduled: %v", l)
 	}
 	r = e.expect(e.do("POST", "/api/v1/transaction", map[string]any{

@@ -44,9 +44,12 @@ type TimerResult struct {
 type Timer struct {
 	Queue, TimerKey, Partition, Txn, MessageID string
 	DeliverAt                                  time.Time
-	Payload                                    json.RawMessage
+	Payload                                    json.RawMessage // as stored: sealed when Encrypted; nil in a list
+	Encrypted                                  bool
+	ProducerSub, LastError                     string
 	Claimed                                    bool
 	Attempts                                   int
+	CreatedAt, UpdatedAt                       time.Time
 }
 
 // Timer statements take the injected now as their last parameter.
@@ -87,16 +90,16 @@ RETURNING txn, message_id::text`
 	timerClaimedSQL = `SELECT txn FROM queen.log_timers WHERE tenant_id = $1 AND queue = $2 AND timer_key = $3`
 
 	listTimersSQL = `
-SELECT timer_key, partition, deliver_at, txn, message_id::text, payload,
-	coalesce(claimed_until > coalesce($5::timestamptz, now()), false), attempts
+SELECT timer_key, partition, deliver_at, txn, message_id::text, NULL::jsonb, encrypted, coalesce(producer_sub, ''),
+	coalesce(last_error, ''), coalesce(claimed_until > coalesce($5::timestamptz, now()), false), attempts, created_at, updated_at
 FROM queen.log_timers
 WHERE tenant_id = $1 AND queue = $2 AND timer_key > $3
 ORDER BY timer_key
 LIMIT $4`
 
 	peekTimerSQL = `
-SELECT timer_key, partition, deliver_at, txn, message_id::text, payload,
-	coalesce(claimed_until > coalesce($4::timestamptz, now()), false), attempts
+SELECT timer_key, partition, deliver_at, txn, message_id::text, payload, encrypted, coalesce(producer_sub, ''),
+	coalesce(last_error, ''), coalesce(claimed_until > coalesce($4::timestamptz, now()), false), attempts, created_at, updated_at
 FROM queen.log_timers
 WHERE tenant_id = $1 AND queue = $2 AND timer_key = $3`
 
@@ -230,18 +233,19 @@ func (s *Store) ListTimers(ctx context.Context, tenant, queue, after string, lim
 	if err != nil {
 		return nil, err
 	}
-	var out []Timer
-	for rows.Next() {
-		t := Timer{Queue: queue}
-		var payload []byte
-		if err := rows.Scan(&t.TimerKey, &t.Partition, &t.DeliverAt, &t.Txn, &t.MessageID, &payload, &t.Claimed, &t.Attempts); err != nil {
-			rows.Close()
-			return nil, err
-		}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Timer, error) { return scanTimer(r, queue) })
+}
+
+// scanTimer reads a row of listTimersSQL or peekTimerSQL.
+func scanTimer(r pgx.Row, queue string) (Timer, error) {
+	t := Timer{Queue: queue}
+	var payload []byte
+	err := r.Scan(&t.TimerKey, &t.Partition, &t.DeliverAt, &t.Txn, &t.MessageID, &payload, &t.Encrypted, &t.ProducerSub,
+		&t.LastError, &t.Claimed, &t.Attempts, &t.CreatedAt, &t.UpdatedAt)
+	if payload != nil {
 		t.Payload = payload
-		out = append(out, t)
 	}
-	return out, rows.Err()
+	return t, err
 }
 
 // CountTimers counts a queue's pending timers whose key starts with prefix.
@@ -257,14 +261,10 @@ func (s *Store) CountTimers(ctx context.Context, tenant, queue, prefix string) (
 func (s *Store) PeekTimer(ctx context.Context, tenant, queue, key string) (Timer, bool, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	t := Timer{Queue: queue}
-	var payload []byte
-	err := s.pool.QueryRow(ctx, peekTimerSQL, tenant, queue, key, s.dbNow()).Scan(&t.TimerKey, &t.Partition,
-		&t.DeliverAt, &t.Txn, &t.MessageID, &payload, &t.Claimed, &t.Attempts)
+	t, err := scanTimer(s.pool.QueryRow(ctx, peekTimerSQL, tenant, queue, key, s.dbNow()), queue)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Timer{}, false, nil
 	}
-	t.Payload = payload
 	return t, err == nil, err
 }
 
