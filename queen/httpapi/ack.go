@@ -205,13 +205,22 @@ func (s *Server) transaction(w http.ResponseWriter, r *http.Request) {
 	results, more, err := s.store.TransactionWith(r.Context(), tenantOf(r), ops, leases, subOf(r), extras)
 	release()
 	if msg, rolledBack := store.IsRollback(err); rolledBack {
-		writeJSON(w, http.StatusOK, map[string]any{"transactionId": txnID, "success": false, "error": msg, "results": []any{}})
+		body := map[string]any{"transactionId": txnID, "success": false, "error": msg, "results": []any{}}
+		if reason := store.RollbackReason(err); reason != "" {
+			body["reason"] = reason
+		}
+		writeJSON(w, http.StatusOK, body)
 		return
 	}
 	var pre *store.KVPrecondition
 	if errors.As(err, &pre) {
-		writeJSON(w, http.StatusOK, map[string]any{"transactionId": txnID, "success": false, "error": pre.Error(),
-			"reason": "kv_precondition", "failedIndex": pre.Index, "kvReason": pre.Result.Reason, "results": []any{}})
+		body := map[string]any{"transactionId": txnID, "success": false, "error": pre.Error(),
+			"reason": "kv_precondition", "failedIndex": pre.Index, "kvReason": pre.Result.Reason, "results": []any{},
+			"version": nil, "value": nil}
+		if pre.Result.Found {
+			body["version"], body["value"] = pre.Result.Version, pre.Result.Value
+		}
+		writeJSON(w, http.StatusOK, body)
 		return
 	}
 	if errors.Is(err, store.ErrKVReadTooLarge) {

@@ -131,3 +131,30 @@ func TestAckBatchAndValidation(t *testing.T) {
 		}
 	}
 }
+
+// The DLQ listing honours partition, from and to (queenctl's filtered
+// drain deletes what the listing returns, so an ignored filter would
+// delete too much); a bad time is a 400 naming it.
+func TestDLQListingFilters(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.push(item{"queue": "f", "partition": "p1", "transactionId": "a"}, item{"queue": "f", "partition": "p2", "transactionId": "b"})
+	for _, part := range []string{"p1", "p2"} {
+		p := e.pop("/api/v1/pop/queue/f/partition/" + part)
+		e.ack(p.Messages[0].TransactionID, p.PartitionID, p.LeaseID, "dlq")
+	}
+	count := func(query string) float64 {
+		t.Helper()
+		return e.expect(e.do("GET", "/api/v1/dlq?queue=f"+query, nil), 200).obj(t)["total"].(float64)
+	}
+	past, future := "2000-01-01T00:00:00Z", "2999-01-01%2000:00:00"
+	for query, want := range map[string]float64{"": 2, "&partition=p1": 1, "&partition=nope": 0,
+		"&from=" + past: 2, "&from=" + future: 0, "&to=" + past: 0, "&partition=p2&to=" + future: 1} {
+		if got := count(query); got != want {
+			t.Errorf("dlq%s: total %v, want %v", query, got, want)
+		}
+	}
+	if r := e.do("GET", "/api/v1/dlq?queue=f&from=yesterday", nil); r.status != 400 || !strings.HasPrefix(r.obj(t)["error"].(string), "from:") {
+		t.Fatalf("bad from: %d %s", r.status, r.body)
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -49,7 +48,9 @@ func (s *Server) listGroups(w http.ResponseWriter, r *http.Request) {
 		}
 		out[i] = map[string]any{"name": g.Group, "queueName": g.Queue, "topics": []string{g.Queue}, "members": g.Members,
 			"partitionsWithLag": g.PartitionsWithLag, "totalLag": nil, "maxTimeLag": g.MaxTimeLagSeconds,
-			"lagSeconds": g.MaxTimeLagSeconds, "state": state, "subscriptionMode": wireMode(g.SubscriptionMode),
+			"lagSeconds": g.MaxTimeLagSeconds, "lagMessages": g.LagMessages, "state": state,
+			// queenctl's cg list reads these names.
+			"queue": g.Queue, "partitions": g.Members, "subscriptionMode": wireMode(g.SubscriptionMode),
 			"subscriptionTimestamp": msTime(g.SubscriptionTimestamp), "subscriptionCreatedAt": msTime(g.SubscriptionCreatedAt)}
 		if wireMode(g.SubscriptionMode) == nil {
 			out[i]["subscriptionTimestamp"], out[i]["subscriptionCreatedAt"] = nil, nil
@@ -89,7 +90,9 @@ func (s *Server) laggingGroups(w http.ResponseWriter, r *http.Request) {
 			out = append(out, map[string]any{"consumer_group": g, "queue_name": p.Queue, "partition_name": p.Partition,
 				"partition_id": p.PartitionID, "worker_id": worker, "offset_lag": p.OffsetLag, "time_lag_seconds": p.TimeLagSeconds,
 				"lag_hours": float64(p.TimeLagSeconds*100/3600) / 100, "oldest_unconsumed_at": msTime(p.OldestUnconsumedAt),
-				"last_consumed_at": msTime(p.LastConsumedAt)})
+				"last_consumed_at": msTime(p.LastConsumedAt),
+				// queenctl's lag view reads these names.
+				"name": g, "queue": p.Queue, "lagSeconds": p.TimeLagSeconds, "lagMessages": p.OffsetLag})
 		}
 	}
 	sortByLag(out)
@@ -200,11 +203,6 @@ func (s *Server) seekGroup(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"success": true, "consumerGroup": g, "queueName": q, "seekToEnd": toEnd,
 		"targetTimestamp": msTime(at), "partitionsUpdated": n})
-}
-
-// parseInstant reads an RFC 3339 instant (seconds or finer).
-func parseInstant(v string) (time.Time, error) {
-	return time.Parse(time.RFC3339Nano, strings.TrimSpace(v))
 }
 
 // seekPartition is POST .../partitions/{partition}/seek: always to the end

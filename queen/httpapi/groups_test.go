@@ -17,7 +17,8 @@ func TestConsumerGroupRoutes(t *testing.T) {
 	var list []map[string]any
 	e.expect(e.do("GET", "/api/v1/consumer-groups", nil), 200).json(t, &list)
 	if len(list) != 1 || list[0]["name"] != "g1" || list[0]["queueName"] != "cg" || list[0]["members"] != float64(1) ||
-		list[0]["partitionsWithLag"] != float64(1) || list[0]["state"] != "Stable" || list[0]["subscriptionMode"] != nil {
+		list[0]["partitionsWithLag"] != float64(1) || list[0]["state"] != "Stable" || list[0]["subscriptionMode"] != nil ||
+		list[0]["queue"] != "cg" || list[0]["partitions"] != float64(1) || list[0]["lagMessages"] != float64(2) {
 		t.Fatalf("list: %v", list)
 	}
 	detail := e.expect(e.do("GET", "/api/v1/consumer-groups/g1", nil), 200).obj(t)

@@ -90,7 +90,7 @@ func (s *Server) parsePop(r *http.Request) (popParams, error) {
 	if from := q.Get("subscriptionFrom"); from != "" {
 		if strings.EqualFold(from, "now") {
 			p.req.SubscriptionMode = "new"
-		} else if t, err := time.Parse(time.RFC3339Nano, from); err == nil {
+		} else if t, err := parseInstant(from); err == nil {
 			p.req.SubscriptionFrom = &t
 		} else {
 			p.req.SubscriptionMode = "all"

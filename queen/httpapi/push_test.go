@@ -144,7 +144,7 @@ func TestUnknownRoutesAnswerJSON404(t *testing.T) {
 		{"GET", "/api/v1/nope"}, {"POST", "/api/v1/resources/queues"}, {"PUT", "/api/v1/push"}, {"GET", "/elsewhere"},
 	} {
 		r := e.do(c.method, c.path, nil)
-		if r.status != 404 || r.obj(t)["error"] == nil {
+		if r.status != 404 || r.obj(t)["error"] == nil || r.obj(t)["code"] != "no_such_route" {
 			t.Errorf("%s %s: %d %s", c.method, c.path, r.status, r.body)
 		}
 	}

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"errors"
 	"net/http"
+	"time"
 
 	"github.com/queen-go/queen/queen/store"
 )
@@ -274,8 +275,24 @@ func emptyIfNil(s []string) []string {
 
 func (s *Server) listDLQ(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	f := store.DLQFilter{Tenant: tenantOf(r), Queue: q.Get("queue"), Group: q.Get("consumerGroup"),
+	f := store.DLQFilter{Tenant: tenantOf(r), Queue: q.Get("queue"), Group: q.Get("consumerGroup"), Partition: q.Get("partition"),
 		Limit: queryInt(q, "limit", 100), Offset: queryInt(q, "offset", 0)}
+	// Queen's brokers ignore partition, from and to; honouring them keeps
+	// a filtered drain (queenctl dlq drain --partition/--from/--to) from
+	// deleting rows outside the filter.
+	for _, b := range []struct {
+		name string
+		dst  **time.Time
+	}{{"from", &f.From}, {"to", &f.To}} {
+		if v := q.Get(b.name); v != "" {
+			t, err := parseInstant(v)
+			if err != nil {
+				writeError(w, http.StatusBadRequest, b.name+": "+err.Error())
+				return
+			}
+			*b.dst = &t
+		}
+	}
 	if f.Limit < 1 || f.Limit > 10000 {
 		writeError(w, http.StatusBadRequest, "limit must be between 1 and 10000")
 		return

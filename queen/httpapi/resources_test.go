@@ -220,4 +220,7 @@ func TestQueueDepthAndDetail(t *testing.T) {
 	if r := e.do("GET", "/api/v1/resources/queues/nope", nil); r.status != 404 || r.obj(t)["error"] != "Queue not found" {
 		t.Fatalf("unknown queue detail: %d %s", r.status, r.body)
 	}
+	if r := e.do("GET", "/api/v1/resources/partitions", nil); r.status != 404 || r.obj(t)["code"] != "no_such_route" {
+		t.Fatalf("a route that does not exist: %d %s", r.status, r.body)
+	}
 }

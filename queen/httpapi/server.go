@@ -287,7 +287,10 @@ func (s *Server) middleware(mux *http.ServeMux) http.Handler {
 		}
 		_, pattern := mux.Handler(r)
 		if pattern == "" {
-			writeError(w, http.StatusNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
+			// code tells a missing route from a missing object (Queen's
+			// clients copy it into their errors).
+			writeJSON(w, http.StatusNotFound, map[string]string{"error": fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path),
+				"code": "no_such_route"})
 			return
 		}
 		var who auth.Principal

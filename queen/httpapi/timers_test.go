@@ -193,7 +193,7 @@ func TestTransactionAcksAndSchedulesAtomically(t *testing.T) {
 		"timers":         []any{map[string]any{"op": "schedule", "queue": "later", "timerKey": "job", "txn": "follow-up", "delayMs": 60000}},
 		"kv":             []any{map[string]any{"op": "put", "ns": "progress", "key": "job", "value": 1, "forever": true, "expect": 99, "required": true}},
 	}), 200).obj(t)
-	if r["success"] != false || r["reason"] != "kv_precondition" {
+	if r["success"] != false || r["reason"] != "kv_precondition" || r["kvReason"] != "absent" || r["version"] != nil {
 		t.Fatalf("transaction with a lost precondition: %v", r)
 	}
 	if l := e.expect(e.do("GET", "/api/v1/timers/later", nil), 200).obj(t); len(l["rows"].([]any)) != 0 {

@@ -51,7 +51,7 @@ func TestTransactionRollsBackEverything(t *testing.T) {
 		map[string]any{"type": "push", "queue": "out", "transactionId": "r2"}, // flat form
 	}, "requiredLeases": []any{"01900000-0000-7000-8000-000000000000"}}
 	r = e.expect(e.do("POST", "/api/v1/transaction", body), 200).obj(t)
-	if r["success"] != false || !strings.Contains(r["error"].(string), "invalid or expired") {
+	if r["success"] != false || !strings.Contains(r["error"].(string), "invalid or expired") || r["reason"] != "ack_rejected" {
 		t.Fatalf("dead lease: %v", r)
 	}
 	if out := e.pop("/api/v1/pop/queue/out"); out != nil {

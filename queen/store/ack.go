@@ -414,7 +414,7 @@ func (s *Store) ackTx(ctx context.Context, tx pgx.Tx, tenant, group string, item
 	if strict {
 		for _, r := range out {
 			if !r.Success {
-				return nil, rollback("ack %s: %s", r.TransactionID, r.Error)
+				return nil, rejected("ack_rejected", "ack %s: %s", r.TransactionID, r.Error)
 			}
 		}
 	}

@@ -26,8 +26,9 @@ type DLQEntry struct {
 
 // DLQFilter narrows a DLQ listing; empty fields match everything.
 type DLQFilter struct {
-	Tenant, Queue, Group string
-	Limit, Offset        int
+	Tenant, Queue, Group, Partition string     // "" matches any
+	From, To                        *time.Time // failed at or after From, at or before To
+	Limit, Offset                   int
 }
 
 // ListDLQ returns dead-lettered messages, newest failure first, and the
@@ -40,13 +41,15 @@ func (s *Store) ListDLQ(ctx context.Context, f DLQFilter) ([]DLQEntry, int64, er
 			JOIN queen.messages m ON m.id = d.message_id
 			JOIN queen.partitions p ON p.id = d.partition_id
 			JOIN queen.queues q ON q.id = p.queue_id
-			WHERE q.tenant_id = $1 AND ($2 = '' OR q.name = $2) AND ($3 = '' OR d.consumer_group = $3)`
-		if err := tx.QueryRow(ctx, `SELECT count(*)`+where, f.Tenant, f.Queue, f.Group).Scan(&total); err != nil {
+			WHERE q.tenant_id = $1 AND ($2 = '' OR q.name = $2) AND ($3 = '' OR d.consumer_group = $3)
+				AND ($4 = '' OR p.name = $4) AND ($5::timestamptz IS NULL OR d.failed_at >= $5)
+				AND ($6::timestamptz IS NULL OR d.failed_at <= $6)`
+		if err := tx.QueryRow(ctx, `SELECT count(*)`+where, f.Tenant, f.Queue, f.Group, f.Partition, f.From, f.To).Scan(&total); err != nil {
 			return err
 		}
 		rows, err := tx.Query(ctx, `SELECT m.id::text, m.transaction_id, p.id::text, q.name, p.name, d.consumer_group,
 				d.error_message, d.retry_count, m.payload, m.is_encrypted, m.producer_sub, m.created_at, d.failed_at`+where+`
-			ORDER BY d.failed_at DESC, d.id DESC LIMIT $4 OFFSET $5`, f.Tenant, f.Queue, f.Group, f.Limit, f.Offset)
+			ORDER BY d.failed_at DESC, d.id DESC LIMIT $7 OFFSET $8`, f.Tenant, f.Queue, f.Group, f.Partition, f.From, f.To, f.Limit, f.Offset)
 		if err != nil {
 			return err
 		}

@@ -17,6 +17,7 @@ type GroupSummary struct {
 	Members               int   // partitions with a cursor of the group
 	PartitionsWithLag     int   // partitions holding messages past the cursor
 	MaxTimeLagSeconds     int64 // age of the newest message of the most lagging partition
+	LagMessages           int64 // messages pushed past the cursors (sequence arithmetic)
 	Consumed              bool  // some cursor has consumed something
 	SubscriptionMode      string
 	SubscriptionTimestamp *time.Time
@@ -29,7 +30,8 @@ SELECT pc.consumer_group, q.name, count(*)::int,
 	coalesce(max(extract(epoch FROM coalesce($2::timestamptz, now()) - p.last_message_at))
 		FILTER (WHERE p.last_seq > pc.last_consumed_seq), 0)::bigint,
 	bool_or(pc.last_consumed_at IS NOT NULL),
-	coalesce(g.subscription_mode, ''), g.subscription_timestamp, g.created_at
+	coalesce(g.subscription_mode, ''), g.subscription_timestamp, g.created_at,
+	coalesce(sum(greatest(p.last_seq - pc.last_consumed_seq, 0)), 0)::bigint
 FROM queen.partition_consumers pc
 JOIN queen.partitions p ON p.id = pc.partition_id
 JOIN queen.queues q ON q.id = p.queue_id
@@ -52,7 +54,7 @@ func (s *Store) ListGroups(ctx context.Context, tenant string) ([]GroupSummary, 
 	for rows.Next() {
 		var g GroupSummary
 		if err := rows.Scan(&g.Group, &g.Queue, &g.Members, &g.PartitionsWithLag, &g.MaxTimeLagSeconds, &g.Consumed,
-			&g.SubscriptionMode, &g.SubscriptionTimestamp, &g.SubscriptionCreatedAt); err != nil {
+			&g.SubscriptionMode, &g.SubscriptionTimestamp, &g.SubscriptionCreatedAt, &g.LagMessages); err != nil {
 			rows.Close()
 			return nil, err
 		}

@@ -221,11 +221,27 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 
 // errRollback carries a business failure out of a transaction so that it
 // rolls back without being mistaken for a database error.
-type errRollback struct{ msg string }
+// Its reason is one of Queen's transaction failure codes (bad_request,
+// ack_rejected, push_rejected), "" where none applies.
+type errRollback struct{ msg, reason string }
 
 func (e *errRollback) Error() string { return e.msg }
 
-func rollback(format string, a ...any) error { return &errRollback{fmt.Sprintf(format, a...)} }
+func rollback(format string, a ...any) error { return &errRollback{msg: fmt.Sprintf(format, a...)} }
+
+// rejected is a rollback with its failure code.
+func rejected(reason, format string, a ...any) error {
+	return &errRollback{msg: fmt.Sprintf(format, a...), reason: reason}
+}
+
+// RollbackReason is the failure code of a rollback ("" when it has none).
+func RollbackReason(err error) string {
+	var r *errRollback
+	if errors.As(err, &r) {
+		return r.reason
+	}
+	return ""
+}
 
 // IsRollback reports whether err is a business failure that rolled a
 // transaction back (as opposed to a database error), and its message.

@@ -114,7 +114,7 @@ func (s *Store) TransactionWith(ctx context.Context, tenant string, ops []TxnOp,
 			lp.PartitionIDs = append(lp.PartitionIDs, op.Ack.PartitionID)
 			lp.Groups = append(lp.Groups, g)
 		default:
-			return nil, more, rollback("operations[%d]: unknown type %q", i, op.Type)
+			return nil, more, rejected("bad_request", "operations[%d]: unknown type %q", i, op.Type)
 		}
 	}
 	sort.Strings(groups)
@@ -212,7 +212,7 @@ func (s *Store) lockForTxn(ctx context.Context, tx pgx.Tx, p txnLockParams, requ
 	}
 	for _, lease := range required {
 		if !held[lease] {
-			return rollback("lease %s is invalid or expired", lease)
+			return rejected("ack_rejected", "lease %s is invalid or expired", lease)
 		}
 	}
 	return nil
@@ -230,7 +230,7 @@ func (s *Store) appendInTx(ctx context.Context, tx pgx.Tx, rows []appendRow) ([]
 	}
 	for _, o := range out {
 		if o.gone {
-			return nil, rollback("a partition was deleted during the transaction")
+			return nil, rejected("push_rejected", "a partition was deleted during the transaction")
 		}
 	}
 	return out, nil
