@@ -154,6 +154,10 @@ func TestDLQListingFilters(t *testing.T) {
 			t.Errorf("dlq%s: total %v, want %v", query, got, want)
 		}
 	}
+	if big := e.expect(e.do("GET", "/api/v1/dlq?queue=f&limit=99999", nil), 200).obj(t); big["pagination"].(map[string]any)["limit"] != float64(10000) {
+		t.Fatalf("a limit above the ceiling is clamped: %v", big["pagination"])
+	}
+	e.expect(e.do("GET", "/api/v1/dlq?queue=f&limit=0", nil), 400)
 	if r := e.do("GET", "/api/v1/dlq?queue=f&from=yesterday", nil); r.status != 400 || !strings.HasPrefix(r.obj(t)["error"].(string), "from:") {
 		t.Fatalf("bad from: %d %s", r.status, r.body)
 	}

@@ -293,10 +293,11 @@ func (s *Server) listDLQ(w http.ResponseWriter, r *http.Request) {
 			*b.dst = &t
 		}
 	}
-	if f.Limit < 1 || f.Limit > 10000 {
-		writeError(w, http.StatusBadRequest, "limit must be between 1 and 10000")
+	if f.Limit < 1 {
+		writeError(w, http.StatusBadRequest, "limit must be at least 1")
 		return
 	}
+	f.Limit = min(f.Limit, 10000) // clamped, not refused: pagination.limit says what was used
 	if f.Offset < 0 {
 		writeError(w, http.StatusBadRequest, "offset must not be negative")
 		return

@@ -133,14 +133,16 @@ func (s *Server) tracesOfMessage(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"traces": out})
 }
 
-// page reads limit (default def, 1..1000) and offset (>= 0).
+// page reads limit (default def, at least 1, clamped to 1000) and offset
+// (>= 0).
 func page(w http.ResponseWriter, r *http.Request, def int) (int, int, bool) {
 	q := r.URL.Query()
 	limit, offset := queryInt(q, "limit", def), queryInt(q, "offset", 0)
-	if limit < 1 || limit > 1000 {
-		writeError(w, http.StatusBadRequest, "limit must be between 1 and 1000")
+	if limit < 1 {
+		writeError(w, http.StatusBadRequest, "limit must be at least 1")
 		return 0, 0, false
 	}
+	limit = min(limit, 1000)
 	if offset < 0 {
 		writeError(w, http.StatusBadRequest, "offset must not be negative")
 		return 0, 0, false
