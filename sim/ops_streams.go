@@ -226,9 +226,12 @@ func readStreams(ctx context.Context, conn *pgx.Conn) ([]StreamState, []StreamOu
 
 // setupStreams configures the source queue and registers the query under
 // every tenant, when the workload streams.
-func (r *runner) setupStreams() error {
+func (r *runner) setupStreams(dsn string) error {
 	if r.o.Weights.Stream == 0 {
 		return nil
+	}
+	if err := grantStreams(r.ctx, dsn, r.o.Tenants); err != nil {
+		return err
 	}
 	r.streamQueries = map[string]string{}
 	for _, t := range r.o.Tenants {
@@ -247,6 +250,22 @@ func (r *runner) setupStreams() error {
 			return err
 		}
 		r.streamQueries[t] = id
+	}
+	return nil
+}
+
+// grantStreams writes the tenants' streams grants, as a control plane
+// would: with tenancy on, a tenant other than the default one registers a
+// query only with one.
+func grantStreams(ctx context.Context, dsn string, tenants []string) error {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return fmt.Errorf("grant streams: %w", err)
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, `INSERT INTO queen_streams.quota (tenant_id) SELECT unnest($1::uuid[]) ON CONFLICT DO NOTHING`, tenants)
+	if err != nil {
+		return fmt.Errorf("grant streams: %w", err)
 	}
 	return nil
 }

@@ -159,7 +159,7 @@ func (r *runner) setup(dsn string, log io.Writer) error {
 		r.cluster.Close()
 		return err
 	}
-	if err := r.setupStreams(); err != nil {
+	if err := r.setupStreams(dsn); err != nil {
 		r.cluster.Close()
 		return err
 	}
