@@ -208,8 +208,9 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/status/queues", s.statusQueues)
 	mux.HandleFunc("GET /api/v1/status/queues/{queue}", s.statusQueue)
 	mux.HandleFunc("GET /api/v1/status/analytics", s.statusAnalytics)
-	mux.HandleFunc("GET /api/v1/resources/namespaces", s.groupedResources("namespaces", func(q store.QueueInfo) string { return q.Namespace }))
-	mux.HandleFunc("GET /api/v1/resources/tasks", s.groupedResources("tasks", func(q store.QueueInfo) string { return q.Task }))
+	namespace, task := func(q store.QueueInfo) string { return q.Namespace }, func(q store.QueueInfo) string { return q.Task }
+	mux.HandleFunc("GET /api/v1/resources/namespaces", s.groupedResources("namespaces", namespace, "taskCount", task))
+	mux.HandleFunc("GET /api/v1/resources/tasks", s.groupedResources("tasks", task, "namespaceCount", namespace))
 	mux.HandleFunc("GET /api/v1/messages", s.listMessages)
 	mux.HandleFunc("GET /api/v1/messages/{partitionId}/{transactionId}", s.getMessage)
 	mux.HandleFunc("DELETE /api/v1/messages/{partitionId}/{transactionId}", s.deleteMessage)

@@ -220,15 +220,19 @@ func (s *Server) statusAnalytics(w http.ResponseWriter, r *http.Request) {
 }
 
 // groupedResources is GET /api/v1/resources/namespaces and .../tasks,
-// derived from the queues.
-func (s *Server) groupedResources(key string, of func(store.QueueInfo) string) http.HandlerFunc {
+// derived from the queues; otherKey counts the distinct values of the
+// other dimension (queenctl's taskCount and namespaceCount).
+func (s *Server) groupedResources(key string, of func(store.QueueInfo) string, otherKey string, other func(store.QueueInfo) string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		qs, err := s.store.ListQueues(r.Context(), tenantOf(r))
 		if err != nil {
 			s.storeError(w, r, key, err)
 			return
 		}
-		type agg struct{ queues, partitions, total, pending int64 }
+		type agg struct {
+			queues, partitions, total, pending int64
+			others                             map[string]bool
+		}
 		by := map[string]*agg{}
 		var names []string
 		for _, q := range qs {
@@ -237,18 +241,21 @@ func (s *Server) groupedResources(key string, of func(store.QueueInfo) string) h
 				continue
 			}
 			if by[n] == nil {
-				by[n] = &agg{}
+				by[n] = &agg{others: map[string]bool{}}
 				names = append(names, n)
 			}
 			a := by[n]
 			a.queues, a.partitions, a.total, a.pending = a.queues+1, a.partitions+int64(len(q.Partitions)), a.total+q.Messages, a.pending+q.Pending
+			if o := other(q); o != "" {
+				a.others[o] = true
+			}
 		}
 		sort.Strings(names)
 		single := key[:len(key)-1]
 		out := []map[string]any{}
 		for _, n := range names {
 			a := by[n]
-			out = append(out, map[string]any{single: n, "name": n, "queues": a.queues, "queueCount": a.queues,
+			out = append(out, map[string]any{single: n, "name": n, "queues": a.queues, "queueCount": a.queues, otherKey: len(a.others),
 				"partitions": a.partitions, "messages": map[string]any{"total": a.total, "pending": a.pending}})
 		}
 		writeJSON(w, http.StatusOK, map[string]any{key: out})

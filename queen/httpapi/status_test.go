@@ -40,10 +40,11 @@ func TestStatusRoutesAreRealAndWellFormed(t *testing.T) {
 	}
 	e.expect(e.do("GET", "/api/v1/status?from=yesterday", nil), 400)
 	ns := e.expect(e.do("GET", "/api/v1/resources/namespaces", nil), 200).obj(t)["namespaces"].([]any)
-	if len(ns) != 1 || ns[0].(map[string]any)["namespace"] != "billing" || ns[0].(map[string]any)["queueCount"] != float64(1) {
+	if len(ns) != 1 || ns[0].(map[string]any)["namespace"] != "billing" || ns[0].(map[string]any)["queueCount"] != float64(1) ||
+		ns[0].(map[string]any)["taskCount"] != float64(1) {
 		t.Fatalf("namespaces: %v", ns)
 	}
-	if ts := e.expect(e.do("GET", "/api/v1/resources/tasks", nil), 200).obj(t)["tasks"].([]any); len(ts) != 1 {
+	if ts := e.expect(e.do("GET", "/api/v1/resources/tasks", nil), 200).obj(t)["tasks"].([]any); len(ts) != 1 || ts[0].(map[string]any)["namespaceCount"] != float64(1) {
 		t.Fatalf("tasks: %v", ts)
 	}
 }

@@ -110,9 +110,13 @@ func traceBody(t store.Trace) map[string]any {
 	if t.WorkerID != "" {
 		worker = t.WorkerID
 	}
+	var first any // queenctl's messages traces shows one name per trace
+	if len(names) > 0 {
+		first = names[0]
+	}
 	return map[string]any{"id": t.ID, "event_type": t.EventType, "eventType": t.EventType, "data": t.Data,
 		"consumer_group": t.ConsumerGroup, "worker_id": worker, "created_at": msTime(&t.CreatedAt), "createdAt": msTime(&t.CreatedAt),
-		"trace_names": names}
+		"trace_names": names, "traceName": first}
 }
 
 // tracesOfMessage is GET /api/v1/traces/{partitionId}/{transactionId}.
@@ -165,6 +169,7 @@ func (s *Server) tracesByName(w http.ResponseWriter, r *http.Request) {
 	for i, t := range ts {
 		b := traceBody(t)
 		b["transaction_id"], b["partition_id"], b["queue_name"], b["partition_name"] = t.TransactionID, t.PartitionID, t.QueueName, t.PartitionName
+		b["transactionId"], b["partition"] = t.TransactionID, t.PartitionName // queenctl's traces by-name
 		b["message_payload"] = t.MessagePayload
 		if t.MessagePayload == nil {
 			b["message_payload"] = nil
