@@ -205,6 +205,9 @@ func (s *Server) kvWriteFields(o obj, path string, op *store.KVOp) error {
 		op.Expect = &v
 	}
 	if op.Op == "incr" {
+		if op.Expect != nil { // incr is the way out of compare-and-swap
+			return kvBad("kv_bad_expect", "%s.expect is not taken by incr (bound it with min and max)", path)
+		}
 		return kvIncrFields(o, path, op)
 	}
 	return nil
@@ -338,23 +341,10 @@ func (s *Server) kvGet(w http.ResponseWriter, r *http.Request) {
 }
 
 // kvPut is PUT /api/v1/kv/{ns}/{key...} with {value, ttlSeconds | forever,
-// expect?}; If-Match: "<version>" is an expect too.
+// expect?, required?}; If-Match: "<version>" is an expect too.
 func (s *Server) kvPut(w http.ResponseWriter, r *http.Request) {
-	op, ok := s.kvPath(w, r, "put")
+	op, ok := s.kvPathWrite(w, r, "put", false)
 	if !ok {
-		return
-	}
-	o, err := readObject(r, false)
-	if err != nil {
-		writeBad(w, err)
-		return
-	}
-	if err := s.kvWriteFields(o, "body", &op); err != nil {
-		writeCodedErr(w, err)
-		return
-	}
-	if op.Required, _, err = o.boolean("required", "body."); err != nil {
-		writeCodedErr(w, kvBad("kv_bad_op", "%s", err.Error()))
 		return
 	}
 	if m := strings.Trim(r.Header.Get("If-Match"), `"`); m != "" && op.Expect == nil {
@@ -371,22 +361,31 @@ func (s *Server) kvPut(w http.ResponseWriter, r *http.Request) {
 // kvDelete is DELETE /api/v1/kv/{ns}/{key...}, with an optional body
 // {expect?, required?}.
 func (s *Server) kvDelete(w http.ResponseWriter, r *http.Request) {
-	op, ok := s.kvPath(w, r, "delete")
-	if !ok {
-		return
+	if op, ok := s.kvPathWrite(w, r, "delete", true); ok {
+		s.kvOne(w, r, op)
 	}
-	o, err := readObject(r, true)
+}
+
+// kvPathWrite reads a single-key write: the op the path names and the
+// body's write fields and required flag (an empty body only when
+// allowEmpty).
+func (s *Server) kvPathWrite(w http.ResponseWriter, r *http.Request, name string, allowEmpty bool) (store.KVOp, bool) {
+	op, ok := s.kvPath(w, r, name)
+	if !ok {
+		return op, false
+	}
+	o, err := readObject(r, allowEmpty)
 	if err != nil {
 		writeBad(w, err)
-		return
+		return op, false
 	}
 	if err := s.kvWriteFields(o, "body", &op); err != nil {
 		writeCodedErr(w, err)
-		return
+		return op, false
 	}
 	if op.Required, _, err = o.boolean("required", "body."); err != nil {
 		writeCodedErr(w, kvBad("kv_bad_op", "%s", err.Error()))
-		return
+		return op, false
 	}
-	s.kvOne(w, r, op)
+	return op, true
 }

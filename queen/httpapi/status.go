@@ -141,17 +141,18 @@ func (s *Server) statusQueues(w http.ResponseWriter, r *http.Request) {
 
 // partitionCounts is one partition's six counts.
 // partitionCounts are a partition's figures in queue mode: completed is
-// what the cursor passed and was not dead-lettered; failed is always 0 (a failed message is retried,
+// what the cursor passed and queue mode did not dead-letter; deadLetter
+// counts every group's; failed is always 0 (a failed message is retried,
 // so pending, or dead-lettered).
 func partitionCounts(p store.PartitionInfo) map[string]any {
 	return map[string]any{"total": p.Messages, "pending": p.Pending, "processing": p.Processing,
-		"completed": max(p.Messages-p.Pending-p.DLQ, 0), "failed": 0, "deadLetter": p.DLQ}
+		"completed": max(p.Messages-p.Pending-p.QueueDLQ, 0), "failed": 0, "deadLetter": p.DLQ}
 }
 
 // queueCounts are partitionCounts summed over the queue.
 func queueCounts(q store.QueueInfo) map[string]any {
 	return map[string]any{"total": q.Messages, "pending": q.Pending, "processing": q.Processing,
-		"completed": max(q.Messages-q.Pending-q.DLQ, 0), "failed": 0, "deadLetter": q.DLQ}
+		"completed": max(q.Messages-q.Pending-q.QueueDLQ, 0), "failed": 0, "deadLetter": q.DLQ}
 }
 
 // statusQueue is GET /api/v1/status/queues/{queue}: the queue, its

@@ -150,6 +150,7 @@ func TestKVClientWire(t *testing.T) {
 		t.Fatalf("a hit over max: %v", r)
 	}
 	e.expect(e.do("POST", "/api/v1/kv", []any{map[string]any{"op": "incr", "ns": "rl", "key": "c", "min": 5, "max": 1}}), 400)
+	e.expect(e.do("POST", "/api/v1/kv", []any{map[string]any{"op": "incr", "ns": "rl", "key": "c", "expect": 0}}), 400)
 	for _, k := range []string{"a", "b", "c"} {
 		kv(map[string]any{"op": "put", "ns": "pg", "key": "k/" + k, "value": k, "forever": true})
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -118,32 +119,35 @@ UPDATE queen.kv SET value = @value::jsonb, version = nextval('queen.kv_version_s
 WHERE tenant_id = @tenant AND namespace = @ns AND key = @key AND version = @expect::bigint AND ` + kvLive + `
 RETURNING version, expires_at, updated_at`
 
-	// kvIncrNext is the counter after the incr: the live number plus
-	// @delta (an absent or expired row counts as 0), NULL when the live
-	// value is not a number. CASE keeps the cast away from a non-number.
-	kvIncrNext = `(CASE WHEN NOT (k.expires_at IS NULL OR k.expires_at > coalesce(@now::timestamptz, now())) THEN 0
-		WHEN jsonb_typeof(k.value) = 'number' THEN (k.value #>> '{}')::numeric END + @delta::numeric)`
+	// kvIncrNext is a live number plus @delta; NULL for any other value
+	// (the CASE keeps the cast away from a non-number).
+	kvIncrNext = `(CASE WHEN jsonb_typeof(k.value) = 'number' THEN (k.value #>> '{}')::numeric END + @delta::numeric)`
 
-	// kvIncrSQL adds @delta to a counter unless the result would cross
-	// @min or @max; a live row holding something else is left alone. Only a
-	// created row (absent or expired) takes @ttl. The insert is attempted
-	// only when it could stand (the delta alone is within bounds) or a live
-	// row exists to conflict with.
-	kvIncrSQL = `
-INSERT INTO queen.kv AS k (tenant_id, namespace, key, value, expires_at, created_at, updated_at)
-SELECT @tenant, @ns, @key, to_jsonb(@delta::numeric),
-	CASE WHEN @ttl::float8 > 0 THEN coalesce(@now::timestamptz, now()) + make_interval(secs => @ttl::float8) END,
-	coalesce(@now::timestamptz, now()), coalesce(@now::timestamptz, now())
-WHERE (@min::numeric IS NULL OR @delta::numeric >= @min::numeric) AND (@max::numeric IS NULL OR @delta::numeric <= @max::numeric)
-	OR EXISTS (SELECT 1 FROM queen.kv WHERE tenant_id = @tenant AND namespace = @ns AND key = @key AND ` + kvLive + `)
-ON CONFLICT (tenant_id, namespace, key) DO UPDATE SET
-	value = to_jsonb(` + kvIncrNext + `),
-	expires_at = CASE WHEN k.expires_at IS NULL OR k.expires_at > coalesce(@now::timestamptz, now())
-		THEN k.expires_at ELSE excluded.expires_at END,
-	version = nextval('queen.kv_version_seq'), updated_at = excluded.updated_at
-WHERE ` + kvIncrNext + ` IS NOT NULL
+	// kvIncrUpdateSQL adds @delta to a live counter unless the result would
+	// cross @min or @max. The counter keeps its expiry, so a fixed window
+	// closes while it is hit. A concurrent writer's commit makes PostgreSQL
+	// re-check the row, so the bounds hold for the value actually updated.
+	kvIncrUpdateSQL = `
+UPDATE queen.kv AS k SET value = to_jsonb(` + kvIncrNext + `), version = nextval('queen.kv_version_seq'),
+	updated_at = coalesce(@now::timestamptz, now())
+WHERE k.tenant_id = @tenant AND k.namespace = @ns AND k.key = @key
+	AND (k.expires_at IS NULL OR k.expires_at > coalesce(@now::timestamptz, now()))
+	AND ` + kvIncrNext + ` IS NOT NULL
 	AND (@min::numeric IS NULL OR ` + kvIncrNext + ` >= @min::numeric)
 	AND (@max::numeric IS NULL OR ` + kvIncrNext + ` <= @max::numeric)
+RETURNING value, version, expires_at, updated_at`
+
+	// kvIncrCreateSQL starts a counter at @delta with @ttl where there is
+	// none, or only an expired row; no row comes back when a live one is
+	// there (created meanwhile). The caller checked @delta's bounds.
+	kvIncrCreateSQL = `
+INSERT INTO queen.kv AS k (tenant_id, namespace, key, value, expires_at, created_at, updated_at)
+VALUES (@tenant, @ns, @key, to_jsonb(@delta::numeric),
+	CASE WHEN @ttl::float8 > 0 THEN coalesce(@now::timestamptz, now()) + make_interval(secs => @ttl::float8) END,
+	coalesce(@now::timestamptz, now()), coalesce(@now::timestamptz, now()))
+ON CONFLICT (tenant_id, namespace, key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at,
+	version = nextval('queen.kv_version_seq'), updated_at = excluded.updated_at
+WHERE NOT (k.expires_at IS NULL OR k.expires_at > coalesce(@now::timestamptz, now()))
 RETURNING value, version, expires_at, updated_at`
 
 	kvDeleteSQL = `
@@ -183,12 +187,20 @@ func (s *Store) applyKV(ctx context.Context, q querier, tenant string, ops []KVO
 		if op.Required && lostPrecondition(r) {
 			return nil, &KVPrecondition{Index: i, Result: r}
 		}
-		if !budget.take(len(r.Value)) {
+		if readsValue(op, r) && !budget.take(len(r.Value)) {
 			return nil, ErrKVReadTooLarge
 		}
 		out[i] = r
 	}
 	return out, nil
+}
+
+// readsValue tells whether r's value was read (a get, or the row as it
+// stands after a write that did not apply) rather than written; only
+// reads count against the budget. Many-row reads count their rows as they
+// are trimmed.
+func readsValue(op KVOp, r KVResult) bool {
+	return op.Op == "get" || !r.Applied && r.Found && op.Op != "getMany" && op.Op != "getPrefix"
 }
 
 // kvBudget is what is left of a call's read budget.
@@ -265,12 +277,13 @@ func (s *Store) kvOp(ctx context.Context, q querier, tenant string, op KVOp, bud
 		rows = keysOnly(rows, op.KeysOnly)
 		var whole bool
 		if r.Rows, whole = budget.trim(rows); !whole {
+			if len(r.Rows) == 0 { // a page without a row would never advance
+				return r, ErrKVReadTooLarge
+			}
 			r.Truncated = true
 		}
-		if r.Truncated && len(r.Rows) > 0 {
+		if r.Truncated {
 			r.NextAfter = r.Rows[len(r.Rows)-1].Key
-		} else if r.Truncated {
-			r.NextAfter = op.After
 		}
 		return r, nil
 	case "put", "putIfAbsent":
@@ -291,15 +304,7 @@ func (s *Store) kvOp(ctx context.Context, q querier, tenant string, op KVOp, bud
 		}
 		r.Applied, r.Found, r.Value = true, true, op.Value
 	case "incr":
-		var v []byte
-		err := q.QueryRow(ctx, kvIncrSQL, s.kvArgs(tenant, op)).Scan(&v, &r.Version, &r.ExpiresAt, &r.UpdatedAt)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return s.kvNotApplied(ctx, q, tenant, op, r, "limit")
-		}
-		if err != nil {
-			return r, err
-		}
-		r.Applied, r.Found, r.Value = true, true, v
+		return s.kvIncr(ctx, q, tenant, op, r)
 	case "delete":
 		err := q.QueryRow(ctx, kvDeleteSQL, s.kvArgs(tenant, op)).Scan(&r.Version)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -313,6 +318,63 @@ func (s *Store) kvOp(ctx context.Context, q querier, tenant string, op KVOp, bud
 		return r, fmt.Errorf("unknown kv op %q", op.Op)
 	}
 	return r, nil
+}
+
+// kvIncr adds op.Delta to a live counter, or starts one where there is
+// none; a result that would cross op.Min or op.Max writes nothing
+// (reason limit), and so does a live value that is not a number (type).
+// A counter created or changed by a concurrent call between the steps
+// sends it round again.
+func (s *Store) kvIncr(ctx context.Context, q querier, tenant string, op KVOp, r KVResult) (KVResult, error) {
+	args := s.kvArgs(tenant, op)
+	for try := 0; ; try++ {
+		if ok, err := s.kvIncrStep(ctx, q, kvIncrUpdateSQL, args, &r); ok || err != nil {
+			return r, err
+		}
+		rows, err := s.kvRows(ctx, q, kvGetSQL, s.kvArgs(tenant, KVOp{Op: "get", NS: op.NS, Key: op.Key}))
+		if err != nil {
+			return r, err
+		}
+		if len(rows) > 0 {
+			// A live row refused the update, unless it appeared after it.
+			if try == 2 || !incrFits(rows[0].Value, op) {
+				return s.kvNotApplied(ctx, q, tenant, op, r, "limit")
+			}
+			continue
+		}
+		if !incrFits(json.RawMessage("0"), op) { // an absent counter counts as 0
+			r.Reason = "limit"
+			return r, nil
+		}
+		if ok, err := s.kvIncrStep(ctx, q, kvIncrCreateSQL, args, &r); ok || err != nil {
+			return r, err
+		}
+	}
+}
+
+// incrFits tells whether a counter holding v (a JSON number) may take
+// op's delta within its bounds.
+func incrFits(v json.RawMessage, op KVOp) bool {
+	n, err := strconv.ParseFloat(string(bytes.TrimSpace(v)), 64)
+	if err != nil || !isJSONNumber(v) {
+		return false
+	}
+	n += op.Delta
+	return (op.Min == nil || n >= *op.Min) && (op.Max == nil || n <= *op.Max)
+}
+
+// kvIncrStep runs one incr statement; false when it changed no row.
+func (s *Store) kvIncrStep(ctx context.Context, q querier, sql string, args pgx.NamedArgs, r *KVResult) (bool, error) {
+	var v []byte
+	err := q.QueryRow(ctx, sql, args).Scan(&v, &r.Version, &r.ExpiresAt, &r.UpdatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	r.Applied, r.Found, r.Value = true, true, v
+	return true, nil
 }
 
 // found fills a single-key result from its row.

@@ -217,7 +217,8 @@ type QueueInfo struct {
 	Messages   int64 // rows stored
 	Pending    int64 // not yet consumed in queue mode
 	Processing int64 // under a live queue-mode lease
-	DLQ        int64
+	DLQ        int64 // dead-lettered by any group
+	QueueDLQ   int64 // dead-lettered in queue mode
 }
 
 // PartitionInfo is a partition with its counts.
@@ -227,7 +228,8 @@ type PartitionInfo struct {
 	Messages      int64
 	Pending       int64 // beyond the queue-mode cursor
 	Processing    int64 // of those, under a live queue-mode lease
-	DLQ           int64
+	DLQ           int64 // dead-lettered by any group
+	QueueDLQ      int64 // dead-lettered in queue mode (the cursor passed them)
 	OldestAt      *time.Time // the oldest stored message (nil: none)
 	LastMessageAt *time.Time
 	CreatedAt     time.Time
@@ -273,7 +275,7 @@ func (s *Store) GetQueue(ctx context.Context, tenant, name string) (QueueInfo, e
 
 // queuePartitionsSQL counts queue $1's partitions at $2: stored rows,
 // the queue-mode backlog, what a live queue-mode lease holds of it, DLQ
-// rows, and the oldest stored message.
+// rows (any group, then queue mode's), and the oldest stored message.
 const queuePartitionsSQL = `
 SELECT p.id, p.name, p.created_at, p.last_message_at,
 	(SELECT count(*) FROM queen.messages m WHERE m.partition_id = p.id),
@@ -282,6 +284,7 @@ SELECT p.id, p.name, p.created_at, p.last_message_at,
 		(SELECT count(*) FROM queen.messages m WHERE m.partition_id = p.id
 			AND m.seq > pc.last_consumed_seq AND m.seq <= pc.lease_max_seq) ELSE 0 END,
 	(SELECT count(*) FROM queen.dead_letter_queue d WHERE d.partition_id = p.id),
+	(SELECT count(*) FROM queen.dead_letter_queue d WHERE d.partition_id = p.id AND d.consumer_group = '__QUEUE_MODE__'),
 	(SELECT m.created_at FROM queen.messages m WHERE m.partition_id = p.id ORDER BY m.seq LIMIT 1)
 FROM queen.partitions p
 LEFT JOIN queen.partition_consumers pc ON pc.partition_id = p.id AND pc.consumer_group = '__QUEUE_MODE__'
@@ -295,7 +298,7 @@ func queueInfo(ctx context.Context, tx pgx.Tx, q Queue, now time.Time) (QueueInf
 	}
 	info.Partitions, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (PartitionInfo, error) {
 		var p PartitionInfo
-		err := r.Scan(&p.ID, &p.Name, &p.CreatedAt, &p.LastMessageAt, &p.Messages, &p.Pending, &p.Processing, &p.DLQ, &p.OldestAt)
+		err := r.Scan(&p.ID, &p.Name, &p.CreatedAt, &p.LastMessageAt, &p.Messages, &p.Pending, &p.Processing, &p.DLQ, &p.QueueDLQ, &p.OldestAt)
 		return p, err
 	})
 	for _, p := range info.Partitions {
@@ -303,6 +306,7 @@ func queueInfo(ctx context.Context, tx pgx.Tx, q Queue, now time.Time) (QueueInf
 		info.Pending += p.Pending
 		info.Processing += p.Processing
 		info.DLQ += p.DLQ
+		info.QueueDLQ += p.QueueDLQ
 	}
 	return info, err
 }

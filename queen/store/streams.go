@@ -49,12 +49,16 @@ func (e *ErrStreamsDenied) Error() string { return e.Reason }
 const registerFindSQL = `
 SELECT id::text, config_hash FROM queen_streams.queries WHERE tenant_id = $1 AND name = $2 FOR UPDATE`
 
-// registerGrantSQL reads tenant $1's grant and counts its queries. It
-// locks the grant row, so two fresh registrations of one tenant cannot
-// both pass the count and exceed the cap.
+// registerGrantSQL reads tenant $1's grant and locks it, so fresh
+// registrations of one tenant pass the cap one at a time.
 const registerGrantSQL = `
-SELECT g.enabled, g.max_queries, (SELECT count(*) FROM queen_streams.queries WHERE tenant_id = $1)
-FROM queen_streams.quota g WHERE g.tenant_id = $1 FOR UPDATE`
+SELECT enabled, max_queries FROM queen_streams.quota WHERE tenant_id = $1 FOR UPDATE`
+
+// registerCountSQL counts tenant $1's queries. It runs after the grant's
+// lock is held, as its own statement: a statement's snapshot is taken when
+// it starts, so a count in the locking statement would miss a query a
+// concurrent registration committed while this one waited.
+const registerCountSQL = `SELECT count(*) FROM queen_streams.queries WHERE tenant_id = $1`
 
 // registerInsertSQL creates the query unless the tenant has one by that
 // name; no row comes back when a concurrent registration created it first.
@@ -124,13 +128,19 @@ func checkStreamsGrant(ctx context.Context, tx pgx.Tx, tenant string) error {
 	var enabled bool
 	var max *int64
 	var count int64
-	err := tx.QueryRow(ctx, registerGrantSQL, tenant).Scan(&enabled, &max, &count)
+	err := tx.QueryRow(ctx, registerGrantSQL, tenant).Scan(&enabled, &max)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows) || err == nil && !enabled:
 		return &ErrStreamsDenied{Reason: "streams not granted for this tenant"}
 	case err != nil:
 		return err
-	case max != nil && count >= *max:
+	case max == nil:
+		return nil
+	}
+	if err := tx.QueryRow(ctx, registerCountSQL, tenant).Scan(&count); err != nil {
+		return err
+	}
+	if count >= *max {
 		return &ErrStreamsDenied{Reason: fmt.Sprintf("streams query quota exceeded (max %d)", *max)}
 	}
 	return nil

@@ -294,4 +294,11 @@ func TestKVCountersPagesAndBudgets(t *testing.T) {
 	if r := res[0]; !r.Truncated || len(r.Rows) != 2 || r.NextAfter != "p/b" {
 		t.Fatalf("a page cut by the read budget: %+v", r)
 	}
+	big := json.RawMessage(`"` + strings.Repeat("x", 40) + `"`)
+	if _, err := s.ApplyKV(ctx, tenant, []store.KVOp{{Op: "put", NS: "pg", Key: "p/big", Value: big}}, 12); err != nil {
+		t.Fatalf("a write counted against the read budget: %v", err)
+	}
+	if _, err := s.ApplyKV(ctx, tenant, []store.KVOp{{Op: "getPrefix", NS: "pg", Prefix: "p/", After: "p/b", Limit: 10}}, 12); !errors.Is(err, store.ErrKVReadTooLarge) {
+		t.Fatalf("a page no row of which fits would never advance: %v", err)
+	}
 }
