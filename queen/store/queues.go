@@ -226,10 +226,10 @@ type PartitionInfo struct {
 	ID            string
 	Name          string
 	Messages      int64
-	Pending       int64 // beyond the queue-mode cursor
-	Processing    int64 // of those, under a live queue-mode lease
-	DLQ           int64 // dead-lettered by any group
-	QueueDLQ      int64 // dead-lettered in queue mode (the cursor passed them)
+	Pending       int64      // beyond the queue-mode cursor
+	Processing    int64      // of those, under a live queue-mode lease
+	DLQ           int64      // dead-lettered by any group
+	QueueDLQ      int64      // dead-lettered in queue mode (the cursor passed them)
 	OldestAt      *time.Time // the oldest stored message (nil: none)
 	LastMessageAt *time.Time
 	CreatedAt     time.Time
