@@ -38,6 +38,12 @@ func TestAckFailedRetriesThenDLQ(t *testing.T) {
 	if _, ok := dlq["pagination"].(map[string]any)["limit"]; !ok {
 		t.Fatalf("dlq pagination: %v", dlq)
 	}
+	for _, m := range e.expect(e.do("GET", "/api/v1/messages?queue=r", nil), 200).obj(t)["messages"].([]any) {
+		row := m.(map[string]any)
+		if want := map[string]float64{"bad": 2, "next": 0}[row["transactionId"].(string)]; row["retryCount"] != want {
+			t.Fatalf("messages list retryCount: %v, want %v", row, want)
+		}
+	}
 }
 
 func TestAckRetryAndDLQStatuses(t *testing.T) {

@@ -30,7 +30,7 @@ func messageRowBody(m store.MessageRow) map[string]any {
 		"task": nullable(m.Task), "status": m.Status, "queueStatus": m.QueueStatus,
 		"busStatus": map[string]any{"consumedBy": m.ConsumedBy, "totalGroups": m.TotalGroups},
 		"traceId":   m.TraceID, "producerSub": m.ProducerSub, "queuePriority": m.Priority,
-		"createdAt": msTime(&m.CreatedAt), "leaseExpiresAt": msTime(m.LeaseExpiresAt)}
+		"createdAt": msTime(&m.CreatedAt), "leaseExpiresAt": msTime(m.LeaseExpiresAt), "retryCount": m.RetryCount}
 }
 
 // listMessages is GET /api/v1/messages: newest first, within [from, to)
@@ -108,7 +108,7 @@ func (s *Server) getMessage(w http.ResponseWriter, r *http.Request) {
 	}
 	body := messageRowBody(d.MessageRow)
 	body["payload"], body["data"], body["isEncrypted"] = d.Payload, d.Payload, d.IsEncrypted
-	body["errorMessage"], body["retryCount"] = d.ErrorMessage, d.RetryCount
+	body["errorMessage"], body["retryCount"] = d.ErrorMessage, d.DLQRetries
 	body["queueConfig"] = map[string]any{"leaseTime": d.Config.LeaseTime, "retryLimit": d.Config.RetryLimit,
 		"retryDelay": d.Config.RetryDelay, "ttl": d.Config.TTL, "priority": d.Config.Priority}
 	hasQM, consumedBy, groups := false, 0, make([]map[string]any, len(d.Groups))

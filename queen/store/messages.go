@@ -29,6 +29,10 @@ type MessageRow struct {
 	LeaseExpiresAt                                                    *time.Time // the queue-mode lease, when live
 	Status, QueueStatus                                               string
 	ConsumedBy, TotalGroups                                           int
+	// RetryCount is the failed deliveries counted against it: the DLQ's
+	// count once dead-lettered, the queue-mode batch's while it is in the
+	// batch last handed out, else 0.
+	RetryCount int
 }
 
 // messageStatusSQL computes, for messages m of partitions p of queues q,
@@ -48,12 +52,15 @@ SELECT m.id::text AS id, m.transaction_id, p.id::text AS partition_id, q.name AS
 		WHEN qm.partition_id IS NOT NULL AND qm.last_consumed_seq >= m.seq THEN 'completed'
 		WHEN qm.lease_expires_at > coalesce(@now::timestamptz, now()) THEN 'processing'
 		ELSE 'pending' END AS status,
-	bus.consumed, bus.total
+	bus.consumed, bus.total,
+	CASE WHEN dl THEN x.dl_retries
+		WHEN m.seq > qm.last_consumed_seq AND m.seq <= qm.lease_max_seq THEN qm.batch_retry_count ELSE 0 END AS retry_count
 FROM queen.messages m
 JOIN queen.partitions p ON p.id = m.partition_id
 JOIN queen.queues q ON q.id = p.queue_id
 LEFT JOIN queen.partition_consumers qm ON qm.partition_id = p.id AND qm.consumer_group = '__QUEUE_MODE__'
-CROSS JOIN LATERAL (SELECT EXISTS (SELECT 1 FROM queen.dead_letter_queue d WHERE d.message_id = m.id) AS dl) x
+CROSS JOIN LATERAL (SELECT r IS NOT NULL AS dl, r AS dl_retries
+	FROM (SELECT max(d.retry_count) AS r FROM queen.dead_letter_queue d WHERE d.message_id = m.id) d) x
 CROSS JOIN LATERAL (SELECT (count(*) FILTER (WHERE pc.last_consumed_seq >= m.seq))::int AS consumed, count(*)::int AS total
 	FROM queen.partition_consumers pc WHERE pc.partition_id = p.id AND pc.consumer_group <> '__QUEUE_MODE__') bus`
 
@@ -70,7 +77,7 @@ LIMIT @limit OFFSET @offset`
 func scanMessageRow(r pgx.Row) (MessageRow, error) {
 	var m MessageRow
 	err := r.Scan(&m.ID, &m.TransactionID, &m.PartitionID, &m.Queue, &m.Partition, &m.Namespace, &m.Task, &m.TraceID,
-		&m.ProducerSub, &m.Priority, &m.CreatedAt, &m.LeaseExpiresAt, &m.QueueStatus, &m.Status, &m.ConsumedBy, &m.TotalGroups)
+		&m.ProducerSub, &m.Priority, &m.CreatedAt, &m.LeaseExpiresAt, &m.QueueStatus, &m.Status, &m.ConsumedBy, &m.TotalGroups, &m.RetryCount)
 	return m, err
 }
 
@@ -107,7 +114,7 @@ type MessageDetail struct {
 	Payload      json.RawMessage
 	IsEncrypted  bool
 	ErrorMessage *string
-	RetryCount   *int
+	DLQRetries   *int
 	Config       QueueConfig
 	Groups       []GroupCursor
 }
@@ -146,7 +153,7 @@ func (s *Store) GetMessage(ctx context.Context, tenant, partitionID, txid string
 		}
 		d.Payload = s.openPayload(d.Payload, d.IsEncrypted)
 		err = tx.QueryRow(ctx, `SELECT error_message, retry_count FROM queen.dead_letter_queue WHERE message_id = $1
-			ORDER BY failed_at DESC LIMIT 1`, d.ID).Scan(&d.ErrorMessage, &d.RetryCount)
+			ORDER BY failed_at DESC LIMIT 1`, d.ID).Scan(&d.ErrorMessage, &d.DLQRetries)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}
