@@ -25,7 +25,16 @@ type popParams struct {
 	req     store.PopRequest
 	wait    bool
 	timeout time.Duration
+	// autopilot is set when the client left batch or partitions to the
+	// broker (autopilot=true): the sizes chosen are echoed back.
+	autopilot *autopilotWire
 }
+
+// autopilotBatch is the batch a pop gets when its client leaves the batch
+// to the broker (autopilot=true without batch): the server-side default of
+// Queen's Rust broker, which Queen's clients expect when they omit it.
+// There is no adaptive controller here; the choice is fixed.
+const autopilotBatch = 200
 
 func queryBool(q url.Values, name string) bool {
 	v := strings.ToLower(q.Get(name))
@@ -56,6 +65,12 @@ func (s *Server) parsePop(r *http.Request) (popParams, error) {
 		Partitions:   queryInt(q, "partitions", 1),
 		AutoAck:      queryBool(q, "autoAck"),
 		LeaseSeconds: queryInt(q, "leaseSeconds", 0),
+	}
+	if queryBool(q, "autopilot") {
+		if !q.Has("batch") {
+			p.req.Batch = min(autopilotBatch, s.cfg.MaxPopBatch)
+		}
+		p.autopilot = &autopilotWire{Batch: p.req.Batch, Partitions: p.req.Partitions}
 	}
 	if p.req.Batch < 1 {
 		return p, bad("batch must be a positive integer")
@@ -201,7 +216,9 @@ func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, p popParams, k
 			for _, m := range res.Messages {
 				s.queueMessages.WithLabelValues(p.req.Tenant, m.Queue, "pop").Inc()
 			}
-			writeJSON(w, http.StatusOK, popBody(res))
+			body := popBody(res)
+			body.Autopilot = p.autopilot
+			writeJSON(w, http.StatusOK, body)
 			return
 		}
 		left := deadline.Sub(s.clock.Now())

@@ -471,3 +471,34 @@ func TestConcurrentProducersConsumersDeliverEveryAckedPushOnce(t *testing.T) {
 		t.Fatalf("acked %d; lost %v; delivered twice %v", len(acked), lost, dup)
 	}
 }
+
+// autopilot=true leaves the unset knobs to the broker: a missing batch
+// becomes 200 (what Queen's clients expect of a broker without a
+// controller), a given one is kept, and the sizes used are echoed back.
+func TestAutopilotPopSizesTheBatchItWasLeft(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	items := make([]item, 250)
+	for i := range items {
+		items[i] = item{"queue": "ap", "transactionId": fmt.Sprintf("m%d", i)}
+	}
+	e.push(items...)
+	var got struct {
+		popped
+		Autopilot *struct{ Batch, Partitions int } `json:"autopilot"`
+	}
+	e.expect(e.do("GET", "/api/v1/pop/queue/ap?autopilot=true&consumerGroup=a", nil), 200).json(t, &got)
+	if len(got.Messages) != 200 || got.Autopilot == nil || got.Autopilot.Batch != 200 || got.Autopilot.Partitions != 1 {
+		t.Fatalf("autopilot without batch: %d messages, %+v", len(got.Messages), got.Autopilot)
+	}
+	got.Autopilot = nil
+	e.expect(e.do("GET", "/api/v1/pop/queue/ap?autopilot=true&batch=5&consumerGroup=b", nil), 200).json(t, &got)
+	if len(got.Messages) != 5 || got.Autopilot == nil || got.Autopilot.Batch != 5 {
+		t.Fatalf("autopilot with a batch: %d messages, %+v", len(got.Messages), got.Autopilot)
+	}
+	got.Autopilot = nil
+	e.expect(e.do("GET", "/api/v1/pop/queue/ap?consumerGroup=c", nil), 200).json(t, &got)
+	if len(got.Messages) != 1 || got.Autopilot != nil {
+		t.Fatalf("no autopilot: %d messages, %+v", len(got.Messages), got.Autopilot)
+	}
+}

@@ -55,14 +55,22 @@ func pushResults(results []store.PushResult) []pushResultWire {
 
 // popWire is the pop answer.
 type popWire struct {
-	Success           bool          `json:"success"`
-	Queue             string        `json:"queue"`
-	Partition         string        `json:"partition"`
-	PartitionID       string        `json:"partitionId"`
-	LeaseID           string        `json:"leaseId"`
-	ConsumerGroup     string        `json:"consumerGroup"`
-	Messages          []messageWire `json:"messages"`
-	PartitionsClaimed int           `json:"partitionsClaimed"`
+	Success           bool           `json:"success"`
+	Queue             string         `json:"queue"`
+	Partition         string         `json:"partition"`
+	PartitionID       string         `json:"partitionId"`
+	LeaseID           string         `json:"leaseId"`
+	ConsumerGroup     string         `json:"consumerGroup"`
+	Messages          []messageWire  `json:"messages"`
+	PartitionsClaimed int            `json:"partitionsClaimed"`
+	Autopilot         *autopilotWire `json:"autopilot,omitempty"`
+}
+
+// autopilotWire tells a client that engaged autopilot the sizes its pop
+// was given.
+type autopilotWire struct {
+	Partitions int `json:"partitions"`
+	Batch      int `json:"batch"`
 }
 
 type messageWire struct {
