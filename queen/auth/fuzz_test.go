@@ -34,14 +34,15 @@ func FuzzToken(f *testing.F) {
 
 // validHS reports whether a header carries a token signed with secret (the
 // fuzzer may rearrange a valid token's text without breaking it). As the
-// check reads it (contract-admin.md section 8), a case-insensitive
-// "Bearer " prefix is stripped and a header without it is the token whole:
+// check reads it (contract-admin.md section 8), surrounding space is
+// trimmed, a case-insensitive "Bearer " prefix is stripped and a header
+// without it is the token whole:
 // testdata/fuzz/FuzzToken/09bfff823631ec0a is the good token without its
 // prefix, which an oracle that always cut 7 characters took for a forgery.
 func validHS(header, secret string) bool {
-	raw := header
+	raw := strings.TrimSpace(header)
 	if len(raw) >= 7 && strings.EqualFold(raw[:7], "bearer ") {
-		raw = raw[7:]
+		raw = strings.TrimSpace(raw[7:])
 	}
 	_, err := jwt.Parse(raw, func(*jwt.Token) (any, error) { return []byte(secret), nil })
 	return err == nil
