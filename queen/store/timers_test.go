@@ -22,6 +22,16 @@ func clockedStore(t *testing.T) (*store.Store, *time.Time) {
 		DBNow: func() *time.Time { t := now; return &t }}), &now
 }
 
+// applyOne runs one KV op alone, unbounded, and fails the test on an error.
+func applyOne(t *testing.T, s *store.Store, op store.KVOp) store.KVResult {
+	t.Helper()
+	r, err := s.ApplyKV(context.Background(), tenant, []store.KVOp{op}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r[0]
+}
+
 func TestTimersScheduleClaimFireOnce(t *testing.T) {
 	t.Parallel()
 	s, now := clockedStore(t)
@@ -102,14 +112,7 @@ func TestKVTTLVersionsAndPreconditions(t *testing.T) {
 	t.Parallel()
 	s, now := clockedStore(t)
 	ctx := context.Background()
-	one := func(op store.KVOp) store.KVResult {
-		t.Helper()
-		r, err := s.ApplyKV(ctx, tenant, []store.KVOp{op}, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r[0]
-	}
+	one := func(op store.KVOp) store.KVResult { return applyOne(t, s, op) }
 	put := one(store.KVOp{Op: "put", NS: "n", Key: "k", Value: json.RawMessage(`{"a":1}`), TTLSeconds: 1})
 	if !put.Applied || put.Version == 0 {
 		t.Fatalf("put: %+v", put)
@@ -226,14 +229,7 @@ func TestKVCountersPagesAndBudgets(t *testing.T) {
 	s, now := clockedStore(t)
 	ctx := context.Background()
 	f := func(v float64) *float64 { return &v }
-	one := func(op store.KVOp) store.KVResult {
-		t.Helper()
-		r, err := s.ApplyKV(ctx, tenant, []store.KVOp{op}, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r[0]
-	}
+	one := func(op store.KVOp) store.KVResult { return applyOne(t, s, op) }
 	limiter := store.KVOp{Op: "incr", NS: "rl", Key: "client", Delta: 1, Max: f(2), TTLSeconds: 10}
 	first := one(limiter)
 	if !first.Applied || string(first.Value) != "1" || first.ExpiresAt == nil {
