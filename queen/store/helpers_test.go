@@ -3,6 +3,8 @@ package store_test
 import (
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/queen-go/queen/queen/clock"
 	"github.com/queen-go/queen/queen/config"
 	"github.com/queen-go/queen/queen/ids"
@@ -14,5 +16,14 @@ const tenant = config.DefaultTenant
 
 func newStore(t *testing.T) *store.Store {
 	t.Helper()
-	return store.New(storetest.Pool(t), store.Options{IDs: ids.NewSource(clock.Real{}, nil)})
+	s, _ := newStoreWithPool(t)
+	return s
+}
+
+// newStoreWithPool is newStore with its pool, for tests that also write
+// rows the broker only reads (grants, SQL-surface calls).
+func newStoreWithPool(t *testing.T) (*store.Store, *pgxpool.Pool) {
+	t.Helper()
+	pool := storetest.Pool(t)
+	return store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil)}), pool
 }

@@ -8,10 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/queen-go/queen/queen/clock"
-	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/store"
-	"github.com/queen-go/queen/queen/store/storetest"
 )
 
 // TestSQLPushFunctionsFeedTheBroker: queen.push_messages_v3 and _v2 create
@@ -20,8 +17,7 @@ import (
 // other message, by a wildcard pop too.
 func TestSQLPushFunctionsFeedTheBroker(t *testing.T) {
 	t.Parallel()
-	pool := storetest.Pool(t)
-	s := store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil)})
+	s, pool := newStoreWithPool(t)
 	ctx := context.Background()
 	var raw []byte
 	if err := pool.QueryRow(ctx, `SELECT queen.push_messages_v3($1::jsonb)`, `[
@@ -118,8 +114,7 @@ type specificResult struct {
 // the messages; a partial batch leases only what it returned.
 func TestPopSpecificBatchLeasesLikeTheBroker(t *testing.T) {
 	t.Parallel()
-	pool := storetest.Pool(t)
-	s := store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil)})
+	s, pool := newStoreWithPool(t)
 	ctx := context.Background()
 	sub := "sp-test-sub"
 	if _, err := s.Push(ctx, tenant, []store.PushItem{{Queue: "spb", Partition: "P", TransactionID: "a", Payload: json.RawMessage(`{"n":1}`)},

@@ -7,10 +7,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/queen-go/queen/queen/clock"
-	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/store"
-	"github.com/queen-go/queen/queen/store/storetest"
 )
 
 // A tenant's query cap holds under concurrent fresh registrations: each
@@ -18,8 +15,7 @@ import (
 // no two pass the same count.
 func TestStreamsQuotaCapHoldsUnderConcurrentRegistrations(t *testing.T) {
 	t.Parallel()
-	pool := storetest.Pool(t)
-	s := store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil)})
+	s, pool := newStoreWithPool(t)
 	ctx := context.Background()
 	const who, cap, tries = "33333333-3333-4333-8333-333333333333", 3, 12
 	if _, err := pool.Exec(ctx, `INSERT INTO queen_streams.quota (tenant_id, max_queries) VALUES ($1, $2)`, who, cap); err != nil {
