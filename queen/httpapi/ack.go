@@ -8,6 +8,7 @@ import (
 
 	"github.com/queen-go/queen/queen/admission"
 	"github.com/queen-go/queen/queen/ids"
+	"github.com/queen-go/queen/queen/limits"
 	"github.com/queen-go/queen/queen/store"
 )
 
@@ -34,7 +35,7 @@ func parseAck(o obj, path string) (store.AckItem, error) {
 	if a.LeaseID, _, err = o.str("leaseId", path); err != nil {
 		return a, err
 	}
-	if a.Error, _, err = o.str("error", path); err != nil {
+	if a.Error, _, err = o.limited("error", limits.ErrorText, path); err != nil {
 		return a, err
 	}
 	return a, nil
@@ -52,7 +53,7 @@ func (s *Server) ack(w http.ResponseWriter, r *http.Request) {
 		writeBad(w, err)
 		return
 	}
-	group, _, err := body.str("consumerGroup", "")
+	group, _, err := body.limited("consumerGroup", limits.ConsumerGroup, "")
 	if err != nil {
 		writeBad(w, err)
 		return
@@ -72,7 +73,7 @@ func (s *Server) ackBatch(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "acknowledgments array is required")
 		return
 	}
-	group, _, err := body.str("consumerGroup", "")
+	group, _, err := body.limited("consumerGroup", limits.ConsumerGroup, "")
 	if err != nil {
 		writeBad(w, err)
 		return
@@ -326,7 +327,7 @@ func parseTxnOp(raw json.RawMessage, i int) (store.TxnOp, error) {
 		if !ids.Valid(op.Ack.PartitionID) {
 			return op, bad("%spartitionId must be a UUID", path)
 		}
-		if op.Group, _, err = o.str("consumerGroup", path); err != nil {
+		if op.Group, _, err = o.limited("consumerGroup", limits.ConsumerGroup, path); err != nil {
 			return op, err
 		}
 	default:

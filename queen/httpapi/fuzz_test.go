@@ -15,6 +15,7 @@ import (
 
 	"github.com/queen-go/queen/queen/clock"
 	"github.com/queen-go/queen/queen/config"
+	"github.com/queen-go/queen/queen/limits"
 )
 
 // Fuzz targets for every body decoder: no input panics, and whatever a
@@ -46,8 +47,8 @@ func FuzzPushBody(f *testing.F) {
 				if !json.Valid(it.Payload) {
 					t.Fatalf("accepted a payload that is not JSON: %q", it.Payload)
 				}
-				if why, ok := jsonbSafe(it.Payload); !ok {
-					t.Fatalf("accepted a payload jsonb refuses (%s): %q", why, it.Payload)
+				if err := limits.JSON("x", it.Payload); err != nil {
+					t.Fatalf("accepted a payload jsonb refuses (%v): %q", err, it.Payload)
 				}
 			}
 		}
@@ -68,8 +69,8 @@ func FuzzTraceBody(f *testing.F) {
 		if p.TransactionID == "" || !ids.Valid(p.PartitionID) || !json.Valid(p.Data) || p.EventType == "" || p.ConsumerGroup == "" {
 			t.Fatalf("accepted trace %+v", p)
 		}
-		if why, ok := jsonbSafe(p.Data); !ok {
-			t.Fatalf("accepted data jsonb refuses (%s): %q", why, p.Data)
+		if err := limits.JSON("x", p.Data); err != nil {
+			t.Fatalf("accepted data jsonb refuses (%v): %q", err, p.Data)
 		}
 		for _, n := range p.Names {
 			if n == "" {
@@ -97,8 +98,8 @@ func FuzzCycleBody(f *testing.F) {
 		}
 		for _, op := range p.State {
 			if op.Value != nil {
-				if why, ok := jsonbSafe(op.Value); !ok || !json.Valid(op.Value) {
-					t.Fatalf("accepted a state value jsonb refuses (%s): %q", why, op.Value)
+				if err := limits.JSON("value", op.Value); err != nil || !json.Valid(op.Value) {
+					t.Fatalf("accepted a state value jsonb refuses (%v): %q", err, op.Value)
 				}
 			}
 		}

@@ -142,6 +142,10 @@ func queryFlag(r *http.Request, name string, def bool) bool {
 // deleteGroup is DELETE /api/v1/consumer-groups/{group}[/queues/{queue}]
 // ?deleteMetadata= (default true).
 func (s *Server) deleteGroup(w http.ResponseWriter, r *http.Request) {
+	if err := pathLimits(r, groupPath); err != nil {
+		writeBad(w, err)
+		return
+	}
 	g := r.PathValue("group")
 	var queue *string
 	if q := r.PathValue("queue"); q != "" {
@@ -166,6 +170,10 @@ func (s *Server) deleteGroup(w http.ResponseWriter, r *http.Request) {
 // seekGroup is POST /api/v1/consumer-groups/{group}/queues/{queue}/seek
 // with {"toEnd": true} or {"timestamp": RFC 3339}.
 func (s *Server) seekGroup(w http.ResponseWriter, r *http.Request) {
+	if err := pathLimits(r, groupPath); err != nil {
+		writeBad(w, err)
+		return
+	}
 	body, err := readObject(r, false)
 	if err != nil {
 		writeBad(w, err)
@@ -208,6 +216,10 @@ func (s *Server) seekGroup(w http.ResponseWriter, r *http.Request) {
 // seekPartition is POST .../partitions/{partition}/seek: always to the end
 // (an empty body, {} or {"toEnd": true}).
 func (s *Server) seekPartition(w http.ResponseWriter, r *http.Request) {
+	if err := pathLimits(r, groupPath); err != nil {
+		writeBad(w, err)
+		return
+	}
 	if _, err := readObject(r, true); err != nil {
 		writeBad(w, err)
 		return
@@ -234,6 +246,10 @@ func (s *Server) seekPartition(w http.ResponseWriter, r *http.Request) {
 // setSubscription is POST /api/v1/consumer-groups/{group}/subscription
 // with {"subscriptionTimestamp": RFC 3339}.
 func (s *Server) setSubscription(w http.ResponseWriter, r *http.Request) {
+	if err := pathLimits(r, groupPath); err != nil {
+		writeBad(w, err)
+		return
+	}
 	body, err := readObject(r, false)
 	if err != nil {
 		writeBad(w, err)

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/queen-go/queen/queen/admission"
+	"github.com/queen-go/queen/queen/limits"
 	"github.com/queen-go/queen/queen/store"
 )
 
@@ -118,6 +119,9 @@ func (s *Server) parseKVOp(raw json.RawMessage, path string) (store.KVOp, error)
 	if op.NS, _, err = o.str("ns", path+"."); err != nil || op.NS == "" {
 		return op, kvBad("kv_ns_required", "%s.ns (a non-empty string) is required", path)
 	}
+	if err := limits.KVNamespace.Check(path+".", op.NS); err != nil {
+		return op, kvBad("kv_bad_ns", "%s", err)
+	}
 	if op.Required, _, err = o.boolean("required", path+"."); err != nil {
 		return op, kvBad("kv_bad_op", "%s", err.Error())
 	}
@@ -128,10 +132,10 @@ func (s *Server) parseKVOp(raw json.RawMessage, path string) (store.KVOp, error)
 	case "getMany":
 		return op, s.kvKeys(o, path, &op)
 	case "getPrefix":
-		if op.Prefix, _, err = o.str("prefix", path+"."); err != nil {
+		if op.Prefix, _, err = o.limited("prefix", limits.KVKey, path+"."); err != nil {
 			return op, kvBad("kv_bad_prefix", "%s", err.Error())
 		}
-		if op.After, _, err = o.str("after", path+"."); err != nil {
+		if op.After, _, err = o.limited("after", limits.KVKey, path+"."); err != nil {
 			return op, kvBad("kv_bad_after", "%s", err.Error())
 		}
 		op.Limit = 100
@@ -145,8 +149,8 @@ func (s *Server) parseKVOp(raw json.RawMessage, path string) (store.KVOp, error)
 	if op.Key, _, err = o.str("key", path+"."); err != nil || op.Key == "" {
 		return op, kvBad("kv_key_required", "%s.key (a non-empty string) is required", path)
 	}
-	if len(op.Key) > s.cfg.KVMaxKeyBytes {
-		return op, kvBad("kv_key_too_long", "%s.key is %d bytes, the ceiling is %d (QUEEN_KV_MAX_KEY_BYTES)", path, len(op.Key), s.cfg.KVMaxKeyBytes)
+	if err := limits.KVKey.Within(s.cfg.KVMaxKeyBytes, path+".", op.Key); err != nil {
+		return op, kvBad("kv_key_too_long", "%s (QUEEN_KV_MAX_KEY_BYTES)", err)
 	}
 	if err := s.kvWriteFields(o, path, &op); err != nil {
 		return op, err
@@ -160,8 +164,11 @@ func (s *Server) kvKeys(o obj, path string, op *store.KVOp) error {
 		return kvBad("kv_keys_required", "%s.keys (a non-empty array of strings) is required", path)
 	}
 	for i, k := range op.Keys {
-		if k == "" || len(k) > s.cfg.KVMaxKeyBytes {
-			return kvBad("kv_bad_key", "%s.keys[%d] must be a non-empty string of at most %d bytes", path, i, s.cfg.KVMaxKeyBytes)
+		if k == "" {
+			return kvBad("kv_bad_key", "%s.keys[%d] must be a non-empty string", path, i)
+		}
+		if err := limits.KVKey.Within(s.cfg.KVMaxKeyBytes, "", k); err != nil {
+			return kvBad("kv_bad_key", "%s.keys[%d]: %s (QUEEN_KV_MAX_KEY_BYTES)", path, i, err)
 		}
 	}
 	return nil
@@ -179,8 +186,8 @@ func (s *Server) kvWriteFields(o obj, path string, op *store.KVOp) error {
 			return &codedError{http.StatusRequestEntityTooLarge, "payload_too_large", "kv_value_too_large",
 				fmt.Sprintf("%s.value is %d bytes, the ceiling is %d (QUEEN_KV_MAX_VALUE_BYTES)", path, len(v), s.cfg.KVMaxValueBytes)}
 		}
-		if why, ok := jsonbSafe(v); !ok {
-			return kvBad("kv_bad_value", "%s.value: %s", path, why)
+		if err := limits.JSON(path+".value", v); err != nil {
+			return kvBad("kv_bad_value", "%s", err)
 		}
 		op.Value = v
 	}
@@ -192,6 +199,9 @@ func (s *Server) kvWriteFields(o obj, path string, op *store.KVOp) error {
 	if hasTTL && !isNull(ttl) {
 		if json.Unmarshal(ttl, &op.TTLSeconds) != nil || op.TTLSeconds <= 0 {
 			return kvBad("kv_bad_ttl", "%s.ttlSeconds must be a positive number", path)
+		}
+		if err := limits.TTLSeconds.Check(path+".", op.TTLSeconds); err != nil {
+			return kvBad("kv_bad_ttl", "%s", err)
 		}
 	}
 	if (op.Op == "put" || op.Op == "putIfAbsent") && (op.TTLSeconds > 0) == forever {
@@ -313,9 +323,13 @@ func (s *Server) kvPath(w http.ResponseWriter, r *http.Request, op string) (stor
 		return store.KVOp{}, false
 	}
 	k := store.KVOp{Op: op, NS: r.PathValue("ns"), Key: r.PathValue("key")}
-	if k.Key == "" || len(k.Key) > s.cfg.KVMaxKeyBytes {
+	if k.Key == "" || limits.KVKey.Within(s.cfg.KVMaxKeyBytes, "", k.Key) != nil {
 		writeCoded(w, http.StatusBadRequest, "kv_bad_request", "kv_key_required",
-			fmt.Sprintf("the path must name a key of at most %d bytes", s.cfg.KVMaxKeyBytes))
+			fmt.Sprintf("the path must name a key of at most %d bytes (QUEEN_KV_MAX_KEY_BYTES)", s.cfg.KVMaxKeyBytes))
+		return k, false
+	}
+	if err := limits.KVNamespace.Check("", k.NS); err != nil {
+		writeCoded(w, http.StatusBadRequest, "kv_bad_request", "kv_bad_ns", err.Error())
 		return k, false
 	}
 	return k, true

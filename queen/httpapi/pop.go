@@ -11,6 +11,7 @@ import (
 	"github.com/queen-go/queen/queen/admission"
 	"github.com/queen-go/queen/queen/canary"
 	"github.com/queen-go/queen/queen/config"
+	"github.com/queen-go/queen/queen/limits"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/waker"
 )
@@ -71,6 +72,14 @@ func (s *Server) parsePop(r *http.Request) (popParams, error) {
 			p.req.Batch = min(autopilotBatch, s.cfg.MaxPopBatch)
 		}
 		p.autopilot = &autopilotWire{Batch: p.req.Batch, Partitions: p.req.Partitions}
+	}
+	for _, c := range []struct {
+		f limits.Field
+		v string
+	}{{limits.Queue, p.req.Queue}, {limits.Partition, p.req.Partition}, {limits.ConsumerGroup, p.req.Group}} {
+		if err := c.f.Check("", c.v); err != nil {
+			return p, err
+		}
 	}
 	if p.req.Batch < 1 {
 		return p, bad("batch must be a positive integer")

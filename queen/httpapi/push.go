@@ -9,13 +9,11 @@ import (
 	"slices"
 
 	"github.com/queen-go/queen/queen/admission"
-	"github.com/queen-go/queen/queen/ids"
+	"github.com/queen-go/queen/queen/limits"
 	"github.com/queen-go/queen/queen/spool"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/waker"
 )
-
-const maxTransactionIDBytes = 65535
 
 // parsePushItem validates one item. path prefixes field names in errors,
 // e.g. "items[3].".
@@ -88,27 +86,18 @@ func parsePushTyped(body []byte) (items []store.PushItem, ok bool, err error) {
 	return items, true, nil
 }
 
-// checkPushItem applies the rules both parsers share.
+// checkPushItem applies the rules both parsers share: every field within
+// what the database stores (queen/limits).
 func checkPushItem(it store.PushItem, path string) error {
-	if err := cleanName(it.Queue, path+"queue"); err != nil {
-		return err
+	for _, c := range []struct {
+		f limits.Field
+		v string
+	}{{limits.Queue, it.Queue}, {limits.Partition, it.Partition}, {limits.TransactionID, it.TransactionID}, {limits.TraceID, it.TraceID}} {
+		if err := c.f.Check(path, c.v); err != nil {
+			return err
+		}
 	}
-	if err := cleanName(it.Partition, path+"partition"); err != nil {
-		return err
-	}
-	if len(it.TransactionID) > maxTransactionIDBytes {
-		return bad("%stransactionId exceeds %d bytes", path, maxTransactionIDBytes)
-	}
-	if err := cleanName(it.TransactionID, path+"transactionId"); err != nil {
-		return err
-	}
-	if it.TraceID != "" && !ids.Valid(it.TraceID) {
-		return bad("%straceId must be a UUID", path)
-	}
-	if why, ok := jsonbSafe(it.Payload); !ok {
-		return bad("%spayload contains %s", path, why)
-	}
-	return nil
+	return limits.JSON(path+"payload", it.Payload)
 }
 
 func (s *Server) parsePush(r *http.Request) ([]store.PushItem, error) {

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/queen-go/queen/queen/limits"
 	"github.com/queen-go/queen/queen/store"
 )
 
@@ -62,7 +63,7 @@ func (s *Server) configure(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	in := store.ConfigureInput{Tenant: tenantOf(r)}
-	q, ok, err := body.str("queue", "")
+	q, ok, err := body.limited("queue", limits.Queue, "")
 	if err != nil {
 		writeBad(w, err)
 		return
@@ -73,16 +74,12 @@ func (s *Server) configure(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "queue is required")
 		return
 	}
-	if err := cleanName(q, "queue"); err != nil {
-		writeBad(w, err)
-		return
-	}
 	in.Queue = q
 	for _, f := range []struct {
-		name string
-		dst  **string
-	}{{"namespace", &in.Namespace}, {"task", &in.Task}} {
-		v, ok, err := body.str(f.name, "")
+		field limits.Field
+		dst   **string
+	}{{limits.Namespace, &in.Namespace}, {limits.Task, &in.Task}} {
+		v, ok, err := body.limited(f.field.Name, f.field, "")
 		if err != nil {
 			writeBad(w, err)
 			return

@@ -27,6 +27,7 @@ import (
 	"github.com/queen-go/queen/queen/config"
 	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/ids"
+	"github.com/queen-go/queen/queen/limits"
 	"github.com/queen-go/queen/queen/maintenance"
 	"github.com/queen-go/queen/queen/spool"
 	"github.com/queen-go/queen/queen/store"
@@ -294,6 +295,10 @@ func (s *Server) middleware(mux *http.ServeMux) http.Handler {
 				"code": "no_such_route"})
 			return
 		}
+		if err := urlText(r); err != nil {
+			writeBad(w, err)
+			return
+		}
 		var who auth.Principal
 		if s.auth != nil {
 			var denied *auth.Error
@@ -524,16 +529,43 @@ func asObject(raw json.RawMessage, path string) (obj, bool, error) {
 	return m, true, nil
 }
 
-// cleanName rejects control characters, which Queen refuses in names and
-// transaction ids because they break logs and path routing.
-func cleanName(v, field string) error {
-	for _, c := range v {
-		if c < 0x20 || c == 0x7f {
-			return bad("%s must not contain control characters", field)
+// limited returns the string field name checked against f, the table of
+// what the database stores (queen/limits); absent and null are "", false.
+func (o obj) limited(name string, f limits.Field, path string) (string, bool, error) {
+	v, ok, err := o.str(name, path)
+	if err != nil || !ok {
+		return v, ok, err
+	}
+	return v, true, f.CheckAs(path+name, v)
+}
+
+// urlText refuses a path or query value PostgreSQL's text cannot hold.
+func urlText(r *http.Request) error {
+	if err := limits.Text("path", r.URL.Path); err != nil {
+		return err
+	}
+	for k, vs := range r.URL.Query() {
+		for _, v := range vs {
+			if err := limits.Text(k, v); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
 }
+
+// pathLimits checks the named path segments against the limits table.
+func pathLimits(r *http.Request, fields map[string]limits.Field) error {
+	for seg, f := range fields {
+		if err := f.CheckAs(seg, r.PathValue(seg)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// groupPath are the segments of the consumer-group routes.
+var groupPath = map[string]limits.Field{"group": limits.ConsumerGroup, "queue": limits.Queue, "partition": limits.Partition}
 
 // timestamp renders times the way Queen's C++ broker does (microseconds, Z).
 func timestamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000000Z") }

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/queen-go/queen/queen/ids"
+	"github.com/queen-go/queen/queen/limits"
 	"github.com/queen-go/queen/queen/store"
 )
 
@@ -24,10 +25,11 @@ func (s *Server) registerQuery(w http.ResponseWriter, r *http.Request) {
 	}
 	p := store.RegisterParams{Tenant: tenantOf(r)}
 	for _, f := range []struct {
-		name string
-		dst  *string
-	}{{"name", &p.Name}, {"source_queue", &p.SourceQueue}, {"config_hash", &p.ConfigHash}} {
-		v, _, err := body.str(f.name, "")
+		name  string
+		field limits.Field
+		dst   *string
+	}{{"name", limits.StreamQuery, &p.Name}, {"source_queue", limits.Queue, &p.SourceQueue}, {"config_hash", limits.StreamQuery, &p.ConfigHash}} {
+		v, _, err := body.limited(f.name, f.field, "")
 		if err != nil {
 			writeBad(w, err)
 			return
@@ -38,7 +40,7 @@ func (s *Server) registerQuery(w http.ResponseWriter, r *http.Request) {
 		}
 		*f.dst = v
 	}
-	if p.SinkQueue, _, err = body.str("sink_queue", ""); err != nil {
+	if p.SinkQueue, _, err = body.limited("sink_queue", limits.Queue, ""); err != nil {
 		writeBad(w, err)
 		return
 	}
@@ -173,7 +175,7 @@ func (s *Server) cycleParams(r *http.Request) (store.CycleParams, error) {
 	if p.QueryID, p.PartitionID, err = streamIDs(body); err != nil {
 		return p, err
 	}
-	if p.Group, _, err = body.str("consumer_group", ""); err != nil {
+	if p.Group, _, err = body.limited("consumer_group", limits.ConsumerGroup, ""); err != nil {
 		return p, err
 	}
 	if p.Group == "" {
@@ -221,7 +223,7 @@ func stateOps(body obj) ([]store.StateOp, error) {
 		if err != nil {
 			return nil, err
 		}
-		key, hasKey, err := o.str("key", path)
+		key, hasKey, err := o.limited("key", limits.StreamKey, path)
 		if err != nil {
 			return nil, err
 		}
@@ -233,8 +235,8 @@ func stateOps(body obj) ([]store.StateOp, error) {
 			ops[i] = store.StateOp{Key: key, Value: o["value"]}
 			if isNull(o["value"]) {
 				ops[i].Value = nil // stored as {}
-			} else if why, ok := jsonbSafe(o["value"]); !ok {
-				return nil, bad("%svalue contains %s", path, why)
+			} else if err := limits.JSON(path+"value", o["value"]); err != nil {
+				return nil, err
 			}
 		case "delete":
 			ops[i] = store.StateOp{Key: key, Delete: true}
@@ -307,7 +309,7 @@ func (s *Server) stateGet(w http.ResponseWriter, r *http.Request) {
 			f.Keys = append(f.Keys, key)
 		}
 	}
-	if f.KeyPrefix, _, err = body.str("key_prefix", ""); err != nil {
+	if f.KeyPrefix, _, err = body.limited("key_prefix", limits.StreamKey, ""); err != nil {
 		writeBad(w, err)
 		return
 	}

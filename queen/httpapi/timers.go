@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/queen-go/queen/queen/admission"
+	"github.com/queen-go/queen/queen/limits"
 	"github.com/queen-go/queen/queen/store"
 )
 
@@ -132,6 +133,17 @@ func (s *Server) parseTimerOp(raw json.RawMessage, path string) (store.TimerOp, 
 	if op.Txn, err = str("txn", op.Op == "schedule"); err != nil {
 		return op, err
 	}
+	// The fire pushes the timer as a message: its names are held to the
+	// push route's limits here, where a 400 is still possible, not at the
+	// fire, where a refused row could only fail.
+	for _, c := range []struct {
+		f limits.Field
+		v string
+	}{{limits.Queue, op.Queue}, {limits.TimerKey, op.TimerKey}, {limits.Partition, op.Partition}, {limits.TransactionID, op.Txn}} {
+		if err := c.f.Check(path+".", c.v); err != nil {
+			return op, timersBad("timers_bad_field", "%s", err)
+		}
+	}
 	if err := s.parseWhen(o, path, &op); err != nil {
 		return op, err
 	}
@@ -157,6 +169,9 @@ func (s *Server) parseWhen(o obj, path string, op *store.TimerOp) error {
 	if hasDelay {
 		if err := json.Unmarshal(d, &op.DelayMs); err != nil {
 			return timersBad("timers_delay_required", "%s.delayMs must be a number of milliseconds", path)
+		}
+		if err := limits.DelayMs.Check(path+".", op.DelayMs); err != nil {
+			return timersBad("timers_delay_required", "%s", err)
 		}
 		if time.Duration(op.DelayMs*float64(time.Millisecond)) > horizon {
 			return &codedError{http.StatusForbidden, "timer_horizon_exceeded", "timers_horizon",
@@ -194,8 +209,8 @@ func (s *Server) timerPayload(raw json.RawMessage, path string) (json.RawMessage
 		return nil, &codedError{http.StatusRequestEntityTooLarge, "payload_too_large", "timers_payload_too_large",
 			fmt.Sprintf("%s.payload is %d bytes, the ceiling is %d (QUEEN_TIMERS_MAX_PAYLOAD_BYTES)", path, len(raw), s.cfg.TimersMaxPayloadBytes)}
 	}
-	if why, ok := jsonbSafe(raw); !ok {
-		return nil, timersBad("timers_bad_payload", "%s.payload: %s", path, why)
+	if err := limits.JSON(path+".payload", raw); err != nil {
+		return nil, timersBad("timers_bad_payload", "%s", err)
 	}
 	return raw, nil
 }

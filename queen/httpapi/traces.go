@@ -3,9 +3,11 @@ package httpapi
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 
 	"github.com/queen-go/queen/queen/ids"
+	"github.com/queen-go/queen/queen/limits"
 	"github.com/queen-go/queen/queen/store"
 )
 
@@ -42,7 +44,7 @@ func (s *Server) traceParams(r *http.Request) (store.TraceParams, error) {
 	if err != nil {
 		return p, err
 	}
-	txid, hasTxid, err := body.str("transactionId", "")
+	txid, hasTxid, err := body.limited("transactionId", limits.TransactionID, "")
 	if err != nil {
 		return p, err
 	}
@@ -59,16 +61,16 @@ func (s *Server) traceParams(r *http.Request) (store.TraceParams, error) {
 	if isNull(body["data"]) {
 		return p, bad("data is required")
 	}
-	if why, ok := jsonbSafe(body["data"]); !ok {
-		return p, bad("data contains %s", why)
+	if err := limits.JSON("data", body["data"]); err != nil {
+		return p, err
 	}
 	p.TransactionID, p.PartitionID, p.Data = txid, pid, body["data"]
-	if g, ok, err := body.str("consumerGroup", ""); err != nil {
+	if g, ok, err := body.limited("consumerGroup", limits.ConsumerGroup, ""); err != nil {
 		return p, err
 	} else if ok && g != "" {
 		p.ConsumerGroup = g
 	}
-	if e, ok, err := body.str("eventType", ""); err != nil {
+	if e, ok, err := body.limited("eventType", limits.EventType, ""); err != nil {
 		return p, err
 	} else if ok && e != "" {
 		p.EventType = e
@@ -86,6 +88,9 @@ func traceNames(raw json.RawMessage) ([]string, error) {
 		if one == "" {
 			return nil, nil
 		}
+		if err := limits.TraceName.CheckAs("traceNames", one); err != nil {
+			return nil, err
+		}
 		return []string{one}, nil
 	}
 	var many []string
@@ -93,7 +98,10 @@ func traceNames(raw json.RawMessage) ([]string, error) {
 		return nil, bad("traceNames must be a string or an array of strings")
 	}
 	var out []string
-	for _, n := range many {
+	for i, n := range many {
+		if err := limits.TraceName.CheckAs(fmt.Sprintf("traceNames[%d]", i), n); err != nil {
+			return nil, err
+		}
 		if n != "" {
 			out = append(out, n)
 		}

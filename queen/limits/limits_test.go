@@ -1,0 +1,123 @@
+package limits_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"pgregory.net/rapid"
+
+	"github.com/queen-go/queen/queen/limits"
+	"github.com/queen-go/queen/queen/store/storetest"
+)
+
+func TestMain(m *testing.M) { storetest.Main(m) }
+
+// jsonbTakes asks PostgreSQL itself whether jsonb stores doc.
+func jsonbTakes(pool *pgxpool.Pool, doc string) bool {
+	var n int
+	err := pool.QueryRow(context.Background(), `SELECT length($1::jsonb::text)`, doc).Scan(&n)
+	return err == nil
+}
+
+// TestJSONAgreesWithPostgreSQL: limits.JSON accepts a number exactly when
+// PostgreSQL's jsonb does, on numbers drawn around every bound numeric has.
+func TestJSONAgreesWithPostgreSQL(t *testing.T) {
+	pool := storetest.Pool(t)
+	digits := func(n int, first string) string {
+		if n == 0 {
+			return ""
+		}
+		return first + strings.Repeat("7", n-1)
+	}
+	near := func(t *rapid.T, label string, bound int) int {
+		return rapid.OneOf(rapid.IntRange(0, 3), rapid.IntRange(bound-1, bound+1)).Draw(t, label)
+	}
+	rapid.Check(t, func(t *rapid.T) {
+		num := ""
+		if rapid.Bool().Draw(t, "neg") {
+			num = "-"
+		}
+		zero := rapid.IntRange(0, 4).Draw(t, "zero") == 0
+		intDigits := near(t, "int", 131072)
+		if zero || intDigits == 0 {
+			num += "0"
+		} else {
+			num += digits(intDigits, "1")
+		}
+		if f := near(t, "frac", 16383); f > 0 && zero {
+			num += "." + strings.Repeat("0", f)
+		} else if f > 0 {
+			num += "." + digits(f, "3")
+		}
+		switch rapid.IntRange(0, 3).Draw(t, "expKind") {
+		case 1:
+			num += "e" + strconv.Itoa(rapid.OneOf(rapid.IntRange(-2, 2), rapid.IntRange(-16385, -16380), rapid.IntRange(131069, 131073)).Draw(t, "exp"))
+		case 2:
+			num += "E+" + strconv.Itoa(rapid.IntRange(1073741820, 1073741826).Draw(t, "bigExp"))
+		case 3:
+			num += "e-" + strconv.Itoa(rapid.OneOf(rapid.IntRange(16380, 16386), rapid.IntRange(1073741820, 1073741826)).Draw(t, "negExp"))
+		}
+		doc := `{"n":` + num + `}`
+		got := limits.JSON("payload", []byte(doc)) == nil
+		if want := jsonbTakes(pool, doc); got != want {
+			t.Fatalf("limits.JSON says %v, PostgreSQL says %v, for %s", got, want, clipped(num))
+		}
+	})
+}
+
+func TestJSONStringsAgreeWithPostgreSQL(t *testing.T) {
+	pool := storetest.Pool(t)
+	for _, doc := range []string{
+		`{"a":"plain"}`, `{"a":"\u0041\u00e9"}`, `{"a":"\\u0000 is text"}`, `{"a":"\ud83d\ude00"}`,
+		`{"a":"x\u0000y"}`, `{"\u0000":1}`, `{"a":"\ud83d"}`, `{"a":"\ude00"}`, `{"a":"\\\u0000"}`,
+		`[1,2,{"b":["\u0000"]}]`, `"\ud83d\u0041"`, "{\"a\":\"\xff\"}", "\"\xed\xa0\x80\"",
+		`[1e131071, -0.5e-16382, 0e1073741822]`, `{"n":1e200000}`, `[true,false,null,"1e999999"]`,
+	} {
+		got := limits.JSON("payload", []byte(doc)) == nil
+		if want := jsonbTakes(pool, doc); got != want {
+			t.Errorf("limits.JSON says %v, PostgreSQL says %v, for %q", got, want, doc)
+		}
+	}
+}
+
+func TestFieldCheck(t *testing.T) {
+	for _, c := range []struct {
+		f    limits.Field
+		v    string
+		want string // "" accepts
+	}{
+		{limits.Queue, strings.Repeat("q", 255), ""},
+		{limits.Queue, strings.Repeat("q", 256), "items[0].queue is 256 bytes, the limit is 255"},
+		{limits.Queue, strings.Repeat("é", 128), "items[0].queue is 256 bytes, the limit is 255"}, // bytes, not characters
+		{limits.Queue, "a\tb", "items[0].queue must not contain control characters"},
+		{limits.TransactionID, strings.Repeat("t", 1024), ""},
+		{limits.TransactionID, strings.Repeat("t", 1025), "items[0].transactionId is 1025 bytes, the limit is 1024"},
+		{limits.TraceID, "not-a-uuid", "items[0].traceId must be a UUID"},
+		{limits.TraceID, "", ""},
+		{limits.ErrorText, "line one\nline two", ""},
+		{limits.ErrorText, "nul\x00", "items[0].error must not contain a NUL character"},
+		{limits.Queue, "bad\xff", "items[0].queue is not valid UTF-8"},
+	} {
+		err := c.f.Check("items[0].", c.v)
+		got := ""
+		if err != nil {
+			got = err.Error()
+		}
+		if got != c.want {
+			t.Errorf("%s %q: got %q, want %q", c.f.Name, clipped(c.v), got, c.want)
+		}
+	}
+	if err := limits.KVKey.Within(16, "", strings.Repeat("k", 17)); err == nil || err.Error() != "key is 17 bytes, the limit is 16" {
+		t.Errorf("a configured bound below the table's: %v", err)
+	}
+}
+
+func clipped(s string) string {
+	if len(s) > 60 {
+		return s[:30] + "…(" + strconv.Itoa(len(s)) + " bytes)…" + s[len(s)-20:]
+	}
+	return s
+}
