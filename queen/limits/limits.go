@@ -45,7 +45,7 @@ var (
 		Why: "queues (tenant_id, namespace, task) and consumer_groups_metadata's primary key index it"}
 	TransactionID = Field{Name: "transactionId", Max: 1024,
 		Why: "messages (partition_id, transaction_id) is unique; Queen's Rust broker allows 65535, which the index cannot hold"}
-	TraceID = Field{Name: "traceId", UUID: true, Why: "stored as uuid"}
+	TraceID   = Field{Name: "traceId", UUID: true, Why: "stored as uuid"}
 	TraceName = Field{Name: "traceName", Max: 255,
 		Why: "message_trace_names (trace_id, trace_name) and (trace_name) index it"}
 	EventType = Field{Name: "eventType", Max: 255, Why: "a label, not a document"}
