@@ -153,7 +153,7 @@ func (b *Broker) Start(ctx context.Context) error {
 	}
 	var cipher *crypt.Cipher
 	if b.cfg.EncryptionKey != "" {
-		cipher, _ = crypt.New(b.cfg.EncryptionKey) // checked when the configuration was parsed
+		cipher, _ = crypt.New(b.cfg.EncryptionKey, b.cfg.EncryptionKeysPrevious...) // checked when the configuration was parsed
 	}
 	b.store = store.New(b.pool, store.Options{DBNow: b.opts.DBNow, IDs: b.opts.IDs, TxTimeout: b.cfg.DBStatementTimeout, Cipher: cipher,
 		Clock: b.opts.Clock, CacheTTL: b.cfg.CacheRefreshInterval, PushStatements: b.cfg.PushStatements,

@@ -407,3 +407,67 @@ func TestSpoolHoldsNoPlaintextWithAKey(t *testing.T) {
 		t.Fatalf("replay must apply each queue's policy: vault sealed %v, orders sealed %v", vault, orders)
 	}
 }
+
+// TestSpoolAcrossAKeyChange: a spool file sealed under a key the broker no
+// longer has is quarantined with its reason (it can never open here), the
+// spool turns healthy again and later pushes are stored; with the old key
+// kept in QUEEN_ENCRYPTION_KEYS_PREVIOUS the same file replays whole. Before,
+// the open failure counted as transient: the file was retried forever, the
+// spool stayed unhealthy and every later push on that broker went to disk.
+func TestSpoolAcrossAKeyChange(t *testing.T) {
+	oldKey, newKey := strings.Repeat("a1", 32), strings.Repeat("b2", 32)
+	for _, c := range []struct {
+		name     string
+		previous []string
+		stored   bool
+	}{{"key lost", nil, false}, {"key rotated", []string{oldKey}, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			a, proxy := brokerBehindProxy(t, func(cfg *config.Config) { cfg.EncryptionKey, cfg.FileBufferDir = oldKey, dir })
+			base := "http://" + a.Addr()
+			proxy.SetMode(faults.Refuse, 0)
+			for i := range 3 {
+				code, body := do(t, "POST", base+"/api/v1/push", "", fmt.Sprintf(`{"items":[{"queue":"orders","transactionId":"k-%d","payload":{"i":%d}}]}`, i, i))
+				if code != 201 || !strings.Contains(string(body), "buffered") {
+					t.Fatalf("push during the outage: %d %s", code, body)
+				}
+			}
+			a.Shutdown(context.Background())
+			proxy.SetMode(faults.Pass, 0)
+
+			b, _ := brokerBehindProxy(t, func(cfg *config.Config) {
+				cfg.EncryptionKey, cfg.EncryptionKeysPrevious, cfg.FileBufferDir = newKey, c.previous, dir
+			})
+			base = "http://" + b.Addr()
+			deadline := time.Now().Add(20 * time.Second)
+			for b.Spool().Pending() > 0 && time.Now().Before(deadline) {
+				time.Sleep(50 * time.Millisecond)
+			}
+			if n := b.Spool().Pending(); n != 0 {
+				t.Fatalf("%d records still pending: the drain is wedged", n)
+			}
+			var stored int
+			_ = b.Store().Pool().QueryRow(context.Background(), `SELECT count(*) FROM queen.messages WHERE transaction_id LIKE 'k-%'`).Scan(&stored)
+			quarantined, _ := filepath.Glob(filepath.Join(b.Spool().FailedDir(), "*.reasons.jsonl"))
+			if c.stored {
+				if stored != 3 || len(quarantined) != 0 {
+					t.Fatalf("with the old key kept: %d stored, %d quarantined; want 3, 0", stored, len(quarantined))
+				}
+			} else {
+				if stored != 0 || len(quarantined) != 1 {
+					t.Fatalf("without the old key: %d stored, %d quarantined; want 0, 1", stored, len(quarantined))
+				}
+				raw, _ := os.ReadFile(quarantined[0])
+				if !strings.Contains(string(raw), "opens with no configured key") {
+					t.Fatalf("the quarantine does not say why: %s", raw)
+				}
+			}
+			if !b.Spool().Healthy() {
+				t.Fatal("the spool stays unhealthy")
+			}
+			if got := pushOne(t, base, "", "after-key-change"); got != "queued" {
+				t.Fatalf("a push after the key change answered %s: it went to disk", got)
+			}
+		})
+	}
+}

@@ -102,6 +102,11 @@ type Config struct {
 	// EncryptionKey is QUEEN_ENCRYPTION_KEY (64 hex characters): the
 	// AES-256-GCM key of queues with encryptionEnabled; empty: none.
 	EncryptionKey string
+	// EncryptionKeysPrevious is QUEEN_ENCRYPTION_KEYS_PREVIOUS, a comma
+	// list of keys that still open what they sealed but never seal: a key
+	// rotation keeps the old key here until nothing sealed under it is
+	// left (messages, timers, spool files).
+	EncryptionKeysPrevious []string
 
 	// Ignored are Queen's variables that are set but do nothing here, so
 	// the broker can say so at startup.
@@ -257,6 +262,17 @@ func FromEnv(getenv func(string) string) (Config, error) {
 			p.fail("QUEEN_ENCRYPTION_KEY", "(hidden)", err.Error())
 		} else {
 			c.EncryptionKey = v
+		}
+	}
+	if v := strings.TrimSpace(getenv("QUEEN_ENCRYPTION_KEYS_PREVIOUS")); v != "" {
+		for _, k := range strings.Split(v, ",") {
+			c.EncryptionKeysPrevious = append(c.EncryptionKeysPrevious, strings.TrimSpace(k))
+		}
+		switch _, err := crypt.New(strings.Repeat("0", 64), c.EncryptionKeysPrevious...); {
+		case err != nil:
+			p.fail("QUEEN_ENCRYPTION_KEYS_PREVIOUS", "(hidden)", err.Error())
+		case c.EncryptionKey == "":
+			p.fail("QUEEN_ENCRYPTION_KEYS_PREVIOUS", "(hidden)", "needs QUEEN_ENCRYPTION_KEY (the key that seals)")
 		}
 	}
 	for _, name := range ignoredVars {

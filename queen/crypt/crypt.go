@@ -1,7 +1,8 @@
 // Package crypt seals message payloads at rest with AES-256-GCM, in Queen's
 // envelope: {"encrypted": base64 ciphertext, "iv": base64 16-byte IV,
 // "authTag": base64 16-byte tag}. The key is QUEEN_ENCRYPTION_KEY, 64 hex
-// characters.
+// characters; QUEEN_ENCRYPTION_KEYS_PREVIOUS lists keys that still open what
+// they sealed (key rotation) but never seal.
 package crypt
 
 import (
@@ -20,11 +21,34 @@ const (
 	tagSize = 16
 )
 
-// Cipher seals and opens payloads. It is safe for concurrent use.
-type Cipher struct{ aead cipher.AEAD }
+// Cipher seals with one key and opens with it or any previous key. It is
+// safe for concurrent use.
+type Cipher struct{ aeads []cipher.AEAD } // [0] seals
 
-// New takes a 64-hex-character key.
-func New(hexKey string) (*Cipher, error) {
+// ErrNoKeyOpens is what Open answers for an envelope that none of the
+// configured keys opens: it will never open on this broker.
+var ErrNoKeyOpens = errors.New("crypt: the envelope opens with none of the configured keys (QUEEN_ENCRYPTION_KEY, QUEEN_ENCRYPTION_KEYS_PREVIOUS)")
+
+// ErrMalformed is what Open answers for a payload that is not an envelope.
+var ErrMalformed = errors.New("crypt: malformed envelope")
+
+// New takes the sealing key and any previous keys, each 64 hex characters.
+func New(hexKey string, previous ...string) (*Cipher, error) {
+	c := &Cipher{}
+	for i, k := range append([]string{hexKey}, previous...) {
+		aead, err := newAEAD(k)
+		if err != nil {
+			if i > 0 {
+				return nil, fmt.Errorf("previous key %d: %w", i, err)
+			}
+			return nil, err
+		}
+		c.aeads = append(c.aeads, aead)
+	}
+	return c, nil
+}
+
+func newAEAD(hexKey string) (cipher.AEAD, error) {
 	key, err := hex.DecodeString(hexKey)
 	if err != nil || len(key) != 32 {
 		return nil, errors.New("want 64 hex characters (a 256-bit key)")
@@ -33,11 +57,7 @@ func New(hexKey string) (*Cipher, error) {
 	if err != nil {
 		return nil, err
 	}
-	aead, err := cipher.NewGCMWithNonceSize(block, ivSize)
-	if err != nil {
-		return nil, err
-	}
-	return &Cipher{aead: aead}, nil
+	return cipher.NewGCMWithNonceSize(block, ivSize)
 }
 
 type envelope struct {
@@ -52,7 +72,7 @@ func (c *Cipher) Seal(plain []byte) (json.RawMessage, error) {
 	if _, err := rand.Read(iv); err != nil {
 		return nil, err
 	}
-	out := c.aead.Seal(nil, iv, plain, nil)
+	out := c.aeads[0].Seal(nil, iv, plain, nil)
 	ct, tag := out[:len(out)-tagSize], out[len(out)-tagSize:]
 	b64 := base64.StdEncoding
 	return json.Marshal(envelope{Encrypted: b64.EncodeToString(ct), IV: b64.EncodeToString(iv), AuthTag: b64.EncodeToString(tag)})
@@ -62,18 +82,20 @@ func (c *Cipher) Seal(plain []byte) (json.RawMessage, error) {
 func (c *Cipher) Open(sealed []byte) (json.RawMessage, error) {
 	var e envelope
 	if err := json.Unmarshal(sealed, &e); err != nil {
-		return nil, fmt.Errorf("crypt: not an envelope: %w", err)
+		return nil, fmt.Errorf("%w: not an envelope: %v", ErrMalformed, err)
 	}
 	b64 := base64.StdEncoding
 	ct, err1 := b64.DecodeString(e.Encrypted)
 	iv, err2 := b64.DecodeString(e.IV)
 	tag, err3 := b64.DecodeString(e.AuthTag)
 	if err := errors.Join(err1, err2, err3); err != nil || len(iv) != ivSize || len(tag) != tagSize {
-		return nil, errors.New("crypt: malformed envelope")
+		return nil, ErrMalformed
 	}
-	plain, err := c.aead.Open(nil, iv, append(ct, tag...), nil)
-	if err != nil {
-		return nil, errors.New("crypt: the envelope does not open with this key")
+	sealed = append(ct, tag...)
+	for _, a := range c.aeads {
+		if plain, err := a.Open(nil, iv, sealed, nil); err == nil {
+			return plain, nil
+		}
 	}
-	return plain, nil
+	return nil, ErrNoKeyOpens
 }

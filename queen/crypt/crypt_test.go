@@ -3,6 +3,7 @@ package crypt
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 )
@@ -38,5 +39,28 @@ func TestSealOpen(t *testing.T) {
 		if _, err := New(bad); err == nil {
 			t.Fatalf("key %q accepted", bad)
 		}
+	}
+}
+
+// TestPreviousKeysOpenButNeverSeal: after a rotation the old key still opens
+// what it sealed, new seals use only the new key, and an envelope no key
+// opens is ErrNoKeyOpens.
+func TestPreviousKeysOpenButNeverSeal(t *testing.T) {
+	oldKey, newKey := strings.Repeat("a1", 32), strings.Repeat("b2", 32)
+	old, _ := New(oldKey)
+	ring, err := New(newKey, oldKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealedOld, _ := old.Seal([]byte(`{"a":1}`))
+	if plain, err := ring.Open(sealedOld); err != nil || string(plain) != `{"a":1}` {
+		t.Fatalf("the previous key does not open: %s %v", plain, err)
+	}
+	sealedNew, _ := ring.Seal([]byte(`{"b":2}`))
+	if _, err := old.Open(sealedNew); !errors.Is(err, ErrNoKeyOpens) {
+		t.Fatalf("a new seal opened with the old key alone (%v): it was sealed with the previous key", err)
+	}
+	if _, err := New(newKey, "short"); err == nil {
+		t.Fatal("a malformed previous key was taken")
 	}
 }

@@ -54,7 +54,7 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 	var cipher *crypt.Cipher
 	if cfg.EncryptionKey != "" {
 		var err error
-		if cipher, err = crypt.New(cfg.EncryptionKey); err != nil {
+		if cipher, err = crypt.New(cfg.EncryptionKey, cfg.EncryptionKeysPrevious...); err != nil {
 			t.Fatal(err)
 		}
 	}

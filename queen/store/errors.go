@@ -27,6 +27,10 @@ const (
 // (operator intervention, which includes statement timeout cancels) and 58
 // (system error).
 func Classify(err error) Class {
+	var refused *RefusedError
+	if errors.As(err, &refused) {
+		return Permanent
+	}
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
 		return Transient
@@ -43,6 +47,24 @@ func Classify(err error) Class {
 	}
 	return Permanent
 }
+
+// RefusedError is a write the broker itself refuses for what it holds, as
+// PostgreSQL refuses bad data: the same write fails the same way every time.
+// Classify calls it Permanent, so the spool's drain quarantines the record
+// with this reason instead of retrying it forever.
+type RefusedError struct {
+	Reason string
+	Err    error
+}
+
+func (e *RefusedError) Error() string {
+	if e.Err == nil {
+		return e.Reason
+	}
+	return e.Reason + ": " + e.Err.Error()
+}
+
+func (e *RefusedError) Unwrap() error { return e.Err }
 
 // Unavailable reports whether err means "the database cannot be reached or
 // cannot serve right now" — the 503 class — as opposed to a bug or bad data.

@@ -50,7 +50,8 @@ func (s *Store) sealRows(ctx context.Context, tenant string, items []PushItem, r
 		}
 		plain, err := s.cipher.Open([]byte(rows[i].payload))
 		if err != nil {
-			return fmt.Errorf("a spooled payload does not open with QUEEN_ENCRYPTION_KEY (was the key changed?): %w", err)
+			return &RefusedError{Reason: fmt.Sprintf("%s/%s %s: a spooled payload opens with no configured key (was QUEEN_ENCRYPTION_KEY changed without keeping the old one in QUEEN_ENCRYPTION_KEYS_PREVIOUS?)",
+				it.Queue, it.Partition, it.TransactionID), Err: err}
 		}
 		rows[i].payload = string(plain)
 	}
