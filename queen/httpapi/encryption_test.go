@@ -78,3 +78,63 @@ func TestStreamsSinkPushesAreSealed(t *testing.T) {
 		t.Fatalf("pop of the sink: %+v", got)
 	}
 }
+
+// TestDLQRetryOfAnEncryptedMessage: a retried dead letter of an encrypted
+// queue is delivered as its plaintext, stored sealed once. Before, the
+// stored envelope was pushed as if it were plaintext and sealed again, so
+// the consumer got {"iv","authTag","encrypted"}.
+func TestDLQRetryOfAnEncryptedMessage(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *config.Config) { c.EncryptionKey = strings.Repeat("4f", 32) })
+	e.expect(e.do("POST", "/api/v1/configure", map[string]any{"queue": "secret", "options": map[string]any{"encryptionEnabled": true, "retryLimit": 0}}), 200)
+	e.push(item{"queue": "secret", "transactionId": "s1", "payload": map[string]any{"card": "4111-1111"}})
+	p := e.pop("/api/v1/pop/queue/secret")
+	e.expect(e.do("POST", "/api/v1/ack", map[string]any{"transactionId": "s1", "partitionId": p.PartitionID, "leaseId": p.LeaseID, "status": "failed"}), 200)
+	e.expect(e.do("POST", "/api/v1/messages/"+p.PartitionID+"/s1/retry", map[string]any{}), 200)
+	again := e.pop("/api/v1/pop/queue/secret")
+	if again == nil || len(again.Messages) != 1 || string(again.Messages[0].Data) != `{"card":"4111-1111"}` {
+		t.Fatalf("the retried message: %+v", again)
+	}
+	var raw string
+	if err := e.pool.QueryRow(context.Background(), `SELECT payload::text FROM queen.messages WHERE transaction_id LIKE 'dlq:%'`).Scan(&raw); err != nil || strings.Contains(raw, "4111") {
+		t.Fatalf("the retry stored %s (%v)", raw, err)
+	}
+}
+
+// TestEncryptionTurnedOnElsewhereIsHonoured: another broker turns a queue's
+// encryption on (here: its committed row) while this one still holds the
+// queue as plain; the next push is stored sealed, since the statement that
+// writes reads the setting. A broker without a key refuses the push instead
+// of storing plaintext in an encrypted queue.
+func TestEncryptionTurnedOnElsewhereIsHonoured(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *config.Config) { c.EncryptionKey = strings.Repeat("4f", 32) })
+	e.push(item{"queue": "turned", "transactionId": "before", "payload": map[string]any{"pin": "1111"}})
+	e.sql(t, `UPDATE queen.queues SET encryption_enabled = true WHERE name = 'turned'`)
+	e.push(item{"queue": "turned", "transactionId": "after", "payload": map[string]any{"pin": "2222"}})
+	var raw string
+	var sealed bool
+	if err := e.pool.QueryRow(context.Background(), `SELECT payload::text, is_encrypted FROM queen.messages WHERE transaction_id = 'after'`).Scan(&raw, &sealed); err != nil {
+		t.Fatal(err)
+	}
+	if !sealed || strings.Contains(raw, "2222") {
+		t.Fatalf("stored in the clear after encryption was turned on: %v %s", sealed, raw)
+	}
+	p := e.pop("/api/v1/pop/queue/turned?batch=2")
+	if p == nil || len(p.Messages) != 2 || !strings.Contains(string(p.Messages[1].Data), "2222") {
+		t.Fatalf("pop: %+v", p)
+	}
+
+	keyless := newEnv(t)
+	keyless.push(item{"queue": "turned", "transactionId": "before", "payload": 1})
+	keyless.sql(t, `UPDATE queen.queues SET encryption_enabled = true WHERE name = 'turned'`)
+	r := keyless.do("POST", "/api/v1/push", map[string]any{"items": []item{{"queue": "turned", "transactionId": "clear", "payload": map[string]any{"pin": "3333"}}}})
+	if r.status == 201 || !strings.Contains(string(r.body), "QUEEN_ENCRYPTION_KEY") {
+		t.Fatalf("a keyless broker's push into an encrypted queue: %d %s", r.status, r.body)
+	}
+	var n int
+	_ = keyless.pool.QueryRow(context.Background(), `SELECT count(*) FROM queen.messages WHERE transaction_id = 'clear'`).Scan(&n)
+	if n != 0 {
+		t.Fatal("a keyless broker stored plaintext into an encrypted queue")
+	}
+}

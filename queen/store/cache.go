@@ -121,3 +121,11 @@ func (c *cache) forgetPartitionIDs(ids map[string]bool) {
 // ForgetQueue drops what this process caches of a queue: another broker
 // configured or deleted it.
 func (s *Store) ForgetQueue(tenant, queue string) { s.cache.forgetQueue(tenant, queue) }
+
+// forgetSealed drops every queue's encryption hint: a statement found one
+// stale (encryption was turned on from another broker).
+func (c *cache) forgetSealed() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	clear(c.sealed)
+}

@@ -201,11 +201,12 @@ func (s *Store) RetryMessage(ctx context.Context, tenant, partitionID, txid stri
 	var payload []byte
 	var trace *string
 	var sub *string
-	err := s.pool.QueryRow(ctx, `SELECT d.id, q.name, p.name, m.payload, m.trace_id::text, m.producer_sub
+	var sealed bool
+	err := s.pool.QueryRow(ctx, `SELECT d.id, q.name, p.name, m.payload, m.is_encrypted, m.trace_id::text, m.producer_sub
 		FROM queen.dead_letter_queue d JOIN queen.messages m ON m.id = d.message_id
 		JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id
 		WHERE q.tenant_id = $1 AND p.id = $2 AND m.transaction_id = $3 ORDER BY d.failed_at DESC, d.id DESC LIMIT 1`,
-		tenant, partitionID, txid).Scan(&dlqID, &r.Queue, &r.Partition, &payload, &trace, &sub)
+		tenant, partitionID, txid).Scan(&dlqID, &r.Queue, &r.Partition, &payload, &sealed, &trace, &sub)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, ErrNotFound
 	}
@@ -213,7 +214,9 @@ func (s *Store) RetryMessage(ctx context.Context, tenant, partitionID, txid stri
 		return r, err
 	}
 	r.TransactionID = fmt.Sprintf("dlq:%d", dlqID)
-	item := PushItem{Queue: r.Queue, Partition: r.Partition, Payload: payload, TransactionID: r.TransactionID}
+	// The stored payload travels with whether it is sealed: it is opened
+	// and stored again as the queue asks, never sealed a second time.
+	item := PushItem{Queue: r.Queue, Partition: r.Partition, Payload: payload, TransactionID: r.TransactionID, Sealed: sealed}
 	if trace != nil {
 		item.TraceID = *trace
 	}

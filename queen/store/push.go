@@ -59,6 +59,14 @@ type PushResult struct {
 //
 // Invariant (no phantom backlog): last_seq moves to the highest seq actually
 // inserted, never to a seq a conflicting row did not take.
+//
+// Invariant (no plaintext in an encrypted queue): whether a queue encrypts is
+// read here, in the statement that writes, never from a cache. A row whose
+// payload is not sealed is not inserted into a queue with
+// encryption_enabled; it is answered "needs seal" (the last column), and
+// the caller seals it and appends it again, or refuses it without a key.
+// Only the partition rows are locked (OF p): the queue row is read, so
+// concurrent pushes to one queue do not queue behind each other.
 const appendSQL = `
 WITH input AS (
 	SELECT v.id, v.pid, v.txid, v.trace, v.payload, v.sub, v.enc, v.ord
@@ -66,14 +74,15 @@ WITH input AS (
 		WITH ORDINALITY AS v(id, pid, txid, trace, payload, sub, enc, ord)
 ),
 locked AS (
-	SELECT p.id, p.last_seq FROM queen.partitions p
+	SELECT p.id, p.last_seq, q.encryption_enabled AS seal FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
 	WHERE p.id IN (SELECT pid FROM input)
 	ORDER BY p.id
-	FOR NO KEY UPDATE
+	FOR NO KEY UPDATE OF p
 ),
 fresh AS (
 	SELECT i.*, l.last_seq + row_number() OVER (PARTITION BY i.pid ORDER BY i.ord) AS seq
 	FROM input i JOIN locked l ON l.id = i.pid
+	WHERE i.enc OR NOT l.seal
 ),
 appended AS (
 	INSERT INTO queen.messages (id, partition_id, seq, transaction_id, trace_id, payload, created_at, producer_sub, is_encrypted)
@@ -89,8 +98,8 @@ advanced AS (
 	WHERE p.id = a.partition_id
 	RETURNING p.id
 )
-SELECT i.ord, i.id::text, a.id IS NOT NULL, (SELECT count(*) FROM advanced)
-FROM input i LEFT JOIN appended a ON a.id = i.id
+SELECT i.ord, i.id::text, a.id IS NOT NULL, (SELECT count(*) FROM advanced), coalesce(l.seal AND NOT i.enc, false)
+FROM input i LEFT JOIN appended a ON a.id = i.id LEFT JOIN locked l ON l.id = i.pid
 ORDER BY i.ord`
 
 type appendParams struct {
@@ -114,11 +123,11 @@ JOIN queen.messages m ON m.partition_id = v.pid AND m.transaction_id = v.txid`
 // between taking a position and COMMIT is whatever the COMMIT's way to the
 // database takes: the simulator's pg.hold fault widens it.
 func strandedSQL(sql string) string {
-	out := strings.Replace(sql, `SELECT p.id, p.last_seq FROM queen.partitions p
+	out := strings.Replace(sql, `SELECT p.id, p.last_seq, q.encryption_enabled AS seal FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
 	WHERE p.id IN (SELECT pid FROM input)
 	ORDER BY p.id
-	FOR NO KEY UPDATE`, `SELECT p.id, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS last_seq
-		FROM queen.partitions p WHERE p.id IN (SELECT pid FROM input)`, 1)
+	FOR NO KEY UPDATE OF p`, `SELECT p.id, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS last_seq, q.encryption_enabled AS seal
+		FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE p.id IN (SELECT pid FROM input)`, 1)
 	from, to := strings.Index(out, "advanced AS ("), strings.Index(out, "RETURNING p.id\n)")
 	if out == sql || from < 0 || to < from {
 		panic("store: the stranded canary no longer matches appendSQL")
@@ -170,6 +179,9 @@ type appendOut struct {
 	// gone: the row's partition no longer exists (deleted since its id
 	// was cached); nothing was written for it.
 	gone bool
+	// needsSeal: the row's queue encrypts and its payload was not sealed;
+	// nothing was written for it.
+	needsSeal bool
 }
 
 // Push appends items and returns one result per item, in input order. It
@@ -288,21 +300,29 @@ func (s *Store) appendRows(ctx context.Context, q querier, rows []appendRow) ([]
 		return nil, err
 	}
 	out := make([]appendOut, len(rows))
-	var raced []int
+	var raced, unsealed []int
 	for res.Next() {
 		var ord, advanced int64
 		var o appendOut
-		if err := res.Scan(&ord, &o.messageID, &o.queued, &advanced); err != nil {
+		if err := res.Scan(&ord, &o.messageID, &o.queued, &advanced, &o.needsSeal); err != nil {
 			res.Close()
 			return nil, err
 		}
 		out[ord-1] = o
-		if !o.queued {
+		switch {
+		case o.needsSeal:
+			unsealed = append(unsealed, int(ord-1))
+		case !o.queued:
 			raced = append(raced, int(ord-1))
 		}
 	}
 	if err := res.Err(); err != nil {
 		return nil, err
+	}
+	if len(unsealed) > 0 {
+		if err := s.appendSealed(ctx, q, rows, unsealed, out); err != nil {
+			return nil, err
+		}
 	}
 	if len(raced) > 0 {
 		if err := s.lookupDuplicates(ctx, q, rows, raced, out); err != nil {
@@ -315,6 +335,35 @@ func (s *Store) appendRows(ctx context.Context, q querier, rows []appendRow) ([]
 		}
 	}
 	return out, nil
+}
+
+// appendSealed seals the rows appendSQL refused because their queue
+// encrypts (the cache that decides sealing up front was stale: encryption
+// was turned on from another broker) and appends them again. A broker
+// without a key cannot: the write is refused, never stored in the clear.
+func (s *Store) appendSealed(ctx context.Context, q querier, rows []appendRow, idx []int, out []appendOut) error {
+	if s.cipher == nil {
+		r := rows[idx[0]]
+		return &RefusedError{Reason: fmt.Sprintf("partition %s (transactionId %s): the queue has encryptionEnabled and this broker has no QUEEN_ENCRYPTION_KEY", r.pid, r.txid)}
+	}
+	again := make([]appendRow, len(idx))
+	for j, i := range idx {
+		sealed, err := s.cipher.Seal([]byte(rows[i].payload))
+		if err != nil {
+			return err
+		}
+		again[j] = rows[i]
+		again[j].payload, again[j].encrypted = string(sealed), true
+	}
+	s.cache.forgetSealed()
+	res, err := s.appendRows(ctx, q, again)
+	if err != nil {
+		return err
+	}
+	for j, i := range idx {
+		out[i] = res[j]
+	}
+	return nil
 }
 
 // lookupDuplicates answers the rows appendSQL did not insert: their

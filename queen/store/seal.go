@@ -11,7 +11,10 @@ import (
 // plaintext and the database does not.
 
 // queueEncrypted reports whether the tenant's queue asks for encryption
-// (false for a queue that does not exist), cached like the names.
+// (false for a queue that does not exist), cached like the names. It is a
+// hint that saves a second round trip: appendSQL reads the queue's setting
+// itself and refuses an unsealed row into an encrypting queue, which is
+// then sealed and appended again (appendSealed).
 func (s *Store) queueEncrypted(ctx context.Context, q querier, tenant, queue string) (bool, error) {
 	// Cached with the queue's names, so configure and delete forget it.
 	k := subName{tenant: tenant, queue: queue}
