@@ -262,13 +262,15 @@ func (b *Broker) Start(ctx context.Context) error {
 func (b *Broker) newSweeper(arbiter *admission.Arbiter) *sweeper.Sweeper {
 	return &sweeper.Sweeper{Store: b.store, Arbiter: arbiter, Clock: b.opts.Clock, IDs: b.opts.IDs, Log: b.log,
 		Lease: b.cfg.SweeperLease, MinSleep: b.cfg.SweeperMinSleep, MaxSleep: b.cfg.SweeperMaxSleep,
-		IdleMaxSleep: b.cfg.SweeperIdleMaxSleep, ClaimBatch: b.cfg.SweeperClaimBatch, PruneBatch: 1000}
+		IdleMaxSleep: b.cfg.SweeperIdleMaxSleep, ClaimBatch: b.cfg.SweeperClaimBatch, PruneBatch: 1000,
+		MaxAttempts: b.cfg.SweeperMaxAttempts, RetryBase: b.cfg.SweeperRetryBase}
 }
 
 func sweeperStats(sw *sweeper.Sweeper) httpapi.SweeperStats {
 	cum, sum, n := sw.Stats.Lateness.Snapshot()
 	return httpapi.SweeperStats{Cycles: sw.Stats.Cycles.Load(), Fired: sw.Stats.Fired.Load(),
 		Duplicates: sw.Stats.Duplicates.Load(), Pruned: sw.Stats.Pruned.Load(), Failures: sw.Stats.Failures.Load(),
+		FireFailures: sw.Stats.FireFailures.Load(), TimersFailed: sw.Stats.TimersFailed.Load(),
 		LatenessBuckets: sweeper.LatenessBuckets, LatenessCumulative: cum, LatenessSum: sum, LatenessCount: n}
 }
 

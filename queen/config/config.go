@@ -84,6 +84,8 @@ type Config struct {
 	SweeperIdleMaxSleep   time.Duration // QUEEN_SWEEPER_IDLE_MAX_SLEEP_MS, default 1000 (see SPEC)
 	SweeperLease          time.Duration // QUEEN_SWEEPER_LEASE_MS, default 30000
 	SweeperClaimBatch     int           // QUEEN_SWEEPER_CLAIM_BATCH, default 200
+	SweeperMaxAttempts    int           // QUEEN_SWEEPER_MAX_ATTEMPTS, default 5: permanent fire failures before a timer is failed
+	SweeperRetryBase      time.Duration // QUEEN_SWEEPER_RETRY_BASE_MS, default 1000: backoff after a timer's first fire failure, doubling
 	TimersMaxPayloadBytes int           // QUEEN_TIMERS_MAX_PAYLOAD_BYTES, default 1 MiB
 	TimersMaxHorizon      time.Duration // QUEEN_TIMERS_MAX_HORIZON_S, default 90 days
 	TimersMaxOpsPerCall   int           // QUEEN_TIMERS_MAX_OPS_PER_CALL, default 256
@@ -162,6 +164,8 @@ func Default() Config {
 		SweeperIdleMaxSleep:     time.Second,
 		SweeperLease:            30 * time.Second,
 		SweeperClaimBatch:       200,
+		SweeperMaxAttempts:      5,
+		SweeperRetryBase:        time.Second,
 		TimersMaxPayloadBytes:   1 << 20,
 		TimersMaxHorizon:        90 * 24 * time.Hour,
 		TimersMaxOpsPerCall:     256,
@@ -244,6 +248,8 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	p.millis("QUEEN_SWEEPER_IDLE_MAX_SLEEP_MS", &c.SweeperIdleMaxSleep)
 	p.millis("QUEEN_SWEEPER_LEASE_MS", &c.SweeperLease)
 	p.intRange("QUEEN_SWEEPER_CLAIM_BATCH", &c.SweeperClaimBatch, 1, 100000)
+	p.intRange("QUEEN_SWEEPER_MAX_ATTEMPTS", &c.SweeperMaxAttempts, 1, 1000)
+	p.millis("QUEEN_SWEEPER_RETRY_BASE_MS", &c.SweeperRetryBase)
 	p.intRange("QUEEN_TIMERS_MAX_PAYLOAD_BYTES", &c.TimersMaxPayloadBytes, 1, 1<<30)
 	var horizon int
 	if p.intRange("QUEEN_TIMERS_MAX_HORIZON_S", &horizon, 1, 100*365*24*3600) {

@@ -73,6 +73,8 @@ var (
 	timersDuplicates  = prometheus.NewDesc("queen_timers_fire_duplicates_total", "Timers fired whose transactionId was already stored.", nil, nil)
 	sweeperCycles     = prometheus.NewDesc("queen_sweeper_cycles_total", "Sweeper cycles run here.", nil, nil)
 	sweeperFailures   = prometheus.NewDesc("queen_sweeper_failures_total", "Sweeper cycles that failed (retried next cycle; claims wait out their lease).", nil, nil)
+	timerFireFailures = prometheus.NewDesc("queen_timers_fire_failures_total", "Timers whose own fire failed permanently; each was isolated from its batch and retried with a backoff.", nil, nil)
+	timersFailed      = prometheus.NewDesc("queen_timers_failed_total", "Timers that used up QUEEN_SWEEPER_MAX_ATTEMPTS; they wait, listed with failed and lastError, for a reschedule or cancel.", nil, nil)
 	kvPruned          = prometheus.NewDesc("queen_kv_expired_pruned_total", "Expired KV rows deleted by this broker's sweeper.", nil, nil)
 	timersLateness    = prometheus.NewDesc("queen_timers_delivery_lateness_milliseconds", "Fire time minus deliverAt of each fired timer.", nil, nil)
 )
@@ -83,7 +85,7 @@ type brokerCollector struct{ s *Server }
 
 func (c *brokerCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{admissionInflight, admissionWaiting, admissionBudget, queueDepth, dlqByQueue, dlqTotal,
-		timersDue, timersFired, timersDuplicates, sweeperCycles, sweeperFailures, kvPruned, timersLateness} {
+		timersDue, timersFired, timersDuplicates, sweeperCycles, sweeperFailures, timerFireFailures, timersFailed, kvPruned, timersLateness} {
 		ch <- d
 	}
 }
@@ -117,7 +119,7 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	st := s.sweeperStats()
 	for d, v := range map[*prometheus.Desc]int64{timersFired: st.Fired, timersDuplicates: st.Duplicates, sweeperCycles: st.Cycles,
-		sweeperFailures: st.Failures, kvPruned: st.Pruned} {
+		sweeperFailures: st.Failures, kvPruned: st.Pruned, timerFireFailures: st.FireFailures, timersFailed: st.TimersFailed} {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v))
 	}
 	buckets := map[float64]uint64{}

@@ -107,6 +107,7 @@ type Options struct {
 // SweeperStats are the sweeper's figures the metrics expose.
 type SweeperStats struct {
 	Cycles, Fired, Duplicates, Pruned, Failures int64
+	FireFailures, TimersFailed                  int64
 	// LatenessBuckets are upper bounds (ms); LatenessCumulative has one
 	// count per bucket and a last one for +Inf.
 	LatenessBuckets    []float64

@@ -314,6 +314,7 @@ type timerWire struct {
 	Encrypted   bool   `json:"encrypted"`
 	ProducerSub string `json:"producerSub,omitempty"`
 	Claimed     bool   `json:"claimed"`
+	Failed      bool   `json:"failed,omitempty"`
 	Attempts    int    `json:"attempts"`
 	LastError   string `json:"lastError,omitempty"`
 	CreatedAt   string `json:"createdAt"`
@@ -322,7 +323,7 @@ type timerWire struct {
 
 func toTimerWire(t store.Timer) timerWire {
 	w := timerWire{Queue: t.Queue, TimerKey: t.TimerKey, Partition: t.Partition, DeliverAt: timestamp(t.DeliverAt),
-		Txn: t.Txn, MessageID: t.MessageID, Encrypted: t.Encrypted, ProducerSub: t.ProducerSub, Claimed: t.Claimed,
+		Txn: t.Txn, MessageID: t.MessageID, Encrypted: t.Encrypted, ProducerSub: t.ProducerSub, Claimed: t.Claimed, Failed: t.Failed,
 		Attempts: t.Attempts, LastError: t.LastError, CreatedAt: timestamp(t.CreatedAt), UpdatedAt: timestamp(t.UpdatedAt)}
 	if t.Payload != nil {
 		w.Payload = base64.StdEncoding.EncodeToString(t.Payload)

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -39,10 +40,25 @@ WHERE claim_token = $1
 RETURNING tenant_id::text, queue, timer_key`
 
 	// nextTimerSQL is how long until the next timer may be claimed (ms,
-	// negative when overdue; NULL when there is none).
+	// negative when overdue; NULL when there is none). Failed timers
+	// (claimed_until infinity) are never claimable.
 	nextTimerSQL = `
 SELECT extract(epoch FROM min(greatest(deliver_at, coalesce(claimed_until, deliver_at))) - coalesce($1::timestamptz, now())) * 1000
-FROM queen.log_timers`
+FROM queen.log_timers WHERE claimed_until IS DISTINCT FROM 'infinity'`
+
+	// failTimerSQL records a permanent fire failure of a timer still held
+	// by the claim: attempts and last_error are written and the claim is
+	// given up. Below $6 attempts it is claimable again after a backoff
+	// of $7 ms doubled per earlier attempt, at most $9 ms; at $6 it has failed: claimed_until infinity keeps it out of
+	// every claim until it is rescheduled or cancelled, and the list shows
+	// it with its error.
+	failTimerSQL = `
+UPDATE queen.log_timers SET attempts = attempts + 1, last_error = $5, claim_token = NULL,
+	claimed_until = CASE WHEN attempts + 1 >= $6 THEN 'infinity'::timestamptz
+		ELSE coalesce($1::timestamptz, now()) + make_interval(secs => least($7::float8 * power(2, least(attempts, 30)), $9::float8) / 1000) END,
+	updated_at = coalesce($1::timestamptz, now())
+WHERE claim_token = $2 AND tenant_id = $3::uuid AND queue = $4 AND timer_key = $8
+RETURNING attempts, attempts >= $6`
 
 	// dueTimersSQL counts claimable due timers, up to $2.
 	dueTimersSQL = `
@@ -169,6 +185,30 @@ func (s *Store) FireTimers(ctx context.Context, token string, claimed []ClaimedT
 		return nil
 	})
 	return fired, err
+}
+
+// TimerFailure is what FailTimer recorded.
+type TimerFailure struct {
+	Attempts int
+	Failed   bool // no attempt is left: the timer waits for a reschedule or cancel
+	Held     bool // the claim still held the timer (else nothing was written)
+}
+
+// FailTimer records that firing a claimed timer failed permanently: its
+// attempts and last error are written, and it is claimable again after
+// backoff doubled per earlier attempt (at most ceiling), or, at
+// maxAttempts, never until rescheduled or cancelled.
+func (s *Store) FailTimer(ctx context.Context, token string, c ClaimedTimer, why string, maxAttempts int, backoff, ceiling time.Duration) (TimerFailure, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	var f TimerFailure
+	err := s.pool.QueryRow(ctx, failTimerSQL, s.dbNow(), token, c.Tenant, c.Queue, why, maxAttempts,
+		float64(backoff.Milliseconds()), c.TimerKey, float64(ceiling.Milliseconds())).Scan(&f.Attempts, &f.Failed)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return f, nil
+	}
+	f.Held = err == nil
+	return f, err
 }
 
 func (s *Store) deleteClaimed(ctx context.Context, tx pgx.Tx, token string, claimed []ClaimedTimer) (map[[3]string]bool, error) {

@@ -48,8 +48,11 @@ type Timer struct {
 	Encrypted                                  bool
 	ProducerSub, LastError                     string
 	Claimed                                    bool
-	Attempts                                   int
-	CreatedAt, UpdatedAt                       time.Time
+	// Failed: its fire failed QUEEN_SWEEPER_MAX_ATTEMPTS times; it is not
+	// claimed again until rescheduled or cancelled (LastError says why).
+	Failed               bool
+	Attempts             int
+	CreatedAt, UpdatedAt time.Time
 }
 
 // Timer statements take the injected now as their last parameter.
@@ -67,7 +70,7 @@ ON CONFLICT (tenant_id, queue, timer_key) DO UPDATE SET partition = excluded.par
 	txn = excluded.txn, message_id = excluded.message_id, payload = excluded.payload, producer_sub = excluded.producer_sub,
 	encrypted = excluded.encrypted,
 	attempts = 0, last_error = NULL, claimed_until = NULL, claim_token = NULL, updated_at = excluded.updated_at
-WHERE t.claimed_until IS NULL OR t.claimed_until <= coalesce($10::timestamptz, now())
+WHERE t.claimed_until IS NULL OR t.claimed_until <= coalesce($10::timestamptz, now()) OR t.claim_token IS NULL
 RETURNING deliver_at, xmax = 0`
 
 	rescheduleTimerSQL = `
@@ -77,13 +80,13 @@ UPDATE queen.log_timers SET
 	encrypted = CASE WHEN $6::boolean THEN $9::boolean ELSE encrypted END,
 	claimed_until = NULL, claim_token = NULL, attempts = 0, last_error = NULL, updated_at = coalesce($7::timestamptz, now())
 WHERE tenant_id = $1 AND queue = $2 AND timer_key = $3
-	AND (claimed_until IS NULL OR claimed_until <= coalesce($7::timestamptz, now()))
+	AND (claimed_until IS NULL OR claimed_until <= coalesce($7::timestamptz, now()) OR claim_token IS NULL)
 RETURNING deliver_at, txn, message_id::text`
 
 	cancelTimerSQL = `
 DELETE FROM queen.log_timers
 WHERE tenant_id = $1 AND queue = $2 AND timer_key = $3
-	AND (claimed_until IS NULL OR claimed_until <= coalesce($4::timestamptz, now()))
+	AND (claimed_until IS NULL OR claimed_until <= coalesce($4::timestamptz, now()) OR claim_token IS NULL)
 RETURNING txn, message_id::text`
 
 	// timerClaimedSQL tells a miss apart: a row that is there is claimed.
@@ -91,7 +94,8 @@ RETURNING txn, message_id::text`
 
 	listTimersSQL = `
 SELECT timer_key, partition, deliver_at, txn, message_id::text, NULL::jsonb, encrypted, coalesce(producer_sub, ''),
-	coalesce(last_error, ''), coalesce(claimed_until > coalesce($5::timestamptz, now()), false), attempts, created_at, updated_at
+	coalesce(last_error, ''), coalesce(claim_token IS NOT NULL AND claimed_until > coalesce($5::timestamptz, now()), false), attempts,
+	created_at, updated_at, claimed_until = 'infinity'
 FROM queen.log_timers
 WHERE tenant_id = $1 AND queue = $2 AND timer_key > $3
 ORDER BY timer_key
@@ -99,7 +103,8 @@ LIMIT $4`
 
 	peekTimerSQL = `
 SELECT timer_key, partition, deliver_at, txn, message_id::text, payload, encrypted, coalesce(producer_sub, ''),
-	coalesce(last_error, ''), coalesce(claimed_until > coalesce($4::timestamptz, now()), false), attempts, created_at, updated_at
+	coalesce(last_error, ''), coalesce(claim_token IS NOT NULL AND claimed_until > coalesce($4::timestamptz, now()), false), attempts,
+	created_at, updated_at, claimed_until = 'infinity'
 FROM queen.log_timers
 WHERE tenant_id = $1 AND queue = $2 AND timer_key = $3`
 
@@ -241,7 +246,7 @@ func scanTimer(r pgx.Row, queue string) (Timer, error) {
 	t := Timer{Queue: queue}
 	var payload []byte
 	err := r.Scan(&t.TimerKey, &t.Partition, &t.DeliverAt, &t.Txn, &t.MessageID, &payload, &t.Encrypted, &t.ProducerSub,
-		&t.LastError, &t.Claimed, &t.Attempts, &t.CreatedAt, &t.UpdatedAt)
+		&t.LastError, &t.Claimed, &t.Attempts, &t.CreatedAt, &t.UpdatedAt, &t.Failed)
 	if payload != nil {
 		t.Payload = payload
 	}

@@ -44,6 +44,12 @@ type Sweeper struct {
 	IdleMaxSleep time.Duration // QUEEN_SWEEPER_IDLE_MAX_SLEEP_MS
 	ClaimBatch   int           // timers claimed per cycle
 	PruneBatch   int           // expired KV rows deleted per cycle
+	// MaxAttempts (QUEEN_SWEEPER_MAX_ATTEMPTS) bounds the permanent fire
+	// failures of one timer; then it is failed, listed with its error.
+	MaxAttempts int
+	// RetryBase is the backoff after a timer's first permanent failure;
+	// it doubles per attempt, up to Lease.
+	RetryBase time.Duration
 
 	// Fired is told of the messages a cycle pushed, per tenant and queue,
 	// so parked pops wake (here and on peers).
@@ -61,6 +67,10 @@ type Sweeper struct {
 // Stats are the sweeper's counters since start.
 type Stats struct {
 	Cycles, Claimed, Fired, Duplicates, Pruned, Failures atomic.Int64
+	// FireFailures counts timers whose own fire failed permanently
+	// (isolated from their batch); TimersFailed those that used up
+	// MaxAttempts.
+	FireFailures, TimersFailed atomic.Int64
 	// Lateness of fired timers: fire time minus deliverAt, milliseconds.
 	Lateness Histogram
 }
@@ -151,6 +161,11 @@ func (s *Sweeper) fire(ctx context.Context) (claimed, fired int, err error) {
 	}
 	s.Stats.Claimed.Add(int64(len(c)))
 	f, err := s.Store.FireTimers(ctx, token, c)
+	if err != nil && refused(err) && len(c) > 1 {
+		f, err = s.fireEach(ctx, token, c)
+	} else if err != nil && refused(err) {
+		err = s.failed(ctx, token, c[0], err)
+	}
 	if err != nil {
 		// The claim stands until its lease ends; another cycle (here or
 		// on another broker) fires them then.
@@ -183,6 +198,59 @@ func (s *Sweeper) fire(ctx context.Context) (claimed, fired int, err error) {
 		}
 	}
 	return len(c), len(f), nil
+}
+
+// refused reports a fire failure that will repeat (PostgreSQL refuses the
+// message), as opposed to an outage, which the claim's lease rides out.
+func refused(err error) bool {
+	return store.Classify(err) == store.Permanent && !store.Unavailable(err)
+}
+
+// fireEach fires a batch that failed permanently one timer at a time, so a
+// poison timer does not hold back the healthy ones claimed with it; each
+// that fails on its own is recorded (failed). An outage stops it: the
+// claims left wait out their lease.
+func (s *Sweeper) fireEach(ctx context.Context, token string, claimed []store.ClaimedTimer) ([]store.FiredTimer, error) {
+	var fired []store.FiredTimer
+	for _, c := range claimed {
+		f, err := s.Store.FireTimers(ctx, token, []store.ClaimedTimer{c})
+		switch {
+		case err == nil:
+			fired = append(fired, f...)
+		case refused(err):
+			if err := s.failed(ctx, token, c, err); err != nil {
+				return fired, err
+			}
+		default:
+			return fired, err
+		}
+	}
+	return fired, nil
+}
+
+// failed records one timer's permanent fire failure, with a backoff that
+// doubles per attempt up to the lease.
+func (s *Sweeper) failed(ctx context.Context, token string, c store.ClaimedTimer, cause error) error {
+	s.Stats.FireFailures.Add(1)
+	backoff := s.RetryBase
+	if backoff <= 0 {
+		backoff = time.Second
+	}
+	f, err := s.Store.FailTimer(ctx, token, c, cause.Error(), max(s.MaxAttempts, 1), backoff, s.Lease)
+	if err != nil {
+		return err
+	}
+	switch {
+	case !f.Held:
+	case f.Failed:
+		s.Stats.TimersFailed.Add(1)
+		s.Log.Error("sweeper: a timer failed for good; it waits for a reschedule or cancel",
+			"tenant", c.Tenant, "queue", c.Queue, "timerKey", c.TimerKey, "attempts", f.Attempts, "err", cause)
+	default:
+		s.Log.Warn("sweeper: a timer's fire failed; the rest of its batch fired, it is retried",
+			"tenant", c.Tenant, "queue", c.Queue, "timerKey", c.TimerKey, "attempts", f.Attempts, "err", cause)
+	}
+	return nil
 }
 
 // scheduleNext sleeps until the next timer, within the bounds; with nothing

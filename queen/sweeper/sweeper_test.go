@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,5 +66,74 @@ func TestIdleBackoffNeverSleepsPastAKnownTimer(t *testing.T) {
 	}
 	if sw.Stats.Fired.Load() != 1 {
 		t.Fatalf("fired %d", sw.Stats.Fired.Load())
+	}
+}
+
+// TestPoisonTimerIsIsolated: a timer whose message PostgreSQL refuses (a txn
+// the index cannot hold, scheduled before the edge refused it) no longer
+// holds back the healthy timers claimed with it: they fire in the same
+// cycle; the poison's attempts and last error are written, it is retried
+// after a doubling backoff, and after MaxAttempts it is failed: listed with
+// its error, never claimed again, until cancelled.
+func TestPoisonTimerIsIsolated(t *testing.T) {
+	sw, st, c := newSweeper(t)
+	sw.MaxAttempts, sw.RetryBase = 3, time.Second
+	ctx := context.Background()
+	for _, k := range []string{"a", "b", "c", "d", "e"} {
+		if _, err := st.ApplyTimers(ctx, config.DefaultTenant, "", []store.TimerOp{{Op: "schedule", Queue: "q", TimerKey: k, Txn: k, DelayMs: 0}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := st.Pool().Exec(ctx, `INSERT INTO queen.log_timers (tenant_id, queue, timer_key, partition, deliver_at, txn, message_id, payload)
+		VALUES ($1, 'q', 'poison', 'Default', $2, (SELECT string_agg(chr(33 + (random() * 90)::int), '') FROM generate_series(1, 3000)),
+		gen_random_uuid(), 'null')`, config.DefaultTenant, c.Now().Add(-time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := sw.RunOnce(ctx); err != nil {
+		t.Fatalf("a cycle with a poison timer in its batch failed: %v", err)
+	}
+	if n := sw.Stats.Fired.Load(); n != 5 {
+		t.Fatalf("fired %d of the 5 healthy timers claimed with the poison", n)
+	}
+	poison := func() store.Timer {
+		tm, ok, err := st.PeekTimer(ctx, config.DefaultTenant, "q", "poison")
+		if err != nil || !ok {
+			t.Fatalf("peek poison: %v %v", ok, err)
+		}
+		return tm
+	}
+	if p := poison(); p.Attempts != 1 || p.LastError == "" || p.Failed || p.Claimed {
+		t.Fatalf("after one failure: %+v", p)
+	}
+	for attempt, wait := range []time.Duration{time.Second, 2 * time.Second} {
+		c.Advance(wait - time.Millisecond)
+		if err := sw.RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if p := poison(); p.Attempts != attempt+1 {
+			t.Fatalf("retried before its backoff of %v: %+v", wait, p)
+		}
+		c.Advance(time.Millisecond)
+		if err := sw.RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := poison()
+	if p.Attempts != 3 || !p.Failed || !strings.Contains(p.LastError, "index row size") {
+		t.Fatalf("after MaxAttempts: %+v", p)
+	}
+	if sw.Stats.TimersFailed.Load() != 1 || sw.Stats.FireFailures.Load() != 3 {
+		t.Fatalf("metrics: failed %d, fire failures %d", sw.Stats.TimersFailed.Load(), sw.Stats.FireFailures.Load())
+	}
+	c.Advance(time.Hour)
+	if next, known, err := st.NextTimer(ctx); err != nil || known {
+		t.Fatalf("a failed timer still counts as due: %v %v %v", next, known, err)
+	}
+	if err := sw.RunOnce(ctx); err != nil || poison().Attempts != 3 {
+		t.Fatalf("a failed timer was claimed again: %v %+v", err, poison())
+	}
+	res, err := st.ApplyTimers(ctx, config.DefaultTenant, "", []store.TimerOp{{Op: "cancel", Queue: "q", TimerKey: "poison"}})
+	if err != nil || res[0].Status != "cancelled" {
+		t.Fatalf("cancel a failed timer: %+v %v", res, err)
 	}
 }
