@@ -20,7 +20,8 @@ import (
 const watermarkEvery = 30 * time.Second
 
 // watermarkSQL runs after a wildcard pop of tenant $3's queue $1 by group
-// $2 claimed nothing, at $4. A row younger than 30 s is left alone.
+// $2 claimed nothing, at $4, and answers whether the row exists after it
+// (written, bumped or fresh). A row younger than 30 s is left alone.
 // Otherwise: no partition has messages past the group's cursor (leases
 // ignored, a window buffer still closed counting as nothing pending) →
 // both timestamps move to now, the row created if missing; something
@@ -43,14 +44,22 @@ pending AS (
 bumped AS (
 	UPDATE queen.consumer_watermarks SET updated_at = coalesce($4::timestamptz, now())
 	WHERE queue_name = $1 AND consumer_group = $2 AND (SELECT found FROM pending)
+	RETURNING 1
+),
+written AS (
+	INSERT INTO queen.consumer_watermarks (queue_name, consumer_group, last_empty_scan_at, updated_at)
+	SELECT $1, $2, coalesce($4::timestamptz, now()), coalesce($4::timestamptz, now()) FROM pending WHERE NOT found
+	ON CONFLICT (queue_name, consumer_group) DO UPDATE
+	SET last_empty_scan_at = EXCLUDED.last_empty_scan_at, updated_at = EXCLUDED.updated_at
+	RETURNING 1
 )
-INSERT INTO queen.consumer_watermarks (queue_name, consumer_group, last_empty_scan_at, updated_at)
-SELECT $1, $2, coalesce($4::timestamptz, now()), coalesce($4::timestamptz, now()) FROM pending WHERE NOT found
-ON CONFLICT (queue_name, consumer_group) DO UPDATE
-SET last_empty_scan_at = EXCLUDED.last_empty_scan_at, updated_at = EXCLUDED.updated_at`
+SELECT EXISTS (SELECT 1 FROM fresh) OR EXISTS (SELECT 1 FROM bumped) OR EXISTS (SELECT 1 FROM written)`
 
-// watermarkThrottle remembers when this broker last checked each key, so a
-// busy long poll does not run the check on every empty pass. Entries older
+// watermarkThrottle remembers when this broker last checked each key and
+// found its row there (written or confirmed), so a busy long poll does not
+// run the check on every empty pass. A check that left no row (messages
+// were still pending, say leased) does not arm it: the next empty pop,
+// once they are acked, writes the row at once. Entries older
 // than watermarkEvery are dropped when the map grows, so names only polled
 // do not accumulate.
 type watermarkThrottle struct {
@@ -64,9 +73,15 @@ func (w *watermarkThrottle) due(tenant, queue, group string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	k := [3]string{tenant, queue, group}
-	if at, ok := w.last[k]; ok && now.Sub(at) < watermarkEvery {
-		return false
-	}
+	at, ok := w.last[k]
+	return !ok || now.Sub(at) >= watermarkEvery
+}
+
+// arm starts the quiet period of a key whose row was written or confirmed.
+func (w *watermarkThrottle) arm(tenant, queue, group string) {
+	now := w.clock.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	if len(w.last) >= 4096 {
 		for k2, at := range w.last {
 			if now.Sub(at) >= watermarkEvery {
@@ -74,8 +89,7 @@ func (w *watermarkThrottle) due(tenant, queue, group string) bool {
 			}
 		}
 	}
-	w.last[k] = now
-	return true
+	w.last[[3]string{tenant, queue, group}] = now
 }
 
 // forget lets the next empty pop of (queue, group) check at once, after
@@ -98,6 +112,12 @@ func (s *Store) noteEmptyScan(ctx context.Context, tenant, queue, group string) 
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	_, err := s.pool.Exec(ctx, watermarkSQL, queue, group, tenant, s.dbNow())
-	return err
+	var row bool
+	if err := s.pool.QueryRow(ctx, watermarkSQL, queue, group, tenant, s.dbNow()).Scan(&row); err != nil {
+		return err
+	}
+	if row {
+		s.marks.arm(tenant, queue, group)
+	}
+	return nil
 }

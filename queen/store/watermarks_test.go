@@ -106,3 +106,46 @@ func TestWatermarksWrittenOnEmptyWildcardPopsAndDropped(t *testing.T) {
 		t.Fatalf("queue delete kept the row (%v)", err)
 	}
 }
+
+// TestWatermarkAfterAnEmptyPopWhileLeased: an empty pop while a message is
+// still leased writes no row (something is pending), and must not silence
+// the check: the empty pop right after the ack writes the row at once.
+// Before, the throttle was armed by the check that wrote nothing, and the
+// row appeared only 30 s later (three of Queen's client tests read it
+// right after an empty pop).
+func TestWatermarkAfterAnEmptyPopWhileLeased(t *testing.T) {
+	ctx := context.Background()
+	pool := storetest.Pool(t)
+	sim := clock.NewSim(time.Now().UTC().Truncate(time.Millisecond))
+	s := store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil), Clock: sim,
+		DBNow: func() *time.Time { t := sim.Now(); return &t }})
+	if _, err := s.Push(ctx, tenant, []store.PushItem{{Queue: "wl", TransactionID: "m1"}}, ""); err != nil {
+		t.Fatal(err)
+	}
+	pop := func() store.PopResult {
+		t.Helper()
+		r, err := s.Pop(ctx, store.PopRequest{Tenant: tenant, Queue: "wl", Group: "g", Batch: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	r := pop()
+	if len(r.Messages) != 1 {
+		t.Fatalf("pop: %+v", r)
+	}
+	sim.Advance(time.Second)
+	if again := pop(); len(again.Messages) != 0 {
+		t.Fatalf("a leased message was served twice: %+v", again)
+	}
+	m := r.Messages[0]
+	if _, err := s.Ack(ctx, tenant, "g", []store.AckItem{{TransactionID: m.TransactionID, PartitionID: m.PartitionID, LeaseID: m.LeaseID}}); err != nil {
+		t.Fatal(err)
+	}
+	sim.Advance(time.Second)
+	pop()
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM queen.consumer_watermarks WHERE queue_name = 'wl' AND consumer_group = 'g'`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("no watermark after the empty pop that followed the ack (%d rows, %v)", n, err)
+	}
+}
