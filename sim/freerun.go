@@ -2,10 +2,12 @@ package sim
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -20,6 +22,12 @@ func runFree(ctx context.Context, dsn string, o Options, log io.Writer) (*Result
 		return nil, err
 	}
 	defer r.cluster.Close()
+	// Fault times count from the workload's start, not from before the
+	// cluster came up: a loaded machine's slow setup must not make every
+	// fault fall due at once.
+	r.start = time.Now()
+	r.faultsLeft.Store(int64(len(o.Faults)))
+	var done atomic.Int64
 	stop := make(chan struct{})
 	var fwg sync.WaitGroup
 	fwg.Add(1)
@@ -34,25 +42,36 @@ func runFree(ctx context.Context, dsn string, o Options, log io.Writer) (*Result
 		go func() {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(o.Seed, uint64(c.id)))
-			for i := 0; i < perClient && ctx.Err() == nil; i++ {
+			// The ops are a floor: a fault still to come keeps the load
+			// on (up to overrun times the ops), so a fast machine does
+			// not finish before the fault it was written for.
+			for i := 0; (i < perClient || r.faultsLeft.Load() > 0 && i < overrun*perClient) && ctx.Err() == nil; i++ {
 				if !r.cluster.Up(c.broker) {
 					r.abandonAll(c) // its broker died; so did it
 				}
 				r.step(rng, c)
+				done.Add(1)
 			}
 		}()
 	}
 	wg.Wait()
 	close(stop)
 	fwg.Wait()
+	if n := r.faultsLeft.Load(); n > 0 {
+		r.starved = append(r.starved, fmt.Sprintf("%d fault(s) never injected: the workload ended (%d ops, %dx its own) before their time", n, done.Load(), overrun))
+	}
 	r.fmu.Lock()
 	err := r.heal()
 	r.fmu.Unlock()
 	if err != nil {
 		return nil, err
 	}
-	return r.conclude(dsn, perClient*o.Clients)
+	return r.conclude(dsn, int(done.Load()))
 }
+
+// overrun bounds how far the workload runs past its ops waiting for a
+// fault still scheduled.
+const overrun = 8
 
 // scheduleFaults applies the fault schedule on wall time until stop.
 func (r *runner) scheduleFaults(stop <-chan struct{}) {
@@ -74,6 +93,7 @@ func (r *runner) scheduleFaults(stop <-chan struct{}) {
 				r.hist.Add(Event{K: KFault, F: fs[0].Kind, What: "error: " + err.Error(), VT: r.vt()})
 			}
 			fs = fs[1:]
+			r.faultsLeft.Add(-1)
 		}
 		r.fmu.Unlock()
 	}

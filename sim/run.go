@@ -33,6 +33,10 @@ type Result struct {
 	// Missing names "sometimes" events the scenario required that never
 	// happened.
 	Missing []string
+	// Starved says which precondition a scheduled fault lacked (the
+	// workload had ended, its broker was not up): why a Missing event
+	// is missing.
+	Starved []string
 }
 
 // Failed reports whether the run broke a property or missed coverage.
@@ -53,6 +57,9 @@ func (r *Result) Summary() string {
 	}
 	for _, m := range r.Missing {
 		s += "\n  NEVER HAPPENED (sometimes): " + m
+	}
+	for _, m := range r.Starved {
+		s += "\n  STARVED: " + m
 	}
 	return s
 }
@@ -99,6 +106,13 @@ type runner struct {
 	doubleRows atomic.Int64 // rows those passes deleted
 	// streamQueries is the counting query's id per tenant.
 	streamQueries map[string]string
+	// faultsLeft counts the free-running schedule's faults not yet
+	// injected: the workload goes on past its ops while any is left, so a
+	// fault is never scheduled after the load it is meant to hit.
+	faultsLeft atomic.Int64
+	// starved says, per fault, why it could not do what it was scheduled
+	// for; a missing "sometimes" event is reported with these.
+	starved []string
 }
 
 type activeFault struct {
@@ -176,7 +190,7 @@ func (r *runner) conclude(dsn string, ops int) (*Result, error) {
 	}
 	r.drain()
 	r.drainStreams()
-	res := &Result{History: r.hist, Ops: ops, Faults: len(r.o.Faults), Fired: r.fired}
+	res := &Result{History: r.hist, Ops: ops, Faults: len(r.o.Faults), Fired: r.fired, Starved: r.starved}
 	var dbNow *time.Time
 	if r.pg != nil {
 		t := r.pg.Now()
@@ -580,6 +594,7 @@ func (r *runner) inject(f FaultAt) error {
 	case "broker.crash":
 		for _, b := range r.brokersOf(f) {
 			if !r.cluster.Up(b) {
+				r.starved = append(r.starved, fmt.Sprintf("broker.crash at=%v broker=%d: the broker was not up", f.At, b))
 				continue
 			}
 			r.cluster.Crash(b)
