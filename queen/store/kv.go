@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -450,8 +449,7 @@ func isJSONNumber(v json.RawMessage) bool {
 
 func (s *Store) kvRows(ctx context.Context, q querier, sql string, args pgx.NamedArgs) ([]KVRow, error) {
 	if canary.On("kv-ttl-ignored") {
-		// Reads see expired rows until the sweeper prunes them.
-		sql = strings.Replace(sql, kvLive, "true", 1)
+		sql = kvTTLIgnored.apply(sql)
 	}
 	res, err := q.Query(ctx, sql, args)
 	if err != nil {

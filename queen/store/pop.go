@@ -169,12 +169,10 @@ func popSQLFor(partition bool) string {
 			`pc.partition_id = (SELECT p2.id FROM queen.partitions p2 WHERE p2.queue_id = $1 AND p2.name = $9::text)`, 1)
 	}
 	if canary.On("claim-unfair") {
-		// Lowest partition id first, whoever was served last.
-		sql = strings.Replace(sql, `/*order*/ pc.lease_acquired_at ASC NULLS FIRST,`, ``, 1)
-		sql = strings.Replace(sql, `ORDER BY c.acquired ASC NULLS FIRST, c.partition_id`, `ORDER BY c.partition_id`, 1)
+		sql = claimUnfairPick.apply(claimUnfairOrder.apply(sql))
 	}
 	if canary.On("pop-ignores-lease") {
-		sql = strings.Replace(sql, `(pc.lease_expires_at IS NULL OR pc.lease_expires_at <= coalesce($8::timestamptz, now()))`, `TRUE`, 1)
+		sql = popIgnoresLease.apply(sql)
 	}
 	return sql
 }

@@ -292,8 +292,7 @@ func (s *Store) appendRows(ctx context.Context, q querier, rows []appendRow) ([]
 		sql = strandedSQL(sql)
 	}
 	if canary.On("dedup-raises") {
-		// A resent transactionId hits the unique index as an error.
-		sql = strings.Replace(sql, "ON CONFLICT (partition_id, transaction_id) DO NOTHING", "", 1)
+		sql = dedupRaises.apply(sql)
 	}
 	res, err := q.Query(ctx, sql, p.IDs, p.PartitionIDs, p.TransactionIDs, p.TraceIDs, p.Payloads, p.ProducerSubs, p.Now, p.Encrypted)
 	if err != nil {

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/queen-go/queen/queen/canary"
 )
@@ -104,13 +103,10 @@ func (s *Store) RetentionPass(ctx context.Context, batch int) (RetentionResult, 
 	for _, rule := range retentionRules {
 		where := rule.where
 		if rule.name == "completed" && canary.On("retention-ignores-group") {
-			// Deletes what any one group consumed, whatever the others.
-			where = strings.Replace(where, "min(pc.last_consumed_seq)", "max(pc.last_consumed_seq)", 1)
-			where = strings.Replace(where, "/*subscribed*/", "AND false", 1)
+			where = retentionIgnoresGroupSub.apply(retentionIgnoresGroupMin.apply(where))
 		}
 		if rule.name == "evicted" && canary.On("evict-early") {
-			// Evicts at a tenth of maxWaitTimeSeconds.
-			where = strings.Replace(where, "secs => q.max_wait_time_seconds", "secs => q.max_wait_time_seconds / 10.0", 1)
+			where = evictEarly.apply(where)
 		}
 		sql := fmt.Sprintf(retentionSQL, where)
 		for round := 0; round < maxRetentionRounds; round++ {

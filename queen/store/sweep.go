@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -85,12 +84,7 @@ func (s *Store) ClaimTimers(ctx context.Context, token string, lease time.Durati
 	defer cancel()
 	sql := claimTimersSQL
 	if canary.On("timer-early") {
-		// Claims (and fires) timers up to two seconds before they are due.
-		early := strings.Replace(sql, "<= coalesce($1::timestamptz, now())\n", "<= coalesce($1::timestamptz, now()) + interval '2 seconds'\n", 1)
-		if early == sql {
-			panic("store: the timer-early canary no longer matches claimTimersSQL")
-		}
-		sql = early
+		sql = timerEarly.apply(sql)
 	}
 	rows, err := s.pool.Query(ctx, sql, s.dbNow(), float64(lease.Milliseconds()), token, limit)
 	if err != nil {

@@ -95,7 +95,7 @@ RETURNING txn, message_id::text`
 	listTimersSQL = `
 SELECT timer_key, partition, deliver_at, txn, message_id::text, NULL::jsonb, encrypted, coalesce(producer_sub, ''),
 	coalesce(last_error, ''), coalesce(claim_token IS NOT NULL AND claimed_until > coalesce($5::timestamptz, now()), false), attempts,
-	created_at, updated_at, claimed_until = 'infinity'
+	created_at, updated_at, coalesce(claimed_until = 'infinity', false)
 FROM queen.log_timers
 WHERE tenant_id = $1 AND queue = $2 AND timer_key > $3
 ORDER BY timer_key
@@ -104,7 +104,7 @@ LIMIT $4`
 	peekTimerSQL = `
 SELECT timer_key, partition, deliver_at, txn, message_id::text, payload, encrypted, coalesce(producer_sub, ''),
 	coalesce(last_error, ''), coalesce(claim_token IS NOT NULL AND claimed_until > coalesce($4::timestamptz, now()), false), attempts,
-	created_at, updated_at, claimed_until = 'infinity'
+	created_at, updated_at, coalesce(claimed_until = 'infinity', false)
 FROM queen.log_timers
 WHERE tenant_id = $1 AND queue = $2 AND timer_key = $3`
 

@@ -1,0 +1,62 @@
+package store
+
+import "strings"
+
+// The planted bugs of the simulator's self-test (queen/canary) that are
+// statement variants: each is a named rewrite of one production statement,
+// applied only when its canary is on. A rewrite whose text no longer occurs
+// in its statement would silently disarm the canary; TestCanaryVariantsApply
+// (in make test, no build tag needed) checks every one against the
+// statement it rewrites, so a change to a statement that drifts from its
+// canary fails there, not by a canary that quietly stops being caught.
+type variant struct {
+	canary   string
+	old, new string
+}
+
+// apply rewrites sql; the caller has checked canary.On(v.canary).
+func (v variant) apply(sql string) string { return strings.Replace(sql, v.old, v.new, 1) }
+
+var (
+	// dedupRaises: a resent transactionId hits the unique index as an error.
+	dedupRaises = variant{"dedup-raises", "ON CONFLICT (partition_id, transaction_id) DO NOTHING", ""}
+	// timerEarly: claims (and fires) timers up to two seconds early.
+	timerEarly = variant{"timer-early", "<= coalesce($1::timestamptz, now())\n", "<= coalesce($1::timestamptz, now()) + interval '2 seconds'\n"}
+	// kvTTLIgnored: reads see expired rows until the sweeper prunes them.
+	kvTTLIgnored = variant{"kv-ttl-ignored", kvLive, "true"}
+	// claimUnfair: lowest partition id first, whoever was served last.
+	claimUnfairOrder = variant{"claim-unfair", `/*order*/ pc.lease_acquired_at ASC NULLS FIRST,`, ``}
+	claimUnfairPick  = variant{"claim-unfair", `ORDER BY c.acquired ASC NULLS FIRST, c.partition_id`, `ORDER BY c.partition_id`}
+	// popIgnoresLease: a live lease does not keep a partition from a pop.
+	popIgnoresLease = variant{"pop-ignores-lease", `(pc.lease_expires_at IS NULL OR pc.lease_expires_at <= coalesce($8::timestamptz, now()))`, `TRUE`}
+	// retentionIgnoresGroup: completed retention deletes what any one
+	// group consumed, whatever the others.
+	retentionIgnoresGroupMin = variant{"retention-ignores-group", "min(pc.last_consumed_seq)", "max(pc.last_consumed_seq)"}
+	retentionIgnoresGroupSub = variant{"retention-ignores-group", "/*subscribed*/", "AND false"}
+	// evictEarly: eviction at a tenth of maxWaitTimeSeconds.
+	evictEarly = variant{"evict-early", "secs => q.max_wait_time_seconds", "secs => q.max_wait_time_seconds / 10.0"}
+)
+
+// canaryVariant is one variant and a statement it rewrites.
+type canaryVariant struct {
+	v    variant
+	stmt string
+}
+
+// canaryVariants pairs every variant with each statement it rewrites, for
+// the test.
+func canaryVariants() []canaryVariant {
+	rule := func(name string) string {
+		for _, r := range retentionRules {
+			if r.name == name {
+				return r.where
+			}
+		}
+		return ""
+	}
+	return []canaryVariant{
+		{dedupRaises, appendSQL}, {timerEarly, claimTimersSQL}, {kvTTLIgnored, kvGetSQL}, {kvTTLIgnored, kvGetPrefixSQL},
+		{claimUnfairOrder, popSQL}, {claimUnfairPick, popSQL}, {popIgnoresLease, popSQL},
+		{retentionIgnoresGroupMin, rule("completed")}, {retentionIgnoresGroupSub, rule("completed")}, {evictEarly, rule("evicted")},
+	}
+}
