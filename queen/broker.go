@@ -32,6 +32,7 @@ import (
 	"github.com/queen-go/queen/queen/leader"
 	"github.com/queen-go/queen/queen/maintenance"
 	"github.com/queen-go/queen/queen/mesh"
+	"github.com/queen-go/queen/queen/pushpath"
 	"github.com/queen-go/queen/queen/spool"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/sweeper"
@@ -166,21 +167,22 @@ func (b *Broker) Start(ctx context.Context) error {
 			b.pool.Close()
 			return fmt.Errorf("FILE_BUFFER_DIR: %w", err)
 		}
-		st := b.store
 		b.drainer = &spool.Drainer{Spool: b.spool, Arbiter: arbiter, Every: b.cfg.FileBufferFlush, MaxBatch: b.cfg.FileBufferMaxBatch,
-			Replay: func(ctx context.Context, tenant string, items []store.PushItem) error {
-				_, err := st.Push(ctx, tenant, items, "")
-				return err
-			},
 			Ping: b.probe.Probe}
 	}
 	b.maint = maintenance.New(b.store, b.spool, b.log)
+	// One owner for commit-or-spool and the replay of what was spooled.
+	pushes := pushpath.New(pushpath.Options{Store: b.store, Spool: b.spool, Diverted: b.maint.Push, Ping: b.probe.Probe,
+		Cipher: cipher, Arbiter: arbiter, IDs: b.opts.IDs, Log: b.log})
+	if b.drainer != nil {
+		b.drainer.Replay = pushes.Replay
+	}
 	if err := b.maint.Load(ctx); err != nil {
 		b.log.Warn("could not read the maintenance switches; assuming off until the next reconcile", "err", err)
 	}
 	apiOpts := httpapi.Options{Config: b.cfg, Store: b.store, Spool: b.spool, Drainer: b.drainer,
 		Maintenance: b.maint, Arbiter: arbiter, Clock: b.opts.Clock, Waker: waker.New(), IDs: b.opts.IDs, Logger: b.log,
-		Cipher: cipher}
+		Cipher: cipher, Push: pushes}
 	if b.cfg.JWTEnabled {
 		if apiOpts.Auth, err = auth.New(b.cfg.JWT, b.opts.Clock, b.log); err != nil {
 			b.pool.Close()

@@ -1,16 +1,15 @@
 package httpapi
 
 import (
-	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
 	"slices"
 
-	"github.com/queen-go/queen/queen/admission"
 	"github.com/queen-go/queen/queen/limits"
-	"github.com/queen-go/queen/queen/spool"
+	"github.com/queen-go/queen/queen/pushpath"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/waker"
 )
@@ -141,55 +140,28 @@ func (s *Server) push(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tenant := tenantOf(r)
-	for i := range items {
-		// Mint missing transactionIds up front: a push that ends up in the
-		// spool must replay under the same id it may already have
-		// committed under.
-		if items[i].TransactionID == "" {
-			items[i].TransactionID = s.ids.New()
-		}
-	}
-	if s.spool != nil && (s.maint.Push() || !s.spool.Healthy()) {
-		s.buffer(w, r, tenant, items)
+	out, err := s.pushes.Push(r.Context(), tenant, subOf(r), items)
+	switch {
+	case errors.Is(err, pushpath.ErrCancelled):
 		return
-	}
-	release, err := s.admit(r, admission.Push)
-	if err != nil {
-		return
-	}
-	results, err := s.store.Push(r.Context(), tenant, items, subOf(r))
-	release()
-	if err != nil {
-		if s.spool != nil && store.Unavailable(err) && r.Context().Err() == nil {
-			s.stats.dbErrors.Add(1)
-			switch {
-			case store.Contention(err):
-				// The database is up; this push lost a lock race
-				// several times over. Keep it, but do not send every
-				// later push to disk.
-				s.log.Warn("push: lock contention outlasted the retries; buffering this push only", "err", err)
-			case s.databaseAnswers(r.Context()):
-				// Timed out queueing behind a busy partition, or one
-				// connection broke: the database itself answers.
-				s.log.Warn("push: failed, but the database answers; buffering this push only", "err", err)
-			default:
-				s.log.Warn("push: database unavailable; buffering to the spool", "err", err)
-				s.spool.SetHealthy(false)
-			}
-			s.buffer(w, r, tenant, items)
-			return
-		}
+	case err != nil:
 		s.storeError(w, r, "push", err)
 		return
+	case out.Buffered != nil:
+		if out.DBError {
+			s.stats.dbErrors.Add(1)
+		}
+		s.writeBuffered(w, out)
+		return
 	}
-	s.notifyPushed(tenant, results)
-	for _, res := range results {
+	s.notifyPushed(tenant, out.Results)
+	for _, res := range out.Results {
 		if res.Status == "queued" {
 			s.stats.pushMessages.Add(1)
 			s.queueMessages.WithLabelValues(tenant, res.QueueName, "push").Inc()
 		}
 	}
-	writeJSON(w, http.StatusCreated, pushResults(results))
+	writeJSON(w, http.StatusCreated, pushResults(out.Results))
 }
 
 // Notify wakes pops parked on a queue whose partitions just got messages
@@ -225,54 +197,22 @@ func (s *Server) notifyPushed(tenant string, results []store.PushResult) {
 	}
 }
 
-// databaseAnswers asks the drain's probe (its own connection) whether the
-// database is up, so that one failed push does not send every later push on
-// this broker to disk when only that push had a problem.
-func (s *Server) databaseAnswers(ctx context.Context) bool {
-	return s.drainer != nil && s.drainer.Ping != nil && s.drainer.Ping(ctx) == nil
-}
-
-// buffer appends the items to the spool and answers 201 with status
+// writeBuffered answers a push that went to the spool: 201 with status
 // "buffered" per item, or 500 with status "failed" when the spool could not
-// keep them.
-func (s *Server) buffer(w http.ResponseWriter, r *http.Request, tenant string, items []store.PushItem) {
-	evs := make([]spool.Event, len(items))
-	for i, it := range items {
-		part := it.Partition
-		if part == "" {
-			part = store.DefaultPartition
-		}
-		evs[i] = spool.Event{Tenant: tenant, Queue: it.Queue, Partition: part, TransactionID: it.TransactionID,
-			TraceID: it.TraceID, ProducerSub: subOf(r), Payload: it.Payload}
-		if len(evs[i].Payload) == 0 {
-			evs[i].Payload = json.RawMessage("null")
-		}
-		// With a key, nothing reaches the disk in the clear: whether the
-		// queue asks for encryption is the replay's to decide.
-		if s.cipher != nil {
-			sealed, err := s.cipher.Seal(evs[i].Payload)
-			if err != nil {
-				s.log.Error("push: sealing a spooled payload failed", "err", err)
-				writeError(w, http.StatusInternalServerError, "could not seal the payload for the spool")
-				return
-			}
-			evs[i].Payload, evs[i].Encrypted = sealed, true
-		}
-	}
-	err := s.spool.Append(evs)
-	out := make([]map[string]any, len(items))
-	for i, e := range evs {
+// keep it.
+func (s *Server) writeBuffered(w http.ResponseWriter, o pushpath.Outcome) {
+	out := make([]map[string]any, len(o.Buffered))
+	for i, e := range o.Buffered {
 		out[i] = map[string]any{"index": i, "status": "buffered", "queue": e.Queue, "queueName": e.Queue,
 			"partition": e.Partition, "transactionId": e.TransactionID, "transaction_id": e.TransactionID}
-		if err != nil {
-			out[i]["status"], out[i]["error"] = "failed", "File buffer write failed: "+err.Error()
+		if o.SpoolErr != nil {
+			out[i]["status"], out[i]["error"] = "failed", "File buffer write failed: "+o.SpoolErr.Error()
 		}
 	}
-	if err != nil {
-		s.log.Error("push: spool write failed", "err", err)
+	if o.SpoolErr != nil {
 		writeJSON(w, http.StatusInternalServerError, out)
 		return
 	}
-	s.stats.buffered.Add(int64(len(items)))
+	s.stats.buffered.Add(int64(len(o.Buffered)))
 	writeJSON(w, http.StatusCreated, out)
 }

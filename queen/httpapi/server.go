@@ -29,6 +29,7 @@ import (
 	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/limits"
 	"github.com/queen-go/queen/queen/maintenance"
+	"github.com/queen-go/queen/queen/pushpath"
 	"github.com/queen-go/queen/queen/spool"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/waker"
@@ -64,6 +65,7 @@ type Server struct {
 	queueMessages *prometheus.CounterVec
 	auth          *auth.Authenticator
 	cipher        *crypt.Cipher
+	pushes        *pushpath.Path
 
 	draining  chan struct{} // closed by Drain
 	drainOnce sync.Once
@@ -102,6 +104,9 @@ type Options struct {
 	Auth *auth.Authenticator
 	// Cipher seals spooled payloads (QUEEN_ENCRYPTION_KEY); nil: none.
 	Cipher *crypt.Cipher
+	// Push is the push path (commit or spool); nil: one is made from the
+	// options above.
+	Push *pushpath.Path
 }
 
 // SweeperStats are the sweeper's figures the metrics expose.
@@ -139,10 +144,23 @@ func New(o Options) *Server {
 	s := &Server{cfg: o.Config, store: o.Store, spool: o.Spool, drainer: o.Drainer, maint: o.Maintenance,
 		arbiter: o.Arbiter, clock: o.Clock, wake: o.Waker, peers: o.Peers, ids: o.IDs, sharedState: o.SharedState, timerHint: o.TimerHint, sweeperStats: o.SweeperStats, auth: o.Auth, cipher: o.Cipher, log: o.Logger, started: o.Clock.Now(),
 		draining: make(chan struct{})}
+	s.pushes = o.Push
+	if s.pushes == nil {
+		s.pushes = pushpath.New(pushpath.Options{Store: o.Store, Spool: o.Spool, Diverted: s.maint.Push, Ping: s.drainPing(),
+			Cipher: o.Cipher, Arbiter: o.Arbiter, IDs: o.IDs, Log: o.Logger})
+	}
 	s.queueMessages = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "queen_queue_messages_total",
 		Help: "Messages pushed (queued) and popped through this broker, per queue."}, []string{"tenant", "queue", "op"})
 	s.registry = s.metricsRegistry()
 	return s
+}
+
+// drainPing is the drain's probe, nil without one.
+func (s *Server) drainPing() func(context.Context) error {
+	if s.drainer == nil {
+		return nil
+	}
+	return s.drainer.Ping
 }
 
 // alone is Peers for a broker with no mesh.
