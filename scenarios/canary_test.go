@@ -158,6 +158,15 @@ func TestShutdownCutsIsCaughtByGeneratedFreeSeeds(t *testing.T) {
 	huntFree(t, "shutdown-cuts-requests", func(s *scenarios.Scenario) bool { return hasFault(s, "broker.stop") })
 }
 
+// TestCombinerSwapsIsCaughtByGeneratedFreeSeeds: a combined push batch
+// that hands each request another's answer passes every delivery property
+// (the rows are right); only the answers rule, which ties what a push was
+// told to what is delivered, sees it, in free-running runs where pushes
+// combine.
+func TestCombinerSwapsIsCaughtByGeneratedFreeSeeds(t *testing.T) {
+	huntFree(t, "combiner-swaps", func(*scenarios.Scenario) bool { return true })
+}
+
 // huntFree runs the canary against the first generated free-running seeds
 // that fit; one of four must fail.
 func huntFree(t *testing.T, canary string, fits func(*scenarios.Scenario) bool) {

@@ -50,7 +50,49 @@ func CheckAnswers(h []Event, _ Spec) []Violation {
 				c.in.Q, c.in.P, c.in.Txid, c.done.Code, c.done.I)})
 		}
 	}
+	out = append(out, answeredIDs(h)...)
 	return limit(out, 20)
+}
+
+// answeredIDs: a push's answer is its own item's. Every message delivered
+// with a key is the message a push of that key was answered with (a
+// duplicate answers the stored one's id), so a batch of combined pushes
+// whose answers were handed to the wrong requests shows as a delivery of a
+// message no push of its key was told of. A key any of whose pushes went
+// unanswered (buffered, indeterminate, refused) is not judged: its stored
+// id was never told. Ids are in process only, so recorded histories are not
+// judged either.
+func answeredIDs(h []Event) []Violation {
+	told := map[Key]map[string]bool{}
+	untold := map[Key]bool{}
+	for _, c := range calls(h) {
+		if c.in.Op != "push" {
+			continue
+		}
+		k := c.in.Key()
+		if c.done == nil || c.done.K != KOK || c.done.MsgID == "" || (c.done.Status != "queued" && c.done.Status != "duplicate") {
+			untold[k] = true
+			continue
+		}
+		if told[k] == nil {
+			told[k] = map[string]bool{}
+		}
+		told[k][c.done.MsgID] = true
+	}
+	var out []Violation
+	for _, e := range h {
+		if e.K != KOK || e.Op != "pop" {
+			continue
+		}
+		for _, m := range e.Msgs {
+			k := m.Key()
+			if m.ID == "" || untold[k] || told[k] == nil || told[k][m.ID] {
+				continue
+			}
+			out = append(out, Violation{"answers", fmt.Sprintf("%s was delivered as message %s (event %d), which no push of it was answered with: a push answer carried another request's result", k, m.ID, e.I)})
+		}
+	}
+	return out
 }
 
 // benign reports whether a fault only slows, reorders or duplicates work,

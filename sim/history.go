@@ -61,6 +61,10 @@ type Event struct {
 
 	// At is a timer's deliverAt as answered (Unix ms, database time).
 	At int64 `json:"at,omitempty"`
+	// MsgID is the message id a push answered (the stored one for a
+	// duplicate); in process only, not part of the recorded history (ids
+	// are not replayable), for the answers checker.
+	MsgID string `json:"-"`
 
 	F     string `json:"f,omitempty"`    // fault name
 	What  string `json:"what,omitempty"` // broker/client event
@@ -97,6 +101,7 @@ type Msg struct {
 	DLQ      bool   `json:"dlq,omitempty"`
 	Err      string `json:"err,omitempty"`
 	PID      string `json:"-"` // partition id, needed to ack; not part of the history
+	ID       string `json:"-"` // message id as delivered; not part of the history
 }
 
 // Row is a message row found by the final database read.

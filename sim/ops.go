@@ -61,10 +61,17 @@ func (a *actor) push(ctx context.Context, c, b int, k Key) {
 	code, raw, err := a.cluster.Do(ctx, b, "POST", "/api/v1/push", k.Tenant, body)
 	a.finish(call, "push", b, code, err, func(e *Event) {
 		var res []struct {
-			Status string `json:"status"`
+			Index         int    `json:"index"`
+			Status        string `json:"status"`
+			Queue         string `json:"queueName"`
+			TransactionID string `json:"transactionId"`
+			MessageID     string `json:"messageId"`
 		}
 		if json.Unmarshal(raw, &res) == nil && len(res) == 1 && res[0].Status != "" {
-			e.Status = res[0].Status
+			e.Status, e.MsgID = res[0].Status, res[0].MessageID
+			if r := res[0]; r.Index != 0 || r.Queue != k.Q || r.TransactionID != k.Txid {
+				e.Bad = fmt.Sprintf("push of %s answered another item: index %d, queue %q, transactionId %q", k, r.Index, r.Queue, r.TransactionID)
+			}
 			return
 		}
 		e.Bad = fmt.Sprintf("push answered %d with %q", code, clip(raw))
@@ -152,6 +159,7 @@ func (a *actor) finishPop(call, b, code int, raw []byte, err error, tenant strin
 		var res struct {
 			LeaseID  string `json:"leaseId"`
 			Messages []struct {
+				ID            string `json:"id"`
 				TransactionID string `json:"transactionId"`
 				Partition     string `json:"partition"`
 				PartitionID   string `json:"partitionId"`
@@ -164,7 +172,7 @@ func (a *actor) finishPop(call, b, code int, raw []byte, err error, tenant strin
 		}
 		h = &held{tenant: tenant, q: q.Name, g: grp, lease: res.LeaseID}
 		for _, m := range res.Messages {
-			msg := Msg{Tenant: tenant, Q: q.Name, P: m.Partition, Txid: m.TransactionID, Lease: m.LeaseID, PID: m.PartitionID}
+			msg := Msg{Tenant: tenant, Q: q.Name, P: m.Partition, Txid: m.TransactionID, Lease: m.LeaseID, PID: m.PartitionID, ID: m.ID}
 			e.Msgs = append(e.Msgs, msg)
 			h.msgs = append(h.msgs, msg)
 		}

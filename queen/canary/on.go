@@ -23,5 +23,6 @@ import "os"
 // claims and fires timers up to two seconds before they are due),
 // kv-ttl-ignored (KV reads see expired rows until they are pruned),
 // evict-early (eviction deletes messages at a tenth of maxWaitTimeSeconds),
-// cycle-ignores-lease (a streams cycle commits under a lease it lost).
+// cycle-ignores-lease (a streams cycle commits under a lease it lost),
+// combiner-swaps (a combined push batch hands its answers back reversed).
 func On(name string) bool { return os.Getenv("QUEEN_CANARY") == name }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/queen-go/queen/queen/canary"
 )
 
 // combiner sends concurrent pushes to PostgreSQL together. Up to maxInFlight
@@ -130,6 +132,9 @@ func (s *Store) appendCombined(ctx context.Context, batch []*pushCall) {
 		for _, b := range batch {
 			b.out, out = out[:len(b.rows)], out[len(b.rows):]
 		}
+		if canary.On("combiner-swaps") {
+			swapAnswers(batch)
+		}
 	case Classify(err) == Permanent:
 		for _, b := range batch {
 			runOne(b)
@@ -137,6 +142,16 @@ func (s *Store) appendCombined(ctx context.Context, batch []*pushCall) {
 	default:
 		for _, b := range batch {
 			b.err = err
+		}
+	}
+}
+
+// swapAnswers is the combiner-swaps canary: the combined batch's answers go
+// back in reverse order, to calls of the same size.
+func swapAnswers(batch []*pushCall) {
+	for i, j := 0, len(batch)-1; i < j; i, j = i+1, j-1 {
+		if len(batch[i].out) == len(batch[j].out) {
+			batch[i].out, batch[j].out = batch[j].out, batch[i].out
 		}
 	}
 }
