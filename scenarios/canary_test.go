@@ -97,6 +97,9 @@ var generatedCanaries = map[string]func(*scenarios.Scenario) bool{
 	"timer-early": func(s *scenarios.Scenario) bool { return s.Weights.Timer > 0 },
 	// Expired KV rows stay readable until pruned.
 	"kv-ttl-ignored": func(s *scenarios.Scenario) bool { return s.Weights.KV > 0 },
+	// getMany alone reads expired rows: only a workload that reads every
+	// way (get, getMany, getPrefix) sees it.
+	"kv-getmany-ttl-ignored": func(s *scenarios.Scenario) bool { return s.Weights.KV > 0 },
 	// A refused batch quarantines its whole file, clients' records with it.
 	"spool-poison-whole-file": func(s *scenarios.Scenario) bool { return hasFault(s, "spool.poison") },
 }

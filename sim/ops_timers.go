@@ -77,19 +77,52 @@ func (a *actor) putKV(ctx context.Context, c, b int, t kvRef, ttl time.Duration)
 	})
 }
 
-// getKV reads a row: found or missing.
-func (a *actor) getKV(ctx context.Context, c, b int, t kvRef) {
-	call := a.hist.Invoke(Event{Op: "kv-get", C: c, B: b, VT: a.vt(), Tenant: t.tenant, Txid: t.key})
-	code, raw, err := a.cluster.Do(ctx, b, "GET", "/api/v1/kv/sim/"+url.PathEscape(t.key), t.tenant, nil)
+// kvReads are the ways a row is read: every one must hide an expired row.
+var kvReads = []string{"get", "getMany", "getPrefix"}
+
+// getKV reads a row through one of kvReads: found or missing.
+func (a *actor) getKV(ctx context.Context, c, b int, t kvRef, how string) {
+	call := a.hist.Invoke(Event{Op: "kv-get", C: c, B: b, VT: a.vt(), Tenant: t.tenant, Txid: t.key, What: how})
+	if how == "get" {
+		code, raw, err := a.cluster.Do(ctx, b, "GET", "/api/v1/kv/sim/"+url.PathEscape(t.key), t.tenant, nil)
+		a.finish(call, "kv-get", b, code, err, func(e *Event) {
+			var r struct {
+				Found *bool `json:"found"`
+			}
+			if json.Unmarshal(raw, &r) != nil || r.Found == nil {
+				e.Bad = "kv get answered " + clip(raw)
+				return
+			}
+			e.Status = map[bool]string{true: "found", false: "missing"}[*r.Found]
+		})
+		return
+	}
+	op := map[string]any{"op": how, "ns": "sim"}
+	if how == "getMany" {
+		op["keys"] = []string{t.key}
+	} else {
+		op["prefix"] = t.key
+	}
+	body, _ := json.Marshal(map[string]any{"operations": []any{op}})
+	code, raw, err := a.cluster.Do(ctx, b, "POST", "/api/v1/kv", t.tenant, body)
 	a.finish(call, "kv-get", b, code, err, func(e *Event) {
 		var r struct {
-			Found *bool `json:"found"`
+			Results []struct {
+				Rows []struct {
+					Key string `json:"key"`
+				} `json:"rows"`
+			} `json:"results"`
 		}
-		if json.Unmarshal(raw, &r) != nil || r.Found == nil {
-			e.Bad = "kv get answered " + clip(raw)
+		if json.Unmarshal(raw, &r) != nil || len(r.Results) != 1 {
+			e.Bad = "kv " + how + " answered " + clip(raw)
 			return
 		}
-		e.Status = map[bool]string{true: "found", false: "missing"}[*r.Found]
+		e.Status = "missing"
+		for _, row := range r.Results[0].Rows {
+			if row.Key == t.key {
+				e.Status = "found"
+			}
+		}
 	})
 }
 
@@ -104,7 +137,12 @@ func (r *runner) timerStep(pick func(int) int, c *client, b int, kv bool) {
 	r.mu.Unlock()
 	switch {
 	case kv && len(c.kv) > 0 && pick(2) == 0:
-		r.act.getKV(r.ctx, c.id, b, c.kv[pick(len(c.kv))])
+		// Every way of reading, one after another: each must hide the
+		// row once it expired.
+		t := c.kv[pick(len(c.kv))]
+		for _, how := range kvReads {
+			r.act.getKV(r.ctx, c.id, b, t, how)
+		}
 	case kv:
 		t := kvRef{tenant, key}
 		r.act.putKV(r.ctx, c.id, b, t, time.Duration(1+pick(2))*time.Second)

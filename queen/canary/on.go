@@ -24,5 +24,6 @@ import "os"
 // kv-ttl-ignored (KV reads see expired rows until they are pruned),
 // evict-early (eviction deletes messages at a tenth of maxWaitTimeSeconds),
 // cycle-ignores-lease (a streams cycle commits under a lease it lost),
-// combiner-swaps (a combined push batch hands its answers back reversed).
+// combiner-swaps (a combined push batch hands its answers back reversed),
+// kv-getmany-ttl-ignored (getMany alone reads expired rows).
 func On(name string) bool { return os.Getenv("QUEEN_CANARY") == name }

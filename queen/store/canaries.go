@@ -24,6 +24,9 @@ var (
 	timerEarly = variant{"timer-early", "<= coalesce($1::timestamptz, now())\n", "<= coalesce($1::timestamptz, now()) + interval '2 seconds'\n"}
 	// kvTTLIgnored: reads see expired rows until the sweeper prunes them.
 	kvTTLIgnored = variant{"kv-ttl-ignored", kvLive, "true"}
+	// kvGetManyTTLIgnored: getMany alone sees expired rows (get and
+	// getPrefix do not), so only a workload reading every way sees it.
+	kvGetManyTTLIgnored = variant{"kv-getmany-ttl-ignored", kvLive, "true"}
 	// claimUnfair: lowest partition id first, whoever was served last.
 	claimUnfairOrder = variant{"claim-unfair", `/*order*/ pc.lease_acquired_at ASC NULLS FIRST,`, ``}
 	claimUnfairPick  = variant{"claim-unfair", `ORDER BY c.acquired ASC NULLS FIRST, c.partition_id`, `ORDER BY c.partition_id`}
@@ -55,7 +58,7 @@ func canaryVariants() []canaryVariant {
 		return ""
 	}
 	return []canaryVariant{
-		{dedupRaises, appendSQL}, {timerEarly, claimTimersSQL}, {kvTTLIgnored, kvGetSQL}, {kvTTLIgnored, kvGetPrefixSQL},
+		{dedupRaises, appendSQL}, {timerEarly, claimTimersSQL}, {kvTTLIgnored, kvGetSQL}, {kvTTLIgnored, kvGetPrefixSQL}, {kvGetManyTTLIgnored, kvGetSQL},
 		{claimUnfairOrder, popSQL}, {claimUnfairPick, popSQL}, {popIgnoresLease, popSQL},
 		{retentionIgnoresGroupMin, rule("completed")}, {retentionIgnoresGroupSub, rule("completed")}, {evictEarly, rule("evicted")},
 	}

@@ -385,7 +385,11 @@ func (r *KVResult) found(row KVRow) {
 // Rows the read budget cuts are in neither list.
 func (s *Store) kvGetMany(ctx context.Context, q querier, tenant string, op KVOp, budget *kvBudget) (KVResult, error) {
 	r := KVResult{Op: op.Op}
-	rows, err := s.kvRows(ctx, q, kvGetSQL, s.kvArgs(tenant, op))
+	sql := kvGetSQL
+	if canary.On(kvGetManyTTLIgnored.canary) {
+		sql = kvGetManyTTLIgnored.apply(sql)
+	}
+	rows, err := s.kvRows(ctx, q, sql, s.kvArgs(tenant, op))
 	if err != nil {
 		return r, err
 	}
