@@ -100,6 +100,10 @@ var generatedCanaries = map[string]func(*scenarios.Scenario) bool{
 	// getMany alone reads expired rows: only a workload that reads every
 	// way (get, getMany, getPrefix) sees it.
 	"kv-getmany-ttl-ignored": func(s *scenarios.Scenario) bool { return s.Weights.KV > 0 },
+	// The edge checks nothing against the limits table: an input
+	// PostgreSQL refuses answers 500, or is buffered in an outage and
+	// dropped at replay.
+	"limits-off": func(s *scenarios.Scenario) bool { return s.Weights.Push > 0 },
 	// A refused batch quarantines its whole file, clients' records with it.
 	"spool-poison-whole-file": func(s *scenarios.Scenario) bool { return hasFault(s, "spool.poison") },
 }

@@ -66,6 +66,7 @@ var Checkers = []Checker{
 	{Name: "timers", Check: CheckTimers},
 	{Name: "kv", Check: CheckKV},
 	{Name: "stream", Check: CheckStream},
+	{Name: "edges", Check: CheckEdges},
 }
 
 // Judge runs the checker on h with re-inserted transactionIds told apart

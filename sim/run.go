@@ -106,6 +106,8 @@ type runner struct {
 	doubleRows atomic.Int64 // rows those passes deleted
 	// streamQueries is the counting query's id per tenant.
 	streamQueries map[string]string
+	// edges are the keys pushed past a limit (queen/limits), and how.
+	edges map[Key]string
 	// faultsLeft counts the free-running schedule's faults not yet
 	// injected: the workload goes on past its ops while any is left, so a
 	// fault is never scheduled after the load it is meant to hit.
@@ -417,7 +419,11 @@ func (r *runner) step(rng *rand.Rand, c *client) {
 	}
 	switch {
 	case x < w.Push:
-		r.act.push(r.ctx, c.id, b, r.nextKey(rng))
+		k := r.nextKey(rng)
+		r.mu.Lock()
+		edge := r.edges[k]
+		r.mu.Unlock()
+		r.act.pushEdge(r.ctx, c.id, b, k, edge)
 	case x < w.Push+w.Pop:
 		q := r.o.Queues[pick(len(r.o.Queues))]
 		tenant := r.o.Tenants[pick(len(r.o.Tenants))]
@@ -532,6 +538,21 @@ func (r *runner) freshKey(rng *rand.Rand) Key {
 	}
 	r.nextTx++
 	k := Key{Tenant: r.o.Tenants[ti], Q: q.Name, P: fmt.Sprint("p", p), Txid: fmt.Sprintf("s%x-t%d-%d", r.o.Seed&0xffff, ti, r.nextTx)}
+	// Some keys sit at or past the limits (the counter picks them, so
+	// the seed's stream is unchanged): at the limit it is a push like
+	// any other; past it the push must be refused at the edge.
+	switch edge := edgeOf(r.nextTx); edge {
+	case "":
+	case edgeAtLimit:
+		k.Txid = atLimit(k.Txid, r.o.Seed, r.nextTx)
+	default:
+		k = pastLimit(k, edge, r.o.Seed, r.nextTx)
+		if r.edges == nil {
+			r.edges = map[Key]string{}
+		}
+		r.edges[k] = edge
+		return k // never reused: it is never stored
+	}
 	r.pushed = append(r.pushed, k)
 	return k
 }

@@ -25,5 +25,6 @@ import "os"
 // evict-early (eviction deletes messages at a tenth of maxWaitTimeSeconds),
 // cycle-ignores-lease (a streams cycle commits under a lease it lost),
 // combiner-swaps (a combined push batch hands its answers back reversed),
-// kv-getmany-ttl-ignored (getMany alone reads expired rows).
+// kv-getmany-ttl-ignored (getMany alone reads expired rows), limits-off
+// (the edge checks no field against queen/limits).
 func On(name string) bool { return os.Getenv("QUEEN_CANARY") == name }
