@@ -95,6 +95,9 @@ var generatedCanaries = map[string]func(*scenarios.Scenario) bool{
 	"cancel-keeps-claim": func(s *scenarios.Scenario) bool { return s.Weights.Leave > 0 },
 	// Timers fire before their deliverAt.
 	"timer-early": func(s *scenarios.Scenario) bool { return s.Weights.Timer > 0 },
+	// A poison timer fails the whole batch claimed with it, every lease:
+	// the healthy timers never fire.
+	"timer-batch-poisoned": func(s *scenarios.Scenario) bool { return s.Weights.Timer > 0 },
 	// Expired KV rows stay readable until pruned.
 	"kv-ttl-ignored": func(s *scenarios.Scenario) bool { return s.Weights.KV > 0 },
 	// getMany alone reads expired rows: only a workload that reads every

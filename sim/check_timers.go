@@ -12,7 +12,10 @@ const timerSlackMS = 5000
 // either outcome is right); a cancel answered "cancelled" means it is never
 // stored; a failed schedule stores nothing. At the final read (after the sweepers settled), no timer
 // is still pending past its deliverAt by more than the sweeper lease plus
-// slack: claims of a broker that died were recovered within the lease.
+// slack: claims of a broker that died were recovered within the lease, and a
+// poison timer (timer-poison: one whose fire PostgreSQL refuses) held back
+// none of the timers claimed with it; the poison timer itself is left
+// pending (failed), never stored.
 func CheckTimers(h []Event, _ Spec) []Violation {
 	type timer struct {
 		outcome   string // ok, fail, info
@@ -21,12 +24,16 @@ func CheckTimers(h []Event, _ Spec) []Violation {
 		mayBeGone bool // a cancel whose answer was lost may have cancelled it
 	}
 	timers := map[[2]string]*timer{}
+	poison := map[[2]string]bool{}
 	calls := map[int]Event{}
 	var final *Event
 	for i, e := range h {
 		switch {
-		case e.K == KInvoke && (e.Op == "timer" || e.Op == "timer-cancel"):
+		case e.K == KInvoke && (e.Op == "timer" || e.Op == "timer-cancel" || e.Op == "timer-poison"):
 			calls[e.Call] = e
+		case e.Op == "timer-poison" && e.K != KInvoke:
+			in := calls[e.Call]
+			poison[[2]string{in.Tenant, in.Txid}] = true
 		case e.K == KFinal:
 			final = &h[i]
 		case e.Op == "timer" && e.K != KInvoke:
@@ -57,6 +64,9 @@ func CheckTimers(h []Event, _ Spec) []Violation {
 	pending := map[[2]string]PendingTimer{}
 	for _, p := range final.Timers {
 		pending[[2]string{p.Tenant, p.Key}] = p
+		if poison[[2]string{p.Tenant, p.Key}] {
+			continue // it can never fire; the timers claimed with it must
+		}
 		if final.DBNow-p.At > SweeperLease.Milliseconds()+timerSlackMS {
 			out = append(out, Violation{"timers", fmt.Sprintf("%s/%s still pending %d ms after its deliverAt at the final read",
 				p.Tenant, p.Key, final.DBNow-p.At)})

@@ -154,6 +154,8 @@ func (c *Cluster) Start(ctx context.Context, i int) error {
 	// Claims of a broker that dies expire quickly, so runs recover them
 	// within their convergence bound.
 	cfg.SweeperLease = SweeperLease
+	// A poison timer fails for good within a few cycles, so runs settle.
+	cfg.SweeperMaxAttempts, cfg.SweeperRetryBase = 3, 100*time.Millisecond
 	cfg.ServerID = fmt.Sprintf("%s%d", strings.TrimPrefix(c.AppPrefix, "queen:"), i)
 	cfg.TenancyHeader = true
 	cfg.ApplySchema = false

@@ -126,6 +126,35 @@ func (a *actor) getKV(ctx context.Context, c, b int, t kvRef, how string) {
 	})
 }
 
+// poisonEvery: one timer key in poisonEvery is a poison timer.
+const poisonEvery = 17
+
+// poisonTimer writes a timer whose fire PostgreSQL refuses every time (a
+// txn of 3000 incompressible bytes, past the messages index's row limit),
+// due now, straight into log_timers: a timer scheduled before the edge
+// refused such a txn. It must not hold back the timers claimed with it;
+// it fails for good after QUEEN_SWEEPER_MAX_ATTEMPTS and stays listed.
+func (r *runner) poisonTimer(c, b int, tenant, key string) {
+	br := r.cluster.Broker(b)
+	if br == nil {
+		return
+	}
+	call := r.hist.Invoke(Event{Op: "timer-poison", C: c, B: b, VT: r.vt(), Tenant: tenant, Q: TimerQueue, P: "Default", Txid: key})
+	var now *time.Time
+	if r.pg != nil {
+		t := r.pg.Now()
+		now = &t
+	}
+	_, err := br.Store().Pool().Exec(r.ctx, `INSERT INTO queen.log_timers (tenant_id, queue, timer_key, partition, deliver_at, txn, message_id, payload)
+		VALUES ($1, $2, $3, 'Default', coalesce($4::timestamptz, now()), $5, gen_random_uuid(), 'null')`,
+		tenant, TimerQueue, key, now, key+"-"+noise(r.o.Seed, len(key), pastIndexRows))
+	k := KOK
+	if err != nil {
+		k = KInfo // the database may be out: it may or may not be there
+	}
+	r.hist.Add(Event{K: k, Call: call, Op: "timer-poison", B: b, VT: r.vt()})
+}
+
 // timerStep is one timer or KV operation of client c: schedule a timer
 // (0-3 s ahead) or cancel one it scheduled; put a row with a 1-2 s ttl or
 // read one it put.
@@ -147,6 +176,9 @@ func (r *runner) timerStep(pick func(int) int, c *client, b int, kv bool) {
 		t := kvRef{tenant, key}
 		r.act.putKV(r.ctx, c.id, b, t, time.Duration(1+pick(2))*time.Second)
 		c.kv = append(c.kv, t)
+	case r.nextTx%poisonEvery == 9:
+		// The counter picks it, so the seed's stream is unchanged.
+		r.poisonTimer(c.id, b, tenant, key)
 	case len(c.timers) > 0 && pick(4) == 0:
 		i := pick(len(c.timers))
 		r.act.cancelTimer(r.ctx, c.id, b, c.timers[i])

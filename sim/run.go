@@ -927,7 +927,8 @@ func (r *runner) settleTimers(dsn string) error {
 	deadline := r.vt() + (3*time.Second + SweeperLease + r.o.Converge).Milliseconds()
 	for r.vt() < deadline {
 		var pending int
-		if err := conn.QueryRow(r.ctx, `SELECT count(*) FROM queen.log_timers`).Scan(&pending); err != nil {
+		// A failed timer (a poison one, given up) is never claimed again.
+		if err := conn.QueryRow(r.ctx, `SELECT count(*) FROM queen.log_timers WHERE claimed_until IS DISTINCT FROM 'infinity'`).Scan(&pending); err != nil {
 			return err
 		}
 		if pending == 0 {

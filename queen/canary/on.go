@@ -26,5 +26,7 @@ import "os"
 // cycle-ignores-lease (a streams cycle commits under a lease it lost),
 // combiner-swaps (a combined push batch hands its answers back reversed),
 // kv-getmany-ttl-ignored (getMany alone reads expired rows), limits-off
-// (the edge checks no field against queen/limits).
+// (the edge checks no field against queen/limits), timer-batch-poisoned
+// (a timer whose fire is refused fails its whole claimed batch, every
+// lease, as before poison timers were isolated).
 func On(name string) bool { return os.Getenv("QUEEN_CANARY") == name }
