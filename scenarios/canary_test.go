@@ -107,6 +107,9 @@ var generatedCanaries = map[string]func(*scenarios.Scenario) bool{
 	// PostgreSQL refuses answers 500, or is buffered in an outage and
 	// dropped at replay.
 	"limits-off": func(s *scenarios.Scenario) bool { return s.Weights.Push > 0 },
+	// The append trusts a broker's cached "plain" for a queue whose
+	// encryption was turned on through another broker: plaintext stored.
+	"seal-cache-trusted": func(s *scenarios.Scenario) bool { return hasFault(s, "queue.encrypt") && s.Brokers > 1 },
 	// A refused batch quarantines its whole file, clients' records with it.
 	"spool-poison-whole-file": func(s *scenarios.Scenario) bool { return hasFault(s, "spool.poison") },
 }

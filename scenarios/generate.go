@@ -107,6 +107,7 @@ func Generate(seed uint64) *Scenario {
 		// KV, whose rarer reads it would crowd out).
 		s.Weights.Stream = 15 + rng.IntN(16)
 	}
+	addEncryption(s, seed, 10*time.Second, 60)
 	delete(fired, "broker.start")
 	for _, k := range []string{"pg.refuse", "pg.blackhole", "pg.reset", "broker.crash", "clock.skew", "spool.eio", "spool.enospc", "spool.torn",
 		"spool.poison", "spool.quarantined"} {
@@ -207,13 +208,30 @@ func GenerateFree(seed uint64) *Scenario {
 	s.Faults = append(s.Faults, sim.FaultAt{At: 0, Kind: "pg.hold", Broker: -1, For: time.Minute,
 		By: time.Duration(30+rng.IntN(51)) * time.Millisecond})
 	s.Sometimes = append(s.Sometimes, "pg.hold")
+	addEncryption(s, seed, 200*time.Millisecond, 1)
 	// A streaming query's cycles, their commits held like the rest.
 	s.Weights.Stream = 8 + rng.IntN(8)
 	// Lease recovery and fairness bound waits in wall time, which a loaded
 	// machine stretches; free-running runs judge what holds whatever the
 	// timing.
-	s.Expect = []string{"no-loss", "no-double-delivery", "fifo", "dedup", "tenant", "answers", "redelivery", "timers", "kv", "stream", "edges"}
+	s.Expect = []string{"no-loss", "no-double-delivery", "fifo", "dedup", "tenant", "answers", "redelivery", "timers", "kv", "stream", "edges", "sealed", "quarantine"}
 	return s
+}
+
+// addEncryption turns the first queue's encryption on mid-run through one
+// broker in a third of the seeds, and rotates the sealing key (every broker
+// restarted in turn) in a quarter, after from plus up to spread seconds.
+// Chosen by the seed's bits, not its stream, so every other choice of every
+// seed stays as it was.
+func addEncryption(s *Scenario, seed uint64, from time.Duration, spread uint64) {
+	if (seed>>3)%3 == 0 {
+		at := from + time.Duration((seed>>5)%spread)*time.Second
+		s.Faults = append(s.Faults, sim.FaultAt{At: at, Kind: "queue.encrypt", Broker: int((seed >> 11) % uint64(s.Brokers))})
+	}
+	if (seed>>13)%4 == 0 {
+		at := from + time.Duration((seed>>17)%spread)*time.Second + 500*time.Millisecond
+		s.Faults = append(s.Faults, sim.FaultAt{At: at, Kind: "key.rotate", Broker: -1})
+	}
 }
 
 // addTenants gives s one or two tenants, t1 and maybe t2. The loop

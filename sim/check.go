@@ -67,6 +67,8 @@ var Checkers = []Checker{
 	{Name: "kv", Check: CheckKV},
 	{Name: "stream", Check: CheckStream},
 	{Name: "edges", Check: CheckEdges},
+	{Name: "sealed", Check: CheckSealed},
+	{Name: "quarantine", Check: CheckQuarantine},
 }
 
 // Judge runs the checker on h with re-inserted transactionIds told apart

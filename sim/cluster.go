@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -63,6 +64,28 @@ type Cluster struct {
 	// AppPrefix is the application_name prefix of every broker connection,
 	// for the leak check.
 	AppPrefix string
+	// keyGen picks the sealing key of brokers started from now on
+	// (key.rotate moves it).
+	keyGen atomic.Int64
+}
+
+// simKeys are the simulated brokers' encryption keys: every broker seals
+// with simKeys[keyGen] and keeps the others as previous keys, so a
+// rotation (key.rotate) restarts brokers with a new sealing key while
+// what the old one sealed, stored or spooled, still opens.
+var simKeys = []string{strings.Repeat("1a", 32), strings.Repeat("2b", 32), strings.Repeat("3c", 32)}
+
+// RotateKey makes brokers started from now on seal with the next key.
+func (c *Cluster) RotateKey() { c.keyGen.Add(1) }
+
+func (c *Cluster) keys() (seal string, previous []string) {
+	g := int(c.keyGen.Load()) % len(simKeys)
+	for i, k := range simKeys {
+		if i != g {
+			previous = append(previous, k)
+		}
+	}
+	return simKeys[g], previous
 }
 
 type node struct {
@@ -154,6 +177,7 @@ func (c *Cluster) Start(ctx context.Context, i int) error {
 	// Claims of a broker that dies expire quickly, so runs recover them
 	// within their convergence bound.
 	cfg.SweeperLease = SweeperLease
+	cfg.EncryptionKey, cfg.EncryptionKeysPrevious = c.keys()
 	// A poison timer fails for good within a few cycles, so runs settle.
 	cfg.SweeperMaxAttempts, cfg.SweeperRetryBase = 3, 100*time.Millisecond
 	cfg.ServerID = fmt.Sprintf("%s%d", strings.TrimPrefix(c.AppPrefix, "queen:"), i)
@@ -438,6 +462,34 @@ func (c *Cluster) Close() {
 		n.proxy.Close()
 	}
 	os.RemoveAll(c.dir)
+}
+
+// Quarantined reads the records every broker's drain quarantined, from the
+// reasons files beside the quarantined spool files (a file quarantined as
+// unreadable has none).
+func (c *Cluster) Quarantined() ([]Quarantined, error) {
+	var out []Quarantined
+	for _, n := range c.nodes {
+		files, _ := filepath.Glob(filepath.Join(n.spoolDir, "failed", "*.reasons.jsonl"))
+		for _, f := range files {
+			raw, err := os.ReadFile(f)
+			if err != nil {
+				return nil, err
+			}
+			for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+				var r spool.Rejected
+				if line == "" || json.Unmarshal([]byte(line), &r) != nil {
+					continue
+				}
+				tenant := r.Tenant
+				if tenant == "" {
+					tenant = spool.DefaultTenant
+				}
+				out = append(out, Quarantined{Key{tenant, r.Queue, r.Partition, r.TransactionID}, r.Reason})
+			}
+		}
+	}
+	return out, nil
 }
 
 // Fired sums the proxies' fault counters.

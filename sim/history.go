@@ -78,6 +78,18 @@ type Event struct {
 	// sink messages at the final read.
 	StreamState []StreamState `json:"streamState,omitempty"`
 	StreamSink  []StreamOut   `json:"streamSink,omitempty"`
+	// Plain are the rows the final read found stored in the clear in a
+	// queue after its encryption was turned on.
+	Plain []Key `json:"plain,omitempty"`
+	// Quarantined are the spooled records the drains quarantined, with
+	// PostgreSQL's reason, from every broker's failed/ directory.
+	Quarantined []Quarantined `json:"quarantined,omitempty"`
+}
+
+// Quarantined is one record a spool drain gave up on.
+type Quarantined struct {
+	Key
+	Reason string `json:"reason"`
 }
 
 // PendingTimer is a timer row found by the final read.

@@ -78,6 +78,17 @@ func (a *actor) push(ctx context.Context, c, b int, k Key) {
 	})
 }
 
+// sealedEnvelope reports a payload that is an encryption envelope: a
+// consumer must never be handed one (encryption at rest is the broker's).
+func sealedEnvelope(data json.RawMessage) bool {
+	var env struct {
+		Encrypted *string `json:"encrypted"`
+		IV        *string `json:"iv"`
+		AuthTag   *string `json:"authTag"`
+	}
+	return json.Unmarshal(data, &env) == nil && env.Encrypted != nil && env.IV != nil && env.AuthTag != nil
+}
+
 // clip shortens a body for a violation message.
 func clip(raw []byte) string {
 	if len(raw) > 80 {
@@ -159,8 +170,9 @@ func (a *actor) finishPop(call, b, code int, raw []byte, err error, tenant strin
 		var res struct {
 			LeaseID  string `json:"leaseId"`
 			Messages []struct {
-				ID            string `json:"id"`
-				TransactionID string `json:"transactionId"`
+				ID            string          `json:"id"`
+				Data          json.RawMessage `json:"data"`
+				TransactionID string          `json:"transactionId"`
 				Partition     string `json:"partition"`
 				PartitionID   string `json:"partitionId"`
 				LeaseID       string `json:"leaseId"`
@@ -172,6 +184,9 @@ func (a *actor) finishPop(call, b, code int, raw []byte, err error, tenant strin
 		}
 		h = &held{tenant: tenant, q: q.Name, g: grp, lease: res.LeaseID}
 		for _, m := range res.Messages {
+			if sealedEnvelope(m.Data) {
+				e.Bad = fmt.Sprintf("pop delivered %s/%s as its sealed envelope, not its payload: %s", q.Name, m.TransactionID, clip(m.Data))
+			}
 			msg := Msg{Tenant: tenant, Q: q.Name, P: m.Partition, Txid: m.TransactionID, Lease: m.LeaseID, PID: m.PartitionID, ID: m.ID}
 			e.Msgs = append(e.Msgs, msg)
 			h.msgs = append(h.msgs, msg)

@@ -108,6 +108,9 @@ type runner struct {
 	streamQueries map[string]string
 	// edges are the keys pushed past a limit (queen/limits), and how.
 	edges map[Key]string
+	// sealedSince is when (database time) a queue.encrypt fault's
+	// configure committed, per (tenant, queue).
+	sealedSince map[[2]string]time.Time
 	// faultsLeft counts the free-running schedule's faults not yet
 	// injected: the workload goes on past its ops while any is left, so a
 	// fault is never scheduled after the load it is meant to hit.
@@ -198,7 +201,11 @@ func (r *runner) conclude(dsn string, ops int) (*Result, error) {
 		t := r.pg.Now()
 		dbNow = &t
 	}
-	if err := finalRead(r.ctx, dsn, r.hist, r.vt(), dbNow); err != nil {
+	quarantined, err := r.cluster.Quarantined()
+	if err != nil {
+		return nil, err
+	}
+	if err := finalRead(r.ctx, dsn, r.hist, r.vt(), dbNow, r.sealedSince, quarantined); err != nil {
 		return nil, err
 	}
 	r.cluster.Shutdown(r.ctx)
@@ -642,6 +649,24 @@ func (r *runner) inject(f FaultAt) error {
 			r.hist.Add(Event{K: KBroker, What: "stop", B: b, VT: r.vt()})
 		}
 		return nil
+	case "queue.encrypt":
+		return r.encryptQueue(f)
+	case "key.rotate":
+		// Every broker in turn stops gracefully and comes back sealing
+		// with the next key; what the old key sealed must still open.
+		r.cluster.RotateKey()
+		r.fired["key.rotate"]++
+		for b := 0; b < r.o.Brokers; b++ {
+			if !r.cluster.Up(b) {
+				continue
+			}
+			r.cluster.Stop(r.ctx, b)
+			r.hist.Add(Event{K: KBroker, What: "stop", B: b, VT: r.vt()})
+			if err := r.startBroker(b); err != nil {
+				return err
+			}
+		}
+		return nil
 	case "broker.start":
 		for _, b := range r.brokersOf(f) {
 			if err := r.startBroker(b); err != nil {
@@ -735,6 +760,33 @@ func (r *runner) inject(f FaultAt) error {
 		return fmt.Errorf("unknown fault kind %q", f.Kind)
 	}
 	r.hist.Add(e)
+	return nil
+}
+
+// encryptQueue turns encryption on for the run's first queue, every
+// tenant, through one broker (the others learn of it only by the mesh, if
+// at all), and notes when the configure committed, in database time.
+func (r *runner) encryptQueue(f FaultAt) error {
+	b := max(f.Broker, 0)
+	q := r.o.Queues[0]
+	body, _ := json.Marshal(map[string]any{"queue": q.Name, "options": map[string]any{"encryptionEnabled": true}})
+	for _, t := range r.o.Tenants {
+		code, raw, err := r.cluster.Do(r.ctx, b, "POST", "/api/v1/configure", t, body)
+		if err != nil || code != 200 {
+			return fmt.Errorf("queue.encrypt %s: %d %s %v", q.Name, code, clip(raw), err)
+		}
+		at := time.Now()
+		if r.pg != nil {
+			at = r.pg.Now()
+		} else if br := r.cluster.Broker(b); br != nil {
+			_ = br.Store().Pool().QueryRow(r.ctx, `SELECT clock_timestamp()`).Scan(&at)
+		}
+		if r.sealedSince == nil {
+			r.sealedSince = map[[2]string]time.Time{}
+		}
+		r.sealedSince[[2]string{t, q.Name}] = at
+	}
+	r.fired["queue.encrypt"]++
 	return nil
 }
 
@@ -852,7 +904,7 @@ func (r *runner) drain() {
 
 // finalRead records every stored message, with the groups whose cursor is
 // past it and the groups that dead-lettered it.
-func finalRead(ctx context.Context, dsn string, h *History, vt int64, dbNow *time.Time) error {
+func finalRead(ctx context.Context, dsn string, h *History, vt int64, dbNow *time.Time, sealed map[[2]string]time.Time, quarantined []Quarantined) error {
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		return err
@@ -869,7 +921,7 @@ func finalRead(ctx context.Context, dsn string, h *History, vt int64, dbNow *tim
 	if err != nil {
 		return fmt.Errorf("final read: %w", err)
 	}
-	final := Event{K: KFinal, VT: vt}
+	final := Event{K: KFinal, VT: vt, Quarantined: quarantined}
 	for rows.Next() {
 		var row Row
 		if err := rows.Scan(&row.Tenant, &row.Q, &row.P, &row.Txid, &row.Count, &row.DoneBy, &row.DLQBy, &row.At); err != nil {
@@ -886,8 +938,39 @@ func finalRead(ctx context.Context, dsn string, h *History, vt int64, dbNow *tim
 	if final.StreamState, final.StreamSink, err = readStreams(ctx, conn); err != nil {
 		return err
 	}
+	if final.Plain, err = plainRows(ctx, conn, sealed); err != nil {
+		return err
+	}
 	h.Add(final)
 	return nil
+}
+
+// plainRows reads the rows stored in the clear in a queue after its
+// encryption was turned on (queue.encrypt): a push whose statement started
+// after that commit must have been sealed, whatever the broker cached.
+func plainRows(ctx context.Context, conn *pgx.Conn, sealed map[[2]string]time.Time) ([]Key, error) {
+	var out []Key
+	for tq, since := range sealed {
+		rows, err := conn.Query(ctx, `SELECT p.name, m.transaction_id FROM queen.messages m
+			JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id
+			WHERE q.tenant_id = $1 AND q.name = $2 AND NOT m.is_encrypted AND m.created_at > $3 ORDER BY 1, 2`, tq[0], tq[1], since)
+		if err != nil {
+			return nil, fmt.Errorf("final read: %w", err)
+		}
+		for rows.Next() {
+			k := Key{Tenant: tq[0], Q: tq[1]}
+			if err := rows.Scan(&k.P, &k.Txid); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			out = append(out, k)
+		}
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
+	return out, nil
 }
 
 // pendingTimers reads the timers not fired yet, and the database's now.

@@ -28,5 +28,6 @@ import "os"
 // kv-getmany-ttl-ignored (getMany alone reads expired rows), limits-off
 // (the edge checks no field against queen/limits), timer-batch-poisoned
 // (a timer whose fire is refused fails its whole claimed batch, every
-// lease, as before poison timers were isolated).
+// lease, as before poison timers were isolated), seal-cache-trusted (the
+// append trusts the process's cached encryption setting).
 func On(name string) bool { return os.Getenv("QUEEN_CANARY") == name }

@@ -27,6 +27,11 @@ var (
 	// kvGetManyTTLIgnored: getMany alone sees expired rows (get and
 	// getPrefix do not), so only a workload reading every way sees it.
 	kvGetManyTTLIgnored = variant{"kv-getmany-ttl-ignored", kvLive, "true"}
+	// sealCacheTrusted: the append takes the process's cached "this
+	// queue does not encrypt" for the truth, as before the statement read
+	// it: encryption turned on from another broker stores plaintext.
+	sealCacheTrusted     = variant{"seal-cache-trusted", "\n\tWHERE i.enc OR NOT l.seal", ""}
+	sealCacheTrustedFlag = variant{"seal-cache-trusted", "coalesce(l.seal AND NOT i.enc, false)", "false"}
 	// claimUnfair: lowest partition id first, whoever was served last.
 	claimUnfairOrder = variant{"claim-unfair", `/*order*/ pc.lease_acquired_at ASC NULLS FIRST,`, ``}
 	claimUnfairPick  = variant{"claim-unfair", `ORDER BY c.acquired ASC NULLS FIRST, c.partition_id`, `ORDER BY c.partition_id`}
@@ -58,7 +63,7 @@ func canaryVariants() []canaryVariant {
 		return ""
 	}
 	return []canaryVariant{
-		{dedupRaises, appendSQL}, {timerEarly, claimTimersSQL}, {kvTTLIgnored, kvGetSQL}, {kvTTLIgnored, kvGetPrefixSQL}, {kvGetManyTTLIgnored, kvGetSQL},
+		{dedupRaises, appendSQL}, {sealCacheTrusted, appendSQL}, {sealCacheTrustedFlag, appendSQL}, {timerEarly, claimTimersSQL}, {kvTTLIgnored, kvGetSQL}, {kvTTLIgnored, kvGetPrefixSQL}, {kvGetManyTTLIgnored, kvGetSQL},
 		{claimUnfairOrder, popSQL}, {claimUnfairPick, popSQL}, {popIgnoresLease, popSQL},
 		{retentionIgnoresGroupMin, rule("completed")}, {retentionIgnoresGroupSub, rule("completed")}, {evictEarly, rule("evicted")},
 	}

@@ -294,6 +294,9 @@ func (s *Store) appendRows(ctx context.Context, q querier, rows []appendRow) ([]
 	if canary.On("dedup-raises") {
 		sql = dedupRaises.apply(sql)
 	}
+	if canary.On(sealCacheTrusted.canary) {
+		sql = sealCacheTrustedFlag.apply(sealCacheTrusted.apply(sql))
+	}
 	res, err := q.Query(ctx, sql, p.IDs, p.PartitionIDs, p.TransactionIDs, p.TraceIDs, p.Payloads, p.ProducerSubs, p.Now, p.Encrypted)
 	if err != nil {
 		return nil, err

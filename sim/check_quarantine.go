@@ -1,0 +1,34 @@
+package sim
+
+import (
+	"fmt"
+
+	"github.com/queen-go/queen/queen/limits"
+)
+
+// CheckQuarantine: a spool drain quarantines only records the broker's edge
+// would have refused had the database answered (queen/limits): one whose
+// names are all within the limits was acknowledged "buffered" and then
+// dropped (a payload PostgreSQL refuses that the edge let through, a batch
+// quarantined whole for one poison record).
+func CheckQuarantine(h []Event, _ Spec) []Violation {
+	var out []Violation
+	for _, e := range h {
+		if e.K != KFinal {
+			continue
+		}
+		for _, q := range e.Quarantined {
+			if edgeRefuses(q.Key) {
+				continue
+			}
+			out = append(out, Violation{"quarantine", fmt.Sprintf("%s was quarantined (%s) though the edge would have taken it: a buffered push dropped", q.Key, q.Reason)})
+		}
+	}
+	return limit(out, 20)
+}
+
+// edgeRefuses reports whether the push route refuses a record's names.
+func edgeRefuses(k Key) bool {
+	return limits.Queue.Check("", k.Q) != nil || limits.Partition.Check("", k.P) != nil ||
+		limits.TransactionID.Check("", k.Txid) != nil
+}
