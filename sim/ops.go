@@ -173,9 +173,9 @@ func (a *actor) finishPop(call, b, code int, raw []byte, err error, tenant strin
 				ID            string          `json:"id"`
 				Data          json.RawMessage `json:"data"`
 				TransactionID string          `json:"transactionId"`
-				Partition     string `json:"partition"`
-				PartitionID   string `json:"partitionId"`
-				LeaseID       string `json:"leaseId"`
+				Partition     string          `json:"partition"`
+				PartitionID   string          `json:"partitionId"`
+				LeaseID       string          `json:"leaseId"`
 			} `json:"messages"`
 		}
 		if json.Unmarshal(raw, &res) != nil || len(res.Messages) == 0 {
