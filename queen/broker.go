@@ -63,6 +63,9 @@ type Options struct {
 	// Jitter spreads the database probe's backoff (a number in [0, 1));
 	// nil is math/rand/v2. The simulator seeds it so runs replay.
 	Jitter func() float64
+	// TimerClaims, when set, is told of every timer claim the sweeper
+	// takes and how it ends (sweeper.Sweeper.Observe).
+	TimerClaims func(kind, token string, t store.ClaimedTimer)
 }
 
 // Broker is one queen process.
@@ -265,7 +268,7 @@ func (b *Broker) newSweeper(arbiter *admission.Arbiter) *sweeper.Sweeper {
 	return &sweeper.Sweeper{Store: b.store, Arbiter: arbiter, Clock: b.opts.Clock, IDs: b.opts.IDs, Log: b.log,
 		Lease: b.cfg.SweeperLease, MinSleep: b.cfg.SweeperMinSleep, MaxSleep: b.cfg.SweeperMaxSleep,
 		IdleMaxSleep: b.cfg.SweeperIdleMaxSleep, ClaimBatch: b.cfg.SweeperClaimBatch, PruneBatch: 1000,
-		MaxAttempts: b.cfg.SweeperMaxAttempts, RetryBase: b.cfg.SweeperRetryBase}
+		MaxAttempts: b.cfg.SweeperMaxAttempts, RetryBase: b.cfg.SweeperRetryBase, Observe: b.opts.TimerClaims}
 }
 
 func sweeperStats(sw *sweeper.Sweeper) httpapi.SweeperStats {

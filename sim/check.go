@@ -69,6 +69,7 @@ var Checkers = []Checker{
 	{Name: "edges", Check: CheckEdges},
 	{Name: "sealed", Check: CheckSealed},
 	{Name: "quarantine", Check: CheckQuarantine},
+	{Name: "timer-claims", Check: CheckClaims},
 }
 
 // Judge runs the checker on h with re-inserted transactionIds told apart

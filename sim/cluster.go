@@ -26,6 +26,7 @@ import (
 	"github.com/queen-go/queen/queen/config"
 	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/spool"
+	"github.com/queen-go/queen/queen/store"
 )
 
 // ClusterOptions describe the brokers of one run.
@@ -43,6 +44,8 @@ type ClusterOptions struct {
 	PG *clock.Sim
 	// Log receives broker logs; nil discards them.
 	Log io.Writer
+	// OnTimerClaim is told of every sweeper claim and how it ended.
+	OnTimerClaim func(b int, kind, token string, t store.ClaimedTimer)
 }
 
 // Cluster is a set of brokers in this process sharing one database.
@@ -94,6 +97,9 @@ type node struct {
 	fs       *faults.FaultyFS // the spool's filesystem; it outlives restarts, as a disk would
 	offset   atomic.Int64     // clock skew in ns, live (lockstep)
 	spoolDir string
+	// stall holds this broker's sweeper between a claim and its fire
+	// (sweeper.stall), in ns.
+	stall    atomic.Int64
 	broker   *queen.Broker
 	skew     time.Duration
 	up       bool
@@ -196,6 +202,14 @@ func (c *Cluster) Start(ctx context.Context, i int) error {
 		logw = io.Discard
 	}
 	opts := queen.Options{Config: cfg, Logger: slog.New(slog.NewTextHandler(logw, nil)), SpoolFS: n.fs}
+	opts.TimerClaims = func(kind, token string, t store.ClaimedTimer) {
+		if c.opts.OnTimerClaim != nil {
+			c.opts.OnTimerClaim(i, kind, token, t)
+		}
+		if d := time.Duration(n.stall.Load()); kind == "claim" && d > 0 && !c.opts.Lockstep {
+			time.Sleep(d) // a slow sweeper: its claims must keep the others off
+		}
+	}
 	if c.opts.Lockstep {
 		skewed := &nodeClock{base: c.opts.PG, off: &n.offset}
 		opts.Clock = skewed
@@ -463,6 +477,10 @@ func (c *Cluster) Close() {
 	}
 	os.RemoveAll(c.dir)
 }
+
+// Stall makes broker i's sweeper pause d between claiming timers and
+// firing them (free-running only; 0 ends it).
+func (c *Cluster) Stall(i int, d time.Duration) { c.nodes[i].stall.Store(int64(d)) }
 
 // Quarantined reads the records every broker's drain quarantined, from the
 // reasons files beside the quarantined spool files (a file quarantined as

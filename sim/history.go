@@ -28,6 +28,9 @@ const (
 	KBroker = "broker"
 	KClient = "client"
 	KFinal  = "final"
+	// KSweep is a sweeper's claim of a timer (What "claim") or the end
+	// of one (What "fired" or "failed"), Lease holding the claim token.
+	KSweep = "sweep"
 )
 
 // Event is one line of a history.

@@ -20,6 +20,7 @@ import (
 	"github.com/queen-go/queen/faults"
 	"github.com/queen-go/queen/queen/clock"
 	"github.com/queen-go/queen/queen/spool"
+	"github.com/queen-go/queen/queen/store"
 )
 
 // Result is what a run produced and what the checkers found.
@@ -166,7 +167,7 @@ func Run(ctx context.Context, dsn string, o Options, log io.Writer) (*Result, er
 func (r *runner) setup(dsn string, log io.Writer) error {
 	var err error
 	r.cluster, err = NewCluster(r.ctx, ClusterOptions{DSN: dsn, Brokers: r.o.Brokers, Seed: r.o.Seed,
-		Lockstep: r.pg != nil, PG: r.pg, Log: log})
+		Lockstep: r.pg != nil, PG: r.pg, Log: log, OnTimerClaim: r.noteClaim})
 	if err != nil {
 		return err
 	}
@@ -651,6 +652,15 @@ func (r *runner) inject(f FaultAt) error {
 		return nil
 	case "queue.encrypt":
 		return r.encryptQueue(f)
+	case "sweeper.stall":
+		// A slow sweeper (free-running): it pauses By between claiming
+		// timers and firing them, for For. Its claims must keep every
+		// other sweeper off those timers until they end.
+		for _, b := range r.brokersOf(f) {
+			r.cluster.Stall(b, f.By)
+			r.active = append(r.active, activeFault{f.Kind, b, until})
+		}
+		r.fired["sweeper.stall"]++
 	case "key.rotate":
 		// Every broker in turn stops gracefully and comes back sealing
 		// with the next key; what the old key sealed must still open.
@@ -763,6 +773,12 @@ func (r *runner) inject(f FaultAt) error {
 	return nil
 }
 
+// noteClaim records a sweeper's claim of a timer, or its end (fired,
+// failed), under the claim's token.
+func (r *runner) noteClaim(b int, kind, token string, t store.ClaimedTimer) {
+	r.hist.Add(Event{K: KSweep, What: kind, B: b, Tenant: t.Tenant, Txid: t.TimerKey, Lease: token, VT: r.vt()})
+}
+
 // encryptQueue turns encryption on for the run's first queue, every
 // tenant, through one broker (the others learn of it only by the mesh, if
 // at all), and notes when the configure committed, in database time.
@@ -815,6 +831,10 @@ func (r *runner) expireFaults(now time.Time) {
 
 // clear ends one database fault on its broker's path.
 func (r *runner) clear(a activeFault) {
+	if a.kind == "sweeper.stall" {
+		r.cluster.Stall(a.broker, 0)
+		return
+	}
 	if a.kind == "pg.hold" {
 		r.cluster.Proxy(a.broker).SetHold(0)
 		return

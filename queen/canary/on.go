@@ -29,5 +29,6 @@ import "os"
 // (the edge checks no field against queen/limits), timer-batch-poisoned
 // (a timer whose fire is refused fails its whole claimed batch, every
 // lease, as before poison timers were isolated), seal-cache-trusted (the
-// append trusts the process's cached encryption setting).
+// append trusts the process's cached encryption setting),
+// timer-claim-ignores-lease (a sweeper claims a timer another still holds).
 func On(name string) bool { return os.Getenv("QUEEN_CANARY") == name }

@@ -32,6 +32,9 @@ var (
 	// it: encryption turned on from another broker stores plaintext.
 	sealCacheTrusted     = variant{"seal-cache-trusted", "\n\tWHERE i.enc OR NOT l.seal", ""}
 	sealCacheTrustedFlag = variant{"seal-cache-trusted", "coalesce(l.seal AND NOT i.enc, false)", "false"}
+	// timerClaimIgnoresLease: a sweeper claims a due timer whatever claim
+	// another sweeper holds on it.
+	timerClaimIgnoresLease = variant{"timer-claim-ignores-lease", "WHERE greatest(deliver_at, coalesce(claimed_until, deliver_at)) <=", "WHERE deliver_at <="}
 	// claimUnfair: lowest partition id first, whoever was served last.
 	claimUnfairOrder = variant{"claim-unfair", `/*order*/ pc.lease_acquired_at ASC NULLS FIRST,`, ``}
 	claimUnfairPick  = variant{"claim-unfair", `ORDER BY c.acquired ASC NULLS FIRST, c.partition_id`, `ORDER BY c.partition_id`}
@@ -63,7 +66,7 @@ func canaryVariants() []canaryVariant {
 		return ""
 	}
 	return []canaryVariant{
-		{dedupRaises, appendSQL}, {sealCacheTrusted, appendSQL}, {sealCacheTrustedFlag, appendSQL}, {timerEarly, claimTimersSQL}, {kvTTLIgnored, kvGetSQL}, {kvTTLIgnored, kvGetPrefixSQL}, {kvGetManyTTLIgnored, kvGetSQL},
+		{dedupRaises, appendSQL}, {sealCacheTrusted, appendSQL}, {sealCacheTrustedFlag, appendSQL}, {timerEarly, claimTimersSQL}, {timerClaimIgnoresLease, claimTimersSQL}, {kvTTLIgnored, kvGetSQL}, {kvTTLIgnored, kvGetPrefixSQL}, {kvGetManyTTLIgnored, kvGetSQL},
 		{claimUnfairOrder, popSQL}, {claimUnfairPick, popSQL}, {popIgnoresLease, popSQL},
 		{retentionIgnoresGroupMin, rule("completed")}, {retentionIgnoresGroupSub, rule("completed")}, {evictEarly, rule("evicted")},
 	}

@@ -86,6 +86,9 @@ func (s *Store) ClaimTimers(ctx context.Context, token string, lease time.Durati
 	if canary.On("timer-early") {
 		sql = timerEarly.apply(sql)
 	}
+	if canary.On(timerClaimIgnoresLease.canary) {
+		sql = timerClaimIgnoresLease.apply(sql)
+	}
 	rows, err := s.pool.Query(ctx, sql, s.dbNow(), float64(lease.Milliseconds()), token, limit)
 	if err != nil {
 		return nil, err

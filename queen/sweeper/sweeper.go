@@ -55,6 +55,11 @@ type Sweeper struct {
 	// Fired is told of the messages a cycle pushed, per tenant and queue,
 	// so parked pops wake (here and on peers).
 	Fired func(tenant, queue string, partitionIDs []string)
+	// Observe, when set, is told of every claim this sweeper took and how
+	// it ended ("claim", "fired", "failed"), under the claim's token: the
+	// simulator records them to check that no claim is taken while
+	// another is live.
+	Observe func(kind, token string, t store.ClaimedTimer)
 
 	mu    sync.Mutex
 	next  time.Time
@@ -161,6 +166,7 @@ func (s *Sweeper) fire(ctx context.Context) (claimed, fired int, err error) {
 		return 0, 0, err
 	}
 	s.Stats.Claimed.Add(int64(len(c)))
+	s.observe("claim", token, c)
 	f, err := s.Store.FireTimers(ctx, token, c)
 	if err != nil && refused(err) && !canary.On("timer-batch-poisoned") {
 		if len(c) > 1 {
@@ -179,6 +185,7 @@ func (s *Sweeper) fire(ctx context.Context) (claimed, fired int, err error) {
 	now := s.Clock.Now()
 	parts := map[[2]string]map[string]bool{}
 	for _, t := range f {
+		s.observe("fired", token, []store.ClaimedTimer{t.ClaimedTimer})
 		if t.Duplicate {
 			s.Stats.Duplicates.Add(1)
 			continue
@@ -201,6 +208,15 @@ func (s *Sweeper) fire(ctx context.Context) (claimed, fired int, err error) {
 		}
 	}
 	return len(c), len(f), nil
+}
+
+func (s *Sweeper) observe(kind, token string, ts []store.ClaimedTimer) {
+	if s.Observe == nil {
+		return
+	}
+	for _, t := range ts {
+		s.Observe(kind, token, t)
+	}
 }
 
 // refused reports a fire failure that will repeat (PostgreSQL refuses the
@@ -242,6 +258,9 @@ func (s *Sweeper) failed(ctx context.Context, token string, c store.ClaimedTimer
 	f, err := s.Store.FailTimer(ctx, token, c, cause.Error(), max(s.MaxAttempts, 1), backoff, s.Lease)
 	if err != nil {
 		return err
+	}
+	if f.Held {
+		s.observe("failed", token, []store.ClaimedTimer{c})
 	}
 	switch {
 	case !f.Held:
