@@ -64,3 +64,29 @@ func TestPreviousKeysOpenButNeverSeal(t *testing.T) {
 		t.Fatal("a malformed previous key was taken")
 	}
 }
+
+// TestPayloadCarriesWhetherItIsSealed: a payload is sealed at most once and
+// opened at most once, whatever path hands it on: sealing a sealed payload
+// and opening a plain one change nothing.
+func TestPayloadCarriesWhetherItIsSealed(t *testing.T) {
+	c, _ := New(strings.Repeat("c3", 32))
+	plain := Plain([]byte(`{"a":1}`))
+	sealed, err := c.SealPayload(plain)
+	if err != nil || !sealed.Sealed() || bytes.Contains(sealed.Raw(), []byte(`"a"`)) {
+		t.Fatalf("seal: %v %s", err, sealed.Raw())
+	}
+	again, _ := c.SealPayload(sealed)
+	if !bytes.Equal(again.Raw(), sealed.Raw()) {
+		t.Fatal("a sealed payload was sealed a second time")
+	}
+	opened, err := c.OpenPayload(again)
+	if err != nil || opened.Sealed() || string(opened.Raw()) != `{"a":1}` {
+		t.Fatalf("open: %v %s", err, opened.Raw())
+	}
+	if same, _ := c.OpenPayload(opened); string(same.Raw()) != `{"a":1}` || same.Sealed() {
+		t.Fatal("opening a plain payload changed it")
+	}
+	if empty, _ := c.SealPayload(Plain(nil)); !empty.Sealed() {
+		t.Fatal("an empty payload was not sealed (it is stored as JSON null)")
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 
+	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/limits"
 	"github.com/queen-go/queen/queen/pushpath"
 	"github.com/queen-go/queen/queen/store"
@@ -42,9 +43,9 @@ func parsePushItem(raw json.RawMessage, path string) (store.PushItem, error) {
 	// Clients send the body as payload (JS also as data); a missing one is
 	// stored as JSON null.
 	if p, ok := o["payload"]; ok {
-		it.Payload = p
+		it.Payload = crypt.Plain(p)
 	} else if d, ok := o["data"]; ok {
-		it.Payload = d
+		it.Payload = crypt.Plain(d)
 	}
 	return it, checkPushItem(it, path)
 }
@@ -64,9 +65,9 @@ func parsePushTyped(body []byte) (items []store.PushItem, ok bool, err error) {
 		if w.Queue == nil || *w.Queue == "" {
 			return nil, true, bad("%squeue is required", path)
 		}
-		it := store.PushItem{Queue: *w.Queue, Payload: w.Payload}
-		if it.Payload == nil {
-			it.Payload = w.Data
+		it := store.PushItem{Queue: *w.Queue, Payload: crypt.Plain(w.Payload)}
+		if w.Payload == nil {
+			it.Payload = crypt.Plain(w.Data)
 		}
 		if w.Partition != nil {
 			it.Partition = *w.Partition
@@ -96,7 +97,7 @@ func checkPushItem(it store.PushItem, path string) error {
 			return err
 		}
 	}
-	return limits.JSON(path+"payload", it.Payload)
+	return limits.JSON(path+"payload", it.Payload.Raw())
 }
 
 func (s *Server) parsePush(r *http.Request) ([]store.PushItem, error) {

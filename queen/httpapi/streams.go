@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/limits"
 	"github.com/queen-go/queen/queen/store"
@@ -198,8 +199,8 @@ func (s *Server) cycleParams(r *http.Request) (store.CycleParams, error) {
 		if err != nil {
 			return p, err
 		}
-		if it.Payload == nil {
-			it.Payload = json.RawMessage(`{}`)
+		if it.Payload.Empty() {
+			it.Payload = crypt.Plain(json.RawMessage(`{}`))
 		}
 		p.Push = append(p.Push, it)
 	}

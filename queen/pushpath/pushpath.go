@@ -16,7 +16,6 @@ package pushpath
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 
@@ -147,18 +146,16 @@ func (p *Path) buffer(tenant, sub string, items []store.PushItem) Outcome {
 			part = store.DefaultPartition
 		}
 		evs[i] = spool.Event{Tenant: tenant, Queue: it.Queue, Partition: part, TransactionID: it.TransactionID,
-			TraceID: it.TraceID, ProducerSub: sub, Payload: it.Payload}
-		if len(evs[i].Payload) == 0 {
-			evs[i].Payload = json.RawMessage("null")
-		}
+			TraceID: it.TraceID, ProducerSub: sub}
+		body := it.Payload
 		if p.o.Cipher != nil {
-			sealed, err := p.o.Cipher.Seal(evs[i].Payload)
-			if err != nil {
+			var err error
+			if body, err = p.o.Cipher.SealPayload(body); err != nil {
 				p.o.Log.Error("push: sealing a spooled payload failed", "err", err)
 				return Outcome{Buffered: evs, SpoolErr: errors.New("could not seal the payload for the spool")}
 			}
-			evs[i].Payload, evs[i].Encrypted = sealed, true
 		}
+		evs[i].SetBody(body)
 	}
 	if err := p.o.Spool.Append(evs); err != nil {
 		p.o.Log.Error("push: spool write failed", "err", err)

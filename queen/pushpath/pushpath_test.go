@@ -42,7 +42,7 @@ func newStore(pool *pgxpool.Pool, c *crypt.Cipher) *store.Store {
 }
 
 func items() []store.PushItem {
-	return []store.PushItem{{Queue: "q", Payload: json.RawMessage(`{"pin":"4242"}`)}, {Queue: "q", TransactionID: "given"}}
+	return []store.PushItem{{Queue: "q", Payload: crypt.Plain(json.RawMessage(`{"pin":"4242"}`))}, {Queue: "q", TransactionID: "given"}}
 }
 
 // TestCommitsWhenTheDatabaseAnswers: a push commits and answers per item; a
@@ -84,8 +84,8 @@ func TestDivertedPushesAreSealedOnDiskAndReplayOnce(t *testing.T) {
 		evs := out.Buffered
 		replay := []store.PushItem{}
 		for _, e := range evs {
-			replay = append(replay, store.PushItem{Queue: e.Queue, Partition: e.Partition, Payload: e.Payload,
-				TransactionID: e.TransactionID, ProducerSub: e.ProducerSub, Sealed: e.Encrypted})
+			replay = append(replay, store.PushItem{Queue: e.Queue, Partition: e.Partition, Payload: e.Body(),
+				TransactionID: e.TransactionID, ProducerSub: e.ProducerSub})
 		}
 		if err := p.Replay(context.Background(), config.DefaultTenant, replay); err != nil {
 			t.Fatal(err)

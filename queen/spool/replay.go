@@ -199,8 +199,8 @@ func refused(err error) bool {
 func items(evs []Event) []store.PushItem {
 	out := make([]store.PushItem, len(evs))
 	for i, e := range evs {
-		out[i] = store.PushItem{Queue: e.Queue, Partition: e.Partition, Payload: e.Payload,
-			TransactionID: e.TransactionID, TraceID: e.TraceID, ProducerSub: e.ProducerSub, Sealed: e.Encrypted}
+		out[i] = store.PushItem{Queue: e.Queue, Partition: e.Partition, Payload: e.Body(),
+			TransactionID: e.TransactionID, TraceID: e.TraceID, ProducerSub: e.ProducerSub}
 	}
 	return out
 }

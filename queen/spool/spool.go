@@ -35,6 +35,7 @@ import (
 	"sync/atomic"
 
 	"github.com/queen-go/queen/queen/clock"
+	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/store"
 )
 
@@ -54,6 +55,17 @@ type Event struct {
 	// Encrypted: Payload is an envelope sealed with QUEEN_ENCRYPTION_KEY.
 	Encrypted bool            `json:"encrypted,omitempty"`
 	Payload   json.RawMessage `json:"payload"`
+}
+
+// Body is the event's payload as one value: sealed when Encrypted says so.
+func (e Event) Body() crypt.Payload { return crypt.Stored(e.Payload, e.Encrypted) }
+
+// SetBody stores p in the event, an empty one as JSON null.
+func (e *Event) SetBody(p crypt.Payload) {
+	e.Payload, e.Encrypted = p.Raw(), p.Sealed()
+	if len(e.Payload) == 0 {
+		e.Payload = json.RawMessage("null")
+	}
 }
 
 // TenantOrDefault is the tenant an event replays under.

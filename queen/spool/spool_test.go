@@ -240,7 +240,7 @@ func TestReplayHoldsBoundedBytes(t *testing.T) {
 	replay := e.d.Replay
 	e.d.Replay = func(ctx context.Context, tenant string, items []store.PushItem) error {
 		for _, it := range items {
-			held += len(it.Payload)
+			held += len(it.Payload.Raw())
 			order = append(order, it.Partition+"/"+it.TransactionID)
 		}
 		most = max(most, held)

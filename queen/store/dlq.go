@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/queen-go/queen/queen/crypt"
 )
 
 // DLQEntry is one dead-lettered message for one consumer group.
@@ -59,7 +61,7 @@ func (s *Store) ListDLQ(ctx context.Context, f DLQFilter) ([]DLQEntry, int64, er
 			var sealed bool
 			err := r.Scan(&e.ID, &e.TransactionID, &e.PartitionID, &e.Queue, &e.Partition, &e.ConsumerGroup,
 				&e.ErrorMessage, &e.RetryCount, &payload, &sealed, &e.ProducerSub, &e.CreatedAt, &e.FailedAt)
-			e.Data = s.openPayload(payload, sealed)
+			e.Data = s.openPayload(crypt.Stored(payload, sealed))
 			return e, err
 		})
 		return err

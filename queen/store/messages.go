@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/queen-go/queen/queen/crypt"
 )
 
 // Message inspection for the admin routes: statuses computed from the
@@ -151,7 +153,7 @@ func (s *Store) GetMessage(ctx context.Context, tenant, partitionID, txid string
 			&d.Config.TTL, &d.Config.Priority); err != nil {
 			return err
 		}
-		d.Payload = s.openPayload(d.Payload, d.IsEncrypted)
+		d.Payload = s.openPayload(crypt.Stored(d.Payload, d.IsEncrypted))
 		err = tx.QueryRow(ctx, `SELECT error_message, retry_count FROM queen.dead_letter_queue WHERE message_id = $1
 			ORDER BY failed_at DESC LIMIT 1`, d.ID).Scan(&d.ErrorMessage, &d.DLQRetries)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
@@ -216,7 +218,7 @@ func (s *Store) RetryMessage(ctx context.Context, tenant, partitionID, txid stri
 	r.TransactionID = fmt.Sprintf("dlq:%d", dlqID)
 	// The stored payload travels with whether it is sealed: it is opened
 	// and stored again as the queue asks, never sealed a second time.
-	item := PushItem{Queue: r.Queue, Partition: r.Partition, Payload: payload, TransactionID: r.TransactionID, Sealed: sealed}
+	item := PushItem{Queue: r.Queue, Partition: r.Partition, Payload: crypt.Stored(payload, sealed), TransactionID: r.TransactionID}
 	if trace != nil {
 		item.TraceID = *trace
 	}

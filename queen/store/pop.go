@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/queen-go/queen/queen/canary"
+	"github.com/queen-go/queen/queen/crypt"
 )
 
 // QueueModeGroup is the consumer group of plain queue-mode consumers: one
@@ -237,7 +238,7 @@ func (s *Store) Pop(ctx context.Context, req PopRequest) (PopResult, error) {
 			&sealed, &m.ProducerSub, &m.CreatedAt, &m.Seq, &expires); err != nil {
 			return PopResult{Queue: req.Queue, Group: req.Group}, err
 		}
-		m.Data = s.openPayload(payload, sealed)
+		m.Data = s.openPayload(crypt.Stored(payload, sealed))
 		if !req.AutoAck {
 			m.LeaseID = p.LeaseID
 		}

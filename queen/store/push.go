@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -10,21 +9,21 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/queen-go/queen/queen/canary"
+	"github.com/queen-go/queen/queen/crypt"
 )
 
 // PushItem is one message to append.
 type PushItem struct {
-	Queue         string
-	Partition     string          // "" means Default
-	Payload       json.RawMessage // nil is stored as JSON null
-	TransactionID string          // "" means the new message id
-	TraceID       string          // "" or a UUID
+	Queue     string
+	Partition string // "" means Default
+	// Payload carries whether it is sealed (a spooled push's is, with a
+	// key; so is a stored one being pushed again); empty is JSON null.
+	Payload       crypt.Payload
+	TransactionID string // "" means the new message id
+	TraceID       string // "" or a UUID
 	// ProducerSub, when set, is this item's producer identity (a spooled
 	// push replays with the one stamped at push time); else the call's.
 	ProducerSub string
-	// Sealed: Payload is an envelope sealed with the broker's key (a
-	// spooled push); it is opened, then stored as its queue asks.
-	Sealed bool
 }
 
 // PushResult is the outcome of one item.
@@ -168,8 +167,8 @@ func (s *Store) appendStranded(ctx context.Context, q querier, rows []appendRow)
 
 // appendRow is one message bound for a known partition.
 type appendRow struct {
-	id, pid, txid, trace, payload, sub string
-	encrypted                          bool // payload is a sealed envelope
+	id, pid, txid, trace, sub string
+	payload                   crypt.Payload
 }
 
 // appendOut is one row's outcome.
@@ -255,15 +254,11 @@ func (s *Store) pushRows(ctx context.Context, tenant string, items []PushItem, p
 		if txid == "" {
 			txid = id
 		}
-		payload := "null"
-		if len(it.Payload) > 0 {
-			payload = string(it.Payload)
-		}
 		sub := producerSub
 		if it.ProducerSub != "" {
 			sub = it.ProducerSub
 		}
-		rows[i] = appendRow{id: id, pid: pids[keys[i]], txid: txid, trace: it.TraceID, payload: payload, sub: sub}
+		rows[i] = appendRow{id: id, pid: pids[keys[i]], txid: txid, trace: it.TraceID, payload: it.Payload, sub: sub}
 	}
 	if err := s.sealRows(ctx, tenant, items, rows); err != nil {
 		return nil, err
@@ -280,9 +275,9 @@ func (s *Store) appendRows(ctx context.Context, q querier, rows []appendRow) ([]
 		p.PartitionIDs = append(p.PartitionIDs, r.pid)
 		p.TransactionIDs = append(p.TransactionIDs, r.txid)
 		p.TraceIDs = append(p.TraceIDs, r.trace)
-		p.Payloads = append(p.Payloads, r.payload)
+		p.Payloads = append(p.Payloads, payloadText(r.payload))
 		p.ProducerSubs = append(p.ProducerSubs, r.sub)
-		p.Encrypted = append(p.Encrypted, r.encrypted)
+		p.Encrypted = append(p.Encrypted, r.payload.Sealed())
 	}
 	sql := appendSQL
 	if canary.On("stranded") {
@@ -350,12 +345,12 @@ func (s *Store) appendSealed(ctx context.Context, q querier, rows []appendRow, i
 	}
 	again := make([]appendRow, len(idx))
 	for j, i := range idx {
-		sealed, err := s.cipher.Seal([]byte(rows[i].payload))
+		sealed, err := s.cipher.SealPayload(rows[i].payload)
 		if err != nil {
 			return err
 		}
 		again[j] = rows[i]
-		again[j].payload, again[j].encrypted = string(sealed), true
+		again[j].payload = sealed
 	}
 	s.cache.forgetSealed()
 	res, err := s.appendRows(ctx, q, again)
@@ -366,6 +361,14 @@ func (s *Store) appendSealed(ctx context.Context, q querier, rows []appendRow, i
 		out[i] = res[j]
 	}
 	return nil
+}
+
+// payloadText is a payload as appendSQL takes it: an empty one is JSON null.
+func payloadText(p crypt.Payload) string {
+	if p.Empty() {
+		return "null"
+	}
+	return string(p.Raw())
 }
 
 // lookupDuplicates answers the rows appendSQL did not insert: their

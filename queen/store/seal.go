@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+
+	"github.com/queen-go/queen/queen/crypt"
 )
 
 // Encryption at rest: the payloads of queues with encryptionEnabled are
@@ -39,25 +41,15 @@ func (s *Store) queueEncrypted(ctx context.Context, q querier, tenant, queue str
 	return on, nil
 }
 
-// sealRows opens items spooled sealed, then seals the rows of encrypted
-// queues. Without a key nothing is sealed, and a sealed spooled item is
-// stored sealed as it came.
+// sealRows makes each row's payload what its queue stores, sealing or
+// opening it at most once. A sealed payload (spooled with a key) must open
+// with a configured key, or the write is refused for good (RefusedError:
+// the drain quarantines it); it is stored as the envelope it is when its
+// queue encrypts, and opened when it does not. A plain payload is sealed
+// when its queue encrypts. Whether a queue encrypts comes from the cached
+// hint; appendSQL has the last word (appendSealed). Without a key nothing
+// is sealed or opened: a sealed payload is stored sealed as it came.
 func (s *Store) sealRows(ctx context.Context, tenant string, items []PushItem, rows []appendRow) error {
-	for i, it := range items {
-		if !it.Sealed {
-			continue
-		}
-		if s.cipher == nil {
-			rows[i].encrypted = true
-			continue
-		}
-		plain, err := s.cipher.Open([]byte(rows[i].payload))
-		if err != nil {
-			return &RefusedError{Reason: fmt.Sprintf("%s/%s %s: a spooled payload opens with no configured key (was QUEEN_ENCRYPTION_KEY changed without keeping the old one in QUEEN_ENCRYPTION_KEYS_PREVIOUS?)",
-				it.Queue, it.Partition, it.TransactionID), Err: err}
-		}
-		rows[i].payload = string(plain)
-	}
 	if s.cipher == nil {
 		return nil
 	}
@@ -66,30 +58,38 @@ func (s *Store) sealRows(ctx context.Context, tenant string, items []PushItem, r
 		if err != nil {
 			return err
 		}
-		if !on {
-			continue
+		p := rows[i].payload
+		switch {
+		case p.Sealed():
+			plain, err := s.cipher.OpenPayload(p)
+			if err != nil {
+				return &RefusedError{Reason: fmt.Sprintf("%s/%s %s: a spooled payload opens with no configured key (was QUEEN_ENCRYPTION_KEY changed without keeping the old one in QUEEN_ENCRYPTION_KEYS_PREVIOUS?)",
+					it.Queue, it.Partition, it.TransactionID), Err: err}
+			}
+			if !on {
+				rows[i].payload = plain
+			}
+		case on:
+			if rows[i].payload, err = s.cipher.SealPayload(p); err != nil {
+				return err
+			}
 		}
-		sealed, err := s.cipher.Seal([]byte(rows[i].payload))
-		if err != nil {
-			return err
-		}
-		rows[i].payload, rows[i].encrypted = string(sealed), true
 	}
 	return nil
 }
 
 // openPayload is what a reader sees of a stored payload: the plaintext of
-// a sealed one when the key opens it, else the payload as stored.
-func (s *Store) openPayload(payload []byte, sealed bool) json.RawMessage {
-	if payload == nil {
+// a sealed one when a configured key opens it, else the payload as stored.
+func (s *Store) openPayload(p crypt.Payload) json.RawMessage {
+	if p.Raw() == nil {
 		return json.RawMessage("null")
 	}
-	if !sealed || s.cipher == nil {
-		return payload
+	if s.cipher == nil {
+		return p.Raw()
 	}
-	plain, err := s.cipher.Open(payload)
+	plain, err := s.cipher.OpenPayload(p)
 	if err != nil {
-		return payload
+		return p.Raw()
 	}
-	return plain
+	return plain.Raw()
 }

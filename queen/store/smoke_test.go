@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/store"
 )
 
@@ -13,8 +14,8 @@ func TestPushPopAckRoundTrip(t *testing.T) {
 	s := newStore(t)
 	ctx := context.Background()
 	res, err := s.Push(ctx, tenant, []store.PushItem{
-		{Queue: "q", Payload: json.RawMessage(`{"a":1}`), TransactionID: "t1"},
-		{Queue: "q", Payload: json.RawMessage(`{"a":2}`), TransactionID: "t2"},
+		{Queue: "q", Payload: crypt.Plain(json.RawMessage(`{"a":1}`)), TransactionID: "t1"},
+		{Queue: "q", Payload: crypt.Plain(json.RawMessage(`{"a":2}`)), TransactionID: "t2"},
 		{Queue: "q", TransactionID: "t1"},
 	}, "")
 	if err != nil {

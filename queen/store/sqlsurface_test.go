@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/store"
 )
 
@@ -117,7 +118,7 @@ func TestPopSpecificBatchLeasesLikeTheBroker(t *testing.T) {
 	s, pool := newStoreWithPool(t)
 	ctx := context.Background()
 	sub := "sp-test-sub"
-	if _, err := s.Push(ctx, tenant, []store.PushItem{{Queue: "spb", Partition: "P", TransactionID: "a", Payload: json.RawMessage(`{"n":1}`)},
+	if _, err := s.Push(ctx, tenant, []store.PushItem{{Queue: "spb", Partition: "P", TransactionID: "a", Payload: crypt.Plain(json.RawMessage(`{"n":1}`))},
 		{Queue: "spb", Partition: "P", TransactionID: "b", ProducerSub: sub}, {Queue: "spb", Partition: "P", TransactionID: "c"}}, ""); err != nil {
 		t.Fatal(err)
 	}

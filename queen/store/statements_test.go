@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/clock"
 	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/store"
@@ -258,7 +259,7 @@ func TestCombinedPushesAnswerEachRequestExactly(t *testing.T) {
 				if w == 0 && i == 5 {
 					// jsonb refuses \u0000: a permanent error for this request only.
 					items = append(items, store.PushItem{Queue: "comb", TransactionID: "poison",
-						Payload: json.RawMessage(`{"s":"\u0000"}`)})
+						Payload: crypt.Plain(json.RawMessage(`{"s":"\u0000"}`))})
 				}
 				res, err := s.Push(ctx, tenant, items, "")
 				if w == 0 && i == 5 {

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/queen-go/queen/queen/canary"
+	"github.com/queen-go/queen/queen/crypt"
 )
 
 // The sweeper's statements. Every broker runs them; FOR UPDATE SKIP LOCKED
@@ -74,8 +75,7 @@ DELETE FROM queen.kv WHERE ctid IN (
 type ClaimedTimer struct {
 	Tenant, Queue, TimerKey, Partition, Txn, MessageID, ProducerSub string
 	DeliverAt                                                       time.Time
-	Payload                                                         []byte
-	Encrypted                                                       bool // Payload is sealed
+	Payload                                                         crypt.Payload // sealed at schedule when its queue encrypted
 }
 
 // ClaimTimers leases up to limit due timers for lease under token.
@@ -96,11 +96,14 @@ func (s *Store) ClaimTimers(ctx context.Context, token string, lease time.Durati
 	var out []ClaimedTimer
 	for rows.Next() {
 		var c ClaimedTimer
+		var payload []byte
+		var sealed bool
 		if err := rows.Scan(&c.Tenant, &c.Queue, &c.TimerKey, &c.Partition, &c.DeliverAt, &c.Txn, &c.MessageID,
-			&c.Payload, &c.ProducerSub, &c.Encrypted); err != nil {
+			&payload, &c.ProducerSub, &sealed); err != nil {
 			rows.Close()
 			return nil, err
 		}
+		c.Payload = crypt.Stored(payload, sealed)
 		out = append(out, c)
 	}
 	return out, rows.Err()
@@ -140,12 +143,7 @@ func (s *Store) FireTimers(ctx context.Context, token string, claimed []ClaimedT
 		}
 		for j, i := range idx {
 			c := claimed[i]
-			payload := "null"
-			if len(c.Payload) > 0 {
-				payload = string(c.Payload)
-			}
-			rows[i] = appendRow{id: c.MessageID, pid: pids[keys[j]], txid: c.Txn, payload: payload, sub: c.ProducerSub,
-				encrypted: c.Encrypted}
+			rows[i] = appendRow{id: c.MessageID, pid: pids[keys[j]], txid: c.Txn, payload: c.Payload, sub: c.ProducerSub}
 		}
 	}
 	ctx, cancel := s.bound(ctx)
