@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/clock"
+	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/store/storetest"
