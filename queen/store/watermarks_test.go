@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/queen-go/queen/queen/clock"
 	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/store"
@@ -17,10 +19,7 @@ import (
 // group delete, a subscription change and a queue delete remove the rows.
 func TestWatermarksWrittenOnEmptyWildcardPopsAndDropped(t *testing.T) {
 	ctx := context.Background()
-	pool := storetest.Pool(t)
-	sim := clock.NewSim(time.Now().UTC().Truncate(time.Millisecond))
-	s := store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil), Clock: sim,
-		DBNow: func() *time.Time { t := sim.Now(); return &t }})
+	s, pool, sim := simTimeStore(t)
 	push := func(part, txid string) {
 		t.Helper()
 		if _, err := s.Push(ctx, tenant, []store.PushItem{{Queue: "wm", Partition: part, TransactionID: txid}}, ""); err != nil {
@@ -115,27 +114,24 @@ func TestWatermarksWrittenOnEmptyWildcardPopsAndDropped(t *testing.T) {
 // right after an empty pop).
 func TestWatermarkAfterAnEmptyPopWhileLeased(t *testing.T) {
 	ctx := context.Background()
-	pool := storetest.Pool(t)
-	sim := clock.NewSim(time.Now().UTC().Truncate(time.Millisecond))
-	s := store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil), Clock: sim,
-		DBNow: func() *time.Time { t := sim.Now(); return &t }})
+	s, pool, sim := simTimeStore(t)
 	if _, err := s.Push(ctx, tenant, []store.PushItem{{Queue: "wl", TransactionID: "m1"}}, ""); err != nil {
 		t.Fatal(err)
 	}
-	pop := func() store.PopResult {
+	pop := func(s *store.Store, q string) store.PopResult {
 		t.Helper()
-		r, err := s.Pop(ctx, store.PopRequest{Tenant: tenant, Queue: "wl", Group: "g", Batch: 10})
+		r, err := s.Pop(ctx, store.PopRequest{Tenant: tenant, Queue: q, Group: "g", Batch: 10})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return r
 	}
-	r := pop()
+	r := pop(s, "wl")
 	if len(r.Messages) != 1 {
 		t.Fatalf("pop: %+v", r)
 	}
 	sim.Advance(time.Second)
-	if again := pop(); len(again.Messages) != 0 {
+	if again := pop(s, "wl"); len(again.Messages) != 0 {
 		t.Fatalf("a leased message was served twice: %+v", again)
 	}
 	m := r.Messages[0]
@@ -143,9 +139,18 @@ func TestWatermarkAfterAnEmptyPopWhileLeased(t *testing.T) {
 		t.Fatal(err)
 	}
 	sim.Advance(time.Second)
-	pop()
+	pop(s, "wl")
 	var n int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM queen.consumer_watermarks WHERE queue_name = 'wl' AND consumer_group = 'g'`).Scan(&n); err != nil || n != 1 {
 		t.Fatalf("no watermark after the empty pop that followed the ack (%d rows, %v)", n, err)
 	}
+}
+
+// simTimeStore is a store whose database time is a simulated clock.
+func simTimeStore(t *testing.T) (*store.Store, *pgxpool.Pool, *clock.Sim) {
+	pool := storetest.Pool(t)
+	sim := clock.NewSim(time.Now().UTC().Truncate(time.Millisecond))
+	s := store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil), Clock: sim,
+		DBNow: func() *time.Time { t := sim.Now(); return &t }})
+	return s, pool, sim
 }
