@@ -203,11 +203,16 @@ func (c *Cluster) Start(ctx context.Context, i int) error {
 	}
 	opts := queen.Options{Config: cfg, Logger: slog.New(slog.NewTextHandler(logw, nil)), SpoolFS: n.fs}
 	opts.TimerClaims = func(kind, token string, t store.ClaimedTimer) {
+		if kind == "firing" {
+			// Every claim of the batch is recorded; now a slow sweeper
+			// pauses before the fire, its claims keeping the others off.
+			if d := time.Duration(n.stall.Load()); d > 0 && !c.opts.Lockstep {
+				time.Sleep(d)
+			}
+			return
+		}
 		if c.opts.OnTimerClaim != nil {
 			c.opts.OnTimerClaim(i, kind, token, t)
-		}
-		if d := time.Duration(n.stall.Load()); kind == "claim" && d > 0 && !c.opts.Lockstep {
-			time.Sleep(d) // a slow sweeper: its claims must keep the others off
 		}
 	}
 	if c.opts.Lockstep {

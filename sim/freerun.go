@@ -24,8 +24,9 @@ func runFree(ctx context.Context, dsn string, o Options, log io.Writer) (*Result
 	defer r.cluster.Close()
 	// Fault times count from the workload's start, not from before the
 	// cluster came up: a loaded machine's slow setup must not make every
-	// fault fall due at once.
-	r.start = time.Now()
+	// fault fall due at once. (History times stay on r.start, which the
+	// brokers' sweepers already read.)
+	workStart := time.Now()
 	r.faultsLeft.Store(int64(len(o.Faults)))
 	var done atomic.Int64
 	stop := make(chan struct{})
@@ -33,7 +34,7 @@ func runFree(ctx context.Context, dsn string, o Options, log io.Writer) (*Result
 	fwg.Add(1)
 	go func() {
 		defer fwg.Done()
-		r.scheduleFaults(stop)
+		r.scheduleFaults(workStart, stop)
 	}()
 	var wg sync.WaitGroup
 	perClient := o.Ops / o.Clients
@@ -74,7 +75,7 @@ func runFree(ctx context.Context, dsn string, o Options, log io.Writer) (*Result
 const overrun = 8
 
 // scheduleFaults applies the fault schedule on wall time until stop.
-func (r *runner) scheduleFaults(stop <-chan struct{}) {
+func (r *runner) scheduleFaults(workStart time.Time, stop <-chan struct{}) {
 	fs := append([]FaultAt(nil), r.o.Faults...)
 	sort.SliceStable(fs, func(i, j int) bool { return fs[i].At < fs[j].At })
 	tick := time.NewTicker(20 * time.Millisecond)
@@ -88,7 +89,7 @@ func (r *runner) scheduleFaults(stop <-chan struct{}) {
 		now := time.Now()
 		r.fmu.Lock()
 		r.expireFaults(now)
-		for len(fs) > 0 && !r.start.Add(fs[0].At).After(now) {
+		for len(fs) > 0 && !workStart.Add(fs[0].At).After(now) {
 			if err := r.inject(fs[0]); err != nil {
 				r.hist.Add(Event{K: KFault, F: fs[0].Kind, What: "error: " + err.Error(), VT: r.vt()})
 			}

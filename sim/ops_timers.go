@@ -162,7 +162,8 @@ func (r *runner) timerStep(pick func(int) int, c *client, b int, kv bool) {
 	tenant := r.o.Tenants[pick(len(r.o.Tenants))]
 	r.mu.Lock()
 	r.nextTx++
-	key := fmt.Sprintf("s%x-%s%d", r.o.Seed&0xffff, map[bool]string{true: "kv", false: "tm"}[kv], r.nextTx)
+	n := r.nextTx
+	key := fmt.Sprintf("s%x-%s%d", r.o.Seed&0xffff, map[bool]string{true: "kv", false: "tm"}[kv], n)
 	r.mu.Unlock()
 	switch {
 	case kv && len(c.kv) > 0 && pick(2) == 0:
@@ -176,7 +177,7 @@ func (r *runner) timerStep(pick func(int) int, c *client, b int, kv bool) {
 		t := kvRef{tenant, key}
 		r.act.putKV(r.ctx, c.id, b, t, time.Duration(1+pick(2))*time.Second)
 		c.kv = append(c.kv, t)
-	case r.nextTx%poisonEvery == 9:
+	case !kv && n%poisonEvery == 9:
 		// The counter picks it, so the seed's stream is unchanged.
 		r.poisonTimer(c.id, b, tenant, key)
 	case len(c.timers) > 0 && pick(4) == 0:

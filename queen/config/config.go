@@ -16,6 +16,7 @@ import (
 
 	"github.com/queen-go/queen/queen/auth"
 	"github.com/queen-go/queen/queen/crypt"
+	"github.com/queen-go/queen/queen/limits"
 )
 
 // DefaultTenant is the tenant of every request when tenancy is off, and of a
@@ -257,7 +258,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	}
 	p.intRange("QUEEN_TIMERS_MAX_OPS_PER_CALL", &c.TimersMaxOpsPerCall, 1, 100000)
 	p.intRange("QUEEN_KV_MAX_VALUE_BYTES", &c.KVMaxValueBytes, 1, 1<<30)
-	p.intRange("QUEEN_KV_MAX_KEY_BYTES", &c.KVMaxKeyBytes, 1, 1<<20)
+	p.intRange("QUEEN_KV_MAX_KEY_BYTES", &c.KVMaxKeyBytes, 1, limits.MaxKVKeyBytes)
 	p.intRange("QUEEN_KV_MAX_OPS_PER_CALL", &c.KVMaxOpsPerCall, 1, 100000)
 	p.intRange("QUEEN_KV_MAX_KEYS_PER_CALL", &c.KVMaxKeysPerCall, 1, 1000000)
 	p.intRange("QUEEN_KV_MAX_READ_BYTES", &c.KVMaxReadBytes, 1, 1<<30)

@@ -20,6 +20,9 @@ func parseAck(o obj, path string) (store.AckItem, error) {
 	if a.TransactionID, ok, err = o.str("transactionId", path); err != nil || !ok || a.TransactionID == "" {
 		return a, bad("%stransactionId is required", path)
 	}
+	if err := limits.TransactionID.Check(path, a.TransactionID); err != nil {
+		return a, err
+	}
 	if a.PartitionID, ok, err = o.str("partitionId", path); err != nil || !ok || a.PartitionID == "" {
 		return a, bad("%spartitionId is required to ensure message uniqueness", path)
 	}
@@ -28,11 +31,11 @@ func parseAck(o obj, path string) (store.AckItem, error) {
 		var b bool
 		if json.Unmarshal(raw, &b) == nil {
 			a.Status = map[bool]string{true: "completed", false: "failed"}[b]
-		} else if a.Status, _, err = o.str("status", path); err != nil {
+		} else if a.Status, _, err = o.limited("status", limits.Status, path); err != nil {
 			return a, err
 		}
 	}
-	if a.LeaseID, _, err = o.str("leaseId", path); err != nil {
+	if a.LeaseID, _, err = o.limited("leaseId", limits.LeaseID, path); err != nil {
 		return a, err
 	}
 	if a.Error, _, err = o.limited("error", limits.ErrorText, path); err != nil {

@@ -128,13 +128,16 @@ func TestEncryptionTurnedOnElsewhereIsHonoured(t *testing.T) {
 	keyless := newEnv(t)
 	keyless.push(item{"queue": "turned", "transactionId": "before", "payload": 1})
 	keyless.sql(t, `UPDATE queen.queues SET encryption_enabled = true WHERE name = 'turned'`)
-	r := keyless.do("POST", "/api/v1/push", map[string]any{"items": []item{{"queue": "turned", "transactionId": "clear", "payload": map[string]any{"pin": "3333"}}}})
+	// One push, two items: the plain queue's is not half committed
+	// beside the refused one.
+	r := keyless.do("POST", "/api/v1/push", map[string]any{"items": []item{{"queue": "open", "transactionId": "beside", "payload": 1},
+		{"queue": "turned", "transactionId": "clear", "payload": map[string]any{"pin": "3333"}}}})
 	if r.status == 201 || !strings.Contains(string(r.body), "QUEEN_ENCRYPTION_KEY") {
 		t.Fatalf("a keyless broker's push into an encrypted queue: %d %s", r.status, r.body)
 	}
 	var n int
-	_ = keyless.pool.QueryRow(context.Background(), `SELECT count(*) FROM queen.messages WHERE transaction_id = 'clear'`).Scan(&n)
+	_ = keyless.pool.QueryRow(context.Background(), `SELECT count(*) FROM queen.messages WHERE transaction_id IN ('clear', 'beside')`).Scan(&n)
 	if n != 0 {
-		t.Fatal("a keyless broker stored plaintext into an encrypted queue")
+		t.Fatalf("a refused push stored %d of its items (plaintext into an encrypted queue, or half a batch)", n)
 	}
 }

@@ -122,6 +122,8 @@ func TestPayloadNumbersWithinNumeric(t *testing.T) {
 		{"/api/v1/kv", `{"operations":[{"op":"put","ns":"` + strings.Repeat("n", 256) + `","key":"k","value":1,"forever":true}]}`, "ns is 256 bytes"},
 		{"/api/v1/kv", `{"operations":[{"op":"put","ns":"a","key":"k\u0000","value":1,"forever":true}]}`, "must not contain a NUL"},
 		{"/api/v1/transaction", `{"operations":[{"type":"push","items":[{"queue":"n","payload":{"n":1e200000}}]}]}`, "payload holds the number"},
+		{"/api/v1/ack", `{"transactionId":"a\u0000","partitionId":"01a22c56-622f-7000-85d2-8458ca5b958d"}`, "transactionId must not contain a NUL"},
+		{"/api/v1/ack", `{"transactionId":"a","partitionId":"01a22c56-622f-7000-85d2-8458ca5b958d","leaseId":"l\u0000"}`, "leaseId must not contain a NUL"},
 		{"/api/v1/traces", `{"transactionId":"t","partitionId":"01a22c56-622f-7000-85d2-8458ca5b958d","data":{},"traceNames":["` + strings.Repeat("x", 256) + `"]}`, "traceNames[0] is 256 bytes"},
 	} {
 		got := e.do("POST", c.path, c.body)

@@ -254,13 +254,13 @@ func cycleAck(body obj) (*store.CycleAck, error) {
 		return nil, err
 	}
 	a := &store.CycleAck{Count: 1, Completed: true}
-	if a.TransactionID, _, err = o.str("transactionId", "ack."); err != nil {
+	if a.TransactionID, _, err = o.limited("transactionId", limits.TransactionID, "ack."); err != nil {
 		return nil, err
 	}
 	if a.TransactionID == "" {
 		return nil, bad("ack.transactionId is required")
 	}
-	if a.LeaseID, _, err = o.str("leaseId", "ack."); err != nil {
+	if a.LeaseID, _, err = o.limited("leaseId", limits.LeaseID, "ack."); err != nil {
 		return nil, err
 	}
 	status, _, err := o.str("status", "ack.")

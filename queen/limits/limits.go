@@ -53,19 +53,19 @@ var (
 	ErrorText = Field{Name: "error", Max: 65536, Text: true, Why: "kept with the DLQ row; a bound keeps one ack small"}
 	TimerKey  = Field{Name: "timerKey", Max: 512, Text: true,
 		Why: "log_timers (tenant_id, queue, timer_key) is the primary key; as QUEEN_KV_MAX_KEY_BYTES"}
-	TimerTxn = Field{Name: "txn", Max: 1024,
-		Why: "becomes the fired message's transactionId"}
 	KVNamespace = Field{Name: "ns", Max: 255, Text: true, Why: "kv (tenant_id, namespace, key) is the primary key"}
-	// KVKey's bound is QUEEN_KV_MAX_KEY_BYTES (512 by default); routes
-	// check it with KVKeyWithin.
+	// KVKey's bound is QUEEN_KV_MAX_KEY_BYTES (512 by default, at most
+	// MaxKVKeyBytes); routes check it with Within.
 	KVKey = Field{Name: "key", Max: 512, Text: true,
-		Why: "kv (tenant_id, namespace, key) is the primary key; QUEEN_KV_MAX_KEY_BYTES may lower it"}
+		Why: "kv (tenant_id, namespace, key) is the primary key; QUEEN_KV_MAX_KEY_BYTES sets it"}
 	StreamQuery = Field{Name: "name", Max: 255,
 		Why: "queen_streams.queries (tenant_id, name) is unique"}
 	StreamKey = Field{Name: "key", Max: 512, Text: true,
 		Why: "queen_streams.state (query_id, partition_id, key) is the primary key"}
-	LeaseID     = Field{Name: "leaseId", UUID: true, Why: "stored as uuid"}
-	PartitionID = Field{Name: "partitionId", UUID: true, Why: "stored as uuid"}
+	// LeaseID is compared with the lease's token (a UUID the broker
+	// minted); an ack's is never stored, so only its text is bounded.
+	LeaseID = Field{Name: "leaseId", Max: 255, Why: "compared with a lease token in a statement"}
+	Status  = Field{Name: "status", Max: 64, Why: "one of a few words; compared, never stored"}
 )
 
 // Number is a client-supplied number that becomes a PostgreSQL interval or
@@ -99,7 +99,7 @@ func Numbers() []Number { return []Number{TTLSeconds, DelayMs} }
 // Table lists every field, for SPEC and its test.
 func Table() []Field {
 	return []Field{Queue, Partition, ConsumerGroup, Namespace, Task, TransactionID, TraceID, TraceName, EventType,
-		ErrorText, TimerKey, TimerTxn, KVNamespace, KVKey, StreamQuery, StreamKey, LeaseID, PartitionID}
+		ErrorText, TimerKey, KVNamespace, KVKey, StreamQuery, StreamKey, LeaseID, Status}
 }
 
 // Error is a refused field: Field is its full path (e.g. "items[3].queue").
@@ -135,9 +135,15 @@ func (f Field) CheckAs(name, v string) error {
 	return f.checkChars(name, v)
 }
 
-// Within is Check with a lower, configured bound (QUEEN_KV_MAX_KEY_BYTES).
+// MaxKVKeyBytes is the most QUEEN_KV_MAX_KEY_BYTES may be: with a 255-byte
+// namespace and the tuple's headers, the kv primary key's row stays under
+// btree's 2704 bytes even for incompressible text.
+const MaxKVKeyBytes = 2048
+
+// Within is Check with the configured bound (QUEEN_KV_MAX_KEY_BYTES) in
+// place of the table's.
 func (f Field) Within(max int, path, v string) error {
-	if max > 0 && max < f.Max {
+	if max > 0 {
 		f.Max = max
 	}
 	return f.Check(path, v)

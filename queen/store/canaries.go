@@ -30,7 +30,7 @@ var (
 	// sealCacheTrusted: the append takes the process's cached "this
 	// queue does not encrypt" for the truth, as before the statement read
 	// it: encryption turned on from another broker stores plaintext.
-	sealCacheTrusted     = variant{"seal-cache-trusted", "\n\tWHERE i.enc OR NOT l.seal", ""}
+	sealCacheTrusted     = variant{"seal-cache-trusted", "\n\tWHERE NOT EXISTS (SELECT 1 FROM unsealed)", ""}
 	sealCacheTrustedFlag = variant{"seal-cache-trusted", "coalesce(l.seal AND NOT i.enc, false)", "false"}
 	// timerClaimIgnoresLease: a sweeper claims a due timer whatever claim
 	// another sweeper holds on it.

@@ -60,12 +60,15 @@ type PushResult struct {
 // inserted, never to a seq a conflicting row did not take.
 //
 // Invariant (no plaintext in an encrypted queue): whether a queue encrypts is
-// read here, in the statement that writes, never from a cache. A row whose
-// payload is not sealed is not inserted into a queue with
-// encryption_enabled; it is answered "needs seal" (the last column), and
-// the caller seals it and appends it again, or refuses it without a key.
-// Only the partition rows are locked (OF p): the queue row is read, so
-// concurrent pushes to one queue do not queue behind each other.
+// read here, in the statement that writes, as of its snapshot, never from a
+// cache: a configure that committed before the statement started is seen (one
+// racing it is not, as for any read of READ COMMITTED). When any row's
+// payload is not sealed and its queue has encryption_enabled, the statement
+// inserts nothing at all (so a batch is never half committed) and answers
+// those rows "needs seal" (the last column); the caller seals them and runs
+// the batch again, or refuses it without a key. Only the partition rows are
+// locked (OF p): the queue row is read, so concurrent pushes to one queue do
+// not queue behind each other.
 const appendSQL = `
 WITH input AS (
 	SELECT v.id, v.pid, v.txid, v.trace, v.payload, v.sub, v.enc, v.ord
@@ -78,10 +81,13 @@ locked AS (
 	ORDER BY p.id
 	FOR NO KEY UPDATE OF p
 ),
+unsealed AS (
+	SELECT 1 FROM input i JOIN locked l ON l.id = i.pid WHERE l.seal AND NOT i.enc LIMIT 1
+),
 fresh AS (
 	SELECT i.*, l.last_seq + row_number() OVER (PARTITION BY i.pid ORDER BY i.ord) AS seq
 	FROM input i JOIN locked l ON l.id = i.pid
-	WHERE i.enc OR NOT l.seal
+	WHERE NOT EXISTS (SELECT 1 FROM unsealed)
 ),
 appended AS (
 	INSERT INTO queen.messages (id, partition_id, seq, transaction_id, trace_id, payload, created_at, producer_sub, is_encrypted)
@@ -317,9 +323,9 @@ func (s *Store) appendRows(ctx context.Context, q querier, rows []appendRow) ([]
 		return nil, err
 	}
 	if len(unsealed) > 0 {
-		if err := s.appendSealed(ctx, q, rows, unsealed, out); err != nil {
-			return nil, err
-		}
+		// Nothing was written: seal what must be and run the whole batch
+		// again.
+		return s.appendSealed(ctx, q, rows, unsealed)
 	}
 	if len(raced) > 0 {
 		if err := s.lookupDuplicates(ctx, q, rows, raced, out); err != nil {
@@ -334,33 +340,26 @@ func (s *Store) appendRows(ctx context.Context, q querier, rows []appendRow) ([]
 	return out, nil
 }
 
-// appendSealed seals the rows appendSQL refused because their queue
-// encrypts (the cache that decides sealing up front was stale: encryption
-// was turned on from another broker) and appends them again. A broker
-// without a key cannot: the write is refused, never stored in the clear.
-func (s *Store) appendSealed(ctx context.Context, q querier, rows []appendRow, idx []int, out []appendOut) error {
+// appendSealed seals the rows appendSQL found unsealed for a queue that
+// encrypts (the hint that decides sealing up front was stale: encryption was
+// turned on from another broker) and appends the whole batch again; the first
+// statement wrote nothing. A broker without a key cannot: the write is
+// refused, never stored in the clear.
+func (s *Store) appendSealed(ctx context.Context, q querier, rows []appendRow, idx []int) ([]appendOut, error) {
 	if s.cipher == nil {
 		r := rows[idx[0]]
-		return &RefusedError{Reason: fmt.Sprintf("partition %s (transactionId %s): the queue has encryptionEnabled and this broker has no QUEEN_ENCRYPTION_KEY", r.pid, r.txid)}
+		return nil, &RefusedError{Reason: fmt.Sprintf("partition %s (transactionId %s): the queue has encryptionEnabled and this broker has no QUEEN_ENCRYPTION_KEY", r.pid, r.txid)}
 	}
-	again := make([]appendRow, len(idx))
-	for j, i := range idx {
+	again := append([]appendRow(nil), rows...)
+	for _, i := range idx {
 		sealed, err := s.cipher.SealPayload(rows[i].payload)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		again[j] = rows[i]
-		again[j].payload = sealed
+		again[i].payload = sealed
 	}
 	s.cache.forgetSealed()
-	res, err := s.appendRows(ctx, q, again)
-	if err != nil {
-		return err
-	}
-	for j, i := range idx {
-		out[i] = res[j]
-	}
-	return nil
+	return s.appendRows(ctx, q, again)
 }
 
 // payloadText is a payload as appendSQL takes it: an empty one is JSON null.

@@ -44,9 +44,9 @@ func (s *Store) queueEncrypted(ctx context.Context, q querier, tenant, queue str
 // sealRows makes each row's payload what its queue stores, sealing or
 // opening it at most once. A sealed payload (spooled with a key) must open
 // with a configured key, or the write is refused for good (RefusedError:
-// the drain quarantines it); it is stored as the envelope it is when its
-// queue encrypts, and opened when it does not. A plain payload is sealed
-// when its queue encrypts. Whether a queue encrypts comes from the cached
+// the drain quarantines it); it is stored opened, and sealed again under the
+// current key when its queue encrypts (never an envelope inside an
+// envelope). A plain payload is sealed when its queue encrypts. Whether a queue encrypts comes from the cached
 // hint; appendSQL has the last word (appendSealed). Without a key nothing
 // is sealed or opened: a sealed payload is stored sealed as it came.
 func (s *Store) sealRows(ctx context.Context, tenant string, items []PushItem, rows []appendRow) error {
@@ -66,8 +66,14 @@ func (s *Store) sealRows(ctx context.Context, tenant string, items []PushItem, r
 				return &RefusedError{Reason: fmt.Sprintf("%s/%s %s: a spooled payload opens with no configured key (was QUEEN_ENCRYPTION_KEY changed without keeping the old one in QUEEN_ENCRYPTION_KEYS_PREVIOUS?)",
 					it.Queue, it.Partition, it.TransactionID), Err: err}
 			}
-			if !on {
-				rows[i].payload = plain
+			// Sealed again under the current key when the queue
+			// encrypts, so a key rotation finishes: nothing stays
+			// sealed under a retired key once the spool drained.
+			rows[i].payload = plain
+			if on {
+				if rows[i].payload, err = s.cipher.SealPayload(plain); err != nil {
+					return err
+				}
 			}
 		case on:
 			if rows[i].payload, err = s.cipher.SealPayload(p); err != nil {

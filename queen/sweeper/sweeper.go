@@ -19,10 +19,13 @@ package sweeper
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/queen-go/queen/queen/admission"
 	"github.com/queen-go/queen/queen/canary"
@@ -167,21 +170,29 @@ func (s *Sweeper) fire(ctx context.Context) (claimed, fired int, err error) {
 	}
 	s.Stats.Claimed.Add(int64(len(c)))
 	s.observe("claim", token, c)
+	s.observe("firing", token, nil)
 	f, err := s.Store.FireTimers(ctx, token, c)
-	if err != nil && refused(err) && !canary.On("timer-batch-poisoned") {
+	if err != nil && poisonous(err) && !canary.On("timer-batch-poisoned") {
 		if len(c) > 1 {
 			f, err = s.fireEach(ctx, token, c)
 		} else {
 			err = s.failed(ctx, token, c[0], err)
 		}
 	}
+	s.fired(token, f)
 	if err != nil {
-		// The claim stands until its lease ends; another cycle (here or
-		// on another broker) fires them then.
+		// The claims left stand until their lease ends; another cycle
+		// (here or on another broker) fires them then.
 		s.Log.Warn("sweeper: firing claimed timers failed; they fire again after the lease",
-			"timers", len(c), "lease", s.Lease, "err", err)
-		return len(c), 0, err
+			"timers", len(c)-len(f), "lease", s.Lease, "err", err)
+		return len(c), len(f), err
 	}
+	return len(c), len(f), nil
+}
+
+// fired accounts for the timers a cycle fired (all of them, or those fired
+// before an outage stopped it): stats, observers and wakes.
+func (s *Sweeper) fired(token string, f []store.FiredTimer) {
 	now := s.Clock.Now()
 	parts := map[[2]string]map[string]bool{}
 	for _, t := range f {
@@ -207,22 +218,40 @@ func (s *Sweeper) fire(ctx context.Context) (claimed, fired int, err error) {
 			s.Fired(k[0], k[1], ids)
 		}
 	}
-	return len(c), len(f), nil
 }
 
+// observe tells the observer of claims ("claim" per timer), of the moment a
+// claimed batch goes to its fire ("firing", once, no timer) and of how each
+// claim ended ("fired", "failed").
 func (s *Sweeper) observe(kind, token string, ts []store.ClaimedTimer) {
 	if s.Observe == nil {
 		return
+	}
+	if ts == nil {
+		s.Observe(kind, token, store.ClaimedTimer{})
 	}
 	for _, t := range ts {
 		s.Observe(kind, token, t)
 	}
 }
 
-// refused reports a fire failure that will repeat (PostgreSQL refuses the
-// message), as opposed to an outage, which the claim's lease rides out.
-func refused(err error) bool {
-	return store.Classify(err) == store.Permanent && !store.Unavailable(err)
+// poisonous reports a fire failure that is the timers' own and will repeat:
+// PostgreSQL refused their message for what it holds (SQLSTATE classes 22
+// data exception, 23 integrity constraint, 54 program limit: a value too
+// long for its index). Anything else (an outage, a read-only server during a
+// failover, a migration's missing column, a broker without the key an
+// encrypted queue needs) is no timer's fault: the claims wait out their
+// lease and fire later, from here or from another broker.
+func poisonous(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	switch pgErr.Code[:2] {
+	case "22", "23", "54":
+		return true
+	}
+	return false
 }
 
 // fireEach fires a batch that failed permanently one timer at a time, so a
@@ -236,7 +265,7 @@ func (s *Sweeper) fireEach(ctx context.Context, token string, claimed []store.Cl
 		switch {
 		case err == nil:
 			fired = append(fired, f...)
-		case refused(err):
+		case poisonous(err):
 			if err := s.failed(ctx, token, c, err); err != nil {
 				return fired, err
 			}
@@ -255,12 +284,13 @@ func (s *Sweeper) failed(ctx context.Context, token string, c store.ClaimedTimer
 	if backoff <= 0 {
 		backoff = time.Second
 	}
+	// The claim ends with the write below (another sweeper may take the
+	// timer after the backoff): told first, so no observer sees the next
+	// claim before this one's end.
+	s.observe("failed", token, []store.ClaimedTimer{c})
 	f, err := s.Store.FailTimer(ctx, token, c, cause.Error(), max(s.MaxAttempts, 1), backoff, s.Lease)
 	if err != nil {
 		return err
-	}
-	if f.Held {
-		s.observe("failed", token, []store.ClaimedTimer{c})
 	}
 	switch {
 	case !f.Held:
