@@ -86,8 +86,18 @@ func TestProbeClimbsOutOfSlowConnects(t *testing.T) {
 	raised := p.ConnectTimeout()
 	proxy.SetSlowConnect(0)
 	proxy.Reset()
-	if err := p.Probe(ctx); err != nil {
-		t.Fatal(err)
+	// The probe's query is bounded by its connect timeout, now back near
+	// the configured 50 ms: on a loaded machine one query can outlast it
+	// (make test beside make sim failed here once), so a few tries.
+	for try := 0; ; try++ {
+		err := p.Probe(ctx)
+		if err == nil {
+			break
+		}
+		if try == 4 {
+			t.Fatal(err)
+		}
+		c.Advance(dbprobe.MaxBackoff)
 	}
 	if got := p.ConnectTimeout(); got > raised/2 {
 		t.Fatalf("connect timeout %v after a fast connect, still near the raised %v", got, raised)
