@@ -12,15 +12,13 @@ import (
 // dropped (a payload PostgreSQL refuses that the edge let through, a batch
 // quarantined whole for one poison record).
 func CheckQuarantine(h []Event, _ Spec) []Violation {
+	final := finalEvent(h)
+	if final == nil {
+		return nil
+	}
 	var out []Violation
-	for _, e := range h {
-		if e.K != KFinal {
-			continue
-		}
-		for _, q := range e.Quarantined {
-			if edgeRefuses(q.Key) {
-				continue
-			}
+	for _, q := range final.Quarantined {
+		if !edgeRefuses(q.Key) {
 			out = append(out, Violation{"quarantine", fmt.Sprintf("%s was quarantined (%s) though the edge would have taken it: a buffered push dropped", q.Key, q.Reason)})
 		}
 	}

@@ -8,14 +8,13 @@ import "fmt"
 // final read lists the rows that are not). That a consumer is never handed
 // an envelope is the answers rule's: a pop delivering one is a bad answer.
 func CheckSealed(h []Event, _ Spec) []Violation {
+	final := finalEvent(h)
+	if final == nil {
+		return nil
+	}
 	var out []Violation
-	for _, e := range h {
-		if e.K != KFinal {
-			continue
-		}
-		for _, k := range e.Plain {
-			out = append(out, Violation{"sealed", fmt.Sprintf("%s was stored in the clear after its queue's encryption was turned on", k)})
-		}
+	for _, k := range final.Plain {
+		out = append(out, Violation{"sealed", fmt.Sprintf("%s was stored in the clear after its queue's encryption was turned on", k)})
 	}
 	return limit(out, 20)
 }

@@ -10,12 +10,7 @@ import "fmt"
 // exactly the counted messages, each once. A cycle that lost its lease, or
 // whose answer was lost, must have committed all of its work or none.
 func CheckStream(h []Event, _ Spec) []Violation {
-	var final *Event
-	for i := range h {
-		if h[i].K == KFinal {
-			final = &h[i]
-		}
-	}
+	final := finalEvent(h)
 	if final == nil {
 		return nil
 	}

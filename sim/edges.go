@@ -107,11 +107,8 @@ func CheckEdges(h []Event, _ Spec) []Violation {
 				c.in.What, c.done.Code, c.done.Status, c.done.I, k)})
 		}
 	}
-	for _, e := range h {
-		if e.K != KFinal {
-			continue
-		}
-		for _, row := range e.Rows {
+	if final := finalEvent(h); final != nil {
+		for _, row := range final.Rows {
 			k := Key{row.Tenant, row.Q, row.P, row.Txid}
 			if why, ok := edge[k]; ok {
 				out = append(out, Violation{"edges", fmt.Sprintf("a refused push (%s) left a row: %.60s", why, k)})

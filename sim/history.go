@@ -131,6 +131,16 @@ type Row struct {
 	At     int64    `json:"at,omitempty"`      // fired timers: created_at, Unix ms
 }
 
+// finalEvent is the history's final read, or nil when the run has none.
+func finalEvent(h []Event) *Event {
+	for i := len(h) - 1; i >= 0; i-- {
+		if h[i].K == KFinal {
+			return &h[i]
+		}
+	}
+	return nil
+}
+
 // Key identifies a logical message.
 type Key struct{ Tenant, Q, P, Txid string }
 

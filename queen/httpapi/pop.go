@@ -73,13 +73,9 @@ func (s *Server) parsePop(r *http.Request) (popParams, error) {
 		}
 		p.autopilot = &autopilotWire{Batch: p.req.Batch, Partitions: p.req.Partitions}
 	}
-	for _, c := range []struct {
-		f limits.Field
-		v string
-	}{{limits.Queue, p.req.Queue}, {limits.Partition, p.req.Partition}, {limits.ConsumerGroup, p.req.Group}} {
-		if err := c.f.Check("", c.v); err != nil {
-			return p, err
-		}
+	if err := limits.CheckAll("", limits.Value{Field: limits.Queue, V: p.req.Queue}, limits.Value{Field: limits.Partition, V: p.req.Partition},
+		limits.Value{Field: limits.ConsumerGroup, V: p.req.Group}); err != nil {
+		return p, err
 	}
 	if p.req.Batch < 1 {
 		return p, bad("batch must be a positive integer")

@@ -89,13 +89,9 @@ func parsePushTyped(body []byte) (items []store.PushItem, ok bool, err error) {
 // checkPushItem applies the rules both parsers share: every field within
 // what the database stores (queen/limits).
 func checkPushItem(it store.PushItem, path string) error {
-	for _, c := range []struct {
-		f limits.Field
-		v string
-	}{{limits.Queue, it.Queue}, {limits.Partition, it.Partition}, {limits.TransactionID, it.TransactionID}, {limits.TraceID, it.TraceID}} {
-		if err := c.f.Check(path, c.v); err != nil {
-			return err
-		}
+	if err := limits.CheckAll(path, limits.Value{Field: limits.Queue, V: it.Queue}, limits.Value{Field: limits.Partition, V: it.Partition},
+		limits.Value{Field: limits.TransactionID, V: it.TransactionID}, limits.Value{Field: limits.TraceID, V: it.TraceID}); err != nil {
+		return err
 	}
 	return limits.JSON(path+"payload", it.Payload.Raw())
 }

@@ -136,13 +136,9 @@ func (s *Server) parseTimerOp(raw json.RawMessage, path string) (store.TimerOp, 
 	// The fire pushes the timer as a message: its names are held to the
 	// push route's limits here, where a 400 is still possible, not at the
 	// fire, where a refused row could only fail.
-	for _, c := range []struct {
-		f limits.Field
-		v string
-	}{{limits.Queue, op.Queue}, {limits.TimerKey, op.TimerKey}, {limits.Partition, op.Partition}, {limits.TransactionID, op.Txn}} {
-		if err := c.f.Check(path+".", c.v); err != nil {
-			return op, timersBad("timers_bad_field", "%s", err)
-		}
+	if err := limits.CheckAll(path+".", limits.Value{Field: limits.Queue, V: op.Queue}, limits.Value{Field: limits.TimerKey, V: op.TimerKey},
+		limits.Value{Field: limits.Partition, V: op.Partition}, limits.Value{Field: limits.TransactionID, V: op.Txn}); err != nil {
+		return op, timersBad("timers_bad_field", "%s", err)
 	}
 	if err := s.parseWhen(o, path, &op); err != nil {
 		return op, err

@@ -140,6 +140,22 @@ func (f Field) CheckAs(name, v string) error {
 // btree's 2704 bytes even for incompressible text.
 const MaxKVKeyBytes = 2048
 
+// Value is a field and what a client sent for it.
+type Value struct {
+	Field Field
+	V     string
+}
+
+// CheckAll checks each value in turn and returns the first refusal.
+func CheckAll(path string, vs ...Value) error {
+	for _, v := range vs {
+		if err := v.Field.Check(path, v.V); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Within is Check with the configured bound (QUEEN_KV_MAX_KEY_BYTES) in
 // place of the table's.
 func (f Field) Within(max int, path, v string) error {
