@@ -250,6 +250,8 @@ func (s *Scenario) parseWorkload(f []string) error {
 			w.HotPct = n
 		case "poll":
 			w.PollPct = n
+		case "burst":
+			w.BurstPct = n
 		case "timer":
 			w.Timer = n
 		case "kv":
@@ -344,7 +346,7 @@ func Print(w io.Writer, s *Scenario) error {
 		key, unit string
 		n         int
 	}{{"hot", "%", w8.HotPct}, {"foreign", "", w8.Foreign}, {"leave", "", w8.Leave}, {"poll", "%", w8.PollPct},
-		{"timer", "", w8.Timer}, {"stream", "", w8.Stream}, {"kv", "", w8.KV}} {
+		{"burst", "%", w8.BurstPct}, {"timer", "", w8.Timer}, {"stream", "", w8.Stream}, {"kv", "", w8.KV}} {
 		if o.n > 0 {
 			fmt.Fprintf(b, " %s=%d%s", o.key, o.n, o.unit)
 		}

@@ -209,6 +209,9 @@ func GenerateFree(seed uint64) *Scenario {
 		By: time.Duration(30+rng.IntN(51)) * time.Millisecond})
 	s.Sometimes = append(s.Sometimes, "pg.hold")
 	addEncryption(s, seed, 200*time.Millisecond, 1)
+	// Some pushes come in bursts of parallel requests, which meet in a
+	// broker's push combiner (seed bits, not the stream, choose how many).
+	s.Weights.BurstPct = 15 + int((seedBits(seed)>>23)%11)
 	if h := seedBits(seed); (h>>19)%2 == 0 {
 		// A slow sweeper on one broker: a second between its claims and
 		// their fires, under the lease, so no other sweeper may claim

@@ -135,7 +135,7 @@ func NewCluster(ctx context.Context, o ClusterOptions) (*Cluster, error) {
 		if o.Lockstep {
 			p.SetBlackholeCut(LockstepBlackholeCut)
 		}
-		n := &node{idx: i, proxy: p, client: &http.Client{Timeout: 60 * time.Second},
+		n := &node{idx: i, proxy: p, client: newClient(),
 			fs: faults.NewFaultyFS(spool.OSFS{}), spoolDir: filepath.Join(dir, fmt.Sprint("broker-", i))}
 		c.nodes = append(c.nodes, n)
 		if err := c.Start(ctx, i); err != nil {
@@ -572,4 +572,14 @@ func freePorts(n int) ([]int, error) {
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
+}
+
+// newClient is one broker's HTTP client. It keeps as many idle connections
+// as the run has clients: a burst of parallel pushes then reaches the broker
+// together over warm connections (net/http keeps two per host by default,
+// and the rest would each dial, spreading the burst out).
+func newClient() *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = 64
+	return &http.Client{Timeout: 60 * time.Second, Transport: t}
 }

@@ -51,7 +51,10 @@ func runFree(ctx context.Context, dsn string, o Options, log io.Writer) (*Result
 					r.abandonAll(c) // its broker died; so did it
 				}
 				r.step(rng, c)
-				done.Add(1)
+				n := 1 + c.extraOps
+				c.extraOps = 0
+				i += n - 1
+				done.Add(int64(n))
 			}
 		}()
 	}

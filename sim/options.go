@@ -44,6 +44,12 @@ type Weights struct {
 	// PollPct is the percentage of pops that long-poll (free-running
 	// only): a push on another broker wakes them through the mesh.
 	PollPct int
+	// BurstPct is the percentage of pushes sent as a burst (free-running
+	// only): three to six fresh pushes at once, each its own request, to
+	// the client's broker, as a producer with parallel requests sends
+	// them. They meet in the broker's push combiner, whose answers the
+	// answers rule ties to what is delivered.
+	BurstPct int
 	// Timer is the weight of timer operations (schedule 0-3 s ahead into
 	// TimerQueue, sometimes cancel); KV the weight of KV puts (1-2 s ttl)
 	// and reads.

@@ -82,6 +82,9 @@ type client struct {
 	kv     []kvRef
 	// streams are source batches popped and not yet committed.
 	streams []*streamBatch
+	// extraOps counts the requests of its last step beyond the first (a
+	// burst's), so a burst spends the workload's ops, not adds to them.
+	extraOps int
 }
 
 type runner struct {
@@ -436,6 +439,8 @@ func (r *runner) step(rng *rand.Rand, c *client) {
 		return
 	}
 	switch {
+	case x < w.Push && r.pg == nil && w.BurstPct > 0 && pick(100) < w.BurstPct:
+		r.burst(rng, c, b, 6+pick(5))
 	case x < w.Push:
 		k := r.nextKey(rng)
 		r.mu.Lock()
@@ -573,6 +578,30 @@ func (r *runner) freshKey(rng *rand.Rand) Key {
 	}
 	r.pushed = append(r.pushed, k)
 	return k
+}
+
+// burst sends n fresh pushes to broker b at once, each its own request:
+// the ones that arrive while a push statement runs wait in the broker's
+// combiner and go to PostgreSQL together. The keys are drawn before any
+// request leaves, so the seed's stream does not depend on the machine.
+func (r *runner) burst(rng *rand.Rand, c *client, b, n int) {
+	c.extraOps += n - 1
+	keys := make([]Key, n)
+	for i := range keys {
+		keys[i] = r.freshKey(rng)
+	}
+	var wg sync.WaitGroup
+	for _, k := range keys {
+		r.mu.Lock()
+		edge := r.edges[k]
+		r.mu.Unlock()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.act.pushEdge(r.ctx, c.id, b, k, edge)
+		}()
+	}
+	wg.Wait()
 }
 
 func (r *runner) nextKey(rng *rand.Rand) Key {
