@@ -5,6 +5,8 @@
 package faults
 
 import (
+	"encoding/binary"
+	"io"
 	"math/rand/v2"
 	"net"
 	"strconv"
@@ -42,6 +44,7 @@ type PGProxy struct {
 	slowConnect time.Duration
 	cutAfter    time.Duration
 	hold        time.Duration // longest a COMMIT is held (0: none)
+	readOnly    bool          // new sessions start read-only
 	rng         *rand.Rand
 	conns       map[net.Conn]struct{}
 	fired       map[string]int
@@ -96,6 +99,23 @@ func (p *PGProxy) holdFor() time.Duration {
 		return 0
 	}
 	return p.hold
+}
+
+// SetReadOnly points the broker at a server that refuses writes, as an
+// address moved to a standby does during a failover: every open connection
+// is cut, and each new session starts with default_transaction_read_only
+// on (a startup parameter), so every write in it fails with SQLSTATE 25006
+// while reads still answer. Off again, new sessions are writable; the
+// read-only ones already open stay read-only until the client drops them
+// (a standby's sessions do not turn writable by themselves when the
+// address moves back).
+func (p *PGProxy) SetReadOnly(on bool) {
+	p.mu.Lock()
+	p.readOnly = on
+	p.mu.Unlock()
+	if on {
+		p.Reset()
+	}
 }
 
 // SetSlowConnect makes every new connection wait d before its first byte
@@ -221,9 +241,16 @@ func (p *PGProxy) serve(client net.Conn) {
 		return
 	}
 	defer p.untrack(server)
+	fe := &frontend{}
+	p.mu.Lock()
+	ro := p.readOnly
+	p.mu.Unlock()
+	if ro && !p.startReadOnly(client, server, fe) {
+		return
+	}
 	done := make(chan struct{}, 2)
 	p.wg.Add(2)
-	go p.pipe(server, client, &frontend{}, done)
+	go p.pipe(server, client, fe, done)
 	go p.pipe(client, server, nil, done)
 	<-done
 	client.Close()
@@ -267,6 +294,34 @@ func (p *PGProxy) pipe(dst, src net.Conn, fe *frontend, done chan<- struct{}) {
 			return
 		}
 	}
+}
+
+// startReadOnly forwards the client's first packet, a startup message
+// given default_transaction_read_only=on; any other first packet (an SSL
+// request) passes as it is. fe sees what was sent.
+func (p *PGProxy) startReadOnly(client, server net.Conn, fe *frontend) bool {
+	var hdr [8]byte
+	if _, err := io.ReadFull(client, hdr[:]); err != nil {
+		return false
+	}
+	n := int(binary.BigEndian.Uint32(hdr[:4]))
+	if n < 8 || n > 1<<16 {
+		return false
+	}
+	pkt := make([]byte, n)
+	copy(pkt, hdr[:])
+	if _, err := io.ReadFull(client, pkt[8:]); err != nil {
+		return false
+	}
+	if binary.BigEndian.Uint32(hdr[4:])>>16 == 3 && pkt[n-1] == 0 {
+		// Protocol 3: name/value pairs, then a zero byte.
+		pkt = append(pkt[:n-1], "default_transaction_read_only\x00on\x00\x00"...)
+		binary.BigEndian.PutUint32(pkt, uint32(len(pkt)))
+		p.note("pg.readonly")
+	}
+	fe.scan(pkt)
+	_, err := server.Write(pkt)
+	return err == nil
 }
 
 // cutLater closes both ends of a blackholed connection after the cut

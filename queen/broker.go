@@ -11,7 +11,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgerrcode"
@@ -85,6 +87,9 @@ type Broker struct {
 	drainer  *spool.Drainer
 	maint    *maintenance.State
 	mesh     *mesh.Mesh // nil when this broker has no peers
+	readOnly *store.ReadOnlyWatch
+	hosts    []string // host:port the pool may connect to, in order
+	onHost   atomic.Pointer[string]
 
 	cancel   context.CancelFunc // background services and request base context
 	wg       sync.WaitGroup
@@ -111,6 +116,11 @@ func PoolConfig(cfg config.Config) (*pgxpool.Config, error) {
 	pc, err := pgxpool.ParseConfig(cfg.DSN())
 	if err != nil {
 		return nil, fmt.Errorf("database config: %w", err)
+	}
+	if cc := pc.ConnConfig; len(cc.Fallbacks) > 0 && cc.ValidateConnect == nil && !strings.Contains(cfg.DSN(), "target_session_attrs") {
+		// DATABASE_URL named several hosts and no target_session_attrs:
+		// take only the writable one, as for PG_HOST=h1,h2.
+		cc.ValidateConnect = pgconn.ValidateConnectTargetSessionAttrsReadWrite
 	}
 	pc.MaxConns = int32(cfg.DBPoolSize)
 	pc.ConnConfig.ConnectTimeout = cfg.DBConnectionTimeout
@@ -143,6 +153,18 @@ func (b *Broker) Start(ctx context.Context) error {
 		cc.ConnectTimeout = b.probe.ConnectTimeout()
 		return nil
 	}
+	// A connection that meets a read-only server (the address moved to a
+	// standby) is closed, and the broker says so once each way.
+	b.readOnly = &store.ReadOnlyWatch{OnChange: func(ro bool) {
+		if ro {
+			b.log.Warn("database read-only: writes wait (pushes are spooled) until a writable primary answers")
+			return
+		}
+		b.log.Info("database writable again")
+	}}
+	pc.ConnConfig.OnPgError = b.readOnly.OnPgError
+	b.hosts = hostsOf(pc.ConnConfig)
+	pc.AfterConnect = b.afterConnect
 	if b.opts.ConfigurePool != nil {
 		b.opts.ConfigurePool(pc)
 	}
@@ -161,7 +183,11 @@ func (b *Broker) Start(ctx context.Context) error {
 	}
 	b.store = store.New(b.pool, store.Options{DBNow: b.opts.DBNow, IDs: b.opts.IDs, TxTimeout: b.cfg.DBStatementTimeout, Cipher: cipher,
 		Clock: b.opts.Clock, CacheTTL: b.cfg.CacheRefreshInterval, PushStatements: b.cfg.PushStatements,
-		PushBatchRows: b.cfg.PushBatchRows, Log: b.log})
+		PushBatchRows: b.cfg.PushBatchRows, Log: b.log, ReadOnly: b.readOnly})
+	if err := b.checkStandby(ctx); err != nil {
+		b.pool.Close()
+		return err
+	}
 	arbiter := admission.New(b.cfg.DBPoolSize, b.cfg.AdmissionMaintShare)
 	if b.cfg.FileBufferDir != "" && b.cfg.FileBufferDir != "off" {
 		b.spool, err = spool.Open(spool.Options{Dir: b.cfg.FileBufferDir, FS: b.opts.SpoolFS, Clock: b.opts.Clock,
@@ -256,7 +282,7 @@ func (b *Broker) Start(ctx context.Context) error {
 	}()
 	// The startup summary: what an operator checks first, and no secret.
 	b.log.Info("queen broker serving", "addr", b.listener.Addr().String(),
-		"database", fmt.Sprintf("%s:%d/%s", b.cfg.PGHost, b.cfg.PGPort, b.cfg.PGDatabase), "user", b.cfg.PGUser,
+		"database", b.database(), "user", b.cfg.PGUser,
 		"pool", b.cfg.DBPoolSize, "spool", b.cfg.FileBufferDir, "tenancy", b.cfg.TenancyHeader,
 		"jwt", b.cfg.JWTEnabled, "meshPeers", b.cfg.MeshPeers, "sweeper", b.cfg.Sweeper,
 		"retentionInterval", b.cfg.RetentionInterval)
@@ -311,14 +337,14 @@ func (b *Broker) migrate(ctx context.Context) error {
 		permanent := errors.As(err, &pgErr) && (pgerrcode.IsInvalidAuthorizationSpecification(pgErr.Code) ||
 			pgErr.Code == pgerrcode.InvalidCatalogName || store.Classify(err) == store.Permanent)
 		if permanent || ctx.Err() != nil {
-			return fmt.Errorf("database %s:%d/%s: %w", b.cfg.PGHost, b.cfg.PGPort, b.cfg.PGDatabase, err)
+			return fmt.Errorf("database %s: %w", b.database(), err)
 		}
 		b.log.Warn("database not reachable yet; retrying", "attempt", attempt, "err", err)
 		t := b.opts.Clock.NewTimer(min(time.Duration(attempt)*500*time.Millisecond, 5*time.Second))
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("database %s:%d/%s: %w", b.cfg.PGHost, b.cfg.PGPort, b.cfg.PGDatabase, err)
+			return fmt.Errorf("database %s: %w", b.database(), err)
 		case <-t.C():
 		}
 	}

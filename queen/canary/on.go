@@ -30,5 +30,7 @@ import "os"
 // (a timer whose fire is refused fails its whole claimed batch, every
 // lease, as before poison timers were isolated), seal-cache-trusted (the
 // append trusts the process's cached encryption setting),
-// timer-claim-ignores-lease (a sweeper claims a timer another still holds).
+// timer-claim-ignores-lease (a sweeper claims a timer another still holds),
+// read-only-permanent (SQLSTATE 25006, a read-only server, is bad data
+// again rather than an outage).
 func On(name string) bool { return os.Getenv("QUEEN_CANARY") == name }

@@ -28,12 +28,26 @@ type Config struct {
 	Host string // HOST, default 0.0.0.0
 	Port int    // PORT, default 6632
 
-	PGHost     string // PG_HOST, default localhost
-	PGPort     int    // PG_PORT, default 5432
-	PGUser     string // PG_USER, default postgres
-	PGPassword string // PG_PASSWORD, default postgres
-	PGDatabase string // PG_DATABASE, else PG_DB, default postgres
-	PGUseSSL   bool   // PG_USE_SSL, default false
+	PGHost string // PG_HOST, default localhost; h1,h2[,h3] names several (see DSN)
+	PGPort int    // PG_PORT, default 5432: every host's port
+	// PGPorts is PG_PORT given as a list, one port per PG_HOST host.
+	PGPorts []int
+	// PGTargetSessionAttrs is PG_TARGET_SESSION_ATTRS (libpq's
+	// target_session_attrs: any, read-write, primary, ...); empty means
+	// read-write when more than one host is named, else any.
+	PGTargetSessionAttrs string
+	// DatabaseURL is DATABASE_URL: a full connection string (URL or libpq
+	// keywords) that replaces every PG_* variable.
+	DatabaseURL string
+	// RequireSyncStandby is QUEEN_REQUIRE_SYNC_STANDBY, default false: refuse
+	// to start when the primary has no synchronous standby (otherwise a
+	// warning), since a failover to an asynchronous standby loses commits
+	// PostgreSQL acknowledged.
+	RequireSyncStandby bool
+	PGUser             string // PG_USER, default postgres
+	PGPassword         string // PG_PASSWORD, default postgres
+	PGDatabase         string // PG_DATABASE, else PG_DB, default postgres
+	PGUseSSL           bool   // PG_USE_SSL, default false
 
 	DBPoolSize          int           // DB_POOL_SIZE, default 160
 	DBConnectionTimeout time.Duration // DB_CONNECTION_TIMEOUT (ms), default 2000
@@ -192,7 +206,10 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	p.str("HOST", &c.Host)
 	p.intRange("PORT", &c.Port, 1, 65535)
 	p.str("PG_HOST", &c.PGHost)
-	p.intRange("PG_PORT", &c.PGPort, 1, 65535)
+	p.ports("PG_PORT", &c)
+	p.str("PG_TARGET_SESSION_ATTRS", &c.PGTargetSessionAttrs)
+	p.str("DATABASE_URL", &c.DatabaseURL)
+	p.boolean("QUEEN_REQUIRE_SYNC_STANDBY", &c.RequireSyncStandby)
 	p.str("PG_USER", &c.PGUser)
 	p.str("PG_PASSWORD", &c.PGPassword)
 	p.str("PG_DB", &c.PGDatabase)
@@ -336,6 +353,12 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	if c.SweeperMaxSleep <= 0 || c.SweeperMinSleep > c.SweeperMaxSleep {
 		p.fail("QUEEN_SWEEPER_MAX_SLEEP_MS", getenv("QUEEN_SWEEPER_MAX_SLEEP_MS"), "must be positive and at least QUEEN_SWEEPER_MIN_SLEEP_MS")
 	}
+	if n := len(c.hostList()); len(c.PGPorts) > 1 && len(c.PGPorts) != n {
+		p.fail("PG_PORT", getenv("PG_PORT"), fmt.Sprintf("%d ports for %d PG_HOST hosts: give one port, or one per host", len(c.PGPorts), n))
+	}
+	if !validSessionAttrs[c.PGTargetSessionAttrs] {
+		p.fail("PG_TARGET_SESSION_ATTRS", c.PGTargetSessionAttrs, "not one of any, read-write, read-only, primary, standby, prefer-standby")
+	}
 	if c.SweeperLease <= 0 {
 		p.fail("QUEEN_SWEEPER_LEASE_MS", getenv("QUEEN_SWEEPER_LEASE_MS"), "must be positive")
 	}
@@ -422,15 +445,74 @@ func NormalizeSubscriptionMode(v string) (string, bool) {
 	return "", false
 }
 
-// DSN renders the PostgreSQL connection string.
+// DSN renders the PostgreSQL connection string: DATABASE_URL as given, or
+// the PG_* variables. Several hosts are tried in order (libpq's multi-host
+// rule); with more than one, only a read-write server is taken unless
+// PG_TARGET_SESSION_ATTRS says otherwise, so the broker follows a failover
+// to whichever host was promoted.
 func (c Config) DSN() string {
+	if c.DatabaseURL != "" {
+		return c.DatabaseURL
+	}
 	ssl := "disable"
 	if c.PGUseSSL {
 		ssl = "require"
 	}
-	return fmt.Sprintf("host=%s port=%d user=%s password=%s dbname=%s sslmode=%s",
-		quote(c.PGHost), c.PGPort, quote(c.PGUser), quote(c.PGPassword), quote(c.PGDatabase), ssl)
+	ports := fmt.Sprint(c.PGPort)
+	if len(c.PGPorts) > 1 {
+		ps := make([]string, len(c.PGPorts))
+		for i, n := range c.PGPorts {
+			ps[i] = fmt.Sprint(n)
+		}
+		ports = strings.Join(ps, ",")
+	}
+	dsn := fmt.Sprintf("host=%s port=%s user=%s password=%s dbname=%s sslmode=%s",
+		quote(strings.Join(c.hostList(), ",")), ports, quote(c.PGUser), quote(c.PGPassword), quote(c.PGDatabase), ssl)
+	if attrs := c.sessionAttrs(); attrs != "" {
+		dsn += " target_session_attrs=" + attrs
+	}
+	return dsn
 }
+
+// DatabaseHosts names the hosts the broker may connect to, host:port each,
+// for the startup summary (DATABASE_URL's are read by the pool config).
+func (c Config) DatabaseHosts() []string {
+	hosts := c.hostList()
+	out := make([]string, len(hosts))
+	for i, h := range hosts {
+		port := c.PGPort
+		if len(c.PGPorts) > 1 && i < len(c.PGPorts) {
+			port = c.PGPorts[i]
+		}
+		out[i] = fmt.Sprintf("%s:%d", h, port)
+	}
+	return out
+}
+
+func (c Config) hostList() []string {
+	var out []string
+	for _, h := range strings.Split(c.PGHost, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// sessionAttrs is the target_session_attrs the PG_* connection string
+// carries: the configured one, else read-write for several hosts.
+func (c Config) sessionAttrs() string {
+	if c.PGTargetSessionAttrs != "" {
+		return c.PGTargetSessionAttrs
+	}
+	if len(c.hostList()) > 1 {
+		return "read-write"
+	}
+	return ""
+}
+
+var validSessionAttrs = map[string]bool{"": true, "any": true, "read-write": true, "read-only": true,
+	"primary": true, "standby": true, "prefer-standby": true}
 
 // Addr is the HTTP listen address.
 func (c Config) Addr() string { return fmt.Sprintf("%s:%d", c.Host, c.Port) }
@@ -470,6 +552,28 @@ func (p *parser) intRange(name string, dst *int, lo, hi int) bool {
 	}
 	*dst = n
 	return true
+}
+
+// ports reads PG_PORT: one port for every host, or a comma list of one
+// per host.
+func (p *parser) ports(name string, c *Config) {
+	v := strings.TrimSpace(p.getenv(name))
+	if v == "" {
+		return
+	}
+	var ports []int
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 || n > 65535 {
+			p.fail(name, v, "not a port (1-65535) or a comma list of ports")
+			return
+		}
+		ports = append(ports, n)
+	}
+	c.PGPort = ports[0]
+	if len(ports) > 1 {
+		c.PGPorts = ports
+	}
 }
 
 func (p *parser) millis(name string, dst *time.Duration) {

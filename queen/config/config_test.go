@@ -80,3 +80,41 @@ func TestMeshConfiguration(t *testing.T) {
 		t.Fatalf("a dead threshold under the heartbeat: %v", err)
 	}
 }
+
+// TestSeveralDatabaseHosts: PG_HOST names several hosts, PG_PORT one port
+// for all or one per host; with more than one host only a writable server
+// is taken unless PG_TARGET_SESSION_ATTRS says otherwise; DATABASE_URL
+// replaces the PG_* variables.
+func TestSeveralDatabaseHosts(t *testing.T) {
+	for _, c := range []struct {
+		env   map[string]string
+		dsn   string
+		hosts string
+	}{
+		{map[string]string{}, "host='localhost' port=5432 ", "localhost:5432"},
+		{map[string]string{"PG_HOST": "a,b", "PG_PORT": "6000"}, "host='a,b' port=6000 ", "a:6000,b:6000"},
+		{map[string]string{"PG_HOST": "a, b", "PG_PORT": "6000,6001"}, "host='a,b' port=6000,6001 ", "a:6000,b:6001"},
+		{map[string]string{"PG_HOST": "a,b", "PG_TARGET_SESSION_ATTRS": "primary"}, "target_session_attrs=primary", "a:5432,b:5432"},
+		{map[string]string{"DATABASE_URL": "postgres://u@x,y/db"}, "postgres://u@x,y/db", "localhost:5432"},
+	} {
+		cfg, err := FromEnv(env(c.env))
+		if err != nil {
+			t.Fatalf("%v: %v", c.env, err)
+		}
+		dsn := cfg.DSN()
+		if !strings.Contains(dsn, c.dsn) || strings.Join(cfg.DatabaseHosts(), ",") != c.hosts {
+			t.Errorf("%v: dsn %q hosts %v", c.env, dsn, cfg.DatabaseHosts())
+		}
+		several := len(cfg.hostList()) > 1 && cfg.DatabaseURL == ""
+		if several && cfg.PGTargetSessionAttrs == "" && !strings.HasSuffix(dsn, " target_session_attrs=read-write") {
+			t.Errorf("%v: several hosts without read-write: %q", c.env, dsn)
+		}
+		if !several && strings.Contains(dsn, "target_session_attrs") {
+			t.Errorf("%v: one host with target_session_attrs: %q", c.env, dsn)
+		}
+	}
+	_, err := FromEnv(env(map[string]string{"PG_HOST": "a,b,c", "PG_PORT": "1,2", "PG_TARGET_SESSION_ATTRS": "writable"}))
+	if err == nil || !strings.Contains(err.Error(), "PG_PORT") || !strings.Contains(err.Error(), "PG_TARGET_SESSION_ATTRS") {
+		t.Fatalf("bad host settings: %v", err)
+	}
+}

@@ -41,6 +41,10 @@ const (
 // during the pause after a failure: it did not touch the database.
 var ErrBackoff = errors.New("dbprobe: backing off after a failed probe")
 
+// ErrReadOnly is a probe that reached a server refusing writes: down, for
+// the writes that wait on the probe.
+var ErrReadOnly = errors.New("dbprobe: database read-only")
+
 // Options configure a Prober.
 type Options struct {
 	// ConnConfig is the database to probe; it is copied.
@@ -88,7 +92,8 @@ func New(o Options) *Prober {
 // twice what the last successful connect took when that is more.
 func (p *Prober) ConnectTimeout() time.Duration { return time.Duration(p.learned.Load()) }
 
-// Probe reports whether the database answers a trivial query. During the
+// Probe reports whether the database answers and takes writes (a
+// read-only server is ErrReadOnly). During the
 // backoff after a failure it returns ErrBackoff at once.
 func (p *Prober) Probe(ctx context.Context) error {
 	p.mu.Lock()
@@ -131,9 +136,16 @@ func (p *Prober) ping(ctx context.Context) error {
 func (p *Prober) query(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, p.attempt)
 	defer cancel()
-	var one int
-	if err := p.conn.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
+	var ro string
+	if err := p.conn.QueryRow(ctx, "SELECT current_setting('transaction_read_only')").Scan(&ro); err != nil {
 		return fmt.Errorf("dbprobe: query: %w", err)
+	}
+	if ro == "on" {
+		// A standby, or a server whose sessions are read-only: it
+		// answers, but writes would fail. Reconnect next time, so that
+		// with several hosts the probe finds the one that was promoted.
+		p.closeLocked()
+		return ErrReadOnly
 	}
 	return nil
 }

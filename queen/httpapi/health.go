@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"os"
 	"runtime"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/queen-go/queen/queen/store"
 )
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
@@ -17,11 +20,28 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	body := map[string]any{"server": "queen-go", "version": Version, "serverId": s.cfg.ServerID}
 	if err := s.store.Ping(ctx); err != nil {
 		body["status"], body["database"], body["error"] = "unhealthy", "disconnected", err.Error()
+		if errors.Is(err, store.ErrReadOnly) {
+			body["database"] = "read-only"
+		}
 		writeJSON(w, http.StatusServiceUnavailable, body)
 		return
 	}
 	body["status"], body["database"] = "healthy", "connected"
 	writeJSON(w, http.StatusOK, body)
+}
+
+// databaseReadOnly is whether the database was last seen read-only; while
+// it was, a scrape asks again, so the gauge clears once a writable primary
+// answers even when nothing else pings.
+func (s *Server) databaseReadOnly() bool {
+	w := s.store.ReadOnlyWatch()
+	if !w.ReadOnly() {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.DBConnectionTimeout)
+	defer cancel()
+	_ = s.store.Ping(ctx)
+	return w.ReadOnly()
 }
 
 func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {

@@ -31,6 +31,11 @@ func (s *Server) metricsRegistry() *prometheus.Registry {
 	gauge("queen_file_buffer_pending", "Spooled push events waiting to replay.", func() float64 { return float64(s.spoolPending()) })
 	gauge("queen_file_buffer_failed", "Quarantined spool files.", func() float64 { return float64(s.spoolFailed()) })
 	gauge("queen_file_buffer_db_healthy", "1 when the spool sees the database healthy.", func() float64 { return flag(s.bufferHealthy()) })
+	gauge("queen_database_read_only", "1 while the database was last seen refusing writes (a standby the address points at).",
+		func() float64 { return flag(s.databaseReadOnly()) })
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "queen_database_read_only_refusals_total",
+		Help: "Statements a read-only server refused (SQLSTATE 25006); each closed its connection."},
+		func() float64 { return float64(s.store.ReadOnlyWatch().Refused()) }))
 	gauge("queen_maintenance_mode_enabled", "1 while push maintenance diverts pushes to the spool.", func() float64 { return flag(s.maint.Push()) })
 	gauge("queen_pop_maintenance_mode_enabled", "1 while pops answer empty.", func() float64 { return flag(s.maint.Pop()) })
 	gauge("queen_db_pool_size", "Maximum database connections.", func() float64 { return float64(s.store.Pool().Stat().MaxConns()) })

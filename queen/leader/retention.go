@@ -1,6 +1,8 @@
 // Package leader holds the jobs that run on one replica per cycle, elected
-// by a PostgreSQL advisory lock on a dedicated connection. Every job is
-// idempotent, so a brief double leader does no harm.
+// by a PostgreSQL advisory lock on a dedicated connection, and run on that
+// connection: a leader whose lock session died (a failover) stops with it,
+// and holds no lead until it takes the lock again. Every job is idempotent,
+// so a brief double leader does no harm.
 package leader
 
 import (
@@ -37,7 +39,7 @@ func (r *Retention) NextDue(now time.Time) time.Time { return r.Every.Next(now) 
 // RunOnce runs one pass if this broker wins the lock.
 func (r *Retention) RunOnce(ctx context.Context) error {
 	defer func() { r.Every.Mark(r.Clock.Now()) }()
-	release, ok, err := r.Store.TryLeader(ctx, store.RetentionLock)
+	lead, ok, err := r.Store.TryLeader(ctx, store.RetentionLock)
 	if err == nil && ok != r.leading {
 		r.leading = ok
 		// The lock is released after every pass, so brokers take turns:
@@ -47,12 +49,14 @@ func (r *Retention) RunOnce(ctx context.Context) error {
 	if err != nil || !ok {
 		return err
 	}
-	defer release()
-	res, err := r.Store.RetentionPass(ctx, r.Batch)
+	defer lead.Release()
+	// Every statement of the pass runs on the session that holds the
+	// lock: if it dies (a failover), the pass stops with it.
+	res, err := lead.RetentionPass(ctx, r.Batch)
 	if err != nil {
 		return err
 	}
-	if res.Partitions, err = r.Store.CleanupPartitions(ctx, r.Batch, r.CleanupDays); err != nil {
+	if res.Partitions, err = lead.CleanupPartitions(ctx, r.Batch, r.CleanupDays); err != nil {
 		return err
 	}
 	if res.Expired+res.Completed+res.Evicted+res.Partitions > 0 {

@@ -23,7 +23,7 @@ const (
 
 // Classify decides by SQLSTATE, never by message text. An error without a
 // SQLSTATE is the connection itself and so transient; so are serialization
-// failures, deadlocks and classes 08 (connection), 53 (resources), 57
+// failures, deadlocks, a read-only server (25006) and classes 08 (connection), 53 (resources), 57
 // (operator intervention, which includes statement timeout cancels) and 58
 // (system error).
 func Classify(err error) Class {
@@ -36,6 +36,12 @@ func Classify(err error) Class {
 		return Transient
 	}
 	if Contention(err) {
+		return Transient
+	}
+	if pgErr.Code == pgerrcode.ReadOnlySQLTransaction && readOnlyTransient() {
+		// Class 25 is otherwise permanent (the seed's rule). A read-only
+		// server is a standby the address points at during a failover:
+		// the same write succeeds once the primary is back or promoted.
 		return Transient
 	}
 	switch {

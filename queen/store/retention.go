@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/queen-go/queen/queen/canary"
 )
 
@@ -17,10 +19,22 @@ type RetentionResult struct {
 	Partitions int64
 }
 
+// Leader is a held leader lock: the session that took the advisory lock,
+// on which the leader's statements run. If that session dies (its server
+// was stopped in a failover, or the session was terminated), the lock is
+// gone and so is every statement sent on it: a broker that lost the lock
+// cannot go on acting as leader on other connections while another broker,
+// which took the lock on the new primary, runs the same pass.
+type Leader struct {
+	s    *Store
+	conn *pgxpool.Conn
+	id   int64
+}
+
 // TryLeader takes the session advisory lock id on a dedicated connection.
-// It returns ok=false when another broker holds it; release must be called
+// It returns ok=false when another broker holds it; Release must be called
 // when ok.
-func (s *Store) TryLeader(ctx context.Context, id int64) (release func(), ok bool, err error) {
+func (s *Store) TryLeader(ctx context.Context, id int64) (l *Leader, ok bool, err error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, false, err
@@ -29,14 +43,27 @@ func (s *Store) TryLeader(ctx context.Context, id int64) (release func(), ok boo
 		conn.Release()
 		return nil, false, err
 	}
-	return func() {
-		if _, err := conn.Exec(context.Background(), `SELECT pg_advisory_unlock($1)`, id); err != nil {
-			// A connection that may still hold the lock must not go back
-			// to the pool; closing it releases the lock server-side.
-			_ = conn.Conn().Close(context.Background())
-		}
-		conn.Release()
-	}, true, nil
+	return &Leader{s: s, conn: conn, id: id}, true, nil
+}
+
+// Release gives the lock back and the session to the pool.
+func (l *Leader) Release() {
+	if _, err := l.conn.Exec(context.Background(), `SELECT pg_advisory_unlock($1)`, l.id); err != nil {
+		// A connection that may still hold the lock must not go back
+		// to the pool; closing it releases the lock server-side.
+		_ = l.conn.Conn().Close(context.Background())
+	}
+	l.conn.Release()
+}
+
+// RetentionPass is Store.RetentionPass run on the lock's session.
+func (l *Leader) RetentionPass(ctx context.Context, batch int) (RetentionResult, error) {
+	return l.s.retentionPass(ctx, l.conn, batch)
+}
+
+// CleanupPartitions is Store.CleanupPartitions run on the lock's session.
+func (l *Leader) CleanupPartitions(ctx context.Context, batch, days int) (int64, error) {
+	return l.s.cleanupPartitions(ctx, l.conn, batch, days)
 }
 
 // retentionRules are the three deletion rules, each a condition on m
@@ -97,7 +124,15 @@ const maxRetentionRounds = 1000
 // its own short transaction, until a statement finds fewer than batch rows
 // due, so a backlog of N rows clears in one pass (N/batch statements). It is
 // idempotent, so a brief double leader does no harm.
+//
+// This runs on any pooled connection, whoever holds the lock (tests, and
+// the simulator's forced double leader); the elected leader runs
+// Leader.RetentionPass.
 func (s *Store) RetentionPass(ctx context.Context, batch int) (RetentionResult, error) {
+	return s.retentionPass(ctx, s.pool, batch)
+}
+
+func (s *Store) retentionPass(ctx context.Context, q querier, batch int) (RetentionResult, error) {
 	var r RetentionResult
 	counts := map[string]*int64{"expired": &r.Expired, "completed": &r.Completed, "evicted": &r.Evicted}
 	for _, rule := range retentionRules {
@@ -110,7 +145,7 @@ func (s *Store) RetentionPass(ctx context.Context, batch int) (RetentionResult, 
 		}
 		sql := fmt.Sprintf(retentionSQL, where)
 		for round := 0; round < maxRetentionRounds; round++ {
-			n, err := s.retentionRound(ctx, sql, batch, rule.kind)
+			n, err := s.retentionRound(ctx, q, sql, batch, rule.kind)
 			if err != nil {
 				return r, fmt.Errorf("retention %s: %w", rule.name, err)
 			}
@@ -122,7 +157,7 @@ func (s *Store) RetentionPass(ctx context.Context, batch int) (RetentionResult, 
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	if _, err := s.pool.Exec(ctx, pruneHistorySQL, s.dbNow()); err != nil {
+	if _, err := q.Exec(ctx, pruneHistorySQL, s.dbNow()); err != nil {
 		return r, fmt.Errorf("retention history prune: %w", err)
 	}
 	return r, nil
@@ -151,13 +186,17 @@ DELETE FROM queen.partitions WHERE id IN (
 // CleanupPartitions removes empty partitions idle for days (0: never), in
 // rounds of batch. Idempotent, like every retention rule.
 func (s *Store) CleanupPartitions(ctx context.Context, batch, days int) (int64, error) {
+	return s.cleanupPartitions(ctx, s.pool, batch, days)
+}
+
+func (s *Store) cleanupPartitions(ctx context.Context, q querier, batch, days int) (int64, error) {
 	if days <= 0 {
 		return 0, nil
 	}
 	var total int64
 	for round := 0; round < maxRetentionRounds; round++ {
 		ctx, cancel := s.bound(ctx)
-		tag, err := s.pool.Exec(ctx, emptyPartitionsSQL, s.dbNow(), batch, days)
+		tag, err := q.Exec(ctx, emptyPartitionsSQL, s.dbNow(), batch, days)
 		cancel()
 		if err != nil {
 			return total, fmt.Errorf("empty partition cleanup: %w", err)
@@ -170,10 +209,10 @@ func (s *Store) CleanupPartitions(ctx context.Context, batch, days int) (int64, 
 	return total, nil
 }
 
-func (s *Store) retentionRound(ctx context.Context, sql string, batch int, kind string) (int64, error) {
+func (s *Store) retentionRound(ctx context.Context, q querier, sql string, batch int, kind string) (int64, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	var n int64
-	err := s.pool.QueryRow(ctx, sql, s.dbNow(), batch, kind).Scan(&n)
+	err := q.QueryRow(ctx, sql, s.dbNow(), batch, kind).Scan(&n)
 	return n, err
 }

@@ -46,15 +46,15 @@ func TestRetentionPassRulesAndLeaderLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	now = now.Add(2 * time.Minute)
-	release, ok, err := s.TryLeader(ctx, store.RetentionLock)
+	lead, ok, err := s.TryLeader(ctx, store.RetentionLock)
 	if err != nil || !ok {
 		t.Fatalf("leader: %v %v", ok, err)
 	}
 	if _, second, err := s.TryLeader(ctx, store.RetentionLock); err != nil || second {
 		t.Fatalf("a second leader while the first holds the lock: %v %v", second, err)
 	}
-	res, err := s.RetentionPass(ctx, 100)
-	release()
+	res, err := lead.RetentionPass(ctx, 100)
+	lead.Release()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,11 +71,11 @@ func TestRetentionPassRulesAndLeaderLock(t *testing.T) {
 	}
 	// The lock was released: another pass (another broker) can lead, and
 	// running again changes nothing.
-	release, ok, err = s.TryLeader(ctx, store.RetentionLock)
+	lead, ok, err = s.TryLeader(ctx, store.RetentionLock)
 	if err != nil || !ok {
 		t.Fatalf("lock not released: %v %v", ok, err)
 	}
-	defer release()
+	defer lead.Release()
 	if again, err := s.RetentionPass(ctx, 100); err != nil || again != (store.RetentionResult{}) {
 		t.Fatalf("second pass: %+v %v", again, err)
 	}
@@ -130,7 +130,8 @@ func TestCleanupRemovesOnlyEmptyIdlePartitions(t *testing.T) {
 
 // TestDeadLeaderIsReplaced: the lock is a session lock, so a leader whose
 // process dies (its session ends, no unlock) is replaced at the next pass
-// of any other broker.
+// of any other broker; and the dead session's holder, if its process
+// lived on (a failover ended only the session), runs no pass on it.
 func TestDeadLeaderIsReplaced(t *testing.T) {
 	t.Parallel()
 	dsn := storetest.DSN(t)
@@ -144,13 +145,13 @@ func TestDeadLeaderIsReplaced(t *testing.T) {
 		return store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil)})
 	}
 	a, b := open(), open()
-	releaseA, ok, err := a.TryLeader(ctx, store.RetentionLock)
+	leadA, ok, err := a.TryLeader(ctx, store.RetentionLock)
 	if err != nil || !ok {
 		t.Fatalf("a leads: %v %v", ok, err)
 	}
 	// The dead session's connection still counts as taken by a's pool;
 	// its release (the unlock fails) drops it, so the pool can close.
-	defer releaseA()
+	defer leadA.Release()
 	if _, ok, err := b.TryLeader(ctx, store.RetentionLock); err != nil || ok {
 		t.Fatalf("b leads beside a: %v %v", ok, err)
 	}
@@ -160,14 +161,23 @@ func TestDeadLeaderIsReplaced(t *testing.T) {
 		WHERE locktype = 'advisory' AND objid = $1 AND granted`, store.RetentionLock); err != nil {
 		t.Fatal(err)
 	}
+	// a lost its lock with its session: its pass must not go on, on
+	// other connections, beside the leader b is about to become (as it
+	// did while the pass ran on the pool).
+	if _, err := leadA.RetentionPass(ctx, 100); err == nil {
+		t.Fatal("a ran a retention pass after its lock session died")
+	}
+	if _, err := leadA.CleanupPartitions(ctx, 100, 1); err == nil {
+		t.Fatal("a cleaned partitions after its lock session died")
+	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		release, ok, err := b.TryLeader(ctx, store.RetentionLock)
+		lead, ok, err := b.TryLeader(ctx, store.RetentionLock)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if ok {
-			release()
+			lead.Release()
 			return
 		}
 		if time.Now().After(deadline) {

@@ -70,6 +70,9 @@ type Options struct {
 	// PushBatchRows caps the rows of one combined push statement. Zero
 	// means 1000.
 	PushBatchRows int
+	// ReadOnly follows whether the database was last seen read-only; its
+	// OnPgError belongs on the pool's connection config. Nil: not followed.
+	ReadOnly *ReadOnlyWatch
 	// Cipher seals the payloads of queues with encryptionEnabled and opens
 	// them on every read (QUEEN_ENCRYPTION_KEY); nil: no encryption.
 	Cipher *crypt.Cipher
@@ -89,6 +92,7 @@ type Store struct {
 	cipher    *crypt.Cipher
 	marks     *watermarkThrottle
 	log       *slog.Logger
+	readOnly  *ReadOnlyWatch
 }
 
 // New wraps an open pool.
@@ -112,7 +116,8 @@ func New(pool *pgxpool.Pool, o Options) *Store {
 		o.PushBatchRows = 1000
 	}
 	s := &Store{pool: pool, dbNow: o.DBNow, ids: o.IDs, txTimeout: o.TxTimeout, cache: newCache(o.Clock, o.CacheTTL), cipher: o.Cipher,
-		marks: &watermarkThrottle{clock: o.Clock, last: map[[3]string]time.Time{}}, log: o.Log}
+		marks: &watermarkThrottle{clock: o.Clock, last: map[[3]string]time.Time{}}, log: o.Log,
+		readOnly: o.ReadOnly}
 	s.pushes = &combiner{run: s.appendCombined, maxInFlight: o.PushStatements, maxRows: o.PushBatchRows}
 	return s
 }
@@ -136,11 +141,6 @@ type querier interface {
 
 // Pool exposes the pool for health and metrics.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
-
-// Ping checks that a connection can be had and answers.
-func (s *Store) Ping(ctx context.Context) error {
-	return s.pool.Ping(ctx)
-}
 
 // Migrate applies every embedded migration not yet applied. It holds an
 // advisory lock for the duration, so brokers starting together take turns;
