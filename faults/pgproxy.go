@@ -101,6 +101,16 @@ func (p *PGProxy) holdFor() time.Duration {
 	return p.hold
 }
 
+// SetTarget moves the address: new connections go to target (host:port)
+// and every open one is cut, as a VIP or DNS name moved to another server
+// does.
+func (p *PGProxy) SetTarget(target string) {
+	p.mu.Lock()
+	p.target = target
+	p.mu.Unlock()
+	p.Reset()
+}
+
 // SetReadOnly points the broker at a server that refuses writes, as an
 // address moved to a standby does during a failover: every open connection
 // is cut, and each new session starts with default_transaction_read_only
@@ -232,7 +242,10 @@ func (p *PGProxy) serve(client net.Conn) {
 		p.note("pg.slow-connect")
 		time.Sleep(slow)
 	}
-	server, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+	p.mu.Lock()
+	target := p.target
+	p.mu.Unlock()
+	server, err := net.DialTimeout("tcp", target, 5*time.Second)
 	if err != nil {
 		return
 	}

@@ -68,6 +68,10 @@ type Options struct {
 	// TimerClaims, when set, is told of every timer claim the sweeper
 	// takes and how it ends (sweeper.Sweeper.Observe).
 	TimerClaims func(kind, token string, t store.ClaimedTimer)
+	// RetentionPasses, when set, is told when each retention pass this
+	// broker led began and ended (the failover test checks no two
+	// brokers' passes overlap).
+	RetentionPasses func(start, end time.Time)
 }
 
 // Broker is one queen process.
@@ -243,7 +247,7 @@ func (b *Broker) Start(ctx context.Context) error {
 	b.services = []background.Service{
 		&leader.Retention{Store: b.store, Clock: b.opts.Clock, Batch: b.cfg.RetentionBatchSize,
 			CleanupDays: b.cfg.PartitionCleanupDays, Log: b.log,
-			Every: background.Every{Interval: b.cfg.RetentionInterval}},
+			Every: background.Every{Interval: b.cfg.RetentionInterval}, Observe: b.opts.RetentionPasses},
 		&maintenance.Reconcile{State: b.maint, Clock: b.opts.Clock, Every: background.Every{Interval: b.cfg.CacheRefreshInterval}},
 	}
 	if b.drainer != nil {

@@ -31,10 +31,13 @@ import (
 	"github.com/queen-go/queen/queen/clock"
 )
 
-// Backoff bounds: the pause after the first failure, and the longest.
+// Backoff bounds: the pause after the first failure, and the longest. A
+// probe is one connection per broker, so a second between probes (0.5-1.5 s
+// with jitter) costs a recovering database little, and a promoted standby
+// takes writes within about that of accepting them.
 const (
 	FirstBackoff = 100 * time.Millisecond
-	MaxBackoff   = 5 * time.Second
+	MaxBackoff   = time.Second
 )
 
 // ErrBackoff is returned, wrapping the last failure, by a probe asked for

@@ -34,6 +34,13 @@ type Options struct {
 	Ephemeral bool
 	// LogPath receives the server log; default DataDir/../postgres.log.
 	LogPath string
+	// Settings are extra server settings, name=value each (passed as -c,
+	// so ALTER SYSTEM cannot change them).
+	Settings []string
+	// Replication makes the cluster ready for streaming standbys:
+	// replication connections from 127.0.0.1, wal_log_hints (for
+	// pg_rewind) and hot standby reads.
+	Replication bool
 }
 
 // Cluster is a running postgres process.
@@ -43,6 +50,7 @@ type Cluster struct {
 	cmd     *exec.Cmd
 	done    chan error
 	logFile *os.File
+	opts    Options
 }
 
 // BinDir finds the directory holding initdb and postgres: PATH first, then
@@ -142,6 +150,13 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	if o.Ephemeral {
 		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
 	}
+	if o.Replication {
+		args = append(args, "-c", "wal_level=replica", "-c", "max_wal_senders=10", "-c", "wal_log_hints=on",
+			"-c", "hot_standby=on", "-c", "wal_keep_size=512MB")
+	}
+	for _, kv := range o.Settings {
+		args = append(args, "-c", kv)
+	}
 	cmd := exec.Command(filepath.Join(bin, "postgres"), args...)
 	cmd.Dir = os.TempDir()
 	cmd.Stdout, cmd.Stderr = logFile, logFile
@@ -151,7 +166,7 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		logFile.Close()
 		return nil, fmt.Errorf("pglocal: start postgres: %w", err)
 	}
-	c := &Cluster{DataDir: dataDir, Port: port, cmd: cmd, done: make(chan error, 1), logFile: logFile}
+	c := &Cluster{DataDir: dataDir, Port: port, cmd: cmd, done: make(chan error, 1), logFile: logFile, opts: o}
 	go func() { c.done <- cmd.Wait() }()
 	if err := c.waitReady(ctx, logPath); err != nil {
 		_ = c.Stop()
