@@ -86,10 +86,10 @@ type harness struct {
 	deliv   []delivery
 	passes  []pass
 
-	stop    chan struct{}
-	wg      sync.WaitGroup
-	pushN   atomic.Int64
-	report  []string
+	stop   chan struct{}
+	wg     sync.WaitGroup
+	pushN  atomic.Int64
+	report []string
 }
 
 type delivery struct {

@@ -111,4 +111,3 @@ func tool(ctx context.Context, name string, args ...string) error {
 	}
 	return nil
 }
-
