@@ -330,7 +330,7 @@ func (p *PGProxy) startReadOnly(client, server net.Conn, fe *frontend) bool {
 		// Protocol 3: name/value pairs, then a zero byte.
 		pkt = append(pkt[:n-1], "default_transaction_read_only\x00on\x00\x00"...)
 		binary.BigEndian.PutUint32(pkt, uint32(len(pkt)))
-		p.note("pg.readonly")
+		p.note("pg.readonly.sessions")
 	}
 	fe.scan(pkt)
 	_, err := server.Write(pkt)

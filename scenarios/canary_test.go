@@ -110,6 +110,9 @@ var generatedCanaries = map[string]func(*scenarios.Scenario) bool{
 	// The append trusts a broker's cached "plain" for a queue whose
 	// encryption was turned on through another broker: plaintext stored.
 	"seal-cache-trusted": func(s *scenarios.Scenario) bool { return hasFault(s, "queue.encrypt") && s.Brokers > 1 },
+	// A read-only server (a failover's standby, 25006) is bad data: pushes
+	// meeting it answer 500 and spooled ones are quarantined.
+	"read-only-permanent": func(s *scenarios.Scenario) bool { return hasFault(s, "pg.readonly") },
 	// A refused batch quarantines its whole file, clients' records with it.
 	"spool-poison-whole-file": func(s *scenarios.Scenario) bool { return hasFault(s, "spool.poison") },
 }

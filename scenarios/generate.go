@@ -92,7 +92,15 @@ func Generate(seed uint64) *Scenario {
 		// rows expiring while they are read.
 		s.Weights.Timer, s.Weights.KV = 3+rng.IntN(4), 2+rng.IntN(4)
 	}
-	if !fired["pg.refuse"] && !fired["pg.blackhole"] && !fired["pg.reset"] && rng.IntN(3) == 0 {
+	if h := seedBits(seed); !retention && (h>>27)%4 == 0 {
+		// A failover's read-only window: every broker's address points
+		// at a server refusing writes for a while (seed bits, not the
+		// stream, choose it).
+		s.Faults = append(s.Faults, sim.FaultAt{At: time.Duration(10+(h>>29)%60) * time.Second, Kind: "pg.readonly", Broker: -1,
+			For: time.Duration(3+(h>>35)%10) * time.Second})
+		fired["pg.readonly"] = true
+	}
+	if !fired["pg.refuse"] && !fired["pg.blackhole"] && !fired["pg.reset"] && !fired["pg.readonly"] && rng.IntN(3) == 0 {
 		// Eviction while groups read at their own speeds: a message may
 		// go unconsumed once it waited maxWait, never sooner. No outages:
 		// a spool replay stores a message later than it was answered.
@@ -110,7 +118,7 @@ func Generate(seed uint64) *Scenario {
 	addEncryption(s, seed, 10*time.Second, 60)
 	delete(fired, "broker.start")
 	for _, k := range []string{"pg.refuse", "pg.blackhole", "pg.reset", "broker.crash", "clock.skew", "spool.eio", "spool.enospc", "spool.torn",
-		"spool.poison", "spool.quarantined"} {
+		"spool.poison", "spool.quarantined", "pg.readonly"} {
 		if fired[k] || (k == "broker.crash" && fired["broker.start"]) {
 			s.Sometimes = append(s.Sometimes, k)
 		}
@@ -209,6 +217,14 @@ func GenerateFree(seed uint64) *Scenario {
 		By: time.Duration(30+rng.IntN(51)) * time.Millisecond})
 	s.Sometimes = append(s.Sometimes, "pg.hold")
 	addEncryption(s, seed, 200*time.Millisecond, 1)
+	if h := seedBits(seed); (h>>27)%3 == 0 {
+		// A failover's read-only window on one broker's address, and
+		// the retention leader's lock session ended over and over.
+		s.Faults = append(s.Faults, sim.FaultAt{At: at + time.Duration((h>>29)%400)*time.Millisecond, Kind: "pg.readonly",
+			Broker: int((h >> 33) % uint64(s.Brokers)), For: time.Duration(1+(h>>35)%2) * time.Second},
+			sim.FaultAt{At: at, Kind: "leader.kill", Broker: -1, For: 2 * time.Second})
+		s.Sometimes = append(s.Sometimes, "pg.readonly")
+	}
 	// Some pushes come in bursts of parallel requests, which meet in a
 	// broker's push combiner (seed bits, not the stream, choose how many).
 	s.Weights.BurstPct = 15 + int((seedBits(seed)>>23)%11)

@@ -583,3 +583,19 @@ func newClient() *http.Client {
 	t.MaxIdleConnsPerHost = 64
 	return &http.Client{Timeout: 60 * time.Second, Transport: t}
 }
+
+// KillLockSessions ends every session holding an advisory lock in the
+// run's database but the migration lock's: the retention leader's, when a
+// pass is running. It reports how many it ended.
+func (c *Cluster) KillLockSessions(ctx context.Context) (int, error) {
+	conn, err := pgx.Connect(ctx, c.opts.DSN)
+	if err != nil {
+		return 0, fmt.Errorf("leader.kill: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var n int
+	err = conn.QueryRow(ctx, `SELECT count(*) FROM (SELECT pg_terminate_backend(l.pid) FROM pg_locks l
+		JOIN pg_stat_activity a ON a.pid = l.pid
+		WHERE l.locktype = 'advisory' AND l.granted AND a.datname = $1 AND l.objid <> 737000) t`, c.dbName()).Scan(&n)
+	return n, err
+}

@@ -65,7 +65,7 @@ var DefaultWeights = Weights{Push: 45, Pop: 30, Ack: 18, Extend: 2, Txn: 3, Aban
 // FaultAt is one scheduled fault.
 type FaultAt struct {
 	At     time.Duration // from the start of the safety phase
-	Kind   string        // pg.blackhole pg.refuse pg.delay pg.hold pg.reset broker.crash broker.stop broker.start clock.skew spool.eio spool.enospc spool.torn spool.poison mesh.drop mesh.delay mesh.reorder leader.double
+	Kind   string        // pg.blackhole pg.refuse pg.delay pg.hold pg.reset broker.crash broker.stop broker.start clock.skew spool.eio spool.enospc spool.torn spool.poison mesh.drop mesh.delay mesh.reorder leader.double pg.readonly leader.kill
 	Broker int           // -1: every broker
 	For    time.Duration // how long a pg.* fault lasts
 	By     time.Duration // clock.skew offset, pg.delay and mesh.delay delay, pg.hold longest hold

@@ -109,7 +109,9 @@ type runner struct {
 	// running; heal waits for them.
 	jobs       sync.WaitGroup
 	doublePass atomic.Int64 // retention passes run by forced double leaders
-	doubleRows atomic.Int64 // rows those passes deleted
+	// leaderKills counts the lock sessions leader.kill ended.
+	leaderKills atomic.Int64
+	doubleRows  atomic.Int64 // rows those passes deleted
 	// streamQueries is the counting query's id per tenant.
 	streamQueries map[string]string
 	// edges are the keys pushed past a limit (queen/limits), and how.
@@ -644,6 +646,38 @@ func (r *runner) inject(f FaultAt) error {
 				_, _, _ = r.cluster.Do(r.ctx, b, "GET", "/health", "", nil)
 			}
 		}
+	case "pg.readonly":
+		// The broker's address moves to a read-only server (a standby
+		// not yet promoted): its sessions are cut, every new one
+		// refuses writes (25006) for For. Pushes must be buffered and
+		// nothing quarantined for it.
+		r.fired["pg.readonly"]++ // its sessions count as pg.readonly.sessions
+		for _, b := range r.brokersOf(f) {
+			r.cluster.Proxy(b).SetReadOnly(true)
+			r.active = append(r.active, activeFault{f.Kind, b, until})
+			if r.cluster.Up(b) {
+				_, _, _ = r.cluster.Do(r.ctx, b, "GET", "/health", "", nil)
+			}
+		}
+	case "leader.kill":
+		// The session holding the retention leader's lock ends (its
+		// server failed over, or an operator terminated it): its pass
+		// stops, and a leader is elected again at the next pass.
+		// For For, again every 20 ms, so passes running now are hit.
+		deadline := time.Now().Add(f.For)
+		r.jobs.Add(1)
+		go func() {
+			defer r.jobs.Done()
+			for ctx := r.ctx; ctx.Err() == nil; time.Sleep(20 * time.Millisecond) {
+				if n, err := r.cluster.KillLockSessions(ctx); err == nil {
+					r.leaderKills.Add(int64(n))
+				}
+				if !time.Now().Before(deadline) {
+					return
+				}
+			}
+		}()
+		r.fired["leader.kill"]++
 	case "pg.hold":
 		// COMMITs on the broker's database path are held up to By each,
 		// so transactions commit out of the order they wrote in.
@@ -881,6 +915,12 @@ func (r *runner) clear(a activeFault) {
 		r.cluster.Proxy(a.broker).SetHold(0)
 		return
 	}
+	if a.kind == "pg.readonly" {
+		// The address is writable again; the read-only sessions
+		// already open stay so until the broker drops them itself.
+		r.cluster.Proxy(a.broker).SetReadOnly(false)
+		return
+	}
 	r.cluster.Proxy(a.broker).SetMode(faults.Pass, 0)
 	r.cluster.ResetPool(a.broker)
 }
@@ -894,6 +934,9 @@ func (r *runner) heal() error {
 	}
 	if n := r.doubleRows.Swap(0); n > 0 {
 		r.fired["leader.double.deleted"] += int(n)
+	}
+	if n := r.leaderKills.Swap(0); n > 0 {
+		r.fired["leader.killed"] += int(n)
 	}
 	for _, a := range r.active {
 		r.clear(a)
