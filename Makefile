@@ -2,23 +2,31 @@
 .DEFAULT_GOAL := help
 GO ?= go
 SIM_SEEDS ?= 16
+# PostgreSQL's server programs: installed from Debian's packages as root with
+# apt-get, else the target fails at once naming the command to run.
+ENSURE_PG := ./scripts/ensure-postgres
 
 run: ## start a local PostgreSQL (system binaries, data in .pg/) when PG_HOST is unset, then serve on :6632
+	@[ -n "$$PG_HOST$$DATABASE_URL" ] || $(ENSURE_PG)
 	$(GO) build -o bin/queen ./cmd/queen
 	exec ./bin/queen dev
 
 cluster: ## HA topology without Docker: local PostgreSQL (when PG_HOST is unset), two meshed brokers on :6642/:6652, a load balancer on :6632
+	@[ -n "$$PG_HOST$$DATABASE_URL" ] || $(ENSURE_PG)
 	$(GO) build -o bin/queen ./cmd/queen
 	exec ./bin/queen cluster
 
 test: ## run every test against real PostgreSQL (a throwaway cluster per test binary, or PG_TEST_DSN)
+	@$(ENSURE_PG)
 	$(GO) test -count=1 -timeout 15m ./...
 
 test-race: ## the tests under the race detector
+	@$(ENSURE_PG)
 	$(GO) test -race -count=1 -timeout 20m ./...
 
 SIM_RUN := TestCheckers|TestCommittedScenarios|TestRandomSeeds|TestFreeRunningSeeds|TestDeterminism|TestRapidScenarios|TestFormatRoundTrip|TestLockstepSmoke|TestFreeRunningSmoke
 sim: ## simulator: checker self-tests, committed scenarios, SIM_SEEDS random seeds (16), determinism double-run, rapid; prints every seed
+	@$(ENSURE_PG)
 	SIM_SEEDS=$(SIM_SEEDS) $(GO) test -count=1 -tags canary -timeout 30m -v -run '$(SIM_RUN)' ./sim/ ./scenarios/
 
 sim-replay: ## rerun one run and keep its history in sim-out/: make sim-replay SEED=0x... or SCENARIO=path/to.scn

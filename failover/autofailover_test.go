@@ -1,0 +1,79 @@
+package failover_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/queen-go/queen/queen/config"
+	"github.com/queen-go/queen/queen/pglocal"
+)
+
+// TestAutoFailoverUnderLoad: a pg_auto_failover formation (Debian's
+// postgresql-15-auto-failover: a monitor, a primary and a synchronous
+// secondary) under the same load, two brokers connecting with the
+// formation's URI (both nodes, target_session_attrs=read-write), and
+// `pg_autoctl perform failover` twice: over, and back. The checks are the
+// failover test's. It runs where pg_autoctl is installed; .ci/run
+// installs it.
+func TestAutoFailoverUnderLoad(t *testing.T) {
+	if _, err := pglocal.AutoctlPath(); err != nil {
+		t.Skip(err)
+	}
+	ctx := context.Background()
+	h := &harness{t: t, dir: t.TempDir(), pushes: map[string]string{}, stop: make(chan struct{})}
+	f, err := pglocal.StartFormation(ctx, filepath.Join(h.dir, "formation"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, b := range h.brokers {
+			b.Shutdown(context.Background())
+		}
+		f.Stop()
+	})
+	for i := 0; i < 2; i++ {
+		h.startBroker(i, func(c *config.Config) { c.DatabaseURL = f.URI })
+	}
+	if code, body := h.do(0, "POST", "/api/v1/configure", `{"queue":"fo","options":{"leaseTime":3}}`); code != 200 && code != 201 {
+		t.Fatalf("configure: %d %s", code, body)
+	}
+	h.load()
+	time.Sleep(2 * time.Second)
+	for _, name := range []string{"perform failover", "and back"} {
+		before := h.pushN.Load()
+		h.mu.Lock()
+		h.since = time.Now()
+		for i := range h.firstOK {
+			h.firstOK[i] = time.Time{}
+		}
+		began := h.since
+		h.mu.Unlock()
+		if err := f.Failover(ctx); err != nil {
+			t.Fatal(err)
+		}
+		stableAt := time.Now()
+		deadline := time.Now().Add(time.Minute)
+		for {
+			h.mu.Lock()
+			first := append([]time.Time(nil), h.firstOK...)
+			h.mu.Unlock()
+			if !first[0].IsZero() && !first[1].IsZero() {
+				nodes, _ := f.State(ctx)
+				h.report = append(h.report, fmt.Sprintf("%-16s took %v (monitor stable)  first write after the failover began: b0 %v, b1 %v  leader re-elected after %v  acknowledged %d  nodes %v",
+					name, stableAt.Sub(began).Round(time.Millisecond), first[0].Sub(began).Round(time.Millisecond),
+					first[1].Sub(began).Round(time.Millisecond), h.firstPassAfter(began), h.pushN.Load()-before, nodes))
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: a broker wrote nothing for a minute after the failover", name)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	time.Sleep(2 * time.Second)
+	h.stopLoad()
+	h.verify()
+}
