@@ -16,6 +16,11 @@ cluster: ## HA topology without Docker: local PostgreSQL (when PG_HOST is unset)
 	$(GO) build -o bin/queen ./cmd/queen
 	exec ./bin/queen cluster
 
+ha-pg: ## cluster's brokers on pg_auto_failover (monitor + primary + synchronous secondary in .pg/ha); prints the failover command
+	@$(ENSURE_PG) auto-failover
+	$(GO) build -o bin/queen ./cmd/queen
+	exec ./bin/queen ha-pg
+
 test: ## run every test against real PostgreSQL (a throwaway cluster per test binary, or PG_TEST_DSN)
 	@$(ENSURE_PG)
 	$(GO) test -count=1 -timeout 15m ./...
@@ -63,4 +68,4 @@ build: ## build bin/queen
 help: ## list targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-.PHONY: run cluster fuzz test test-race bench sim sim-replay sim-canaries lint build help
+.PHONY: run cluster ha-pg fuzz test test-race bench sim sim-replay sim-canaries lint build help

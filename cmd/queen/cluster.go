@@ -41,7 +41,10 @@ type clusterBroker struct {
 // Broker i serves HTTP on PORT+10*(i+1) and the mesh on that port + 1.
 // Each child can be killed on its own (kill -9 its pid) to watch the
 // others carry on; Ctrl-C stops them all gracefully.
-func cluster(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+//
+// dbEnv, when given, names the database for the brokers (ha-pg's
+// formation) instead.
+func cluster(ctx context.Context, cfg config.Config, log *slog.Logger, dbEnv ...string) error {
 	n := 2
 	if v := os.Getenv("QUEEN_CLUSTER_BROKERS"); v != "" {
 		var err error
@@ -54,8 +57,8 @@ func cluster(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		dir = ".pg"
 	}
 	dir, _ = filepath.Abs(dir)
-	env := os.Environ()
-	if os.Getenv("PG_HOST") == "" {
+	env := append(os.Environ(), dbEnv...)
+	if len(dbEnv) == 0 && os.Getenv("PG_HOST") == "" && os.Getenv("DATABASE_URL") == "" {
 		log.Info("starting local PostgreSQL", "dir", dir)
 		pg, err := pglocal.Start(ctx, pglocal.Options{DataDir: filepath.Join(dir, "data")})
 		if err != nil {
@@ -180,3 +183,34 @@ func balancer(brokers []*clusterBroker) http.Handler {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// haPG runs the HA topology on pg_auto_failover (Debian's
+// postgresql-15-auto-failover): a monitor and two Postgres nodes, a
+// primary and a synchronous secondary, under $QUEEN_DEV_DIR/ha (.pg/ha),
+// and `queen cluster`'s brokers on the formation's URI (both nodes,
+// target_session_attrs=read-write). It prints the command that fails the
+// formation over; the brokers ride through it.
+func haPG(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	dir := os.Getenv("QUEEN_DEV_DIR")
+	if dir == "" {
+		dir = ".pg"
+	}
+	dir, _ = filepath.Abs(filepath.Join(dir, "ha"))
+	log.Info("starting pg_auto_failover (a monitor and two nodes)", "dir", dir)
+	f, err := pglocal.StartFormation(ctx, dir, cfg.Port+1000)
+	if err != nil {
+		return err
+	}
+	defer f.Stop()
+	autoctl, _ := pglocal.AutoctlPath()
+	as := "env " + strings.Join(f.Env(), " ") + " "
+	if os.Geteuid() == 0 {
+		as = "runuser -u postgres -- " + as
+	}
+	fmt.Printf(`pg_auto_failover formation up: monitor %s
+  database URI   %s
+  its state      %s%s show state --pgdata %s
+  fail it over   %s%s perform failover --pgdata %s
+`, f.Monitor, f.URI, as, autoctl, f.Monitor, as, autoctl, f.Monitor)
+	return cluster(ctx, cfg, log, "DATABASE_URL="+f.URI)
+}

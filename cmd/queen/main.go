@@ -6,6 +6,8 @@
 //	queen cluster   the HA topology with no Docker: a local PostgreSQL when
 //	                PG_HOST is unset, two brokers joined by the mesh, and a
 //	                round-robin load balancer on PORT
+//	queen ha-pg     cluster's brokers on a pg_auto_failover formation (a monitor,
+//	                a primary and a synchronous secondary) in ./.pg/ha
 //	queen migrate   apply the embedded schema migrations and exit
 package main
 
@@ -36,6 +38,8 @@ commands:
   dev       serve; when PG_HOST is unset, first start a local PostgreSQL in ./.pg
   cluster   two brokers joined by the mesh behind a load balancer on PORT
             (QUEEN_CLUSTER_BROKERS=2; local PostgreSQL when PG_HOST is unset)
+  ha-pg     cluster's brokers on pg_auto_failover: a monitor and two nodes (a primary
+            and a synchronous secondary) in ./.pg/ha; prints how to fail it over
   migrate   apply the schema migrations and exit
 `
 
@@ -59,6 +63,8 @@ func main() {
 		err = dev(ctx, cfg, log)
 	case "cluster":
 		err = cluster(ctx, cfg, log)
+	case "ha-pg":
+		err = haPG(ctx, cfg, log)
 	case "migrate":
 		err = migrate(ctx, cfg)
 	case "help", "-h", "--help":

@@ -154,13 +154,20 @@ func (f *Formation) command(ctx context.Context, args ...string) (*exec.Cmd, err
 		return nil, err
 	}
 	cmd := exec.CommandContext(ctx, autoctl, args...)
-	// pg_autoctl searches PATH for pg_ctl and keeps state under HOME
-	// (XDG dirs): both must be the postgres user's to reach.
-	cmd.Env = append(os.Environ(), "PATH="+bin+":/usr/bin:/bin", "HOME="+f.Dir, "XDG_CONFIG_HOME="+filepath.Join(f.Dir, "config"),
-		"XDG_DATA_HOME="+filepath.Join(f.Dir, "share"), "XDG_RUNTIME_DIR="+filepath.Join(f.Dir, "run"))
+	cmd.Env = append(os.Environ(), "PATH="+bin+":/usr/bin:/bin")
+	cmd.Env = append(cmd.Env, f.Env()...)
 	cmd.Dir = f.Dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	return cmd, nil
+}
+
+// Env is the environment every pg_autoctl of this formation runs with:
+// it keeps its configuration and state under HOME and the XDG
+// directories, which must be the formation's (the postgres user's to
+// reach), so an operator's pg_autoctl needs the same.
+func (f *Formation) Env() []string {
+	return []string{"HOME=" + f.Dir, "XDG_CONFIG_HOME=" + filepath.Join(f.Dir, "config"),
+		"XDG_DATA_HOME=" + filepath.Join(f.Dir, "share"), "XDG_RUNTIME_DIR=" + filepath.Join(f.Dir, "run")}
 }
 
 // Autoctl runs one pg_autoctl command to completion and returns its output.
