@@ -25,6 +25,10 @@ test: ## run every test against real PostgreSQL (a throwaway cluster per test bi
 	@$(ENSURE_PG)
 	$(GO) test -count=1 -timeout 15m ./...
 
+failover-async: ## measure what an asynchronous standby loses in a failover (acknowledged pushes that vanish)
+	@$(ENSURE_PG)
+	QUEEN_FAILOVER_ASYNC=1 $(GO) test -count=1 -timeout 10m -v -run TestAsyncStandbyLosesCommits ./failover/
+
 test-race: ## the tests under the race detector
 	@$(ENSURE_PG)
 	$(GO) test -race -count=1 -timeout 20m ./...
@@ -68,4 +72,4 @@ build: ## build bin/queen
 help: ## list targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-.PHONY: run cluster ha-pg fuzz test test-race bench sim sim-replay sim-canaries lint build help
+.PHONY: run cluster ha-pg failover-async fuzz test test-race bench sim sim-replay sim-canaries lint build help

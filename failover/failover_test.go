@@ -65,6 +65,37 @@ func TestStandbyPromotedUnderLoad(t *testing.T) {
 	h.verify()
 }
 
+// TestAsyncStandbyLosesCommits measures what the synchronous standby is
+// for: the same failover with synchronous_standby_names empty, where
+// PostgreSQL acknowledges commits the standby has not received, and a
+// promotion loses them, pushes the broker answered "queued" among them.
+// It is a measurement (make failover-async), not a property: it fails
+// only if the run itself goes wrong, and prints how many were lost.
+func TestAsyncStandbyLosesCommits(t *testing.T) {
+	if os.Getenv("QUEEN_FAILOVER_ASYNC") == "" {
+		t.Skip("a measurement: make failover-async")
+	}
+	h := newHarness(t, false)
+	// The standby streams through a link that adds 20 ms to every
+	// chunk, as a standby in another zone would lag; on loopback it
+	// keeps up within microseconds and nothing is ever lost.
+	link, err := faults.NewPGProxy(fmt.Sprintf("127.0.0.1:%d", h.primary.Port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer link.Close()
+	link.SetMode(faults.Delay, 20*time.Millisecond)
+	h.exec(h.standby, fmt.Sprintf(`ALTER SYSTEM SET primary_conninfo = 'host=127.0.0.1 port=%d user=postgres'`, link.Port()))
+	h.exec(h.standby, `SELECT pg_reload_conf()`)
+	h.waitStreaming()
+	h.load()
+	time.Sleep(3 * time.Second)
+	h.failover(roundSpec{"async, 20 ms link", time.Second})
+	time.Sleep(2 * time.Second)
+	h.stopLoad()
+	h.verify()
+}
+
 // harness is two database servers, the moving address and two brokers:
 // b0 names both servers (PG_HOST=a,b: libpq's multi-host rule with
 // target_session_attrs=read-write), b1 reaches the database only through
@@ -445,10 +476,13 @@ func (h *harness) verify() {
 	defer h.mu.Unlock()
 	got := map[string]int{}
 	completed := map[string]bool{}
-	again := 0
+	again, acksLost := 0, 0
 	for _, d := range h.deliv {
 		if completed[d.txid] {
-			t.Errorf("%s delivered again after its ack succeeded", d.txid)
+			acksLost++
+			if h.sync {
+				t.Errorf("%s delivered again after its ack succeeded", d.txid)
+			}
 		}
 		if got[d.txid] > 0 {
 			again++
@@ -465,7 +499,7 @@ func (h *harness) verify() {
 		}
 		if got[txid] == 0 {
 			lost++
-			if lost <= 10 {
+			if lost <= 10 && h.sync {
 				t.Errorf("%s acknowledged %s, never delivered", txid, status)
 			}
 		}
@@ -484,8 +518,8 @@ func (h *harness) verify() {
 	for _, line := range h.report {
 		t.Log(line)
 	}
-	t.Logf("acknowledged %d (buffered %d), delivered %d, redelivered after a failed ack %d, lost %d, quarantined 0, retention passes %d",
-		len(h.pushes), buffered, len(got), again, lost, len(h.passes))
+	t.Logf("acknowledged %d (buffered %d), delivered %d, redelivered after a failed ack %d, lost %d, delivered again after a successful ack %d, quarantined 0, retention passes %d",
+		len(h.pushes), buffered, len(got), again-acksLost, lost, acksLost, len(h.passes))
 }
 
 func (h *harness) buffers(b int) map[string]float64 {
