@@ -114,6 +114,8 @@ type harness struct {
 	pushes  map[string]string // txid -> status answered (queued, buffered)
 	firstOK []time.Time       // per broker: first queued answer since the last promotion
 	since   time.Time         // the last promotion
+	lastOK  time.Time         // the last queued answer, any broker
+	maxGap  time.Duration     // the longest pause between queued answers this round
 	deliv   []delivery
 	passes  []pass
 
@@ -173,11 +175,19 @@ func newHarness(t *testing.T, syncStandby bool) *harness {
 	for i, tune := range []func(*config.Config){both, moving} {
 		h.startBroker(i, tune)
 	}
-	code, body := h.do(0, "POST", "/api/v1/configure", `{"queue":"fo","options":{"leaseTime":3}}`)
-	if code != 200 && code != 201 {
-		t.Fatalf("configure: %d %s", code, body)
-	}
+	h.configure()
 	return h
+}
+
+// configure gives the load's queues a 3 s lease: a batch whose ack failed
+// in the gap comes back within the test.
+func (h *harness) configure() {
+	for _, q := range []string{"fo", "fo-t"} {
+		code, body := h.do(0, "POST", "/api/v1/configure", fmt.Sprintf(`{"queue":%q,"options":{"leaseTime":3}}`, q))
+		if code != 200 && code != 201 {
+			h.t.Fatalf("configure %s: %d %s", q, code, body)
+		}
+	}
 }
 
 func (h *harness) startBroker(i int, tune func(*config.Config)) {
@@ -190,6 +200,9 @@ func (h *harness) startBroker(i int, tune func(*config.Config)) {
 	cfg.FileBufferDir = filepath.Join(h.dir, fmt.Sprint("spool-", i))
 	cfg.FileBufferFlush = 100 * time.Millisecond
 	cfg.RetentionInterval = 300 * time.Millisecond
+	// A broker that must not run without a synchronous standby starts
+	// here: the primary has one.
+	cfg.RequireSyncStandby = h.sync
 	tune(&cfg)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -287,22 +300,59 @@ func (h *harness) load() {
 			}
 		}()
 	}
-	for c := 0; c < 4; c++ {
+	// A timer producer: each timer is promised for up to 2 s ahead, so
+	// some are claimed by a sweeper on the primary that dies.
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		for n := 0; ; n++ {
+			select {
+			case <-h.stop:
+				return
+			default:
+			}
+			h.schedule(n%2, n)
+		}
+	}()
+	// Consumers: half of them long-poll (parked across the failover, they
+	// must answer or be retried), one of them on the timers' queue.
+	for c := 0; c < 5; c++ {
 		h.wg.Add(1)
 		go func() {
 			defer h.wg.Done()
+			queue, wait := "fo", c%2 == 1
+			if c == 4 {
+				queue = "fo-t"
+			}
 			for n := 0; ; n++ {
 				select {
 				case <-h.stop:
 					return
 				default:
 				}
-				if h.popAck((c+n)%2, 50) == 0 {
+				if h.popAck((c+n)%2, queue, 50, wait) == 0 {
 					time.Sleep(20 * time.Millisecond)
 				}
 			}
 		}()
 	}
+}
+
+// schedule promises one timer for up to 2 s ahead through broker b and
+// records it when the broker acknowledged it.
+func (h *harness) schedule(b, n int) {
+	txn := fmt.Sprint("tm-", n)
+	code, raw := h.do(b, "POST", "/api/v1/timers",
+		fmt.Sprintf(`[{"op":"schedule","queue":"fo-t","timerKey":"k-%d","txn":%q,"delayMs":%d,"payload":{"t":%q}}]`, n, txn, n*37%2000, txn))
+	var res struct{ Results []struct{ OK bool } }
+	if code != 200 || json.Unmarshal(raw, &res) != nil || len(res.Results) != 1 || !res.Results[0].OK {
+		time.Sleep(50 * time.Millisecond)
+		return
+	}
+	h.mu.Lock()
+	h.pushes[txn] = "timer"
+	h.mu.Unlock()
+	time.Sleep(20 * time.Millisecond)
 }
 
 func (h *harness) stopLoad() {
@@ -323,15 +373,27 @@ func (h *harness) push(b int, txid string, part int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.pushes[txid] = res[0].Status
-	if res[0].Status == "queued" && !h.since.IsZero() && h.firstOK[b].IsZero() {
-		h.firstOK[b] = time.Now()
+	if res[0].Status != "queued" {
+		return
+	}
+	now := time.Now()
+	if !h.lastOK.IsZero() {
+		h.maxGap = max(h.maxGap, now.Sub(h.lastOK))
+	}
+	h.lastOK = now
+	if !h.since.IsZero() && h.firstOK[b].IsZero() {
+		h.firstOK[b] = now
 	}
 }
 
 // popAck pops up to batch messages from broker b and acks each; it
 // returns how many it got.
-func (h *harness) popAck(b, batch int) int {
-	code, raw := h.do(b, "GET", fmt.Sprintf("/api/v1/pop/queue/fo?batch=%d&wait=false", batch), "")
+func (h *harness) popAck(b int, queue string, batch int, wait bool) int {
+	q := fmt.Sprintf("/api/v1/pop/queue/%s?batch=%d&wait=false", queue, batch)
+	if wait {
+		q = fmt.Sprintf("/api/v1/pop/queue/%s?batch=%d&wait=true&timeout=500", queue, batch)
+	}
+	code, raw := h.do(b, "GET", q, "")
 	if code != 200 {
 		return 0
 	}
@@ -369,6 +431,9 @@ func (h *harness) failover(r roundSpec) {
 	h.t.Helper()
 	ctx := context.Background()
 	before := h.pushN.Load()
+	h.mu.Lock()
+	h.maxGap = 0
+	h.mu.Unlock()
 	h.primary.Kill()
 	killedAt := time.Now()
 	h.addr.SetTarget(fmt.Sprintf("127.0.0.1:%d", h.standby.Port))
@@ -410,9 +475,9 @@ func (h *harness) failover(r roundSpec) {
 		h.mu.Unlock()
 		if ok {
 			leader := h.firstPassAfter(promotedAt)
-			h.report = append(h.report, fmt.Sprintf("%-15s read-only %5.1fs  first write after promotion: b0 %v, b1 %v  leader re-elected after %v  acknowledged this round %d",
+			h.report = append(h.report, fmt.Sprintf("%-15s read-only %5.1fs  first write after promotion: b0 %v, b1 %v  leader re-elected after %v  acknowledged this round %d  longest pause between queued answers %v",
 				r.name, promotedAt.Sub(killedAt).Seconds(), first[0].Sub(promotedAt).Round(time.Millisecond),
-				first[1].Sub(promotedAt).Round(time.Millisecond), leader, h.pushN.Load()-before))
+				first[1].Sub(promotedAt).Round(time.Millisecond), leader, h.pushN.Load()-before, h.gap()))
 			return
 		}
 		if time.Now().After(deadline) {
@@ -420,6 +485,13 @@ func (h *harness) failover(r roundSpec) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// gap is the longest pause between queued answers since the round began.
+func (h *harness) gap() time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.maxGap.Round(time.Millisecond)
 }
 
 // firstPassAfter is how long after t the first retention pass began, by
@@ -462,10 +534,25 @@ func (h *harness) verify() {
 	}
 	// Whatever a consumer held when its ack failed comes back after the
 	// lease (3 s): drain, wait it out, drain again.
+	// Every acknowledged timer fires (claims the dead primary's sweeper
+	// held expire after QUEEN_SWEEPER_LEASE_MS).
+	for {
+		_, raw := h.do(0, "GET", "/api/v1/timers/fo-t?limit=1", "")
+		var l struct{ Rows []any }
+		if json.Unmarshal(raw, &l) == nil && len(l.Rows) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timers still pending: %s", raw)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	for round := 0; round < 2; round++ {
-		for empty := 0; empty < 3; {
-			if h.popAck(round%2, 500) == 0 {
-				empty++
+		for _, q := range []string{"fo", "fo-t"} {
+			for empty := 0; empty < 3; {
+				if h.popAck(round%2, q, 500, false) == 0 {
+					empty++
+				}
 			}
 		}
 		if round == 0 {
@@ -492,10 +579,13 @@ func (h *harness) verify() {
 			completed[d.txid] = true
 		}
 	}
-	buffered, lost := 0, 0
+	buffered, lost, timers := 0, 0, 0
 	for txid, status := range h.pushes {
 		if status == "buffered" {
 			buffered++
+		}
+		if status == "timer" {
+			timers++
 		}
 		if got[txid] == 0 {
 			lost++
@@ -518,8 +608,8 @@ func (h *harness) verify() {
 	for _, line := range h.report {
 		t.Log(line)
 	}
-	t.Logf("acknowledged %d (buffered %d), delivered %d, redelivered after a failed ack %d, lost %d, delivered again after a successful ack %d, quarantined 0, retention passes %d",
-		len(h.pushes), buffered, len(got), again-acksLost, lost, acksLost, len(h.passes))
+	t.Logf("acknowledged %d (buffered %d, timers %d), delivered %d, redelivered after a failed ack %d, lost %d, delivered again after a successful ack %d, quarantined 0, retention passes %d",
+		len(h.pushes), buffered, timers, len(got), again-acksLost, lost, acksLost, len(h.passes))
 }
 
 func (h *harness) buffers(b int) map[string]float64 {

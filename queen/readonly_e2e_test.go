@@ -1,11 +1,15 @@
 package queen_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/queen-go/queen/queen"
+	"github.com/queen-go/queen/queen/store/storetest"
 )
 
 // TestReadOnlyDatabaseIsAnOutage: the broker's address points at a
@@ -83,4 +87,27 @@ func TestReadOnlyDatabaseIsAnOutage(t *testing.T) {
 	if _, body := do(t, "GET", base+"/metrics/prometheus", "", ""); !strings.Contains(string(body), "\nqueen_database_read_only 0\n") {
 		t.Fatalf("queen_database_read_only did not clear")
 	}
+}
+
+// TestRequireSyncStandbyRefusesToStart: the test database has no
+// synchronous standby, so a broker told to require one refuses to start,
+// naming the setting and what it protects; without the setting it starts
+// (with a warning).
+func TestRequireSyncStandbyRefusesToStart(t *testing.T) {
+	cfg := testConfig(t, storetest.DSN(t))
+	cfg.RequireSyncStandby = true
+	b := queen.New(queen.Options{Config: cfg})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := b.Start(ctx)
+	if err == nil {
+		b.Shutdown(context.Background())
+		t.Fatal("started without a synchronous standby")
+	}
+	if !strings.Contains(err.Error(), "QUEEN_REQUIRE_SYNC_STANDBY") || !strings.Contains(err.Error(), "synchronous_standby_names") {
+		t.Fatalf("the refusal does not say why: %v", err)
+	}
+	cfg.RequireSyncStandby = false
+	b = start(t, cfg)
+	b.Shutdown(context.Background())
 }
