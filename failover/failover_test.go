@@ -284,24 +284,32 @@ func (h *harness) do(b int, method, path, body string) (int, []byte) {
 	return resp.StatusCode, raw
 }
 
-// load starts 8 producers and 4 consumers, spread over both brokers.
+// load starts 8 producers, a timer producer and 5 consumers, spread over
+// both brokers, each running until stopLoad.
 func (h *harness) load() {
 	for p := 0; p < 8; p++ {
-		h.wg.Add(1)
-		go func() {
-			defer h.wg.Done()
-			for n := 0; ; n++ {
-				select {
-				case <-h.stop:
-					return
-				default:
-				}
-				h.push((p+n)%2, fmt.Sprintf("w%d-%d", p, n), n%4)
-			}
-		}()
+		h.loop(func(n int) { h.push((p+n)%2, fmt.Sprintf("w%d-%d", p, n), n%4) })
 	}
-	// A timer producer: each timer is promised for up to 2 s ahead, so
-	// some are claimed by a sweeper on the primary that dies.
+	// Each timer is promised for up to 2 s ahead, so some are claimed
+	// by a sweeper on the primary that dies.
+	h.loop(func(n int) { h.schedule(n%2, n) })
+	// Half the consumers long-poll (parked across the failover, they
+	// must answer or be retried), one of them on the timers' queue.
+	for c := 0; c < 5; c++ {
+		queue, wait := "fo", c%2 == 1
+		if c == 4 {
+			queue = "fo-t"
+		}
+		h.loop(func(n int) {
+			if h.popAck((c+n)%2, queue, 50, wait) == 0 {
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+	}
+}
+
+// loop runs step(0), step(1), ... in a goroutine of its own until stopLoad.
+func (h *harness) loop(step func(n int)) {
 	h.wg.Add(1)
 	go func() {
 		defer h.wg.Done()
@@ -311,31 +319,9 @@ func (h *harness) load() {
 				return
 			default:
 			}
-			h.schedule(n%2, n)
+			step(n)
 		}
 	}()
-	// Consumers: half of them long-poll (parked across the failover, they
-	// must answer or be retried), one of them on the timers' queue.
-	for c := 0; c < 5; c++ {
-		h.wg.Add(1)
-		go func() {
-			defer h.wg.Done()
-			queue, wait := "fo", c%2 == 1
-			if c == 4 {
-				queue = "fo-t"
-			}
-			for n := 0; ; n++ {
-				select {
-				case <-h.stop:
-					return
-				default:
-				}
-				if h.popAck((c+n)%2, queue, 50, wait) == 0 {
-					time.Sleep(20 * time.Millisecond)
-				}
-			}
-		}()
-	}
 }
 
 // schedule promises one timer for up to 2 s ahead through broker b and
