@@ -55,8 +55,8 @@ func (r *Retention) RunOnce(ctx context.Context) error {
 	}
 	defer lead.Release()
 	if r.Observe != nil {
-		start := time.Now()
-		defer func() { r.Observe(start, time.Now()) }()
+		start := r.Clock.Now()
+		defer func() { r.Observe(start, r.Clock.Now()) }()
 	}
 	// Every statement of the pass runs on the session that holds the
 	// lock: if it dies (a failover), the pass stops with it.

@@ -182,7 +182,7 @@ func (f *Formation) Autoctl(ctx context.Context, args ...string) (string, error)
 		if ee, ok := err.(*exec.ExitError); ok {
 			stderr = ee.Stderr
 		}
-		return string(out), fmt.Errorf("pglocal: pg_autoctl %s: %w\n%s", strings.Join(args, " "), err, stderr)
+		return string(out), fmt.Errorf("pglocal: pg_autoctl %s: %w\n%s%s", strings.Join(args, " "), err, out, stderr)
 	}
 	return string(out), nil
 }
@@ -190,13 +190,30 @@ func (f *Formation) Autoctl(ctx context.Context, args ...string) (string, error)
 func (f *Formation) waitMonitor(ctx context.Context) error {
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		if _, err := f.Autoctl(ctx, "show", "state", "--pgdata", f.Monitor); err == nil {
+		_, err := f.Autoctl(ctx, "show", "state", "--pgdata", f.Monitor)
+		if err == nil {
 			return nil
-		} else if time.Now().After(deadline) {
-			return fmt.Errorf("pglocal: the monitor is not answering after 2 minutes (log %s): %w", f.log.Name(), err)
+		}
+		select {
+		case werr := <-f.done[0]:
+			f.done[0] <- werr
+			return fmt.Errorf("pglocal: pg_autoctl create monitor exited (%v):\n%s", werr, f.logTail())
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("pglocal: the monitor is not answering after 2 minutes: %w\n%s", err, f.logTail())
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
+}
+
+// logTail is the end of the formation's pg_autoctl log, for errors.
+func (f *Formation) logTail() string {
+	raw, _ := os.ReadFile(f.log.Name())
+	if len(raw) > 3000 {
+		raw = raw[len(raw)-3000:]
+	}
+	return fmt.Sprintf("log %s:\n%s", f.log.Name(), raw)
 }
 
 // NodeState is one node as the monitor reports it.
@@ -230,7 +247,7 @@ func (f *Formation) WaitStable(ctx context.Context, n int, within time.Duration)
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("pglocal: formation not stable with %d node(s) after %v: %+v %v (log %s)", n, within, nodes, err, f.log.Name())
+			return fmt.Errorf("pglocal: formation not stable with %d node(s) after %v: %+v %v\n%s", n, within, nodes, err, f.logTail())
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
@@ -263,11 +280,21 @@ func stable(nodes []NodeState, n int) bool {
 
 // Failover asks the monitor for a failover (pg_autoctl perform failover)
 // and waits until the formation is stable again.
+// The monitor refuses while it does not yet see a node healthy (pg_autoctl
+// exits 6, a monitor error; seen on a loaded machine): like an operator,
+// it tries again, up to five times.
 func (f *Formation) Failover(ctx context.Context) error {
-	if _, err := f.Autoctl(ctx, "perform", "failover", "--pgdata", f.Monitor, "--wait", "120"); err != nil {
-		return err
+	var err error
+	for try := 0; try < 5; try++ {
+		if _, err = f.Autoctl(ctx, "perform", "failover", "--pgdata", f.Monitor, "--wait", "120"); err == nil {
+			return f.WaitStable(ctx, 2, 2*time.Minute)
+		}
+		time.Sleep(2 * time.Second)
+		if werr := f.WaitStable(ctx, 2, time.Minute); werr != nil {
+			return fmt.Errorf("%w; then %w", err, werr)
+		}
 	}
-	return f.WaitStable(ctx, 2, 2*time.Minute)
+	return err
 }
 
 // Stop stops every pg_autoctl (nodes first, then the monitor) and waits.
