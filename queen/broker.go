@@ -93,6 +93,7 @@ type Broker struct {
 	mesh     *mesh.Mesh // nil when this broker has no peers
 	readOnly *store.ReadOnlyWatch
 	hosts    []string // host:port the pool may connect to, in order
+	dbName   string   // the database's name, as the pool config has it
 	onHost   atomic.Pointer[string]
 
 	cancel   context.CancelFunc // background services and request base context
@@ -121,7 +122,7 @@ func PoolConfig(cfg config.Config) (*pgxpool.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("database config: %w", err)
 	}
-	if cc := pc.ConnConfig; len(cc.Fallbacks) > 0 && cc.ValidateConnect == nil && !strings.Contains(cfg.DSN(), "target_session_attrs") {
+	if cc := pc.ConnConfig; len(hostsOf(cc)) > 1 && cc.ValidateConnect == nil && !strings.Contains(cfg.DSN(), "target_session_attrs") {
 		// DATABASE_URL named several hosts and no target_session_attrs:
 		// take only the writable one, as for PG_HOST=h1,h2.
 		cc.ValidateConnect = pgconn.ValidateConnectTargetSessionAttrsReadWrite
@@ -167,7 +168,7 @@ func (b *Broker) Start(ctx context.Context) error {
 		b.log.Info("database writable again")
 	}}
 	pc.ConnConfig.OnPgError = b.readOnly.OnPgError
-	b.hosts = hostsOf(pc.ConnConfig)
+	b.hosts, b.dbName = hostsOf(pc.ConnConfig), pc.ConnConfig.Database
 	pc.AfterConnect = b.afterConnect
 	if b.opts.ConfigurePool != nil {
 		b.opts.ConfigurePool(pc)
@@ -286,7 +287,7 @@ func (b *Broker) Start(ctx context.Context) error {
 	}()
 	// The startup summary: what an operator checks first, and no secret.
 	b.log.Info("queen broker serving", "addr", b.listener.Addr().String(),
-		"database", b.database(), "user", b.cfg.PGUser,
+		"database", b.database(), "user", b.pool.Config().ConnConfig.User,
 		"pool", b.cfg.DBPoolSize, "spool", b.cfg.FileBufferDir, "tenancy", b.cfg.TenancyHeader,
 		"jwt", b.cfg.JWTEnabled, "meshPeers", b.cfg.MeshPeers, "sweeper", b.cfg.Sweeper,
 		"retentionInterval", b.cfg.RetentionInterval)

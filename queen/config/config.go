@@ -474,21 +474,6 @@ func (c Config) DSN() string {
 	return dsn
 }
 
-// DatabaseHosts names the hosts the broker may connect to, host:port each,
-// for the startup summary (DATABASE_URL's are read by the pool config).
-func (c Config) DatabaseHosts() []string {
-	hosts := c.hostList()
-	out := make([]string, len(hosts))
-	for i, h := range hosts {
-		port := c.PGPort
-		if len(c.PGPorts) > 1 && i < len(c.PGPorts) {
-			port = c.PGPorts[i]
-		}
-		out[i] = fmt.Sprintf("%s:%d", h, port)
-	}
-	return out
-}
-
 func (c Config) hostList() []string {
 	var out []string
 	for _, h := range strings.Split(c.PGHost, ",") {

@@ -3,6 +3,7 @@ package pglocal
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -189,10 +190,16 @@ func (f *Formation) Autoctl(ctx context.Context, args ...string) (string, error)
 
 func (f *Formation) waitMonitor(ctx context.Context) error {
 	deadline := time.Now().Add(2 * time.Minute)
+	// Not a pg_autoctl before create has written its configuration: two
+	// of them creating the same state directories race (EEXIST is fatal
+	// to pg_autoctl).
+	cfgFile := filepath.Join(f.Dir, "config", "pg_autoctl", f.Monitor, "pg_autoctl.cfg")
 	for {
-		_, err := f.Autoctl(ctx, "show", "state", "--pgdata", f.Monitor)
-		if err == nil {
-			return nil
+		err := fmt.Errorf("no configuration yet at %s", cfgFile)
+		if _, serr := os.Stat(cfgFile); serr == nil {
+			if _, err = f.Autoctl(ctx, "show", "state", "--pgdata", f.Monitor); err == nil {
+				return nil
+			}
 		}
 		select {
 		case werr := <-f.done[0]:
@@ -238,13 +245,19 @@ func (f *Formation) State(ctx context.Context) ([]NodeState, error) {
 }
 
 // WaitStable waits until n nodes are reported in the state they are
-// assigned, one of them primary (and, with two, the other secondary).
+// assigned, one of them primary (and, with two, the other secondary), in
+// three reads in a row.
 func (f *Formation) WaitStable(ctx context.Context, n int, within time.Duration) error {
 	deadline := time.Now().Add(within)
+	steady := 0 // consecutive stable reads: a state passing through is not stable
 	for {
 		nodes, err := f.State(ctx)
 		if err == nil && stable(nodes, n) {
-			return nil
+			if steady++; steady == 3 {
+				return nil
+			}
+		} else {
+			steady = 0
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("pglocal: formation not stable with %d node(s) after %v: %+v %v\n%s", n, within, nodes, err, f.logTail())
@@ -279,22 +292,47 @@ func stable(nodes []NodeState, n int) bool {
 }
 
 // Failover asks the monitor for a failover (pg_autoctl perform failover)
-// and waits until the formation is stable again.
-// The monitor refuses while it does not yet see a node healthy (pg_autoctl
-// exits 6, a monitor error; seen on a loaded machine): like an operator,
-// it tries again, up to five times.
+// and waits until the formation is stable with the other node primary.
+// The monitor may answer an error while the failover goes on anyway
+// (pg_autoctl exits 6, a monitor error, on a loaded machine): then it waits
+// for the formation to settle and asks again only if the primary is still
+// the same node, so one call never fails over twice.
 func (f *Formation) Failover(ctx context.Context) error {
-	var err error
-	for try := 0; try < 5; try++ {
-		if _, err = f.Autoctl(ctx, "perform", "failover", "--pgdata", f.Monitor, "--wait", "120"); err == nil {
-			return f.WaitStable(ctx, 2, 2*time.Minute)
+	before, err := f.primary(ctx)
+	if err != nil {
+		return err
+	}
+	for try := 0; ; try++ {
+		_, err := f.Autoctl(ctx, "perform", "failover", "--pgdata", f.Monitor, "--wait", "120")
+		if werr := f.WaitStable(ctx, 2, 2*time.Minute); werr != nil {
+			return errors.Join(err, werr)
+		}
+		now, perr := f.primary(ctx)
+		if perr != nil {
+			return perr
+		}
+		if now != before {
+			return nil
+		}
+		if try == 4 {
+			return fmt.Errorf("pglocal: %s is still primary after five failovers asked: %w", before, err)
 		}
 		time.Sleep(2 * time.Second)
-		if werr := f.WaitStable(ctx, 2, time.Minute); werr != nil {
-			return fmt.Errorf("%w; then %w", err, werr)
+	}
+}
+
+// primary is the name of the node the monitor reports primary.
+func (f *Formation) primary(ctx context.Context) (string, error) {
+	nodes, err := f.State(ctx)
+	if err != nil {
+		return "", err
+	}
+	for _, n := range nodes {
+		if n.Reported == "primary" && n.Assigned == "primary" {
+			return n.Name, nil
 		}
 	}
-	return err
+	return "", fmt.Errorf("pglocal: no primary in %+v", nodes)
 }
 
 // Stop stops every pg_autoctl (nodes first, then the monitor) and waits.

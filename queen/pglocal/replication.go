@@ -68,8 +68,11 @@ func (c *Cluster) Promote(ctx context.Context) error {
 	}
 	defer conn.Close(ctx)
 	var ok bool
-	if err := conn.QueryRow(ctx, `SELECT pg_promote(true, 60)`).Scan(&ok); err != nil || !ok {
-		return fmt.Errorf("pglocal: promote port %d: %v %w", c.Port, ok, err)
+	if err := conn.QueryRow(ctx, `SELECT pg_promote(true, 60)`).Scan(&ok); err != nil {
+		return fmt.Errorf("pglocal: promote port %d: %w", c.Port, err)
+	}
+	if !ok {
+		return fmt.Errorf("pglocal: promote port %d: not promoted within 60 s", c.Port)
 	}
 	return nil
 }

@@ -85,8 +85,18 @@ func (s *Store) Ping(ctx context.Context) error {
 	tries := 1 + min(int(s.pool.Stat().IdleConns()), 10)
 	for i := 0; ; i++ {
 		err := s.ping(ctx)
+		if errors.Is(err, ErrReadOnly) && i == 0 {
+			// The session may be one opened while the address
+			// pointed at a standby, pooled since, while the server
+			// now takes writes: ask a fresh one.
+			s.pool.Reset()
+			continue
+		}
 		var pgErr *pgconn.PgError
-		if err == nil || errors.Is(err, ErrReadOnly) || errors.As(err, &pgErr) || ctx.Err() != nil || i+1 >= tries {
+		// A session the server ended answers a FATAL (57P01
+		// terminated, 57P02 crash shutdown) or nothing at all.
+		ended := !errors.As(err, &pgErr) || strings.EqualFold(pgErr.Severity, "FATAL") || strings.HasPrefix(pgErr.Code, "57P0")
+		if err == nil || errors.Is(err, ErrReadOnly) || !ended || ctx.Err() != nil || i+1 >= tries {
 			return err
 		}
 	}
@@ -101,6 +111,13 @@ func (s *Store) ping(ctx context.Context) error {
 	var ro string
 	if err := conn.QueryRow(ctx, `SELECT current_setting('transaction_read_only')`).Scan(&ro); err != nil {
 		return fmt.Errorf("ping: %w", err)
+	}
+	if was := s.readOnly.ReadOnly(); was != (ro == "on") {
+		// The server turned (read-only) or the primary is back: every
+		// pooled session may have been opened on the other side; the
+		// ones opened on a read-only server stay read-only. Start over
+		// rather than meet them one write at a time.
+		defer s.pool.Reset()
 	}
 	s.readOnly.set(ro == "on")
 	if ro == "on" {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -83,9 +84,26 @@ func TestReadOnlyServerIsAnOutage(t *testing.T) {
 	if !errors.Is(err, store.ErrReadOnly) {
 		t.Fatalf("ping on a read-only server: %v", err)
 	}
+	// Reads alone fill the pool with read-only sessions (a read never
+	// meets 25006). Once the server takes writes, the first ping that
+	// sees it starts the pool over: no write meets one of them.
+	var wg sync.WaitGroup
+	for i := 0; i < 6; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = pool.Exec(ctx, `SELECT pg_sleep(0.05)`)
+		}()
+	}
+	wg.Wait()
 	proxy.SetReadOnly(false)
-	if err := push("after-ping"); err != nil {
-		t.Fatalf("the first push after a ping found the server read-only: %v", err)
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("ping once writable: %v", err)
+	}
+	for i := 0; i < 10; i++ {
+		if err := push(fmt.Sprint("after-ping-", i)); err != nil {
+			t.Fatalf("push %d after the ping found the server writable: %v", i, err)
+		}
 	}
 	if err := s.Ping(ctx); err != nil || watch.ReadOnly() {
 		t.Fatalf("ping after: %v, still read-only: %v", err, watch.ReadOnly())

@@ -48,7 +48,11 @@ func (s *Store) TryLeader(ctx context.Context, id int64) (l *Leader, ok bool, er
 
 // Release gives the lock back and the session to the pool.
 func (l *Leader) Release() {
-	if _, err := l.conn.Exec(context.Background(), `SELECT pg_advisory_unlock($1)`, l.id); err != nil {
+	// Bounded: a session whose server stopped answering must not hold
+	// the leader (and a shutdown waiting for it) until TCP gives up.
+	ctx, cancel := l.s.bound(context.Background())
+	defer cancel()
+	if _, err := l.conn.Exec(ctx, `SELECT pg_advisory_unlock($1)`, l.id); err != nil {
 		// A connection that may still hold the lock must not go back
 		// to the pool; closing it releases the lock server-side.
 		_ = l.conn.Conn().Close(context.Background())
