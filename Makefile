@@ -21,9 +21,11 @@ ha-pg: ## cluster's brokers on pg_auto_failover (monitor + primary + synchronous
 	$(GO) build -o bin/queen ./cmd/queen
 	exec ./bin/queen ha-pg
 
-test: ## run every test against real PostgreSQL (a throwaway cluster per test binary, or PG_TEST_DSN)
+test: ## run every test against real PostgreSQL (a throwaway cluster per test binary, or PG_TEST_DSN); prints the failover tests' numbers
 	@$(ENSURE_PG)
-	$(GO) test -count=1 -timeout 15m ./...
+	@rm -f failover-report.txt
+	QUEEN_FAILOVER_REPORT=$(CURDIR)/failover-report.txt $(GO) test -count=1 -timeout 15m ./...
+	@cat failover-report.txt 2>/dev/null || true
 
 failover-async: ## measure what an asynchronous standby loses in a failover (acknowledged pushes that vanish)
 	@$(ENSURE_PG)

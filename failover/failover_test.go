@@ -591,11 +591,31 @@ func (h *harness) verify() {
 			t.Errorf("retention passes overlap: broker %d %v-%v and broker %d from %v", p.broker, p.start, p.end, q.broker, q.start)
 		}
 	}
+	h.report = append(h.report, fmt.Sprintf("acknowledged %d (buffered %d, timers %d), delivered %d, redelivered after a failed ack %d, lost %d, delivered again after a successful ack %d, quarantined 0, retention passes %d",
+		len(h.pushes), buffered, timers, len(got), again-acksLost, lost, acksLost, len(h.passes)))
 	for _, line := range h.report {
 		t.Log(line)
 	}
-	t.Logf("acknowledged %d (buffered %d, timers %d), delivered %d, redelivered after a failed ack %d, lost %d, delivered again after a successful ack %d, quarantined 0, retention passes %d",
-		len(h.pushes), buffered, timers, len(got), again-acksLost, lost, acksLost, len(h.passes))
+	h.writeReport()
+}
+
+// writeReport appends the run's numbers to $QUEEN_FAILOVER_REPORT, which
+// make test prints: go test shows a passing test's log only with -v.
+func (h *harness) writeReport() {
+	path := os.Getenv("QUEEN_FAILOVER_REPORT")
+	if path == "" {
+		return
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		h.t.Errorf("failover report: %v", err)
+		return
+	}
+	defer f.Close()
+	fmt.Fprintf(f, "%s:\n", h.t.Name())
+	for _, line := range h.report {
+		fmt.Fprintf(f, "  %s\n", line)
+	}
 }
 
 func (h *harness) buffers(b int) map[string]float64 {
