@@ -20,6 +20,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -453,21 +454,27 @@ func (h *harness) failover(r roundSpec) {
 	}
 	h.waitStreaming()
 	// Every broker writes again before the next round.
+	first := h.waitWrites(r.name)
+	leader := h.firstPassAfter(promotedAt)
+	h.report = append(h.report, fmt.Sprintf("%-15s read-only %5.1fs  first write after promotion: b0 %v, b1 %v  leader re-elected after %v  acknowledged this round %d  longest pause between queued answers %v",
+		r.name, promotedAt.Sub(killedAt).Seconds(), first[0].Sub(promotedAt).Round(time.Millisecond),
+		first[1].Sub(promotedAt).Round(time.Millisecond), leader, h.pushN.Load()-before, h.gap()))
+}
+
+// waitWrites waits, up to a minute, until every broker answered a push
+// queued since the round's mark (h.since), and returns when each first did.
+func (h *harness) waitWrites(round string) []time.Time {
+	h.t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {
 		h.mu.Lock()
-		ok := !h.firstOK[0].IsZero() && !h.firstOK[1].IsZero()
-		first := h.firstOK
+		first := append([]time.Time(nil), h.firstOK...)
 		h.mu.Unlock()
-		if ok {
-			leader := h.firstPassAfter(promotedAt)
-			h.report = append(h.report, fmt.Sprintf("%-15s read-only %5.1fs  first write after promotion: b0 %v, b1 %v  leader re-elected after %v  acknowledged this round %d  longest pause between queued answers %v",
-				r.name, promotedAt.Sub(killedAt).Seconds(), first[0].Sub(promotedAt).Round(time.Millisecond),
-				first[1].Sub(promotedAt).Round(time.Millisecond), leader, h.pushN.Load()-before, h.gap()))
-			return
+		if !slices.ContainsFunc(first, time.Time.IsZero) {
+			return first
 		}
 		if time.Now().After(deadline) {
-			h.t.Fatalf("%s: a broker wrote nothing for a minute after the promotion: %v", r.name, first)
+			h.t.Fatalf("%s: a broker wrote nothing for a minute after the failover: %v", round, first)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
