@@ -192,6 +192,14 @@ func TestTimerClaimIgnoresLeaseIsCaughtByGeneratedFreeSeeds(t *testing.T) {
 	huntFree(t, "timer-claim-ignores-lease", func(s *scenarios.Scenario) bool { return hasFault(s, "sweeper.stall") })
 }
 
+// TestPollWaitsForWakeIsCaughtByGeneratedFreeSeeds: a long poll that
+// sleeps until something wakes it passes every delivery property (another
+// consumer, or its own timeout, delivers in the end); only the lost-wake
+// rule, which bounds what a lost wake costs, catches it.
+func TestPollWaitsForWakeIsCaughtByGeneratedFreeSeeds(t *testing.T) {
+	huntFree(t, "poll-waits-for-wake", func(s *scenarios.Scenario) bool { return hasFault(s, "wake.probe") })
+}
+
 // huntFree runs the canary against the first generated free-running seeds
 // that fit; one of four must fail.
 func huntFree(t *testing.T, canary string, fits func(*scenarios.Scenario) bool) {
@@ -214,6 +222,9 @@ func huntFree(t *testing.T, canary string, fits func(*scenarios.Scenario) bool) 
 				caught[v.Property] = true
 			}
 			t.Logf("%s caught by generated free-running seed %#x through %v", canary, s.Seed, caught)
+			if len(caught) == 0 {
+				t.Fatalf("%s failed seed %#x but broke no property (a harness failure, not a catch): %s", canary, s.Seed, o.Report())
+			}
 			return
 		}
 		t.Logf("%s: generated free-running seed %#x passed", canary, s.Seed)

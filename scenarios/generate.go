@@ -238,10 +238,16 @@ func GenerateFree(seed uint64) *Scenario {
 	}
 	// A streaming query's cycles, their commits held like the rest.
 	s.Weights.Stream = 8 + rng.IntN(8)
+	// Two wake probes, with every mesh frame dropped while they run: a
+	// long poll parked on one broker, its message pushed through another,
+	// must be answered within the periodic floor (seed bits choose when).
+	s.Faults = append(s.Faults, sim.FaultAt{At: at + time.Duration((seedBits(seed)>>41)%800)*time.Millisecond, Kind: "wake.probe",
+		Broker: int((seedBits(seed) >> 47) % uint64(s.Brokers)), Count: 2})
+	s.Sometimes = append(s.Sometimes, "wake.probe")
 	// Lease recovery and fairness bound waits in wall time, which a loaded
 	// machine stretches; free-running runs judge what holds whatever the
 	// timing.
-	s.Expect = []string{"no-loss", "no-double-delivery", "fifo", "dedup", "tenant", "answers", "redelivery", "timers", "kv", "stream", "edges", "sealed", "quarantine", "timer-claims"}
+	s.Expect = []string{"no-loss", "no-double-delivery", "fifo", "dedup", "tenant", "answers", "redelivery", "timers", "kv", "stream", "edges", "sealed", "quarantine", "timer-claims", "lost-wake"}
 	return s
 }
 

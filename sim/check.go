@@ -70,6 +70,7 @@ var Checkers = []Checker{
 	{Name: "sealed", Check: CheckSealed},
 	{Name: "quarantine", Check: CheckQuarantine},
 	{Name: "timer-claims", Check: CheckClaims},
+	{Name: "lost-wake", Check: CheckWakes},
 }
 
 // Judge runs the checker on h with re-inserted transactionIds told apart

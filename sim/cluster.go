@@ -151,6 +151,10 @@ func (c *Cluster) dbName() string {
 	return pc.Database
 }
 
+// PopWaitMax is the simulated brokers' POP_WAIT_MAX: the longest a parked
+// long poll sleeps before it checks again, woken or not.
+const PopWaitMax = 100 * time.Millisecond
+
 // SweeperLease is the simulated brokers' QUEEN_SWEEPER_LEASE_MS.
 const SweeperLease = 2 * time.Second
 
@@ -189,7 +193,7 @@ func (c *Cluster) Start(ctx context.Context, i int) error {
 	cfg.ServerID = fmt.Sprintf("%s%d", strings.TrimPrefix(c.AppPrefix, "queen:"), i)
 	cfg.TenancyHeader = true
 	cfg.ApplySchema = false
-	cfg.PopWaitInitial, cfg.PopWaitMax = 20*time.Millisecond, 100*time.Millisecond
+	cfg.PopWaitInitial, cfg.PopWaitMax = 20*time.Millisecond, PopWaitMax
 	cfg.FileBufferDir = n.spoolDir
 	cfg.FileBufferFlush = 50 * time.Millisecond
 	cfg.FileBufferEventsPerFile = 20

@@ -31,6 +31,10 @@ const (
 	// KSweep is a sweeper's claim of a timer (What "claim") or the end
 	// of one (What "fired" or "failed"), Lease holding the claim token.
 	KSweep = "sweep"
+	// KProbe is a wake probe (wake.probe): Until holds how long after
+	// its push was answered the probe's long poll answered (ms), Code
+	// the poll's status, Status the transactionId it delivered.
+	KProbe = "probe"
 )
 
 // Event is one line of a history.

@@ -112,6 +112,12 @@ type runner struct {
 	// leaderKills counts the lock sessions leader.kill ended.
 	leaderKills atomic.Int64
 	doubleRows  atomic.Int64 // rows those passes deleted
+	// wakeProbes counts the wake probes judged (wake.probe), and
+	// probeStarved says why others could not be (pmu guards it: heal
+	// holds fmu while it waits for the probes).
+	wakeProbes   atomic.Int64
+	pmu          sync.Mutex
+	probeStarved []string
 	// streamQueries is the counting query's id per tenant.
 	streamQueries map[string]string
 	// edges are the keys pushed past a limit (queen/limits), and how.
@@ -725,6 +731,17 @@ func (r *runner) inject(f FaultAt) error {
 		return nil
 	case "queue.encrypt":
 		return r.encryptQueue(f)
+	case "wake.probe":
+		if r.cluster.Mesh() == nil {
+			return fmt.Errorf("%s needs a free-running run of two brokers or more", f.Kind)
+		}
+		// It runs beside the workload, which goes on until it is done.
+		r.faultsLeft.Add(1)
+		r.jobs.Add(1)
+		go func() {
+			defer r.jobs.Done()
+			r.probeWakes(f)
+		}()
 	case "sweeper.stall":
 		// A slow sweeper (free-running): it pauses By between claiming
 		// timers and firing them, for For. Its claims must keep every
@@ -938,6 +955,13 @@ func (r *runner) heal() error {
 	if n := r.leaderKills.Swap(0); n > 0 {
 		r.fired["leader.killed"] += int(n)
 	}
+	if n := r.wakeProbes.Swap(0); n > 0 {
+		r.fired["wake.probe"] += int(n)
+	}
+	r.pmu.Lock()
+	r.starved = append(r.starved, r.probeStarved...)
+	r.probeStarved = nil
+	r.pmu.Unlock()
 	for _, a := range r.active {
 		r.clear(a)
 	}

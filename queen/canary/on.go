@@ -32,5 +32,6 @@ import "os"
 // append trusts the process's cached encryption setting),
 // timer-claim-ignores-lease (a sweeper claims a timer another still holds),
 // read-only-permanent (SQLSTATE 25006, a read-only server, is bad data
-// again rather than an outage).
+// again rather than an outage), poll-waits-for-wake (a parked long poll
+// checks again only when woken, or at its timeout).
 func On(name string) bool { return os.Getenv("QUEEN_CANARY") == name }

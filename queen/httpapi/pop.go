@@ -239,6 +239,9 @@ func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, p popParams, k
 			}
 		}
 		sleep := min(interval, left)
+		if canary.On("poll-waits-for-wake") {
+			sleep = left // no periodic re-check: only a wake ends the wait
+		}
 		t := s.clock.NewTimer(sleep)
 		select {
 		case <-ctx.Done():

@@ -1,0 +1,110 @@
+package sim
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// WakeProbeQueue prefixes the queues the wake probes use, one per try; no
+// simulated client touches them, so nothing but the probe's own push (not
+// an earlier try's, buffered and replayed late) can satisfy its poll.
+const WakeProbeQueue = "sim-wake-probe"
+
+// wakeProbeTimeout is a probe poll's timeout: far past the periodic floor
+// (PopWaitMax plus wakeSlackMS), so a poll that sleeps until it is woken
+// answers after it, not within it.
+const wakeProbeTimeout = 10 * time.Second
+
+// probeTries bounds a wake.probe's tries: enough to outlast the outages,
+// restarts and crashes a free-running run schedules.
+const probeTries = 30
+
+// probeWakes (wake.probe, free-running) measures what a lost wake costs.
+// With every mesh frame dropped, a long poll parks on one broker and a
+// message is pushed through another, whose in-process wake cannot reach
+// it: the poll must still answer with the message within the periodic
+// floor. Each probe is recorded as a KProbe event (CheckWakes judges it);
+// one that met an outage or a stopped broker is noted as starved and
+// tried again half a second later, until f.Count probes were judged or
+// probeTries tries were made.
+func (r *runner) probeWakes(f FaultAt) {
+	defer r.faultsLeft.Add(-1)
+	want := max(f.Count, 1)
+	tenant := ""
+	if len(r.o.Tenants) > 0 {
+		tenant = r.o.Tenants[0]
+	}
+	for try, judged := 0, 0; judged < want && try < probeTries && r.ctx.Err() == nil; try++ {
+		if try > 0 {
+			time.Sleep(500 * time.Millisecond)
+		}
+		poller := (max(f.Broker, 0) + try) % r.o.Brokers
+		pusher := (poller + 1) % r.o.Brokers
+		if e, ok := r.probeWake(tenant, poller, pusher, fmt.Sprintf("%s-%d", WakeProbeQueue, try)); ok {
+			r.hist.Add(e)
+			judged++
+			r.wakeProbes.Add(1)
+		} else {
+			r.pmu.Lock()
+			r.probeStarved = append(r.probeStarved, "wake.probe: "+e.Err)
+			r.pmu.Unlock()
+		}
+	}
+}
+
+// probeWake runs one probe; ok is false when it could not be judged (the
+// push was not committed at once, or a broker or the database was away),
+// with the reason in the event's Err.
+func (r *runner) probeWake(tenant string, poller, pusher int, queue string) (Event, bool) {
+	txid := queue
+	e := Event{K: KProbe, What: "wake", B: poller, Tenant: tenant, Q: queue, Txid: txid}
+	if !r.cluster.Up(poller) || !r.cluster.Up(pusher) {
+		e.Err = fmt.Sprintf("broker %d or %d was down", poller, pusher)
+		return e, false
+	}
+	r.cluster.Mesh().Drop(-1, wakeProbeTimeout+2*time.Second)
+	type answer struct {
+		code int
+		raw  []byte
+		err  error
+		at   time.Time
+	}
+	polled := make(chan answer, 1)
+	path := "/api/v1/pop/queue/" + url.PathEscape(queue) + "?" + url.Values{"batch": {"1"}, "autoAck": {"true"},
+		"wait": {"true"}, "timeout": {fmt.Sprint(wakeProbeTimeout.Milliseconds())}}.Encode()
+	go func() {
+		code, raw, err := r.cluster.Do(r.ctx, poller, "GET", path, tenant, nil)
+		polled <- answer{code, raw, err, time.Now()}
+	}()
+	// Let the poll park (its first empty check) before the push: a push
+	// that comes first is found at once, which proves nothing but costs
+	// nothing either.
+	time.Sleep(300 * time.Millisecond)
+	body, _ := json.Marshal(map[string]any{"items": []any{map[string]any{
+		"queue": queue, "partition": "p", "transactionId": txid, "payload": map[string]any{"probe": txid}}}})
+	code, raw, err := r.cluster.Do(r.ctx, pusher, "POST", "/api/v1/push", tenant, body)
+	pushed := time.Now()
+	got := <-polled
+	switch {
+	case err != nil || code != 201 || !strings.Contains(string(raw), `"queued"`):
+		e.Err = fmt.Sprintf("push on broker %d answered %d %s %v", pusher, code, clip(raw), err)
+		return e, false
+	case got.err != nil || got.code >= 500:
+		e.Err = fmt.Sprintf("poll on broker %d answered %d %s %v", poller, got.code, clip(got.raw), got.err)
+		return e, false
+	}
+	e.VT, e.Code = r.vt(), got.code
+	e.Until = max(got.at.Sub(pushed).Milliseconds(), 0)
+	var res struct {
+		Messages []struct {
+			TransactionID string `json:"transactionId"`
+		} `json:"messages"`
+	}
+	if json.Unmarshal(got.raw, &res) == nil && len(res.Messages) == 1 {
+		e.Status = res.Messages[0].TransactionID
+	}
+	return e, true
+}
