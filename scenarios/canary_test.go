@@ -200,6 +200,14 @@ func TestPollWaitsForWakeIsCaughtByGeneratedFreeSeeds(t *testing.T) {
 	huntFree(t, "poll-waits-for-wake", func(s *scenarios.Scenario) bool { return hasFault(s, "wake.probe") })
 }
 
+// TestDeleteKeepsCacheIsCaughtByGeneratedFreeSeeds: a delete that leaves
+// the deleting broker's cached ids of the queue passes every property of
+// the workload's own queues, which are never deleted; only the recreate
+// rule, which deletes and re-creates a queue both brokers cached, sees it.
+func TestDeleteKeepsCacheIsCaughtByGeneratedFreeSeeds(t *testing.T) {
+	huntFree(t, "delete-keeps-cache", func(s *scenarios.Scenario) bool { return hasFault(s, "queue.recreate") })
+}
+
 // huntFree runs the canary against the first generated free-running seeds
 // that fit; one of four must fail.
 func huntFree(t *testing.T, canary string, fits func(*scenarios.Scenario) bool) {

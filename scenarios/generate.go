@@ -244,10 +244,16 @@ func GenerateFree(seed uint64) *Scenario {
 	s.Faults = append(s.Faults, sim.FaultAt{At: at + time.Duration((seedBits(seed)>>41)%800)*time.Millisecond, Kind: "wake.probe",
 		Broker: int((seedBits(seed) >> 47) % uint64(s.Brokers)), Count: 2})
 	s.Sometimes = append(s.Sometimes, "wake.probe")
+	// A queue both brokers cached, deleted through one and created again
+	// by pushes through both: only what came after the delete is
+	// delivered, promptly.
+	s.Faults = append(s.Faults, sim.FaultAt{At: at + time.Duration((seedBits(seed)>>51)%800)*time.Millisecond, Kind: "queue.recreate",
+		Broker: int((seedBits(seed) >> 57) % uint64(s.Brokers)), Count: 1})
+	s.Sometimes = append(s.Sometimes, "queue.recreate")
 	// Lease recovery and fairness bound waits in wall time, which a loaded
 	// machine stretches; free-running runs judge what holds whatever the
 	// timing.
-	s.Expect = []string{"no-loss", "no-double-delivery", "fifo", "dedup", "tenant", "answers", "redelivery", "timers", "kv", "stream", "edges", "sealed", "quarantine", "timer-claims", "lost-wake"}
+	s.Expect = []string{"no-loss", "no-double-delivery", "fifo", "dedup", "tenant", "answers", "redelivery", "timers", "kv", "stream", "edges", "sealed", "quarantine", "timer-claims", "lost-wake", "recreate"}
 	return s
 }
 

@@ -71,6 +71,7 @@ var Checkers = []Checker{
 	{Name: "quarantine", Check: CheckQuarantine},
 	{Name: "timer-claims", Check: CheckClaims},
 	{Name: "lost-wake", Check: CheckWakes},
+	{Name: "recreate", Check: CheckRecreates},
 }
 
 // Judge runs the checker on h with re-inserted transactionIds told apart

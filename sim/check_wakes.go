@@ -17,7 +17,7 @@ func CheckWakes(h []Event, _ Spec) []Violation {
 	var out []Violation
 	floor := PopWaitMax.Milliseconds() + wakeSlackMS
 	for _, e := range h {
-		if e.K != KProbe {
+		if e.K != KProbe || e.What != "wake" {
 			continue
 		}
 		switch {

@@ -115,9 +115,11 @@ type runner struct {
 	// wakeProbes counts the wake probes judged (wake.probe), and
 	// probeStarved says why others could not be (pmu guards it: heal
 	// holds fmu while it waits for the probes).
-	wakeProbes   atomic.Int64
-	pmu          sync.Mutex
-	probeStarved []string
+	wakeProbes atomic.Int64
+	// recreateProbes counts the re-create probes judged (queue.recreate).
+	recreateProbes atomic.Int64
+	pmu            sync.Mutex
+	probeStarved   []string
 	// streamQueries is the counting query's id per tenant.
 	streamQueries map[string]string
 	// edges are the keys pushed past a limit (queen/limits), and how.
@@ -731,7 +733,7 @@ func (r *runner) inject(f FaultAt) error {
 		return nil
 	case "queue.encrypt":
 		return r.encryptQueue(f)
-	case "wake.probe":
+	case "wake.probe", "queue.recreate":
 		if r.cluster.Mesh() == nil {
 			return fmt.Errorf("%s needs a free-running run of two brokers or more", f.Kind)
 		}
@@ -740,7 +742,11 @@ func (r *runner) inject(f FaultAt) error {
 		r.jobs.Add(1)
 		go func() {
 			defer r.jobs.Done()
-			r.probeWakes(f)
+			if f.Kind == "wake.probe" {
+				r.probeWakes(f)
+			} else {
+				r.probeRecreates(f)
+			}
 		}()
 	case "sweeper.stall":
 		// A slow sweeper (free-running): it pauses By between claiming
@@ -957,6 +963,9 @@ func (r *runner) heal() error {
 	}
 	if n := r.wakeProbes.Swap(0); n > 0 {
 		r.fired["wake.probe"] += int(n)
+	}
+	if n := r.recreateProbes.Swap(0); n > 0 {
+		r.fired["queue.recreate"] += int(n)
 	}
 	r.pmu.Lock()
 	r.starved = append(r.starved, r.probeStarved...)

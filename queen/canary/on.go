@@ -33,5 +33,6 @@ import "os"
 // timer-claim-ignores-lease (a sweeper claims a timer another still holds),
 // read-only-permanent (SQLSTATE 25006, a read-only server, is bad data
 // again rather than an outage), poll-waits-for-wake (a parked long poll
-// checks again only when woken, or at its timeout).
+// checks again only when woken, or at its timeout), delete-keeps-cache (a
+// queue's delete leaves this process's cached ids of it).
 func On(name string) bool { return os.Getenv("QUEEN_CANARY") == name }

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"github.com/queen-go/queen/queen/canary"
 	"strings"
 	"time"
 
@@ -320,7 +321,9 @@ func (s *Store) DeleteQueue(ctx context.Context, tenant, name string) (bool, err
 		WITH subs AS (DELETE FROM queen.consumer_groups_metadata WHERE tenant_id = $1 AND queue_name = $2),
 		marks AS (DELETE FROM queen.consumer_watermarks WHERE queue_name = $2)
 		DELETE FROM queen.queues WHERE tenant_id = $1 AND name = $2`, tenant, name)
-	s.cache.forgetQueue(tenant, name)
+	if !canary.On("delete-keeps-cache") {
+		s.cache.forgetQueue(tenant, name)
+	}
 	s.marks.forget(tenant, name, "")
 	if err != nil {
 		return false, err

@@ -1,0 +1,35 @@
+package sim
+
+import (
+	"fmt"
+	"strings"
+)
+
+// recreateSlackMS bounds, on a loaded machine, how long after its last
+// push a re-created queue's messages may take to reach the deleter's polls.
+const recreateSlackMS = 3000
+
+// CheckRecreates: a queue deleted and created again is a new queue to
+// every broker that cached the old one. A re-create probe's deleter must
+// deliver exactly the messages pushed after the delete (through itself
+// and another broker, both of which had cached the old partition), within
+// the slack, and nothing pushed before it. A cache the delete did not
+// reach shows as pops that find nothing, or pushes into a partition that
+// is gone.
+func CheckRecreates(h []Event, _ Spec) []Violation {
+	var out []Violation
+	for _, e := range h {
+		if e.K != KProbe || e.What != "recreate" {
+			continue
+		}
+		switch {
+		case e.Status != e.Txid:
+			out = append(out, Violation{"recreate", fmt.Sprintf("%s, deleted and created again through broker %d, delivered [%s] there in %d ms; pushed after the delete: [%s]",
+				e.Q, e.B, e.Status, e.Until, e.Txid)})
+		case e.Until > recreateSlackMS:
+			out = append(out, Violation{"recreate", fmt.Sprintf("%s, deleted and created again through broker %d, took %d ms to deliver [%s] there (slack %d ms)",
+				e.Q, e.B, e.Until, strings.ReplaceAll(e.Status, ",", " "), recreateSlackMS)})
+		}
+	}
+	return out
+}
