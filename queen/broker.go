@@ -68,6 +68,9 @@ type Options struct {
 	// TimerClaims, when set, is told of every timer claim the sweeper
 	// takes and how it ends (sweeper.Sweeper.Observe).
 	TimerClaims func(kind, token string, t store.ClaimedTimer)
+	// PopClaims, when set, is told of every claim a pop made
+	// (httpapi.Options.PopClaims).
+	PopClaims func(httpapi.PopClaim)
 	// RetentionPasses, when set, is told when each retention pass this
 	// broker led began and ended (the failover test checks no two
 	// brokers' passes overlap).
@@ -216,7 +219,7 @@ func (b *Broker) Start(ctx context.Context) error {
 	}
 	apiOpts := httpapi.Options{Config: b.cfg, Store: b.store, Spool: b.spool, Drainer: b.drainer,
 		Maintenance: b.maint, Arbiter: arbiter, Clock: b.opts.Clock, Waker: waker.New(), IDs: b.opts.IDs, Logger: b.log,
-		Cipher: cipher, Push: pushes}
+		Cipher: cipher, Push: pushes, PopClaims: b.opts.PopClaims}
 	if b.cfg.JWTEnabled {
 		if apiOpts.Auth, err = auth.New(b.cfg.JWT, b.opts.Clock, b.log); err != nil {
 			b.pool.Close()

@@ -93,6 +93,9 @@ var generatedCanaries = map[string]func(*scenarios.Scenario) bool{
 	// A claim that finished after its client left is kept: the partition
 	// hides for a lease.
 	"cancel-keeps-claim": func(s *scenarios.Scenario) bool { return s.Weights.Leave > 0 },
+	// A pop claims for a client already gone (the release afterwards
+	// gives the claim back): only the abandoned-claims rule sees it.
+	"claim-after-leave": func(s *scenarios.Scenario) bool { return s.Weights.EarlyPct > 0 },
 	// Timers fire before their deliverAt.
 	"timer-early": func(s *scenarios.Scenario) bool { return s.Weights.Timer > 0 },
 	// A poison timer fails the whole batch claimed with it, every lease:

@@ -252,6 +252,8 @@ func (s *Scenario) parseWorkload(f []string) error {
 			w.PollPct = n
 		case "burst":
 			w.BurstPct = n
+		case "early":
+			w.EarlyPct = n
 		case "timer":
 			w.Timer = n
 		case "kv":
@@ -345,7 +347,7 @@ func Print(w io.Writer, s *Scenario) error {
 	for _, o := range []struct {
 		key, unit string
 		n         int
-	}{{"hot", "%", w8.HotPct}, {"foreign", "", w8.Foreign}, {"leave", "", w8.Leave}, {"poll", "%", w8.PollPct},
+	}{{"hot", "%", w8.HotPct}, {"foreign", "", w8.Foreign}, {"leave", "", w8.Leave}, {"early", "%", w8.EarlyPct}, {"poll", "%", w8.PollPct},
 		{"burst", "%", w8.BurstPct}, {"timer", "", w8.Timer}, {"stream", "", w8.Stream}, {"kv", "", w8.KV}} {
 		if o.n > 0 {
 			fmt.Fprintf(b, " %s=%d%s", o.key, o.n, o.unit)

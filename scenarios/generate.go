@@ -116,6 +116,9 @@ func Generate(seed uint64) *Scenario {
 		s.Weights.Stream = 15 + rng.IntN(16)
 	}
 	addEncryption(s, seed, 10*time.Second, 60)
+	// A quarter of the leaving pops' clients are gone before the broker
+	// starts on them: it must claim nothing for them.
+	s.Weights.EarlyPct = 25
 	delete(fired, "broker.start")
 	for _, k := range []string{"pg.refuse", "pg.blackhole", "pg.reset", "broker.crash", "clock.skew", "spool.eio", "spool.enospc", "spool.torn",
 		"spool.poison", "spool.quarantined", "pg.readonly"} {
@@ -209,6 +212,7 @@ func GenerateFree(seed uint64) *Scenario {
 	// Pops whose client gives up mid-request, wherever the broker is:
 	// whatever it claimed for them must come back, and nothing else move.
 	s.Weights.Leave = 1 + rng.IntN(3)
+	s.Weights.EarlyPct = 25
 	// Half the COMMITs on every broker's database path, drawn at random,
 	// are held 30-80 ms: transactions commit in another order than they
 	// wrote in, so an order fixed before COMMIT shows (the stranded

@@ -72,6 +72,7 @@ var Checkers = []Checker{
 	{Name: "timer-claims", Check: CheckClaims},
 	{Name: "lost-wake", Check: CheckWakes},
 	{Name: "recreate", Check: CheckRecreates},
+	{Name: "abandoned-claims", Check: CheckAbandonedClaims},
 }
 
 // Judge runs the checker on h with re-inserted transactionIds told apart

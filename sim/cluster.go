@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,6 +25,7 @@ import (
 	"github.com/queen-go/queen/queen"
 	"github.com/queen-go/queen/queen/clock"
 	"github.com/queen-go/queen/queen/config"
+	"github.com/queen-go/queen/queen/httpapi"
 	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/spool"
 	"github.com/queen-go/queen/queen/store"
@@ -46,6 +48,8 @@ type ClusterOptions struct {
 	Log io.Writer
 	// OnTimerClaim is told of every sweeper claim and how it ended.
 	OnTimerClaim func(b int, kind, token string, t store.ClaimedTimer)
+	// OnPopClaim is told of every claim a pop made.
+	OnPopClaim func(b int, c httpapi.PopClaim)
 }
 
 // Cluster is a set of brokers in this process sharing one database.
@@ -218,6 +222,9 @@ func (c *Cluster) Start(ctx context.Context, i int) error {
 		if c.opts.OnTimerClaim != nil {
 			c.opts.OnTimerClaim(i, kind, token, t)
 		}
+	}
+	if c.opts.OnPopClaim != nil {
+		opts.PopClaims = func(pc httpapi.PopClaim) { c.opts.OnPopClaim(i, pc) }
 	}
 	if c.opts.Lockstep {
 		skewed := &nodeClock{base: c.opts.PG, off: &n.offset}
@@ -448,6 +455,9 @@ func (c *Cluster) Do(ctx context.Context, i int, method, path, tenant string, bo
 // given wait and closes its connection, wherever the broker then is. left
 // reports whether the client left before the answer came.
 func (c *Cluster) DoLeaving(ctx context.Context, i int, method, path, tenant string, wait time.Duration) (code int, body []byte, left bool, err error) {
+	if wait == LeaveAtOnce {
+		return c.doGone(ctx, i, method, path, tenant)
+	}
 	if !c.opts.Lockstep {
 		ctx, cancel := context.WithTimeout(ctx, wait)
 		defer cancel()
@@ -462,6 +472,27 @@ func (c *Cluster) DoLeaving(ctx context.Context, i int, method, path, tenant str
 	defer c.onDBNow.Store(nil)
 	code, body, err = c.Do(ctx, i, method, path, tenant, nil)
 	return code, body, fired.Load(), err
+}
+
+// LeaveAtOnce, as DoLeaving's wait, makes the client go before the broker
+// starts on the request.
+const LeaveAtOnce time.Duration = -1
+
+// doGone sends a request whose client is gone before the broker starts on
+// it. Lockstep: its context is done when it is served. Free-running: it is
+// cancelled the moment it is written, so the broker learns of it as it
+// begins (the connection closes).
+func (c *Cluster) doGone(ctx context.Context, i int, method, path, tenant string) (int, []byte, bool, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if c.opts.Lockstep {
+		cancel()
+		code, body, err := c.Do(ctx, i, method, path, tenant, nil)
+		return code, body, true, err
+	}
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { cancel() }})
+	code, body, err := c.Do(ctx, i, method, path, tenant, nil)
+	return code, body, err != nil && ctx.Err() != nil, err
 }
 
 // Shutdown drains every running broker.

@@ -35,6 +35,9 @@ const (
 	// its push was answered the probe's long poll answered (ms), Code
 	// the poll's status, Status the transactionId it delivered.
 	KProbe = "probe"
+	// KClaim is a pop's claim that began after its client had gone (What
+	// "client-gone"), as the broker saw it (httpapi.PopClaim).
+	KClaim = "claim"
 )
 
 // Event is one line of a history.

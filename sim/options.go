@@ -41,6 +41,10 @@ type Weights struct {
 	// claims (lockstep: at its first read of database time; free-running:
 	// a client timeout of 1-20 ms).
 	Leave int
+	// EarlyPct is the percentage of those pops whose client is gone
+	// before the broker starts on them (lockstep: the request's context
+	// is done when it is served; free-running: cancelled once written).
+	EarlyPct int
 	// PollPct is the percentage of pops that long-poll (free-running
 	// only): a push on another broker wakes them through the mesh.
 	PollPct int

@@ -21,6 +21,7 @@ import (
 
 	"github.com/queen-go/queen/faults"
 	"github.com/queen-go/queen/queen/clock"
+	"github.com/queen-go/queen/queen/httpapi"
 	"github.com/queen-go/queen/queen/spool"
 	"github.com/queen-go/queen/queen/store"
 )
@@ -183,7 +184,7 @@ func (r *runner) setup(dsn string, log io.Writer) error {
 	var err error
 	for try := 0; ; try++ {
 		r.cluster, err = NewCluster(r.ctx, ClusterOptions{DSN: dsn, Brokers: r.o.Brokers, Seed: r.o.Seed,
-			Lockstep: r.pg != nil, PG: r.pg, Log: log, OnTimerClaim: r.noteClaim})
+			Lockstep: r.pg != nil, PG: r.pg, Log: log, OnTimerClaim: r.noteClaim, OnPopClaim: r.notePopClaim})
 		// The mesh ports are picked free and then bound by the brokers: on
 		// a busy machine another process can take one in between. That is
 		// the harness's race, not the broker's: pick again.
@@ -519,6 +520,9 @@ func (r *runner) step(rng *rand.Rand, c *client) {
 			// Free-running: the client gives up 1-20 ms in, wherever
 			// the broker is (parsing, claiming, committing, answering).
 			wait = time.Duration(1+pick(20)) * time.Millisecond
+		}
+		if w.EarlyPct > 0 && pick(100) < w.EarlyPct {
+			wait = LeaveAtOnce
 		}
 		r.act.popLeaving(r.ctx, c.id, b, tenant, q, g, batch, wait)
 	}
@@ -873,6 +877,15 @@ func (r *runner) inject(f FaultAt) error {
 // failed), under the claim's token.
 func (r *runner) noteClaim(b int, kind, token string, t store.ClaimedTimer) {
 	r.hist.Add(Event{K: KSweep, What: kind, B: b, Tenant: t.Tenant, Txid: t.TimerKey, Lease: token, VT: r.vt()})
+}
+
+// notePopClaim records a pop's claim that began after its client had
+// gone (the abandoned-claims rule's evidence); other claims are in the
+// pops' own answers.
+func (r *runner) notePopClaim(b int, c httpapi.PopClaim) {
+	if c.ClientGone {
+		r.hist.Add(Event{K: KClaim, What: "client-gone", B: b, Tenant: c.Tenant, Q: c.Queue, Lease: c.LeaseID, VT: r.vt()})
+	}
 }
 
 // encryptQueue turns encryption on for the run's first queue, every

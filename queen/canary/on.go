@@ -34,5 +34,7 @@ import "os"
 // read-only-permanent (SQLSTATE 25006, a read-only server, is bad data
 // again rather than an outage), poll-waits-for-wake (a parked long poll
 // checks again only when woken, or at its timeout), delete-keeps-cache (a
-// queue's delete leaves this process's cached ids of it).
+// queue's delete leaves this process's cached ids of it), claim-after-leave
+// (a pop does not look at its client before it claims; the release after
+// the claim still gives the claim back).
 func On(name string) bool { return os.Getenv("QUEEN_CANARY") == name }

@@ -191,8 +191,11 @@ func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, p popParams, k
 	interval := s.cfg.PopWaitInitial
 	group := p.req.Group
 	for empties := 0; ; empties++ {
+		// Whether the client had gone before this claim began, read
+		// before the check below: a claim it lets through is reported.
+		gone := ctx.Err() != nil
 		woken, withdraw := s.wake.Wait(key, group)
-		if ctx.Err() != nil {
+		if ctx.Err() != nil && !canary.On("claim-after-leave") {
 			withdraw(true) // the client is gone: claim nothing
 			return
 		}
@@ -209,6 +212,9 @@ func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, p popParams, k
 		}
 		if len(res.Messages) > 0 {
 			withdraw(true)
+			if s.popClaims != nil {
+				s.popClaims(PopClaim{Tenant: p.req.Tenant, Queue: res.Queue, LeaseID: res.LeaseID, Messages: len(res.Messages), ClientGone: gone})
+			}
 			if ctx.Err() != nil {
 				// The claim raced the client's disconnect: give it back so
 				// the partition is not hidden for a whole lease.

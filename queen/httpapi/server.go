@@ -57,6 +57,7 @@ type Server struct {
 	sharedState func() any
 	// timerHint tells the local sweeper a timer is due in d; nil: none.
 	timerHint func(d time.Duration)
+	popClaims func(PopClaim)
 	// sweeperStats reports the sweeper for the metrics; nil: none.
 	sweeperStats func() SweeperStats
 	// registry is this server's Prometheus registry; queueMessages counts
@@ -107,6 +108,19 @@ type Options struct {
 	// Push is the push path (commit or spool); nil: one is made from the
 	// options above.
 	Push *pushpath.Path
+	// PopClaims, when set, is told of every claim a pop made, and
+	// whether its client was already gone when the claim began (the
+	// simulator's view of claims that delivery cannot show: one given
+	// back at once still hid its partition meanwhile).
+	PopClaims func(PopClaim)
+}
+
+// PopClaim is one claim a pop made, for Options.PopClaims.
+type PopClaim struct {
+	Tenant, Queue, LeaseID string
+	Messages               int
+	// ClientGone: the request's context was done before the claim began.
+	ClientGone bool
 }
 
 // SweeperStats are the sweeper's figures the metrics expose.
@@ -142,7 +156,7 @@ func New(o Options) *Server {
 		o.Maintenance = maintenance.New(o.Store, o.Spool, o.Logger)
 	}
 	s := &Server{cfg: o.Config, store: o.Store, spool: o.Spool, drainer: o.Drainer, maint: o.Maintenance,
-		arbiter: o.Arbiter, clock: o.Clock, wake: o.Waker, peers: o.Peers, ids: o.IDs, sharedState: o.SharedState, timerHint: o.TimerHint, sweeperStats: o.SweeperStats, auth: o.Auth, cipher: o.Cipher, log: o.Logger, started: o.Clock.Now(),
+		arbiter: o.Arbiter, clock: o.Clock, wake: o.Waker, peers: o.Peers, ids: o.IDs, sharedState: o.SharedState, timerHint: o.TimerHint, popClaims: o.PopClaims, sweeperStats: o.SweeperStats, auth: o.Auth, cipher: o.Cipher, log: o.Logger, started: o.Clock.Now(),
 		draining: make(chan struct{})}
 	s.pushes = o.Push
 	if s.pushes == nil {
