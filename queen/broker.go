@@ -319,7 +319,7 @@ func (b *Broker) startMesh(api *httpapi.Options) error {
 	h := &hints{wake: api.Waker, store: b.store, maint: b.maint, log: b.log}
 	b.mesh = mesh.New(mesh.Options{ServerID: b.cfg.ServerID, Listen: net.JoinHostPort(b.cfg.Host, fmt.Sprint(b.cfg.MeshPort)),
 		Peers: b.cfg.MeshPeers, Secret: []byte(b.cfg.MeshSecret), Heartbeat: b.cfg.MeshHeartbeat,
-		DeadAfter: b.cfg.MeshDeadAfter, QueueLen: b.cfg.MeshQueueFrames, Transport: b.opts.MeshTransport,
+		DeadAfter: b.cfg.MeshDeadAfter, QueueLen: b.cfg.MeshQueueFrames, MaxPending: b.cfg.MeshMaxPending, Transport: b.opts.MeshTransport,
 		Clock: b.opts.Clock, Log: b.log, Handle: h.handle})
 	if err := b.mesh.Start(); err != nil {
 		b.mesh = nil

@@ -91,6 +91,7 @@ type Config struct {
 	MeshHeartbeat   time.Duration // QUEEN_SYNC_HEARTBEAT_MS, default 1000
 	MeshDeadAfter   time.Duration // QUEEN_SYNC_DEAD_THRESHOLD_MS, default 5000
 	MeshQueueFrames int           // QUEEN_MESH_QUEUE, default 1024: frames waiting per peer before drops
+	MeshMaxPending  int           // QUEEN_MESH_MAX_PENDING, default 32: inbound connections still in their handshake
 
 	// Timers, KV and the sweeper.
 	Sweeper               bool          // QUEEN_SWEEPER, default true: fire timers and prune KV here
@@ -172,6 +173,7 @@ func Default() Config {
 		MeshHeartbeat:           time.Second,
 		MeshDeadAfter:           5 * time.Second,
 		MeshQueueFrames:         1024,
+		MeshMaxPending:          32,
 		PartitionCleanupDays:    30,
 		Sweeper:                 true,
 		SweeperMinSleep:         5 * time.Millisecond,
@@ -260,6 +262,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	p.millis("QUEEN_SYNC_HEARTBEAT_MS", &c.MeshHeartbeat)
 	p.millis("QUEEN_SYNC_DEAD_THRESHOLD_MS", &c.MeshDeadAfter)
 	p.intRange("QUEEN_MESH_QUEUE", &c.MeshQueueFrames, 1, 1<<20)
+	p.intRange("QUEEN_MESH_MAX_PENDING", &c.MeshMaxPending, 1, 1<<16)
 	p.boolean("QUEEN_SWEEPER", &c.Sweeper)
 	p.millis("QUEEN_SWEEPER_MIN_SLEEP_MS", &c.SweeperMinSleep)
 	p.millis("QUEEN_SWEEPER_MAX_SLEEP_MS", &c.SweeperMaxSleep)

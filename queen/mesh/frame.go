@@ -15,7 +15,7 @@ const (
 	MessageAvailable      Type = 1  // {queue, partition, tenant?}
 	MessageAvailableBatch Type = 2  // {items: [{queue, partition, tenant?}]}
 	Heartbeat             Type = 3  // {server_id}
-	Hello                 Type = 4  // {server_id, nonce, mac}
+	Hello                 Type = 4  // {server_id, nonce}; handshake.go
 	HotlistDirtyBatch     Type = 5  // {items: [{queue, partition, tenant?}]}
 	QueueConfigSet        Type = 10 // {queue, tenant?}
 	QueueConfigDelete     Type = 11 // {queue, tenant?}
@@ -23,9 +23,10 @@ const (
 	PopMaintenanceModeSet Type = 41 // {enabled}
 )
 
-// MaxFrame is the largest payload a frame may carry; a longer length
-// prefix closes the connection.
-const MaxFrame = 16 << 20
+// MaxFrame is the largest payload a frame of an authenticated link may
+// carry (hints are small); a longer length prefix closes the connection.
+// Before authentication the bound is PreAuthMaxFrame.
+const MaxFrame = 1 << 20
 
 // Frame is one message on the wire: u32 big-endian length (1 + payload),
 // u8 type, JSON payload.
@@ -46,8 +47,9 @@ func (f Frame) encode() []byte {
 
 var errZeroLength = errors.New("mesh: zero-length frame")
 
-// readFrame reads one frame from r.
-func readFrame(r io.Reader) (Frame, error) {
+// readFrame reads one frame of at most max payload bytes from r. The length
+// prefix is checked before anything is allocated.
+func readFrame(r io.Reader, max int) (Frame, error) {
 	var hdr [4]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return Frame{}, err
@@ -56,8 +58,8 @@ func readFrame(r io.Reader) (Frame, error) {
 	if n == 0 {
 		return Frame{}, errZeroLength
 	}
-	if n-1 > MaxFrame {
-		return Frame{}, fmt.Errorf("mesh: frame of %d bytes exceeds %d", n-1, MaxFrame)
+	if n-1 > uint32(max) {
+		return Frame{}, fmt.Errorf("mesh: frame of %d bytes exceeds %d", n-1, max)
 	}
 	body := make([]byte, n)
 	if _, err := io.ReadFull(r, body); err != nil {
@@ -88,12 +90,6 @@ type QueueRef struct {
 // Switch is the payload of the maintenance frames.
 type Switch struct {
 	Enabled bool `json:"enabled"`
-}
-
-type hello struct {
-	ServerID string `json:"server_id"`
-	Nonce    string `json:"nonce"`
-	MAC      string `json:"mac"`
 }
 
 type heartbeat struct {

@@ -3,6 +3,7 @@ package mesh
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"time"
@@ -48,23 +49,28 @@ func (m *Mesh) dialLoop(ctx context.Context, p *peer) {
 	}
 }
 
-// send writes the HELLO, then queued frames and heartbeats, until the
-// connection fails or ctx ends. The peer never writes on this connection;
-// reading it only tells when the peer closed it.
+// send runs the handshake, then writes queued frames and heartbeats,
+// each sealed under the session, until the connection fails or ctx ends.
+// After the handshake the peer never writes on this connection; reading
+// it only tells when the peer closed it.
 func (m *Mesh) send(ctx context.Context, conn net.Conn, p *peer) error {
+	_ = conn.SetDeadline(clock.SocketDeadline(m.o.DeadAfter))
+	sess, peerID, err := dialHandshake(conn, m.o.ServerID, m.o.Secret)
+	if err != nil {
+		m.handshakeFailures.Add(1)
+		if errors.Is(err, errBadMAC) {
+			m.signatureFailures.Add(1)
+			m.refusalLog.warn(m.o.Log, "mesh: peer failed the handshake (wrong QUEEN_SYNC_SECRET?)", "peer", p.addr, "server_id", peerID)
+		}
+		return err
+	}
+	_ = conn.SetDeadline(time.Time{})
 	closed := make(chan struct{})
 	go func() {
 		_, _ = io.Copy(io.Discard, conn)
 		close(closed)
 	}()
 	defer func() { _ = conn.Close(); <-closed }()
-	h, err := newHello(m.o.ServerID, m.o.Secret)
-	if err != nil {
-		return err
-	}
-	if err := m.write(conn, h); err != nil {
-		return err
-	}
 	hb, _ := json.Marshal(heartbeat{ServerID: m.o.ServerID})
 	beat := Frame{Type: Heartbeat, Payload: hb}.encode()
 	for {
@@ -78,13 +84,13 @@ func (m *Mesh) send(ctx context.Context, conn net.Conn, p *peer) error {
 			return io.EOF
 		case b := <-p.q:
 			tick.Stop()
-			if err := m.write(conn, b); err != nil {
+			if err := m.write(conn, sess.seal(b)); err != nil {
 				m.dropped.Add(1)
 				return err
 			}
 			m.sent.Add(1)
 		case <-tick.C():
-			if err := m.write(conn, beat); err != nil {
+			if err := m.write(conn, sess.seal(beat)); err != nil {
 				return err
 			}
 		}
@@ -98,7 +104,8 @@ func (m *Mesh) write(conn net.Conn, b []byte) error {
 	return err
 }
 
-// accept serves inbound connections until the listener closes.
+// accept serves inbound connections until the listener closes. At most
+// MaxPending may be in their handshake at once; another is closed at once.
 func (m *Mesh) accept(ctx context.Context) {
 	defer m.wg.Done()
 	for {
@@ -109,9 +116,18 @@ func (m *Mesh) accept(ctx context.Context) {
 			}
 			return
 		}
+		if m.pending.Add(1) > int64(m.o.MaxPending) {
+			m.pending.Add(-1)
+			m.refused.Add(1)
+			m.refusalLog.warn(m.o.Log, "mesh: refused a connection: too many unauthenticated connections",
+				"remote", conn.RemoteAddr().String(), "max_pending", m.o.MaxPending)
+			_ = conn.Close()
+			continue
+		}
 		m.mu.Lock()
 		if ctx.Err() != nil {
 			m.mu.Unlock()
+			m.pending.Add(-1)
 			_ = conn.Close()
 			return
 		}
@@ -122,8 +138,9 @@ func (m *Mesh) accept(ctx context.Context) {
 	}
 }
 
-// receive checks the HELLO, then hands every frame to the handler. A link
-// silent for the dead threshold is closed; the peer redials.
+// receive runs the handshake, then opens every frame and hands it to the
+// handler. A frame whose MAC or sequence number is wrong closes the link;
+// so does silence for the dead threshold. The peer redials.
 func (m *Mesh) receive(conn net.Conn) {
 	defer m.wg.Done()
 	defer func() {
@@ -132,33 +149,64 @@ func (m *Mesh) receive(conn net.Conn) {
 		m.mu.Unlock()
 		_ = conn.Close()
 	}()
-	_ = conn.SetReadDeadline(clock.SocketDeadline(m.o.DeadAfter))
-	f, err := readFrame(conn)
+	sess, from, err := m.admit(conn)
 	if err != nil {
-		m.handshakeFailures.Add(1)
-		return
-	}
-	from, err := m.checkHello(f)
-	if err != nil {
-		m.handshakeFailures.Add(1)
-		m.o.Log.Warn("mesh: refused a connection with a bad HELLO", "remote", conn.RemoteAddr().String())
 		return
 	}
 	m.touch(from)
 	for {
 		_ = conn.SetReadDeadline(clock.SocketDeadline(m.o.DeadAfter))
-		f, err := readFrame(conn)
+		f, err := readFrame(conn, MaxFrame+sealSize)
+		if err == nil {
+			f, err = sess.open(f)
+		}
 		if err != nil {
+			m.refuseFrame(from, conn, err)
 			return
 		}
 		m.touch(from)
 		switch f.Type {
-		case Hello, Heartbeat:
+		case Hello, Challenge, Proof, Heartbeat:
 		default:
 			m.received.Add(1)
 			m.o.Handle(from, f)
 		}
 	}
+}
+
+// admit runs the acceptor's handshake under the pre-authentication bounds
+// (the dead threshold as its deadline, PreAuthMaxFrame) and gives the
+// connection's pending place back, whatever the outcome.
+func (m *Mesh) admit(conn net.Conn) (*session, string, error) {
+	defer m.pending.Add(-1)
+	_ = conn.SetDeadline(clock.SocketDeadline(m.o.DeadAfter))
+	sess, from, err := acceptHandshake(conn, m.o.ServerID, m.o.Secret)
+	_ = conn.SetDeadline(time.Time{})
+	if err != nil {
+		m.handshakeFailures.Add(1)
+		if errors.Is(err, errBadMAC) {
+			m.signatureFailures.Add(1)
+		}
+		m.refusalLog.warn(m.o.Log, "mesh: refused a connection that failed the handshake",
+			"remote", conn.RemoteAddr().String(), "server_id", from, "err", err)
+	}
+	return sess, from, err
+}
+
+// refuseFrame counts and logs why an authenticated link was closed: a
+// frame that failed its MAC or came out of sequence (a replay, a splice,
+// a reordering) is refused; a read error is the link ending.
+func (m *Mesh) refuseFrame(from string, conn net.Conn, err error) {
+	switch {
+	case errors.Is(err, errBadSeq):
+		m.sequenceRejections.Add(1)
+	case errors.Is(err, errBadSeal):
+		m.signatureFailures.Add(1)
+	default:
+		return
+	}
+	m.refusalLog.warn(m.o.Log, "mesh: closed a link on a refused frame", "server_id", from,
+		"remote", conn.RemoteAddr().String(), "err", err)
 }
 
 func (m *Mesh) touch(id string) {

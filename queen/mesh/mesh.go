@@ -1,11 +1,16 @@
 // Package mesh passes hints between brokers that share one PostgreSQL.
 //
 // Every broker dials every peer and sends only on its outbound connections;
-// it receives only on the connections it accepted. A connection opens with a
-// HELLO proving knowledge of the shared secret (HMAC-SHA256 over a fresh
-// nonce, compared in constant time); a wrong one is closed without a word
-// and counted. Heartbeats keep a link alive; a peer with no inbound frame
-// for the dead threshold counts as dead.
+// it receives only on the connections it accepted. A connection opens with
+// a mutual challenge-response under the shared secret (handshake.go): each
+// side's fresh nonce and both server ids go under HMAC-SHA256, and every
+// later frame carries a sequence number and a MAC under the session key
+// derived from it, so a recorded connection cannot be replayed, reordered
+// or spliced. Until the handshake is done a peer gets a frame cap of
+// PreAuthMaxFrame, the dead threshold as its deadline, and one of at most
+// MaxPending places; a failed handshake or a bad frame closes the
+// connection and is counted. Heartbeats keep a link alive; a peer with no
+// inbound frame for the dead threshold counts as dead.
 //
 // Everything on the wire is a hint: pop wakes, maintenance flips, and the
 // instruction to forget a cached queue. Messages, offsets, leases and dedup
@@ -20,12 +25,7 @@ package mesh
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -62,13 +62,16 @@ type Options struct {
 	Listen string
 	// Peers are the brokers to dial, host:port each.
 	Peers []string
-	// Secret keys the HELLO's HMAC; empty is open mode (HELLO sent, not
-	// checked).
-	Secret    []byte
-	Heartbeat time.Duration // default 1 s
-	DeadAfter time.Duration // default 5 s
-	QueueLen  int           // frames waiting per peer before drops; default 1024
-	Transport Transport     // default TCP
+	// Secret keys the handshake and the frames' MACs; empty is open mode
+	// (the same exchange under an empty key, which proves nothing).
+	Secret []byte
+	// MaxPending caps the inbound connections that have not finished
+	// the handshake; one more is closed at once and counted. Default 32.
+	MaxPending int
+	Heartbeat  time.Duration // default 1 s
+	DeadAfter  time.Duration // default 5 s
+	QueueLen   int           // frames waiting per peer before drops; default 1024
+	Transport  Transport     // default TCP
 	// Clock paces heartbeats and reconnects and dates inbound frames;
 	// socket deadlines are real time whatever it says. Default clock.Real.
 	Clock clock.Clock
@@ -91,7 +94,10 @@ type Mesh struct {
 	seen    map[string]time.Time // server id -> last inbound frame
 	inbound map[net.Conn]bool
 
+	pending                                                       atomic.Int64 // inbound connections not yet authenticated
 	sent, received, dropped, signatureFailures, handshakeFailures atomic.Int64
+	sequenceRejections, refused                                   atomic.Int64
+	refusalLog                                                    logEvery
 }
 
 type peer struct {
@@ -111,6 +117,9 @@ func New(o Options) *Mesh {
 	}
 	if o.QueueLen <= 0 {
 		o.QueueLen = 1024
+	}
+	if o.MaxPending <= 0 {
+		o.MaxPending = 32
 	}
 	if o.Transport == nil {
 		o.Transport = TCP{}
@@ -190,41 +199,24 @@ func (m *Mesh) Broadcast(t Type, payload any) {
 	}
 }
 
-// mac is hex(HMAC-SHA256(secret, nonce)).
-func mac(secret []byte, nonce string) string {
-	h := hmac.New(sha256.New, secret)
-	h.Write([]byte(nonce))
-	return hex.EncodeToString(h.Sum(nil))
+// logEvery lets a repeated warning through at most once a second, with
+// how many were held back: refusals may come by the thousand.
+type logEvery struct {
+	mu     sync.Mutex
+	last   time.Time
+	missed int
 }
 
-func newHello(id string, secret []byte) ([]byte, error) {
-	var n [16]byte
-	if _, err := rand.Read(n[:]); err != nil {
-		return nil, err
+func (l *logEvery) warn(log *slog.Logger, msg string, args ...any) {
+	l.mu.Lock()
+	now := time.Now()
+	if now.Sub(l.last) < time.Second {
+		l.missed++
+		l.mu.Unlock()
+		return
 	}
-	nonce := hex.EncodeToString(n[:])
-	body, err := json.Marshal(hello{ServerID: id, Nonce: nonce, MAC: mac(secret, nonce)})
-	if err != nil {
-		return nil, err
-	}
-	return Frame{Type: Hello, Payload: body}.encode(), nil
-}
-
-var errBadHello = errors.New("mesh: bad HELLO")
-
-// checkHello verifies a connection's first frame and returns the peer's
-// server id. A wrong MAC is a signature failure as well.
-func (m *Mesh) checkHello(f Frame) (string, error) {
-	var h hello
-	if f.Type != Hello || json.Unmarshal(f.Payload, &h) != nil || h.ServerID == "" || len(h.Nonce) != 32 {
-		return "", errBadHello
-	}
-	if len(m.o.Secret) == 0 {
-		return h.ServerID, nil
-	}
-	if !hmac.Equal([]byte(h.MAC), []byte(mac(m.o.Secret, h.Nonce))) {
-		m.signatureFailures.Add(1)
-		return "", errBadHello
-	}
-	return h.ServerID, nil
+	missed := l.missed
+	l.last, l.missed = now, 0
+	l.mu.Unlock()
+	log.Warn(msg, append(args, "similar_since_last", missed)...)
 }

@@ -125,15 +125,15 @@ func TestFullQueueDropsInsteadOfBlocking(t *testing.T) {
 }
 
 func TestFrameLimits(t *testing.T) {
-	if _, err := readFrame(bytes.NewReader([]byte{0, 0, 0, 0})); !errors.Is(err, errZeroLength) {
+	if _, err := readFrame(bytes.NewReader([]byte{0, 0, 0, 0}), MaxFrame); !errors.Is(err, errZeroLength) {
 		t.Fatalf("zero length: %v", err)
 	}
 	var big [4]byte
 	binary.BigEndian.PutUint32(big[:], MaxFrame+2)
-	if _, err := readFrame(bytes.NewReader(big[:])); err == nil {
+	if _, err := readFrame(bytes.NewReader(big[:]), MaxFrame); err == nil {
 		t.Fatal("an oversized frame was accepted")
 	}
-	f, err := readFrame(bytes.NewReader(Frame{Type: Heartbeat, Payload: []byte(`{}`)}.encode()))
+	f, err := readFrame(bytes.NewReader(Frame{Type: Heartbeat, Payload: []byte(`{}`)}.encode()), MaxFrame)
 	if err != nil || f.Type != Heartbeat || string(f.Payload) != "{}" {
 		t.Fatalf("round trip: %+v %v", f, err)
 	}

@@ -21,6 +21,9 @@ type Stats struct {
 	SignatureFailures  int64       `json:"signature_failures"`
 	HandshakeFailures  int64       `json:"handshake_failures"`
 	SequenceRejections int64       `json:"sequence_rejections"`
+	// ConnectionsRefused counts inbound connections closed unread
+	// because MaxPending others were still in their handshake.
+	ConnectionsRefused int64 `json:"connections_refused"`
 }
 
 // PeerStats is one configured peer.
@@ -38,7 +41,8 @@ func (m *Mesh) Stats() Stats {
 	s := Stats{Enabled: true, ServerID: m.o.ServerID, Transport: "tcp-mesh", PeerCount: len(m.peers),
 		Peers: []PeerStats{}, MessagesSent: m.sent.Load(), MessagesReceived: m.received.Load(),
 		MessagesDropped: m.dropped.Load(), SignatureFailures: m.signatureFailures.Load(),
-		HandshakeFailures: m.handshakeFailures.Load()}
+		HandshakeFailures: m.handshakeFailures.Load(), SequenceRejections: m.sequenceRejections.Load(),
+		ConnectionsRefused: m.refused.Load()}
 	if m.ln != nil {
 		if _, port, err := net.SplitHostPort(m.ln.Addr().String()); err == nil {
 			s.Port, _ = strconv.Atoi(port)
