@@ -225,6 +225,12 @@ func (b *Broker) Start(ctx context.Context) error {
 			b.pool.Close()
 			return err
 		}
+		switch {
+		case b.cfg.TrustTenantHeader:
+			b.log.Warn("QUEEN_TENANT_TRUST_HEADER is on: with JWT on, the tenant comes from x-queen-tenant, not the token; safe only behind a gateway that strips and sets that header")
+		case b.cfg.JWT.TenantClaim != "":
+			b.log.Info("tenants come from the token", "claim", b.cfg.JWT.TenantClaim, "header", "a disagreeing x-queen-tenant is refused (403)")
+		}
 	} else {
 		b.log.Info("JWT_ENABLED is off: every route answers without authentication")
 	}

@@ -14,10 +14,12 @@ package auth
 import (
 	"crypto/ed25519"
 	"crypto/rsa"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -31,7 +33,10 @@ import (
 type Level int
 
 const (
-	Public    Level = iota
+	// Unset is a route that declared no level: refused, never public.
+	Unset     Level = iota
+	Public          // health
+	Metrics         // the scrapes: an allowed network or the scrape token, else ReadOnly
 	ReadOnly        // GET of status, resources, DLQ, messages, KV, timers
 	ReadWrite       // pop, ack, transaction, lease, configure, KV and timer writes
 	Produce         // push and timer schedule: write-only passes too
@@ -56,12 +61,25 @@ type Config struct {
 	RoleReadWrite   string // read-write
 	RoleReadOnly    string // read-only
 	RoleWriteOnly   string // write-only
+	// ScrapeNets (QUEEN_METRICS_ALLOW_CIDRS) may scrape the metrics
+	// routes without a token; ScrapeToken (QUEEN_METRICS_TOKEN), sent as
+	// a bearer token, may too. Otherwise a scrape needs a read-only token.
+	ScrapeNets  []netip.Prefix
+	ScrapeToken string
+	// TenantClaim (QUEEN_TENANT_CLAIM) is the claim naming a token's
+	// tenant; a token without it belongs to the default tenant.
+	TenantClaim string
 }
 
 // Principal is who a valid token names.
 type Principal struct {
 	Sub   string
 	Roles []string
+	// Tenant is the token's TenantClaim, "" when it has none.
+	Tenant string
+	// Verified: a token was checked for this request (not a public or
+	// skipped route, nor an allowed scrape).
+	Verified bool
 }
 
 // Error is a refused request: its status (401, 403, 500) and message.
@@ -158,8 +176,15 @@ func (a *Authenticator) Skip(path string) bool {
 
 // Check authenticates r for a route of the given level.
 func (a *Authenticator) Check(r *http.Request, level Level) (Principal, *Error) {
-	if level == Public || a.Skip(r.URL.Path) {
+	switch {
+	case level == Unset:
+		return Principal{}, &Error{http.StatusInternalServerError, "route declares no access level"}
+	case level == Public || a.Skip(r.URL.Path):
 		return Principal{}, nil
+	case level == Metrics && a.scrapeAllowed(r):
+		return Principal{}, nil
+	case level == Metrics:
+		level = ReadOnly
 	}
 	raw := strings.TrimSpace(r.Header.Get("Authorization"))
 	if raw == "" {
@@ -179,6 +204,34 @@ func (a *Authenticator) Check(r *http.Request, level Level) (Principal, *Error) 
 		return Principal{}, &Error{http.StatusForbidden, "Insufficient permissions"}
 	}
 	return p, nil
+}
+
+// scrapeAllowed reports whether r may scrape the metrics without a token:
+// it comes from a ScrapeNets network or carries the ScrapeToken.
+func (a *Authenticator) scrapeAllowed(r *http.Request) bool {
+	if a.cfg.ScrapeToken != "" {
+		raw := strings.TrimSpace(r.Header.Get("Authorization"))
+		if len(raw) >= 7 && strings.EqualFold(raw[:7], "bearer ") {
+			raw = strings.TrimSpace(raw[7:])
+		}
+		if subtle.ConstantTimeCompare([]byte(raw), []byte(a.cfg.ScrapeToken)) == 1 {
+			return true
+		}
+	}
+	if len(a.cfg.ScrapeNets) == 0 {
+		return false
+	}
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return false
+	}
+	ip := ap.Addr().Unmap()
+	for _, n := range a.cfg.ScrapeNets {
+		if n.Contains(ip) {
+			return true
+		}
+	}
+	return false
 }
 
 // allowed reports whether any of roles meets level.
@@ -201,8 +254,10 @@ func (a *Authenticator) allowed(roles []string, level Level) bool {
 		return has(c.RoleAdmin, c.RoleReadWrite)
 	case ReadOnly:
 		return has(c.RoleAdmin, c.RoleReadWrite, c.RoleReadOnly)
+	case Public:
+		return true
 	}
-	return true
+	return false
 }
 
 // verify checks the signature and the claims.
@@ -230,8 +285,17 @@ func (a *Authenticator) verify(raw string) (Principal, *Error) {
 	if err != nil {
 		return Principal{}, claimError(err)
 	}
-	p := Principal{Roles: a.roles(claims)}
+	p := Principal{Roles: a.roles(claims), Verified: true}
 	p.Sub, _ = claims["sub"].(string)
+	if a.cfg.TenantClaim != "" {
+		if v, ok := claims[a.cfg.TenantClaim]; ok {
+			t, isString := v.(string)
+			if !isString || t == "" {
+				return Principal{}, &Error{http.StatusForbidden, fmt.Sprintf("the token's %s claim is not a tenant id", a.cfg.TenantClaim)}
+			}
+			p.Tenant = t
+		}
+	}
 	return p, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -130,12 +131,16 @@ type Config struct {
 	// the broker can say so at startup.
 	Ignored []string
 
-	ServerID      string     // QUEEN_SERVER_ID, default $HOSTNAME, else queen-<8hex>
-	TenancyHeader bool       // QUEEN_TENANCY_HEADER, default false
-	MaxBodyBytes  int64      // QUEEN_MAX_BODY_BYTES, default 64 MiB
-	ApplySchema   bool       // QUEEN_APPLY_SCHEMA, default true
-	LogLevel      slog.Level // LOG_LEVEL: debug|info|warn|error, default info
-	LogJSON       bool       // QUEEN_LOG_JSON, default false
+	ServerID      string // QUEEN_SERVER_ID, default $HOSTNAME, else queen-<8hex>
+	TenancyHeader bool   // QUEEN_TENANCY_HEADER, default false
+	// TrustTenantHeader (QUEEN_TENANT_TRUST_HEADER, default false): with
+	// JWT on, take the tenant from x-queen-tenant rather than from the
+	// token's claim; for a gateway that strips and sets the header.
+	TrustTenantHeader bool
+	MaxBodyBytes      int64      // QUEEN_MAX_BODY_BYTES, default 64 MiB
+	ApplySchema       bool       // QUEEN_APPLY_SCHEMA, default true
+	LogLevel          slog.Level // LOG_LEVEL: debug|info|warn|error, default info
+	LogJSON           bool       // QUEEN_LOG_JSON, default false
 }
 
 // Default returns the configuration with every default applied.
@@ -193,7 +198,7 @@ func Default() Config {
 		KVMaxReadBytes:          4 << 20,
 		KVPrefixLimit:           1000,
 		JWT: auth.Config{Algorithm: "HS256", JWKSRefresh: time.Hour, JWKSTimeout: 5 * time.Second, ClockSkew: 30 * time.Second,
-			SkipPaths: []string{"/health", "/metrics/prometheus", "/metrics", "/"}, RolesClaim: "role", RolesArrayClaim: "roles",
+			SkipPaths: []string{"/health", "/"}, RolesClaim: "role", RolesArrayClaim: "roles", TenantClaim: "tenant",
 			RoleAdmin: "admin", RoleReadWrite: "read-write", RoleReadOnly: "read-only", RoleWriteOnly: "write-only"},
 		ApplySchema: true,
 		LogLevel:    slog.LevelInfo,
@@ -309,6 +314,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	}
 	p.str("QUEEN_SERVER_ID", &c.ServerID)
 	p.boolean("QUEEN_TENANCY_HEADER", &c.TenancyHeader)
+	p.boolean("QUEEN_TENANT_TRUST_HEADER", &c.TrustTenantHeader)
 	var body int
 	if p.intRange("QUEEN_MAX_BODY_BYTES", &body, 1, 1<<40) {
 		c.MaxBodyBytes = int64(body)
@@ -411,6 +417,19 @@ func (p *parser) jwt(c *Config) {
 	p.str("JWT_ROLE_READ_WRITE", &j.RoleReadWrite)
 	p.str("JWT_ROLE_READ_ONLY", &j.RoleReadOnly)
 	p.str("JWT_ROLE_WRITE_ONLY", &j.RoleWriteOnly)
+	p.str("QUEEN_TENANT_CLAIM", &j.TenantClaim)
+	p.str("QUEEN_METRICS_TOKEN", &j.ScrapeToken)
+	for _, v := range strings.Split(p.getenv("QUEEN_METRICS_ALLOW_CIDRS"), ",") {
+		if v = strings.TrimSpace(v); v == "" {
+			continue
+		}
+		n, err := netip.ParsePrefix(v)
+		if err != nil {
+			p.fail("QUEEN_METRICS_ALLOW_CIDRS", v, "want CIDR networks, comma-separated (10.0.0.0/8,::1/128)")
+			continue
+		}
+		j.ScrapeNets = append(j.ScrapeNets, n.Masked())
+	}
 }
 
 // MeshRuns reports whether this broker joins a mesh: sync enabled and at

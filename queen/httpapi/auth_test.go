@@ -19,8 +19,8 @@ func token(t *testing.T, sub, role string) string {
 	return "Bearer " + s
 }
 
-// TestJWTLevelsAndProducerSub: with JWT_ENABLED, every route but health and
-// metrics needs a token whose role meets the route's level, and a push is
+// TestJWTLevelsAndProducerSub: with JWT_ENABLED, every route but health
+// needs a token whose role meets the route's level, and a push is
 // stamped with the token's sub, never the body's producerSub.
 func TestJWTLevelsAndProducerSub(t *testing.T) {
 	t.Parallel()
@@ -54,7 +54,8 @@ func TestJWTLevelsAndProducerSub(t *testing.T) {
 		t.Fatalf("producerSub must be the token's sub, never the body's: %v", subs)
 	}
 	e.expect(e.do("GET", "/health", nil), 200)
-	e.expect(e.do("GET", "/metrics", nil), 200)
+	e.expect(e.do("GET", "/metrics", nil), 401) // the scrapes follow the access levels
+	e.expect(e.do("GET", "/metrics", nil, "Authorization", ro), 200)
 	e.expect(e.do("GET", "/api/v1/resources/queues", nil, "Authorization", ro), 200)
 	e.expect(e.do("GET", "/api/v1/system/maintenance", nil, "Authorization", rw), 403)
 	e.expect(e.do("GET", "/api/v1/system/maintenance", nil, "Authorization", admin), 200)

@@ -197,76 +197,101 @@ func (s *Server) isDraining() bool {
 	}
 }
 
+// route is one entry of the route table: its pattern, the access level
+// it needs (declared here, never derived from the path), and its handler.
+type route struct {
+	pattern string
+	level   auth.Level
+	handle  http.HandlerFunc
+}
+
+// routes is the route table. Every route declares its level:
+// TestEveryRouteDeclaresItsLevel fails for one that does not, and the
+// middleware refuses it. Public: health only. Metrics: the scrapes
+// (QUEEN_METRICS_ALLOW_CIDRS, QUEEN_METRICS_TOKEN, else read-only). Admin:
+// system routes, deletes of queues and groups, stats refresh. Produce:
+// push and timer schedules (write-only tokens pass). ReadOnly: other reads
+// and the streams state read. ReadWrite: the rest, pops included.
+func (s *Server) routes() []route {
+	namespace, task := func(q store.QueueInfo) string { return q.Namespace }, func(q store.QueueInfo) string { return q.Task }
+	return []route{
+		{"POST /api/v1/configure", auth.ReadWrite, s.configure},
+		{"POST /api/v1/push", auth.Produce, s.push},
+		{"GET /api/v1/pop/queue/{queue}", auth.ReadWrite, s.pop},
+		{"GET /api/v1/pop/queue/{queue}/partition/{partition}", auth.ReadWrite, s.pop},
+		{"GET /api/v1/pop", auth.ReadWrite, s.popDiscover},
+		{"POST /api/v1/ack", auth.ReadWrite, s.ack},
+		{"POST /api/v1/ack/batch", auth.ReadWrite, s.ackBatch},
+		{"POST /api/v1/lease/{leaseId}/extend", auth.ReadWrite, s.extendLease},
+		{"POST /api/v1/transaction", auth.ReadWrite, s.transaction},
+		{"GET /api/v1/dlq", auth.ReadOnly, s.listDLQ},
+		{"GET /api/v1/resources/queues", auth.ReadOnly, s.listQueues},
+		{"GET /api/v1/resources/queues/{queue}", auth.ReadOnly, s.getQueue},
+		{"GET /api/v1/resources/queues/{queue}/depth", auth.ReadOnly, s.queueDepth},
+		{"DELETE /api/v1/resources/queues/{queue}", auth.Admin, s.deleteQueue},
+		{"GET /api/v1/resources/overview", auth.ReadOnly, s.overview},
+		{"GET /api/v1/system/maintenance", auth.Admin, s.getMaintenance},
+		{"POST /api/v1/system/maintenance", auth.Admin, s.setMaintenance},
+		{"GET /api/v1/system/maintenance/pop", auth.Admin, s.getPopMaintenance},
+		{"POST /api/v1/system/maintenance/pop", auth.Admin, s.setPopMaintenance},
+		{"GET /api/v1/status/buffers", auth.ReadOnly, s.bufferStatus},
+		{"GET /api/v1/system/shared-state", auth.Admin, s.getSharedState},
+		{"POST /api/v1/timers", auth.Produce, s.timers},
+		{"GET /api/v1/timers/{queue}", auth.ReadOnly, s.listTimers},
+		{"GET /api/v1/timers/{queue}/{timerKey...}", auth.ReadOnly, s.peekTimer},
+		{"DELETE /api/v1/timers/{queue}/{timerKey...}", auth.ReadWrite, s.cancelTimer},
+		{"POST /api/v1/kv", auth.ReadWrite, s.kv},
+		{"GET /api/v1/kv/{ns}/{key...}", auth.ReadOnly, s.kvGet},
+		{"PUT /api/v1/kv/{ns}/{key...}", auth.ReadWrite, s.kvPut},
+		{"DELETE /api/v1/kv/{ns}/{key...}", auth.ReadWrite, s.kvDelete},
+		{"GET /api/v1/consumer-groups", auth.ReadOnly, s.listGroups},
+		{"GET /api/v1/consumer-groups/lagging", auth.ReadOnly, s.laggingGroups},
+		{"GET /api/v1/consumer-groups/{group}", auth.ReadOnly, s.getGroup},
+		{"DELETE /api/v1/consumer-groups/{group}", auth.Admin, s.deleteGroup},
+		{"DELETE /api/v1/consumer-groups/{group}/queues/{queue}", auth.Admin, s.deleteGroup},
+		{"POST /api/v1/consumer-groups/{group}/queues/{queue}/seek", auth.ReadWrite, s.seekGroup},
+		{"POST /api/v1/consumer-groups/{group}/queues/{queue}/partitions/{partition}/seek", auth.ReadWrite, s.seekPartition},
+		{"POST /api/v1/consumer-groups/{group}/subscription", auth.ReadWrite, s.setSubscription},
+		{"POST /api/v1/stats/refresh", auth.Admin, s.refreshStats},
+		{"GET /api/v1/status", auth.ReadOnly, s.status},
+		{"GET /api/v1/status/queues", auth.ReadOnly, s.statusQueues},
+		{"GET /api/v1/status/queues/{queue}", auth.ReadOnly, s.statusQueue},
+		{"GET /api/v1/status/analytics", auth.ReadOnly, s.statusAnalytics},
+		{"GET /api/v1/resources/namespaces", auth.ReadOnly, s.groupedResources("namespaces", namespace, "taskCount", task)},
+		{"GET /api/v1/resources/tasks", auth.ReadOnly, s.groupedResources("tasks", task, "namespaceCount", namespace)},
+		{"GET /api/v1/messages", auth.ReadOnly, s.listMessages},
+		{"GET /api/v1/messages/{partitionId}/{transactionId}", auth.ReadOnly, s.getMessage},
+		{"DELETE /api/v1/messages/{partitionId}/{transactionId}", auth.ReadWrite, s.deleteMessage},
+		{"POST /api/v1/messages/{partitionId}/{transactionId}/retry", auth.ReadWrite, s.retryMessage},
+		{"GET /api/v1/analytics/queue-lag", auth.ReadOnly, s.queueLag},
+		{"GET /api/v1/analytics/queue-ops", auth.ReadOnly, s.queueOps},
+		{"GET /api/v1/analytics/queue-parked-replicas", auth.ReadOnly, s.queueParkedReplicas},
+		{"GET /api/v1/analytics/retention", auth.ReadOnly, s.retentionAnalytics},
+		{"GET /api/v1/analytics/system-metrics", auth.ReadOnly, s.systemMetrics},
+		{"GET /api/v1/analytics/worker-metrics", auth.ReadOnly, s.workerMetrics},
+		{"GET /api/v1/analytics/postgres-stats", auth.ReadOnly, s.postgresStats},
+		{"POST /api/v1/traces", auth.ReadWrite, s.recordTrace},
+		{"GET /api/v1/traces/names", auth.ReadOnly, s.traceNamesList},
+		{"GET /api/v1/traces/by-name/{traceName}", auth.ReadOnly, s.tracesByName},
+		{"GET /api/v1/traces/{partitionId}/{transactionId}", auth.ReadOnly, s.tracesOfMessage},
+		{"POST /streams/v1/queries", auth.ReadWrite, s.registerQuery},
+		{"POST /streams/v1/cycle", auth.ReadWrite, s.cycle},
+		{"POST /streams/v1/state/get", auth.ReadOnly, s.stateGet},
+		{"GET /health", auth.Public, s.health},
+		{"GET /metrics", auth.Metrics, s.metrics},
+		{"GET /metrics/prometheus", auth.Metrics, s.prometheus},
+	}
+}
+
 // Handler returns the routed HTTP handler.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /api/v1/configure", s.configure)
-	mux.HandleFunc("POST /api/v1/push", s.push)
-	mux.HandleFunc("GET /api/v1/pop/queue/{queue}", s.pop)
-	mux.HandleFunc("GET /api/v1/pop/queue/{queue}/partition/{partition}", s.pop)
-	mux.HandleFunc("GET /api/v1/pop", s.popDiscover)
-	mux.HandleFunc("POST /api/v1/ack", s.ack)
-	mux.HandleFunc("POST /api/v1/ack/batch", s.ackBatch)
-	mux.HandleFunc("POST /api/v1/lease/{leaseId}/extend", s.extendLease)
-	mux.HandleFunc("POST /api/v1/transaction", s.transaction)
-	mux.HandleFunc("GET /api/v1/dlq", s.listDLQ)
-	mux.HandleFunc("GET /api/v1/resources/queues", s.listQueues)
-	mux.HandleFunc("GET /api/v1/resources/queues/{queue}", s.getQueue)
-	mux.HandleFunc("GET /api/v1/resources/queues/{queue}/depth", s.queueDepth)
-	mux.HandleFunc("DELETE /api/v1/resources/queues/{queue}", s.deleteQueue)
-	mux.HandleFunc("GET /api/v1/resources/overview", s.overview)
-	mux.HandleFunc("GET /api/v1/system/maintenance", s.getMaintenance)
-	mux.HandleFunc("POST /api/v1/system/maintenance", s.setMaintenance)
-	mux.HandleFunc("GET /api/v1/system/maintenance/pop", s.getPopMaintenance)
-	mux.HandleFunc("POST /api/v1/system/maintenance/pop", s.setPopMaintenance)
-	mux.HandleFunc("GET /api/v1/status/buffers", s.bufferStatus)
-	mux.HandleFunc("GET /api/v1/system/shared-state", s.getSharedState)
-	mux.HandleFunc("POST /api/v1/timers", s.timers)
-	mux.HandleFunc("GET /api/v1/timers/{queue}", s.listTimers)
-	mux.HandleFunc("GET /api/v1/timers/{queue}/{timerKey...}", s.peekTimer)
-	mux.HandleFunc("DELETE /api/v1/timers/{queue}/{timerKey...}", s.cancelTimer)
-	mux.HandleFunc("POST /api/v1/kv", s.kv)
-	mux.HandleFunc("GET /api/v1/kv/{ns}/{key...}", s.kvGet)
-	mux.HandleFunc("PUT /api/v1/kv/{ns}/{key...}", s.kvPut)
-	mux.HandleFunc("DELETE /api/v1/kv/{ns}/{key...}", s.kvDelete)
-	mux.HandleFunc("GET /api/v1/consumer-groups", s.listGroups)
-	mux.HandleFunc("GET /api/v1/consumer-groups/lagging", s.laggingGroups)
-	mux.HandleFunc("GET /api/v1/consumer-groups/{group}", s.getGroup)
-	mux.HandleFunc("DELETE /api/v1/consumer-groups/{group}", s.deleteGroup)
-	mux.HandleFunc("DELETE /api/v1/consumer-groups/{group}/queues/{queue}", s.deleteGroup)
-	mux.HandleFunc("POST /api/v1/consumer-groups/{group}/queues/{queue}/seek", s.seekGroup)
-	mux.HandleFunc("POST /api/v1/consumer-groups/{group}/queues/{queue}/partitions/{partition}/seek", s.seekPartition)
-	mux.HandleFunc("POST /api/v1/consumer-groups/{group}/subscription", s.setSubscription)
-	mux.HandleFunc("POST /api/v1/stats/refresh", s.refreshStats)
-	mux.HandleFunc("GET /api/v1/status", s.status)
-	mux.HandleFunc("GET /api/v1/status/queues", s.statusQueues)
-	mux.HandleFunc("GET /api/v1/status/queues/{queue}", s.statusQueue)
-	mux.HandleFunc("GET /api/v1/status/analytics", s.statusAnalytics)
-	namespace, task := func(q store.QueueInfo) string { return q.Namespace }, func(q store.QueueInfo) string { return q.Task }
-	mux.HandleFunc("GET /api/v1/resources/namespaces", s.groupedResources("namespaces", namespace, "taskCount", task))
-	mux.HandleFunc("GET /api/v1/resources/tasks", s.groupedResources("tasks", task, "namespaceCount", namespace))
-	mux.HandleFunc("GET /api/v1/messages", s.listMessages)
-	mux.HandleFunc("GET /api/v1/messages/{partitionId}/{transactionId}", s.getMessage)
-	mux.HandleFunc("DELETE /api/v1/messages/{partitionId}/{transactionId}", s.deleteMessage)
-	mux.HandleFunc("POST /api/v1/messages/{partitionId}/{transactionId}/retry", s.retryMessage)
-	mux.HandleFunc("GET /api/v1/analytics/queue-lag", s.queueLag)
-	mux.HandleFunc("GET /api/v1/analytics/queue-ops", s.queueOps)
-	mux.HandleFunc("GET /api/v1/analytics/queue-parked-replicas", s.queueParkedReplicas)
-	mux.HandleFunc("GET /api/v1/analytics/retention", s.retentionAnalytics)
-	mux.HandleFunc("GET /api/v1/analytics/system-metrics", s.systemMetrics)
-	mux.HandleFunc("GET /api/v1/analytics/worker-metrics", s.workerMetrics)
-	mux.HandleFunc("GET /api/v1/analytics/postgres-stats", s.postgresStats)
-	mux.HandleFunc("POST /api/v1/traces", s.recordTrace)
-	mux.HandleFunc("GET /api/v1/traces/names", s.traceNamesList)
-	mux.HandleFunc("GET /api/v1/traces/by-name/{traceName}", s.tracesByName)
-	mux.HandleFunc("GET /api/v1/traces/{partitionId}/{transactionId}", s.tracesOfMessage)
-	mux.HandleFunc("POST /streams/v1/queries", s.registerQuery)
-	mux.HandleFunc("POST /streams/v1/cycle", s.cycle)
-	mux.HandleFunc("POST /streams/v1/state/get", s.stateGet)
-	mux.HandleFunc("GET /health", s.health)
-	mux.HandleFunc("GET /metrics", s.metrics)
-	mux.HandleFunc("GET /metrics/prometheus", s.prometheus)
-	return s.middleware(mux)
+	levels := map[string]auth.Level{}
+	for _, rt := range s.routes() {
+		mux.HandleFunc(rt.pattern, rt.handle)
+		levels[rt.pattern] = rt.level
+	}
+	return s.middleware(mux, levels)
 }
 
 type ctxKey int
@@ -283,32 +308,9 @@ func subOf(r *http.Request) string {
 	return p.Sub
 }
 
-// routeLevel is the access level a route needs: public health and metrics;
-// admin for system routes and deletes of queues and groups; produce for
-// push and timer schedules (write-only tokens pass); read-only for other
-// reads (and the streams state read); read-write for the rest, pops
-// included.
-func routeLevel(method, pattern string) auth.Level {
-	path := strings.TrimPrefix(pattern, method+" ")
-	switch {
-	case path == "/health" || path == "/metrics" || path == "/metrics/prometheus":
-		return auth.Public
-	case strings.HasPrefix(path, "/api/v1/system/"):
-		return auth.Admin
-	case method == http.MethodDelete && (strings.HasPrefix(path, "/api/v1/resources/queues/") ||
-		strings.HasPrefix(path, "/api/v1/consumer-groups/")), path == "/api/v1/stats/refresh":
-		return auth.Admin
-	case method == http.MethodPost && (path == "/api/v1/push" || path == "/api/v1/timers"):
-		return auth.Produce
-	case method == http.MethodGet && !strings.HasPrefix(path, "/api/v1/pop"), path == "/streams/v1/state/get":
-		return auth.ReadOnly
-	}
-	return auth.ReadWrite
-}
-
 // middleware adds CORS headers, answers preflight, resolves the tenant,
 // caps the body, and turns unrouted requests into JSON 404s.
-func (s *Server) middleware(mux *http.ServeMux) http.Handler {
+func (s *Server) middleware(mux *http.ServeMux, levels map[string]auth.Level) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.stats.requests.Add(1)
 		h := w.Header()
@@ -332,23 +334,23 @@ func (s *Server) middleware(mux *http.ServeMux) http.Handler {
 			writeBad(w, err)
 			return
 		}
+		level := levels[pattern]
+		if level == auth.Unset {
+			writeError(w, http.StatusInternalServerError, "route declares no access level")
+			return
+		}
 		var who auth.Principal
 		if s.auth != nil {
 			var denied *auth.Error
-			if who, denied = s.auth.Check(r, routeLevel(r.Method, pattern)); denied != nil {
+			if who, denied = s.auth.Check(r, level); denied != nil {
 				writeError(w, denied.Status, denied.Msg)
 				return
 			}
 		}
-		tenant := config.DefaultTenant
-		if s.cfg.TenancyHeader {
-			if v := r.Header.Get("x-queen-tenant"); v != "" {
-				if !ids.Valid(v) {
-					writeError(w, http.StatusBadRequest, "x-queen-tenant must be a UUID")
-					return
-				}
-				tenant = strings.ToLower(v)
-			}
+		tenant, status, msg := s.tenantFor(r, who)
+		if status != 0 {
+			writeError(w, status, msg)
+			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 		if r.ContentLength != 0 {
@@ -366,6 +368,43 @@ func (s *Server) middleware(mux *http.ServeMux) http.Handler {
 		s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "status", rec.status, "tenant", tenant,
 			"sub", who.Sub, "ms", s.clock.Now().Sub(began).Milliseconds())
 	})
+}
+
+// tenantFor resolves r's tenant, or the status and message refusing it.
+// Without JWT (or with QUEEN_TENANT_TRUST_HEADER) the x-queen-tenant header
+// decides when QUEEN_TENANCY_HEADER is on. With JWT the verified token
+// decides: its QUEEN_TENANT_CLAIM, or the default tenant without one, and a
+// header naming another tenant is refused (403). A request no token was
+// checked for (public and skipped routes, allowed scrapes) gets the default
+// tenant.
+func (s *Server) tenantFor(r *http.Request, who auth.Principal) (tenant string, status int, msg string) {
+	header := ""
+	if s.cfg.TenancyHeader {
+		if header = r.Header.Get("x-queen-tenant"); header != "" && !ids.Valid(header) {
+			return "", http.StatusBadRequest, "x-queen-tenant must be a UUID"
+		}
+		header = strings.ToLower(header)
+	}
+	if s.auth == nil || s.cfg.TrustTenantHeader {
+		if header != "" {
+			return header, 0, ""
+		}
+		return config.DefaultTenant, 0, ""
+	}
+	if !who.Verified {
+		return config.DefaultTenant, 0, ""
+	}
+	tenant = config.DefaultTenant
+	if who.Tenant != "" {
+		if !ids.Valid(who.Tenant) {
+			return "", http.StatusForbidden, "the token's tenant claim is not a tenant id (a UUID)"
+		}
+		tenant = strings.ToLower(who.Tenant)
+	}
+	if header != "" && header != tenant {
+		return "", http.StatusForbidden, "x-queen-tenant names another tenant than the token's"
+	}
+	return tenant, 0, ""
 }
 
 // bodyDeadline bounds how long reading one request body may take
