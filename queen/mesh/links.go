@@ -60,7 +60,7 @@ func (m *Mesh) send(ctx context.Context, conn net.Conn, p *peer) error {
 		m.handshakeFailures.Add(1)
 		if errors.Is(err, errBadMAC) {
 			m.signatureFailures.Add(1)
-			m.refusalLog.warn(m.o.Log, "mesh: peer failed the handshake (wrong QUEEN_SYNC_SECRET?)", "peer", p.addr, "server_id", peerID)
+			m.refusalLog.warn(m.o.Clock.Now(), m.o.Log, "mesh: peer failed the handshake (wrong QUEEN_SYNC_SECRET?)", "peer", p.addr, "server_id", peerID)
 		}
 		return err
 	}
@@ -119,7 +119,7 @@ func (m *Mesh) accept(ctx context.Context) {
 		if m.pending.Add(1) > int64(m.o.MaxPending) {
 			m.pending.Add(-1)
 			m.refused.Add(1)
-			m.refusalLog.warn(m.o.Log, "mesh: refused a connection: too many unauthenticated connections",
+			m.refusalLog.warn(m.o.Clock.Now(), m.o.Log, "mesh: refused a connection: too many unauthenticated connections",
 				"remote", conn.RemoteAddr().String(), "max_pending", m.o.MaxPending)
 			_ = conn.Close()
 			continue
@@ -187,7 +187,7 @@ func (m *Mesh) admit(conn net.Conn) (*session, string, error) {
 		if errors.Is(err, errBadMAC) {
 			m.signatureFailures.Add(1)
 		}
-		m.refusalLog.warn(m.o.Log, "mesh: refused a connection that failed the handshake",
+		m.refusalLog.warn(m.o.Clock.Now(), m.o.Log, "mesh: refused a connection that failed the handshake",
 			"remote", conn.RemoteAddr().String(), "server_id", from, "err", err)
 	}
 	return sess, from, err
@@ -205,7 +205,7 @@ func (m *Mesh) refuseFrame(from string, conn net.Conn, err error) {
 	default:
 		return
 	}
-	m.refusalLog.warn(m.o.Log, "mesh: closed a link on a refused frame", "server_id", from,
+	m.refusalLog.warn(m.o.Clock.Now(), m.o.Log, "mesh: closed a link on a refused frame", "server_id", from,
 		"remote", conn.RemoteAddr().String(), "err", err)
 }
 

@@ -207,9 +207,8 @@ type logEvery struct {
 	missed int
 }
 
-func (l *logEvery) warn(log *slog.Logger, msg string, args ...any) {
+func (l *logEvery) warn(now time.Time, log *slog.Logger, msg string, args ...any) {
 	l.mu.Lock()
-	now := time.Now()
 	if now.Sub(l.last) < time.Second {
 		l.missed++
 		l.mu.Unlock()

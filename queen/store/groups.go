@@ -126,7 +126,7 @@ WITH gone AS (
 	WHERE $4::boolean AND g.tenant_id = $1 AND g.consumer_group = $2 AND ($3::text IS NULL OR g.queue_name = $3)
 ), marks AS (
 	DELETE FROM queen.consumer_watermarks w
-	WHERE w.consumer_group = $2 AND ($3::text IS NULL OR w.queue_name = $3)
+	WHERE w.tenant_id = $1 AND w.consumer_group = $2 AND ($3::text IS NULL OR w.queue_name = $3)
 )
 SELECT name FROM gone` // meta runs to completion unread, as every data-modifying WITH does
 
@@ -186,7 +186,7 @@ func (s *Store) Seek(ctx context.Context, tenant, group, queue string, partition
 	if !toEnd && partition == nil {
 		// A group sent back in time has a backlog again: its watermark
 		// is stale (a seek to the end, or of one partition, keeps it).
-		if _, err := s.pool.Exec(ctx, `DELETE FROM queen.consumer_watermarks WHERE queue_name = $1 AND consumer_group = $2`, queue, group); err != nil {
+		if _, err := s.pool.Exec(ctx, `DELETE FROM queen.consumer_watermarks WHERE tenant_id = $1 AND queue_name = $2 AND consumer_group = $3`, tenant, queue, group); err != nil {
 			return 0, nil, err
 		}
 		s.marks.forget(tenant, queue, group)
@@ -218,7 +218,7 @@ func (s *Store) SetSubscription(ctx context.Context, tenant, group string, at ti
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	var n int64
-	err := s.pool.QueryRow(ctx, `WITH marks AS (DELETE FROM queen.consumer_watermarks WHERE consumer_group = $2),
+	err := s.pool.QueryRow(ctx, `WITH marks AS (DELETE FROM queen.consumer_watermarks WHERE tenant_id = $1 AND consumer_group = $2),
 		moved AS (UPDATE queen.consumer_groups_metadata SET subscription_timestamp = $3
 			WHERE tenant_id = $1 AND consumer_group = $2 AND subscription_mode <> 'all' RETURNING 1)
 		SELECT count(*) FROM moved`, tenant, group, at).Scan(&n)

@@ -319,7 +319,7 @@ func (s *Store) DeleteQueue(ctx context.Context, tenant, name string) (bool, err
 	// again under the same name starts with none.
 	tag, err := s.pool.Exec(ctx, `
 		WITH subs AS (DELETE FROM queen.consumer_groups_metadata WHERE tenant_id = $1 AND queue_name = $2),
-		marks AS (DELETE FROM queen.consumer_watermarks WHERE queue_name = $2)
+		marks AS (DELETE FROM queen.consumer_watermarks WHERE tenant_id = $1 AND queue_name = $2)
 		DELETE FROM queen.queues WHERE tenant_id = $1 AND name = $2`, tenant, name)
 	if !canary.On("delete-keeps-cache") {
 		s.cache.forgetQueue(tenant, name)

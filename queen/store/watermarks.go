@@ -9,7 +9,7 @@ import (
 )
 
 // Consumer watermarks (contract-admin.md 7.4): queen.consumer_watermarks
-// notes, per (queue name, group), when a wildcard pop last found the queue
+// notes, per (tenant, queue name, group), when a wildcard pop last found the queue
 // fully consumed. Tools and Queen's test suites read the table; this
 // broker writes it and never filters pops on it, and deletes the rows that
 // a seek to a timestamp, a group delete, a subscription change or a queue
@@ -29,7 +29,7 @@ const watermarkEvery = 30 * time.Second
 const watermarkSQL = `
 WITH fresh AS (
 	SELECT 1 FROM queen.consumer_watermarks
-	WHERE queue_name = $1 AND consumer_group = $2 AND updated_at > coalesce($4::timestamptz, now()) - interval '30 seconds'
+	WHERE tenant_id = $3 AND queue_name = $1 AND consumer_group = $2 AND updated_at > coalesce($4::timestamptz, now()) - interval '30 seconds'
 ),
 pending AS (
 	SELECT EXISTS (
@@ -43,13 +43,13 @@ pending AS (
 ),
 bumped AS (
 	UPDATE queen.consumer_watermarks SET updated_at = coalesce($4::timestamptz, now())
-	WHERE queue_name = $1 AND consumer_group = $2 AND (SELECT found FROM pending)
+	WHERE tenant_id = $3 AND queue_name = $1 AND consumer_group = $2 AND (SELECT found FROM pending)
 	RETURNING 1
 ),
 written AS (
-	INSERT INTO queen.consumer_watermarks (queue_name, consumer_group, last_empty_scan_at, updated_at)
-	SELECT $1, $2, coalesce($4::timestamptz, now()), coalesce($4::timestamptz, now()) FROM pending WHERE NOT found
-	ON CONFLICT (queue_name, consumer_group) DO UPDATE
+	INSERT INTO queen.consumer_watermarks (tenant_id, queue_name, consumer_group, last_empty_scan_at, updated_at)
+	SELECT $3, $1, $2, coalesce($4::timestamptz, now()), coalesce($4::timestamptz, now()) FROM pending WHERE NOT found
+	ON CONFLICT (tenant_id, queue_name, consumer_group) DO UPDATE
 	SET last_empty_scan_at = EXCLUDED.last_empty_scan_at, updated_at = EXCLUDED.updated_at
 	RETURNING 1
 )

@@ -146,6 +146,54 @@ func TestWatermarkAfterAnEmptyPopWhileLeased(t *testing.T) {
 	}
 }
 
+// Watermarks are a tenant's: a group delete, a seek to a timestamp, a
+// subscription change or a queue delete in one tenant leaves another
+// tenant's row of the same queue and group. Before, keyed by name alone,
+// each of them deleted every tenant's.
+func TestWatermarksAreKeyedByTenant(t *testing.T) {
+	ctx := context.Background()
+	s, pool, _ := simTimeStore(t)
+	const other = "cccccccc-cccc-4ccc-8ccc-cccccccccccc"
+	for _, tn := range []string{tenant, other} {
+		if _, err := s.Push(ctx, tn, []store.PushItem{{Queue: "wt", TransactionID: "m"}}, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	otherRow := func() bool {
+		t.Helper()
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM queen.consumer_watermarks WHERE tenant_id = $1 AND queue_name = 'wt' AND consumer_group = 'g'`, other).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	}
+	put := func() {
+		t.Helper()
+		for _, tn := range []string{tenant, other} {
+			if _, err := pool.Exec(ctx, `INSERT INTO queen.consumer_watermarks (tenant_id, queue_name, consumer_group) VALUES ($1, 'wt', 'g')
+				ON CONFLICT DO NOTHING`, tn); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	at := time.Now().Add(-time.Hour)
+	q := "wt"
+	for name, op := range map[string]func() error{
+		"seek":         func() error { _, _, err := s.Seek(ctx, tenant, "g", "wt", nil, false, &at); return err },
+		"subscription": func() error { _, err := s.SetSubscription(ctx, tenant, "g", at); return err },
+		"group delete": func() error { _, _, err := s.DeleteGroup(ctx, tenant, "g", &q, true); return err },
+		"queue delete": func() error { _, err := s.DeleteQueue(ctx, tenant, "wt"); return err },
+	} {
+		put()
+		if err := op(); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !otherRow() {
+			t.Fatalf("a %s in the default tenant deleted another tenant's watermark", name)
+		}
+	}
+}
+
 // simTimeStore is a store whose database time is a simulated clock.
 func simTimeStore(t *testing.T) (*store.Store, *pgxpool.Pool, *clock.Sim) {
 	pool := storetest.Pool(t)
