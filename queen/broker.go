@@ -94,6 +94,7 @@ type Broker struct {
 	drainer  *spool.Drainer
 	maint    *maintenance.State
 	mesh     *mesh.Mesh // nil when this broker has no peers
+	hints    *hints     // the mesh's end in this broker; nil without one
 	readOnly *store.ReadOnlyWatch
 	hosts    []string // host:port the pool may connect to, in order
 	dbName   string   // the database's name, as the pool config has it
@@ -250,6 +251,10 @@ func (b *Broker) Start(ctx context.Context) error {
 		apiOpts.SweeperStats = func() httpapi.SweeperStats { return sweeperStats(sw) }
 	}
 	b.api = httpapi.New(apiOpts)
+	if b.hints != nil {
+		forget := b.api.ForgetQueueSeries
+		b.hints.forgetSeries.Store(&forget)
+	}
 	b.handler = b.api.Handler()
 	if sw != nil {
 		sw.Fired = b.api.Notify
@@ -323,6 +328,7 @@ func sweeperStats(sw *sweeper.Sweeper) httpapi.SweeperStats {
 // maintenance switches then send their hints through it.
 func (b *Broker) startMesh(api *httpapi.Options) error {
 	h := &hints{wake: api.Waker, store: b.store, maint: b.maint, log: b.log}
+	b.hints = h
 	b.mesh = mesh.New(mesh.Options{ServerID: b.cfg.ServerID, Listen: net.JoinHostPort(b.cfg.Host, fmt.Sprint(b.cfg.MeshPort)),
 		Peers: b.cfg.MeshPeers, Secret: []byte(b.cfg.MeshSecret), Heartbeat: b.cfg.MeshHeartbeat,
 		DeadAfter: b.cfg.MeshDeadAfter, QueueLen: b.cfg.MeshQueueFrames, MaxPending: b.cfg.MeshMaxPending, Transport: b.opts.MeshTransport,

@@ -3,6 +3,7 @@ package queen
 import (
 	"encoding/json"
 	"log/slog"
+	"sync/atomic"
 
 	"github.com/queen-go/queen/queen/config"
 	"github.com/queen-go/queen/queen/maintenance"
@@ -21,6 +22,9 @@ type hints struct {
 	store *store.Store
 	maint *maintenance.State
 	log   *slog.Logger
+	// forgetSeries drops the HTTP API's series of a deleted queue; set
+	// once the API exists (frames may arrive before).
+	forgetSeries atomic.Pointer[func(tenant, queue string)]
 }
 
 func wireTenant(t string) string {
@@ -84,6 +88,9 @@ func (h *hints) handle(from string, f mesh.Frame) {
 		var q mesh.QueueRef
 		if h.decode(from, f, &q) {
 			h.store.ForgetQueue(localTenant(q.Tenant), q.Queue)
+			if fs := h.forgetSeries.Load(); fs != nil && f.Type == mesh.QueueConfigDelete {
+				(*fs)(localTenant(q.Tenant), q.Queue)
+			}
 		}
 	case mesh.MaintenanceModeSet, mesh.PopMaintenanceModeSet:
 		var s mesh.Switch

@@ -234,6 +234,9 @@ func (a *Authenticator) scrapeAllowed(r *http.Request) bool {
 	return false
 }
 
+// IsAdmin reports whether p holds the admin role.
+func (a *Authenticator) IsAdmin(p Principal) bool { return a != nil && a.allowed(p.Roles, Admin) }
+
 // allowed reports whether any of roles meets level.
 func (a *Authenticator) allowed(roles []string, level Level) bool {
 	has := func(names ...string) bool {

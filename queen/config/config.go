@@ -93,6 +93,9 @@ type Config struct {
 	MeshDeadAfter   time.Duration // QUEEN_SYNC_DEAD_THRESHOLD_MS, default 5000
 	MeshQueueFrames int           // QUEEN_MESH_QUEUE, default 1024: frames waiting per peer before drops
 	MeshMaxPending  int           // QUEEN_MESH_MAX_PENDING, default 32: inbound connections still in their handshake
+	// MetricsMaxQueues (QUEEN_METRICS_MAX_QUEUES, default 1000) bounds the
+	// (tenant, queue) label pairs of the per-queue metric families.
+	MetricsMaxQueues int
 
 	// Timers, KV and the sweeper.
 	Sweeper               bool          // QUEEN_SWEEPER, default true: fire timers and prune KV here
@@ -179,6 +182,7 @@ func Default() Config {
 		MeshDeadAfter:           5 * time.Second,
 		MeshQueueFrames:         1024,
 		MeshMaxPending:          32,
+		MetricsMaxQueues:        1000,
 		PartitionCleanupDays:    30,
 		Sweeper:                 true,
 		SweeperMinSleep:         5 * time.Millisecond,
@@ -268,6 +272,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	p.millis("QUEEN_SYNC_DEAD_THRESHOLD_MS", &c.MeshDeadAfter)
 	p.intRange("QUEEN_MESH_QUEUE", &c.MeshQueueFrames, 1, 1<<20)
 	p.intRange("QUEEN_MESH_MAX_PENDING", &c.MeshMaxPending, 1, 1<<16)
+	p.intRange("QUEEN_METRICS_MAX_QUEUES", &c.MetricsMaxQueues, 1, 1<<20)
 	p.boolean("QUEEN_SWEEPER", &c.Sweeper)
 	p.millis("QUEEN_SWEEPER_MIN_SLEEP_MS", &c.SweeperMinSleep)
 	p.millis("QUEEN_SWEEPER_MAX_SLEEP_MS", &c.SweeperMaxSleep)

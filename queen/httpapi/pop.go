@@ -225,7 +225,7 @@ func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, p popParams, k
 			}
 			s.stats.popMessages.Add(int64(len(res.Messages)))
 			for _, m := range res.Messages {
-				s.queueMessages.WithLabelValues(p.req.Tenant, m.Queue, "pop").Inc()
+				s.queueMessages.add(p.req.Tenant, m.Queue, "pop", 1)
 			}
 			body := popBody(res)
 			body.Autopilot = p.autopilot

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/queen-go/queen/queen/admission"
+	"github.com/queen-go/queen/queen/auth"
 )
 
 // metricsRegistry builds this server's Prometheus registry: values read at
@@ -55,15 +56,21 @@ func (s *Server) metricsRegistry() *prometheus.Registry {
 	cluster("queen_cluster_ack_messages_total", "Successful acks through this broker.", s.stats.ackMessages.Load)
 	cluster("queen_cluster_db_errors_total", "Database failures seen by this broker.", s.stats.dbErrors.Load)
 	cluster("queen_cluster_dlq_total", "Messages dead-lettered through this broker.", s.stats.dlq.Load)
-	reg.MustRegister(s.queueMessages)
+	reg.MustRegister(s.queueMessages.vec)
 	reg.MustRegister(&brokerCollector{s: s})
 	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
 	return reg
 }
 
-// prometheus is GET /metrics/prometheus.
+// prometheus is GET /metrics/prometheus. A scrape with a tenant's token
+// (not admin, not the scrape token or an allowed network) sees only that
+// tenant's per-queue series: queue names are a tenant's own.
 func (s *Server) prometheus(w http.ResponseWriter, r *http.Request) {
-	promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}).ServeHTTP(w, r)
+	var g prometheus.Gatherer = s.registry
+	if p, _ := r.Context().Value(principalKey).(auth.Principal); p.Verified && !s.auth.IsAdmin(p) {
+		g = tenantOnly(g, tenantOf(r))
+	}
+	promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}).ServeHTTP(w, r)
 }
 
 var (
@@ -109,7 +116,7 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 	defer cancel()
 	if depths, err := s.store.QueueDepths(ctx); err == nil {
 		var dlq int64
-		for _, d := range depths {
+		for _, d := range capDepths(depths, s.cfg.MetricsMaxQueues) {
 			ch <- prometheus.MustNewConstMetric(queueDepth, prometheus.GaugeValue, float64(d.Depth), d.Tenant, d.Queue)
 			ch <- prometheus.MustNewConstMetric(dlqByQueue, prometheus.GaugeValue, float64(d.DLQ), d.Tenant, d.Queue)
 			dlq += d.DLQ

@@ -155,7 +155,7 @@ func (s *Server) push(w http.ResponseWriter, r *http.Request) {
 	for _, res := range out.Results {
 		if res.Status == "queued" {
 			s.stats.pushMessages.Add(1)
-			s.queueMessages.WithLabelValues(tenant, res.QueueName, "push").Inc()
+			s.queueMessages.add(tenant, res.QueueName, "push", 1)
 		}
 	}
 	writeJSON(w, http.StatusCreated, pushResults(out.Results))

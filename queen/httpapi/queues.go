@@ -231,6 +231,7 @@ func (s *Server) deleteQueue(w http.ResponseWriter, r *http.Request) {
 	if existed {
 		s.peers.QueueChanged(tenantOf(r), name, true)
 	}
+	s.queueMessages.forget(tenantOf(r), name)
 	body := map[string]any{"deleted": existed, "queue": name, "existed": existed}
 	if !existed {
 		body["message"] = "Queue not found, nothing was deleted"

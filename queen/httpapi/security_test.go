@@ -1,11 +1,14 @@
 package httpapi_test
 
 import (
+	"bytes"
 	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/queen-go/queen/queen/config"
 )
@@ -129,4 +132,73 @@ func TestMetricsFollowTheAccessLevels(t *testing.T) {
 		c.JWT.ScrapeNets = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
 	})
 	elsewhere.expect(elsewhere.do("GET", "/metrics/prometheus", nil), 401)
+}
+
+// scrapeQueues reads /metrics/prometheus (with headers) and returns the
+// queue labels of family name.
+func scrapeQueues(t *testing.T, e *env, name string, headers ...string) map[string]bool {
+	t.Helper()
+	r := e.expect(e.do("GET", "/metrics/prometheus", nil, headers...), 200)
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(bytes.NewReader(r.body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	if f, ok := fams[name]; ok {
+		for _, m := range f.Metric {
+			for _, l := range m.Label {
+				if l.GetName() == "queue" {
+					out[l.GetValue()] = true
+				}
+			}
+		}
+	}
+	return out
+}
+
+// Client-chosen queue names cannot grow the metrics without bound: past
+// QUEEN_METRICS_MAX_QUEUES queues, the per-queue families count under
+// "_overflow"; a deleted queue's series go, and its place comes back.
+// Before, every queue ever pushed kept its series forever.
+func TestQueueSeriesAreCappedAndDeletedWithTheQueue(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *config.Config) { c.MetricsMaxQueues = 3 })
+	for _, q := range []string{"m0", "m1", "m2", "m3", "m4"} {
+		e.push(item{"queue": q, "payload": 1})
+	}
+	counted := scrapeQueues(t, e, "queen_queue_messages_total")
+	if len(counted) != 4 || !counted["m0"] || !counted["m1"] || !counted["m2"] || !counted["_overflow"] {
+		t.Fatalf("queue_messages_total queues: %v, want m0 m1 m2 _overflow", counted)
+	}
+	if depth := scrapeQueues(t, e, "queen_queue_depth"); len(depth) != 4 || !depth["_overflow"] {
+		t.Fatalf("queue_depth queues: %v, want three and _overflow", depth)
+	}
+	e.expect(e.do("DELETE", "/api/v1/resources/queues/m0", nil), 200)
+	e.push(item{"queue": "m5", "payload": 1})
+	counted = scrapeQueues(t, e, "queen_queue_messages_total")
+	if counted["m0"] || !counted["m5"] {
+		t.Fatalf("after deleting m0 and pushing m5: %v", counted)
+	}
+}
+
+// A tenant's own token scrapes only its tenant's per-queue series; the
+// scrape token (an operator's) sees every tenant's.
+func TestTenantTokenScrapesItsOwnQueues(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *config.Config) {
+		c.JWTEnabled, c.JWT.Secret, c.JWT.ScrapeToken = true, "test-secret", "scrape-me"
+	})
+	a, b := tenantToken(t, tenantA), tenantToken(t, tenantB)
+	e.expect(e.do("POST", "/api/v1/push", map[string]any{"items": []any{map[string]any{"queue": "qa", "payload": 1}}}, "Authorization", a), 201)
+	e.expect(e.do("POST", "/api/v1/push", map[string]any{"items": []any{map[string]any{"queue": "qb", "payload": 1}}}, "Authorization", b), 201)
+	if got := scrapeQueues(t, e, "queen_queue_messages_total", "Authorization", a); !got["qa"] || got["qb"] {
+		t.Fatalf("tenant A's scrape: %v", got)
+	}
+	if got := scrapeQueues(t, e, "queen_queue_depth", "Authorization", a); !got["qa"] || got["qb"] {
+		t.Fatalf("tenant A's depth scrape: %v", got)
+	}
+	if got := scrapeQueues(t, e, "queen_queue_messages_total", "Authorization", "Bearer scrape-me"); !got["qa"] || !got["qb"] {
+		t.Fatalf("the operator's scrape: %v", got)
+	}
 }

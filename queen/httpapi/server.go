@@ -63,7 +63,7 @@ type Server struct {
 	// registry is this server's Prometheus registry; queueMessages counts
 	// messages pushed and popped per queue.
 	registry      *prometheus.Registry
-	queueMessages *prometheus.CounterVec
+	queueMessages *queueSeries
 	auth          *auth.Authenticator
 	cipher        *crypt.Cipher
 	pushes        *pushpath.Path
@@ -163,8 +163,7 @@ func New(o Options) *Server {
 		s.pushes = pushpath.New(pushpath.Options{Store: o.Store, Spool: o.Spool, Diverted: s.maint.Push, Ping: s.drainPing(),
 			Cipher: o.Cipher, Arbiter: o.Arbiter, IDs: o.IDs, Log: o.Logger})
 	}
-	s.queueMessages = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "queen_queue_messages_total",
-		Help: "Messages pushed (queued) and popped through this broker, per queue."}, []string{"tenant", "queue", "op"})
+	s.queueMessages = newQueueSeries(o.Config.MetricsMaxQueues)
 	s.registry = s.metricsRegistry()
 	return s
 }
