@@ -130,7 +130,7 @@ func New(cfg Config, c clock.Clock, log *slog.Logger) (*Authenticator, error) {
 		}
 	}
 	if cfg.JWKSURL != "" {
-		a.jwks = newJWKS(cfg.JWKSURL, cfg.JWKSRefresh, cfg.JWKSTimeout, c)
+		a.jwks = newJWKS(cfg.JWKSURL, cfg.JWKSRefresh, cfg.JWKSTimeout, c, log)
 	}
 	return a, nil
 }

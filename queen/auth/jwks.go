@@ -7,6 +7,8 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"math/big"
 	"net/http"
 	"sync"
@@ -17,51 +19,131 @@ import (
 
 // jwks caches the keys of a JWKS URL by kid. It fetches on first use, again
 // when the cache is older than the refresh interval, and again (at most
-// every 5 s) when a token names a kid it does not know.
+// every unknownKidRefetch) when a token names a kid it does not know.
+//
+// A fetch runs outside the lock, one at a time (single-flight): requests
+// whose key is cached never wait for it, and one that does wait (the first
+// use, or an unknown kid) waits at most waitBound. A refresh that fails
+// keeps the previous key set serving. A kid still unknown after a fetch is
+// remembered (negative cache) for unknownKidRefetch, so tokens naming
+// random kids cost a map lookup, not a fetch each.
 type jwks struct {
 	url     string
 	refresh time.Duration
 	client  *http.Client
 	clock   clock.Clock
+	log     *slog.Logger
 
-	mu      sync.Mutex
-	keys    map[string]any
-	fetched time.Time
+	mu       sync.Mutex
+	keys     map[string]any
+	fetched  time.Time     // when the last fetch began
+	inflight chan struct{} // closed when the running fetch ends; nil: none
+	unknown  map[string]time.Time
 }
 
-// unknownKidRefetch bounds refetches caused by unknown kids.
-const unknownKidRefetch = 5 * time.Second
+const (
+	// unknownKidRefetch bounds refetches caused by unknown kids, and how
+	// long a kid a fetch did not find is answered unknown at once.
+	unknownKidRefetch = 5 * time.Second
+	// waitBound is the longest a request waits on a fetch.
+	waitBound = time.Second
+	// maxUnknownKids bounds the negative cache.
+	maxUnknownKids = 4096
+)
 
-func newJWKS(url string, refresh, timeout time.Duration, c clock.Clock) *jwks {
+func newJWKS(url string, refresh, timeout time.Duration, c clock.Clock, log *slog.Logger) *jwks {
 	if refresh <= 0 {
 		refresh = time.Hour
 	}
 	if timeout <= 0 {
 		timeout = 5 * time.Second
 	}
-	return &jwks{url: url, refresh: refresh, client: &http.Client{Timeout: timeout}, clock: c}
+	return &jwks{url: url, refresh: refresh, client: &http.Client{Timeout: timeout}, clock: c, log: log, unknown: map[string]time.Time{}}
 }
 
 // get returns the key for kid; an empty kid takes the only key there is.
 func (j *jwks) get(kid string) (any, *Error) {
 	j.mu.Lock()
-	defer j.mu.Unlock()
 	now := j.clock.Now()
-	if j.keys == nil || now.Sub(j.fetched) > j.refresh {
-		if err := j.fetch(now); err != nil && j.keys == nil {
-			return nil, &Error{http.StatusInternalServerError, "Failed to fetch JWKS"}
-		}
+	if j.keys != nil && now.Sub(j.fetched) > j.refresh {
+		j.start(now) // refresh in the background; the old keys serve meanwhile
 	}
+	if k, ok := j.lookup(kid); ok {
+		j.mu.Unlock()
+		return k, nil
+	}
+	if until, ok := j.unknown[kid]; ok && now.Before(until) {
+		j.mu.Unlock()
+		return nil, unauthorized("Unknown key ID: %s", kid)
+	}
+	var done chan struct{}
+	switch {
+	case j.keys == nil || j.inflight != nil:
+		done = j.start(now)
+	case now.Sub(j.fetched) > unknownKidRefetch:
+		done = j.start(now)
+	}
+	j.mu.Unlock()
+	if done != nil {
+		t := j.clock.NewTimer(waitBound)
+		select {
+		case <-done:
+		case <-t.C():
+		}
+		t.Stop()
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
 	if k, ok := j.lookup(kid); ok {
 		return k, nil
 	}
-	if kid != "" && now.Sub(j.fetched) > unknownKidRefetch {
-		_ = j.fetch(now)
-		if k, ok := j.lookup(kid); ok {
-			return k, nil
-		}
+	if j.keys == nil {
+		return nil, &Error{http.StatusInternalServerError, "Failed to fetch JWKS"}
+	}
+	if kid != "" && j.inflight == nil {
+		j.rememberUnknown(kid, j.clock.Now())
 	}
 	return nil, unauthorized("Unknown key ID: %s", kid)
+}
+
+// start begins a fetch unless one is running and returns the channel
+// closed when it ends. Caller holds mu.
+func (j *jwks) start(now time.Time) chan struct{} {
+	if j.inflight != nil {
+		return j.inflight
+	}
+	done := make(chan struct{})
+	j.inflight, j.fetched = done, now
+	go func() {
+		keys, err := j.fetch()
+		j.mu.Lock()
+		if err == nil {
+			j.keys = keys
+			clear(j.unknown) // a kid unknown before may be in the new set
+		} else if j.log != nil {
+			j.log.Warn("jwt: JWKS fetch failed; the previous keys keep serving", "url", j.url, "have_keys", j.keys != nil, "err", err)
+		}
+		j.inflight = nil
+		j.mu.Unlock()
+		close(done)
+	}()
+	return done
+}
+
+// rememberUnknown answers kid unknown at once for unknownKidRefetch.
+// Caller holds mu.
+func (j *jwks) rememberUnknown(kid string, now time.Time) {
+	if len(j.unknown) >= maxUnknownKids {
+		for k, until := range j.unknown {
+			if !now.Before(until) {
+				delete(j.unknown, k)
+			}
+		}
+		if len(j.unknown) >= maxUnknownKids {
+			clear(j.unknown)
+		}
+	}
+	j.unknown[kid] = now.Add(unknownKidRefetch)
 }
 
 func (j *jwks) lookup(kid string) (any, bool) {
@@ -83,27 +165,25 @@ type jwk struct {
 	X   string `json:"x"`
 }
 
-// fetch replaces the cache with the URL's keys; on failure the old keys
-// stay. Caller holds mu.
-func (j *jwks) fetch(now time.Time) error {
-	j.fetched = now
+// fetch reads the URL's keys, without the lock.
+func (j *jwks) fetch() (map[string]any, error) {
 	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, j.url, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	resp, err := j.client.Do(req)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("JWKS %s answered %d", j.url, resp.StatusCode)
+		return nil, fmt.Errorf("JWKS %s answered %d", j.url, resp.StatusCode)
 	}
 	var set struct {
 		Keys []jwk `json:"keys"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&set); err != nil {
-		return fmt.Errorf("JWKS %s: %w", j.url, err)
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&set); err != nil {
+		return nil, fmt.Errorf("JWKS %s: %w", j.url, err)
 	}
 	keys := map[string]any{}
 	for _, k := range set.Keys {
@@ -111,8 +191,7 @@ func (j *jwks) fetch(now time.Time) error {
 			keys[k.Kid] = pk
 		}
 	}
-	j.keys = keys
-	return nil
+	return keys, nil
 }
 
 // public decodes an RSA or Ed25519 key; other kinds are skipped.
