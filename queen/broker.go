@@ -344,6 +344,11 @@ func (b *Broker) startMesh(api *httpapi.Options) error {
 	b.maint.Announce(h.announce)
 	api.Peers = h
 	api.SharedState = func() any { return b.mesh.Stats() }
+	api.MeshRefusals = func() httpapi.MeshRefusals {
+		st := b.mesh.Stats()
+		return httpapi.MeshRefusals{HandshakeFailures: st.HandshakeFailures, SignatureFailures: st.SignatureFailures,
+			SequenceRejections: st.SequenceRejections, ConnectionsRefused: st.ConnectionsRefused}
+	}
 	return nil
 }
 

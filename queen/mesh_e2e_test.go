@@ -225,6 +225,17 @@ func TestMeshRefusesAWrongSecret(t *testing.T) {
 	if s := readSharedState(t, b); s.ServersAlive != 0 {
 		t.Fatalf("b counts a peer with the wrong secret alive: %+v", s)
 	}
+	// The refusals are in the metrics too.
+	_, metrics := get(t, "http://"+b.Addr()+"/metrics/prometheus")
+	for _, family := range []string{"queen_mesh_signature_failures_total", "queen_mesh_handshake_failures_total",
+		"queen_mesh_sequence_rejections_total", "queen_mesh_connections_refused_total"} {
+		if !strings.Contains(metrics, "\n"+family+" ") {
+			t.Fatalf("no %s in the scrape", family)
+		}
+	}
+	if strings.Contains(metrics, "\nqueen_mesh_signature_failures_total 0\n") {
+		t.Fatal("the scrape counts no signature failure")
+	}
 }
 
 func TestNoPeersBindsNothing(t *testing.T) {

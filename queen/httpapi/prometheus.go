@@ -56,6 +56,20 @@ func (s *Server) metricsRegistry() *prometheus.Registry {
 	cluster("queen_cluster_ack_messages_total", "Successful acks through this broker.", s.stats.ackMessages.Load)
 	cluster("queen_cluster_db_errors_total", "Database failures seen by this broker.", s.stats.dbErrors.Load)
 	cluster("queen_cluster_dlq_total", "Messages dead-lettered through this broker.", s.stats.dlq.Load)
+	if s.meshRefusals != nil {
+		for _, m := range []struct {
+			name, help string
+			f          func(MeshRefusals) int64
+		}{
+			{"queen_mesh_handshake_failures_total", "Mesh connections that failed the handshake (wrong secret, junk, a replay, a timeout).", func(r MeshRefusals) int64 { return r.HandshakeFailures }},
+			{"queen_mesh_signature_failures_total", "Mesh handshakes or frames whose MAC did not match.", func(r MeshRefusals) int64 { return r.SignatureFailures }},
+			{"queen_mesh_sequence_rejections_total", "Mesh frames out of sequence (replayed or reordered); each closed its link.", func(r MeshRefusals) int64 { return r.SequenceRejections }},
+			{"queen_mesh_connections_refused_total", "Inbound mesh connections closed unread: QUEEN_MESH_MAX_PENDING others were in their handshake.", func(r MeshRefusals) int64 { return r.ConnectionsRefused }},
+		} {
+			reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: m.name, Help: m.help},
+				func() float64 { return float64(m.f(s.meshRefusals())) }))
+		}
+	}
 	reg.MustRegister(s.queueMessages.vec)
 	reg.MustRegister(&brokerCollector{s: s})
 	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())

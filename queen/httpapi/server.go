@@ -58,6 +58,8 @@ type Server struct {
 	// timerHint tells the local sweeper a timer is due in d; nil: none.
 	timerHint func(d time.Duration)
 	popClaims func(PopClaim)
+	// meshRefusals reports the mesh's refusals; nil: no mesh.
+	meshRefusals func() MeshRefusals
 	// sweeperStats reports the sweeper for the metrics; nil: none.
 	sweeperStats func() SweeperStats
 	// registry is this server's Prometheus registry; queueMessages counts
@@ -96,6 +98,9 @@ type Options struct {
 	// SharedState reports the mesh for GET /api/v1/system/shared-state;
 	// nil when this broker has no peers.
 	SharedState func() any
+	// MeshRefusals reports the mesh's refusal counters for the metrics;
+	// nil when this broker has no peers.
+	MeshRefusals func() MeshRefusals
 	// TimerHint wakes the local sweeper when a committed timer is due in
 	// d (in process only); nil when this broker runs no sweeper.
 	TimerHint func(d time.Duration)
@@ -113,6 +118,11 @@ type Options struct {
 	// simulator's view of claims that delivery cannot show: one given
 	// back at once still hid its partition meanwhile).
 	PopClaims func(PopClaim)
+}
+
+// MeshRefusals are the mesh's counts of what it refused (mesh.Stats).
+type MeshRefusals struct {
+	HandshakeFailures, SignatureFailures, SequenceRejections, ConnectionsRefused int64
 }
 
 // PopClaim is one claim a pop made, for Options.PopClaims.
@@ -156,7 +166,7 @@ func New(o Options) *Server {
 		o.Maintenance = maintenance.New(o.Store, o.Spool, o.Logger)
 	}
 	s := &Server{cfg: o.Config, store: o.Store, spool: o.Spool, drainer: o.Drainer, maint: o.Maintenance,
-		arbiter: o.Arbiter, clock: o.Clock, wake: o.Waker, peers: o.Peers, ids: o.IDs, sharedState: o.SharedState, timerHint: o.TimerHint, popClaims: o.PopClaims, sweeperStats: o.SweeperStats, auth: o.Auth, cipher: o.Cipher, log: o.Logger, started: o.Clock.Now(),
+		arbiter: o.Arbiter, clock: o.Clock, wake: o.Waker, peers: o.Peers, ids: o.IDs, sharedState: o.SharedState, meshRefusals: o.MeshRefusals, timerHint: o.TimerHint, popClaims: o.PopClaims, sweeperStats: o.SweeperStats, auth: o.Auth, cipher: o.Cipher, log: o.Logger, started: o.Clock.Now(),
 		draining: make(chan struct{})}
 	s.pushes = o.Push
 	if s.pushes == nil {
