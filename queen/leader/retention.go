@@ -7,6 +7,7 @@ package leader
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -60,16 +61,16 @@ func (r *Retention) RunOnce(ctx context.Context) error {
 	}
 	// Every statement of the pass runs on the session that holds the
 	// lock: if it dies (a failover), the pass stops with it.
-	res, err := lead.RetentionPass(ctx, r.Batch)
-	if err != nil {
-		return err
-	}
-	if res.Partitions, err = lead.CleanupPartitions(ctx, r.Batch, r.CleanupDays); err != nil {
-		return err
+	// A rule that fails does not hold back the others, nor partition
+	// cleanup: each is reported, and the rest runs.
+	res, rulesErr := lead.RetentionPass(ctx, r.Batch)
+	var cleanErr error
+	if ctx.Err() == nil {
+		res.Partitions, cleanErr = lead.CleanupPartitions(ctx, r.Batch, r.CleanupDays)
 	}
 	if res.Expired+res.Completed+res.Evicted+res.Partitions > 0 {
 		r.Log.Info("retention pass", "expired", res.Expired, "completed", res.Completed, "evicted", res.Evicted,
 			"emptyPartitions", res.Partitions)
 	}
-	return nil
+	return errors.Join(rulesErr, cleanErr)
 }

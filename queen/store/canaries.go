@@ -60,7 +60,7 @@ func canaryVariants() []canaryVariant {
 	rule := func(name string) string {
 		for _, r := range retentionRules {
 			if r.name == name {
-				return r.where
+				return r.sql()
 			}
 		}
 		return ""

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -70,40 +71,74 @@ func (l *Leader) CleanupPartitions(ctx context.Context, batch, days int) (int64,
 	return l.s.cleanupPartitions(ctx, l.conn, batch, days)
 }
 
-// retentionRules are the three deletion rules, each a condition on m
-// (messages), p (partitions) and q (queues), with $1 the injected now (NULL: now()).
-var retentionRules = []struct {
-	name  string
-	kind  string // retention_history.retention_type, as Queen names it
-	where string
-}{
-	{"expired", "retention", `q.retention_enabled AND q.retention_seconds > 0
-		AND m.created_at < coalesce($1::timestamptz, now()) - make_interval(secs => q.retention_seconds)`},
+// retentionRule is one deletion rule, in four parts over q (queues) and p
+// (partitions), with $1 the injected now (NULL: now()): which queues it
+// applies to, which of their partitions qualify, and per partition a
+// cutoff (rows created before it are due) and a cap (rows at or past this
+// seq are kept).
+type retentionRule struct {
+	name, kind                       string // kind: retention_history.retention_type, as Queen names it
+	queues, partitions, cutoff, kept string
+}
+
+// sql is the rule's statement (retentionSQL).
+func (r retentionRule) sql() string {
+	return fmt.Sprintf(retentionSQL, r.queues, r.partitions, r.cutoff, r.kept)
+}
+
+// noCap keeps no row by its seq: only the cutoff decides.
+const noCap = "9223372036854775807"
+
+var retentionRules = []retentionRule{
+	{name: "expired", kind: "retention", queues: "q.retention_enabled AND q.retention_seconds > 0", partitions: "true",
+		cutoff: "coalesce($1::timestamptz, now()) - make_interval(secs => q.retention_seconds)", kept: noCap},
 	// Invariant (never delete unconsumed): a message is "completed" only when
 	// every group subscribed to the queue has a cursor row in its partition
 	// and every such cursor is past it. A group that subscribed but has no
 	// row there yet, or a partition nobody consumes, keeps its messages.
-	{"completed", "completed_retention", `q.retention_enabled AND q.completed_retention_seconds > 0
-		AND m.created_at < coalesce($1::timestamptz, now()) - make_interval(secs => q.completed_retention_seconds)
-		AND m.seq <= (SELECT min(pc.last_consumed_seq) FROM queen.partition_consumers pc WHERE pc.partition_id = p.id)
-		AND NOT EXISTS (SELECT 1 FROM queen.consumer_groups_metadata g
+	{name: "completed", kind: "completed_retention", queues: "q.retention_enabled AND q.completed_retention_seconds > 0",
+		partitions: `NOT EXISTS (SELECT 1 FROM queen.consumer_groups_metadata g
 			WHERE g.tenant_id = q.tenant_id AND g.queue_name = q.name /*subscribed*/
 				AND NOT EXISTS (SELECT 1 FROM queen.partition_consumers pc
-					WHERE pc.partition_id = p.id AND pc.consumer_group = g.consumer_group))`},
-	{"evicted", "max_wait_time_eviction", `q.max_wait_time_seconds > 0
-		AND m.created_at < coalesce($1::timestamptz, now()) - make_interval(secs => q.max_wait_time_seconds)`},
+					WHERE pc.partition_id = p.id AND pc.consumer_group = g.consumer_group))`,
+		cutoff: "coalesce($1::timestamptz, now()) - make_interval(secs => q.completed_retention_seconds)",
+		kept:   "coalesce((SELECT min(pc.last_consumed_seq) FROM queen.partition_consumers pc WHERE pc.partition_id = p.id), 0) + 1"},
+	{name: "evicted", kind: "max_wait_time_eviction", queues: "q.max_wait_time_seconds > 0", partitions: "true",
+		cutoff: "coalesce($1::timestamptz, now()) - make_interval(secs => q.max_wait_time_seconds)", kept: noCap},
 }
 
 // retentionSQL deletes up to $2 messages matching one rule, records per
 // queue what it deleted as retention type $3, and counts the deleted rows.
+//
+// Cost follows the rows it deletes, not the table: a partition's due rows
+// are a prefix of its seq order (rows are stored in seq order at about
+// their created_at; completed ones below the slowest cursor), so per
+// qualifying partition it walks the (partition_id, seq) index from the
+// start to the first row that is not due (upto), and deletes below it,
+// re-checking created_at (a transaction that began earlier may commit a
+// later seq). A partition with nothing due costs one index probe. Before,
+// every rule seq-scanned the messages of every queue it applied to.
 const retentionSQL = `
-WITH d AS (
-	DELETE FROM queen.messages WHERE id IN (
+WITH cand AS (
+	SELECT p.id AS pid, (%[3]s) AS cutoff, (%[4]s)::bigint AS kept
+	FROM queen.queues q JOIN queen.partitions p ON p.queue_id = q.id
+	WHERE (%[1]s) AND (%[2]s)
+),
+doomed AS (
+	SELECT x.id FROM cand c
+	CROSS JOIN LATERAL (
+		SELECT least(c.kept, coalesce((SELECT m.seq FROM queen.messages m
+			WHERE m.partition_id = c.pid AND m.created_at >= c.cutoff ORDER BY m.seq LIMIT 1), c.kept)) AS upto
+	) b
+	CROSS JOIN LATERAL (
 		SELECT m.id FROM queen.messages m
-		JOIN queen.partitions p ON p.id = m.partition_id
-		JOIN queen.queues q ON q.id = p.queue_id
-		WHERE %s
-		LIMIT $2)
+		WHERE m.partition_id = c.pid AND m.seq < b.upto AND m.created_at < c.cutoff
+		ORDER BY m.seq LIMIT $2
+	) x
+	LIMIT $2
+),
+d AS (
+	DELETE FROM queen.messages WHERE id = ANY(ARRAY(SELECT id FROM doomed)) -- by key: never a join that scans
 	RETURNING partition_id
 ),
 h AS (
@@ -139,19 +174,22 @@ func (s *Store) RetentionPass(ctx context.Context, batch int) (RetentionResult, 
 func (s *Store) retentionPass(ctx context.Context, q querier, batch int) (RetentionResult, error) {
 	var r RetentionResult
 	counts := map[string]*int64{"expired": &r.Expired, "completed": &r.Completed, "evicted": &r.Evicted}
+	var errs []error
 	for _, rule := range retentionRules {
-		where := rule.where
+		sql := rule.sql()
 		if rule.name == "completed" && canary.On("retention-ignores-group") {
-			where = retentionIgnoresGroupSub.apply(retentionIgnoresGroupMin.apply(where))
+			sql = retentionIgnoresGroupSub.apply(retentionIgnoresGroupMin.apply(sql))
 		}
 		if rule.name == "evicted" && canary.On("evict-early") {
-			where = evictEarly.apply(where)
+			sql = evictEarly.apply(sql)
 		}
-		sql := fmt.Sprintf(retentionSQL, where)
+		// Rules are isolated: one that fails (a statement timeout, say)
+		// is reported, and the others still run.
 		for round := 0; round < maxRetentionRounds; round++ {
 			n, err := s.retentionRound(ctx, q, sql, batch, rule.kind)
 			if err != nil {
-				return r, fmt.Errorf("retention %s: %w", rule.name, err)
+				errs = append(errs, fmt.Errorf("retention %s: %w", rule.name, err))
+				break
 			}
 			*counts[rule.name] += n
 			if n < int64(batch) {
@@ -162,9 +200,9 @@ func (s *Store) retentionPass(ctx context.Context, q querier, batch int) (Retent
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	if _, err := q.Exec(ctx, pruneHistorySQL, s.dbNow()); err != nil {
-		return r, fmt.Errorf("retention history prune: %w", err)
+		errs = append(errs, fmt.Errorf("retention history prune: %w", err))
 	}
-	return r, nil
+	return r, errors.Join(errs...)
 }
 
 // emptyPartitionsSQL deletes up to $2 partitions that hold no message,
