@@ -66,7 +66,7 @@ func canaryVariants() []canaryVariant {
 		return ""
 	}
 	return []canaryVariant{
-		{dedupRaises, appendSQL}, {sealCacheTrusted, appendSQL}, {sealCacheTrustedFlag, appendSQL}, {timerEarly, claimTimersSQL}, {timerClaimIgnoresLease, claimTimersSQL}, {kvTTLIgnored, kvGetSQL}, {kvTTLIgnored, kvGetPrefixSQL}, {kvGetManyTTLIgnored, kvGetSQL},
+		{dedupRaises, appendSQL}, {sealCacheTrusted, appendSQL}, {sealCacheTrustedFlag, appendSQL}, {timerEarly, claimTimersSQL}, {timerClaimIgnoresLease, claimTimersSQL}, {kvTTLIgnored, kvGetSQL}, {kvTTLIgnored, kvGetPrefixSQL}, {kvTTLIgnored, kvGetPrefixOpenSQL}, {kvGetManyTTLIgnored, kvGetSQL},
 		{claimUnfairOrder, popSQL}, {claimUnfairPick, popSQL}, {popIgnoresLease, popSQL},
 		{retentionIgnoresGroupMin, rule("completed")}, {retentionIgnoresGroupSub, rule("completed")}, {evictEarly, rule("evicted")},
 	}

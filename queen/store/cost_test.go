@@ -3,10 +3,14 @@ package store_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"pgregory.net/rapid"
 
 	"github.com/queen-go/queen/queen/clock"
 	"github.com/queen-go/queen/queen/ids"
@@ -102,4 +106,48 @@ func TestRetentionCostFollowsTheRowsItDeletes(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM queen.messages WHERE created_at < now() - interval '30 minutes'`).Scan(&left); err != nil || left != 0 {
 		t.Fatalf("%d due rows left (%v)", left, err)
 	}
+}
+
+// A KV prefix read is a range on the key: finding 5 keys in a namespace of
+// 100,000 touches a few index pages, not the namespace. Before, the
+// left(key, n) = prefix filter read every row of it (92 ms for 5 rows).
+func TestKVPrefixReadIsARange(t *testing.T) {
+	t.Parallel()
+	pool := storetest.Pool(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `INSERT INTO queen.kv (tenant_id, namespace, key, value)
+		SELECT $1, 'big', 'k' || lpad(i::text, 6, '0'), '1' FROM generate_series(1, 100000) i`, tenant); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `ANALYZE queen.kv`); err != nil {
+		t.Fatal(err)
+	}
+	upper, _ := store.PrefixUpper("k09999")
+	blocks, rows := buffers(t, pool, store.KVGetPrefixSQL, pgx.NamedArgs{"tenant": tenant, "ns": "big", "prefix": "k09999",
+		"upper": upper, "after": "", "limit": 100, "now": nil})
+	table := pages(t, pool, "queen.kv")
+	t.Logf("getPrefix of %d rows: %d blocks touched, the table has %d", rows, blocks, table)
+	if rows != 10 || blocks > 20 {
+		t.Fatalf("getPrefix read %d rows touching %d blocks of a %d-block table", rows, blocks, table)
+	}
+}
+
+// prefixUpper bounds exactly the strings a prefix starts: s starts with p
+// if and only if p <= s < upper (byte order, the C collation's).
+func TestPrefixUpperBoundsExactlyThePrefix(t *testing.T) {
+	alphabet := []rune{'a', 'b', 0x7f, 0x80, 0xd7ff, 0xe000, 0xffff, utf8.MaxRune}
+	str := rapid.Custom(func(t *rapid.T) string {
+		return string(rapid.SliceOfN(rapid.SampledFrom(alphabet), 0, 4).Draw(t, "runes"))
+	})
+	rapid.Check(t, func(t *rapid.T) {
+		p, s := str.Draw(t, "prefix"), str.Draw(t, "key")
+		upper, ok := store.PrefixUpper(p)
+		in := s >= p && (!ok || s < upper)
+		if in != strings.HasPrefix(s, p) {
+			t.Fatalf("prefix %q, key %q, upper %q (%v): in range %v", p, s, upper, ok, in)
+		}
+		if ok && !utf8.ValidString(upper) {
+			t.Fatalf("upper %q of %q is not UTF-8", upper, p)
+		}
+	})
 }

@@ -9,3 +9,9 @@ func RetentionRuleSQL(name string) string {
 	}
 	return ""
 }
+
+// KVGetPrefixSQL is the ranged prefix read, for the cost tests.
+const KVGetPrefixSQL = kvGetPrefixSQL
+
+// PrefixUpper is prefixUpper, for its property test.
+var PrefixUpper = prefixUpper

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -93,8 +94,21 @@ WHERE tenant_id = @tenant AND namespace = @ns AND key = ANY(@keys::text[]) AND `
 
 	// kvGetPrefixSQL reads one more row than the page, which tells
 	// whether the page is the last.
+	//
+	// The prefix is a range on the C-collated key, [prefix, upper), where
+	// upper is the least string past every string the prefix starts
+	// (prefixUpper): the primary key serves it, reading only the page.
+	// Before, left(key, length(prefix)) = prefix read the whole namespace.
 	kvGetPrefixSQL = `SELECT key, value, version, expires_at, updated_at FROM queen.kv
-WHERE tenant_id = @tenant AND namespace = @ns AND left(key, length(@prefix::text)) = @prefix::text
+WHERE tenant_id = @tenant AND namespace = @ns AND key >= @prefix::text AND key < @upper::text
+	AND key > @after::text AND ` + kvLive + `
+ORDER BY key LIMIT @limit::int + 1`
+
+	// kvGetPrefixOpenSQL is kvGetPrefixSQL for a prefix with no upper
+	// bound (empty, or made of U+10FFFF only): every key from it on
+	// starts with it.
+	kvGetPrefixOpenSQL = `SELECT key, value, version, expires_at, updated_at FROM queen.kv
+WHERE tenant_id = @tenant AND namespace = @ns AND key >= @prefix::text
 	AND key > @after::text AND ` + kvLive + `
 ORDER BY key LIMIT @limit::int + 1`
 
@@ -266,7 +280,11 @@ func (s *Store) kvOp(ctx context.Context, q querier, tenant string, op KVOp, bud
 	case "getMany":
 		return s.kvGetMany(ctx, q, tenant, op, budget)
 	case "getPrefix":
-		rows, err := s.kvRows(ctx, q, kvGetPrefixSQL, s.kvArgs(tenant, op))
+		sql, args := kvGetPrefixOpenSQL, s.kvArgs(tenant, op)
+		if upper, ok := prefixUpper(op.Prefix); ok {
+			sql, args["upper"] = kvGetPrefixSQL, upper
+		}
+		rows, err := s.kvRows(ctx, q, sql, args)
 		if err != nil {
 			return r, err
 		}
@@ -443,6 +461,25 @@ func (s *Store) kvNotApplied(ctx context.Context, q querier, tenant string, op K
 		r.Reason = "exists"
 	}
 	return r, nil
+}
+
+// prefixUpper is the least string greater than every string that starts
+// with prefix, in code point order (which is the byte order of UTF-8, the
+// order of the C collation): the prefix with its last code point below
+// U+10FFFF incremented (skipping the surrogates) and the rest dropped. No
+// such string exists for an empty prefix or one of U+10FFFF only.
+func prefixUpper(prefix string) (string, bool) {
+	r := []rune(prefix)
+	for i := len(r) - 1; i >= 0; i-- {
+		if r[i] < utf8.MaxRune {
+			r[i]++
+			if r[i] == 0xD800 {
+				r[i] = 0xE000
+			}
+			return string(r[:i+1]), true
+		}
+	}
+	return "", false
 }
 
 // isJSONNumber tells whether v (valid JSON) is a number.
