@@ -15,3 +15,7 @@ const KVGetPrefixSQL = kvGetPrefixSQL
 
 // PrefixUpper is prefixUpper, for its property test.
 var PrefixUpper = prefixUpper
+
+// QueuePartitionsSQL is the queue list's counting statement, for the cost
+// tests.
+const QueuePartitionsSQL = queuePartitionsSQL

@@ -248,14 +248,8 @@ func (s *Store) ListQueues(ctx context.Context, tenant string) ([]QueueInfo, err
 		if err != nil {
 			return err
 		}
-		for _, q := range qs {
-			info, err := queueInfo(ctx, tx, q, now)
-			if err != nil {
-				return err
-			}
-			out = append(out, info)
-		}
-		return nil
+		out, err = queueInfos(ctx, tx, qs, now)
+		return err
 	})
 	return out, err
 }
@@ -274,11 +268,15 @@ func (s *Store) GetQueue(ctx context.Context, tenant, name string) (QueueInfo, e
 	return out, err
 }
 
-// queuePartitionsSQL counts queue $1's partitions at $2: stored rows,
-// the queue-mode backlog, what a live queue-mode lease holds of it, DLQ
-// rows (any group, then queue mode's), and the oldest stored message.
+// queuePartitionsSQL counts the partitions of queues $1 at $2: stored rows,
+// the queue-mode backlog, what a live queue-mode lease holds of it (each an
+// index-only count on (partition_id, seq): the seq alone would overcount,
+// as a deduplicated push still spends its seqs), DLQ rows (any group, then
+// queue mode's, on the DLQ's partition index), and the oldest stored
+// message. One statement for every queue listed: before, the queue list
+// ran it once per queue, and each DLQ count scanned every dead letter.
 const queuePartitionsSQL = `
-SELECT p.id, p.name, p.created_at, p.last_message_at,
+SELECT p.queue_id, p.id, p.name, p.created_at, p.last_message_at,
 	(SELECT count(*) FROM queen.messages m WHERE m.partition_id = p.id),
 	(SELECT count(*) FROM queen.messages m WHERE m.partition_id = p.id AND m.seq > coalesce(pc.last_consumed_seq, 0)),
 	CASE WHEN pc.lease_expires_at > coalesce($2::timestamptz, now()) THEN
@@ -289,27 +287,46 @@ SELECT p.id, p.name, p.created_at, p.last_message_at,
 	(SELECT m.created_at FROM queen.messages m WHERE m.partition_id = p.id ORDER BY m.seq LIMIT 1)
 FROM queen.partitions p
 LEFT JOIN queen.partition_consumers pc ON pc.partition_id = p.id AND pc.consumer_group = '__QUEUE_MODE__'
-WHERE p.queue_id = $1 ORDER BY p.name`
+WHERE p.queue_id = ANY($1::uuid[]) ORDER BY p.queue_id, p.name`
 
-func queueInfo(ctx context.Context, tx pgx.Tx, q Queue, now time.Time) (QueueInfo, error) {
-	info := QueueInfo{Queue: q}
-	rows, err := tx.Query(ctx, queuePartitionsSQL, q.ID, now)
-	if err != nil {
-		return info, err
+// queueInfos counts the partitions of every queue of qs in one statement.
+func queueInfos(ctx context.Context, tx pgx.Tx, qs []Queue, now time.Time) ([]QueueInfo, error) {
+	ids := make([]string, len(qs))
+	out := make([]QueueInfo, len(qs))
+	byID := make(map[string]*QueueInfo, len(qs))
+	for i, q := range qs {
+		ids[i], out[i] = q.ID, QueueInfo{Queue: q}
+		byID[q.ID] = &out[i]
 	}
-	info.Partitions, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (PartitionInfo, error) {
+	rows, err := tx.Query(ctx, queuePartitionsSQL, ids, now)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var qid string
 		var p PartitionInfo
-		err := r.Scan(&p.ID, &p.Name, &p.CreatedAt, &p.LastMessageAt, &p.Messages, &p.Pending, &p.Processing, &p.DLQ, &p.QueueDLQ, &p.OldestAt)
-		return p, err
-	})
-	for _, p := range info.Partitions {
+		if err := rows.Scan(&qid, &p.ID, &p.Name, &p.CreatedAt, &p.LastMessageAt, &p.Messages, &p.Pending, &p.Processing,
+			&p.DLQ, &p.QueueDLQ, &p.OldestAt); err != nil {
+			return nil, err
+		}
+		info := byID[qid]
+		info.Partitions = append(info.Partitions, p)
 		info.Messages += p.Messages
 		info.Pending += p.Pending
 		info.Processing += p.Processing
 		info.DLQ += p.DLQ
 		info.QueueDLQ += p.QueueDLQ
 	}
-	return info, err
+	return out, rows.Err()
+}
+
+func queueInfo(ctx context.Context, tx pgx.Tx, q Queue, now time.Time) (QueueInfo, error) {
+	infos, err := queueInfos(ctx, tx, []Queue{q}, now)
+	if err != nil {
+		return QueueInfo{Queue: q}, err
+	}
+	return infos[0], nil
 }
 
 // DeleteQueue removes a queue and, by cascade, its partitions, messages,

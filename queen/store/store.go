@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -181,6 +182,15 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 		if err != nil {
 			return err
 		}
+		if strings.HasPrefix(string(body), noTransaction) {
+			if err := migrateConcurrently(ctx, conn, string(body)); err != nil {
+				return fmt.Errorf("migrate %s: %w", version, err)
+			}
+			if _, err := conn.Exec(ctx, `INSERT INTO queen.schema_migrations (version) VALUES ($1)`, version); err != nil {
+				return fmt.Errorf("migrate %s: %w", version, err)
+			}
+			continue
+		}
 		err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, string(body)); err != nil {
 				return err
@@ -193,6 +203,59 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 		}
 	}
 	return nil
+}
+
+// noTransaction opens a migration whose statements run one by one outside
+// any transaction: CREATE INDEX CONCURRENTLY, which builds an index on a
+// large table without blocking its writes, cannot run inside one. Each
+// statement must be idempotent (IF NOT EXISTS), since a failure part way
+// leaves the earlier ones done.
+const noTransaction = "-- queen:no-transaction"
+
+// concurrentIndex names the index of a CREATE INDEX CONCURRENTLY IF NOT
+// EXISTS statement.
+var concurrentIndex = regexp.MustCompile(`(?i)^CREATE\s+(UNIQUE\s+)?INDEX\s+CONCURRENTLY\s+IF\s+NOT\s+EXISTS\s+(\w+)\s+ON\s+(\w+)\.`)
+
+// migrateConcurrently runs a no-transaction migration's statements (split
+// at semicolons ending a line), each on its own. An index that an earlier,
+// interrupted build left INVALID is dropped and built again: IF NOT EXISTS
+// alone would keep it, unused, forever.
+func migrateConcurrently(ctx context.Context, conn *pgxpool.Conn, body string) error {
+	for _, stmt := range strings.Split(body, ";\n") {
+		stmt = strings.TrimSpace(stripComments(stmt))
+		if stmt == "" {
+			continue
+		}
+		if m := concurrentIndex.FindStringSubmatch(stmt); m != nil {
+			var invalid bool
+			err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+				JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2 AND NOT i.indisvalid)`, m[3], m[2]).Scan(&invalid)
+			if err != nil {
+				return err
+			}
+			if invalid {
+				if _, err := conn.Exec(ctx, `DROP INDEX CONCURRENTLY IF EXISTS `+m[3]+`.`+m[2]); err != nil {
+					return err
+				}
+			}
+		}
+		if _, err := conn.Exec(ctx, stmt); err != nil {
+			return fmt.Errorf("%.80s: %w", stmt, err)
+		}
+	}
+	return nil
+}
+
+// stripComments drops the -- comment lines of a statement.
+func stripComments(stmt string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(stmt, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(line), "--") {
+			b.WriteString(line)
+			b.WriteString("\n")
+		}
+	}
+	return b.String()
 }
 
 // inTx runs fn in a READ COMMITTED transaction and hands it the database's
