@@ -65,6 +65,12 @@ bench: ## broker vs raw PostgreSQL in one run (own throwaway server): ratios, la
 	$(GO) build -o bin/queen-bench ./cmd/queen-bench
 	./bin/queen-bench -queen bin/queen -window $(BENCH_WINDOW) -windows $(BENCH_WINDOWS) -out bench-result.json
 
+SCALE_FLAGS ?=
+bench-scale: ## each operation's p50/p99 at a small size and after growing the tables (10M messages, 100k partitions, 1M DLQ, 1M KV, 10k queues; SCALE_FLAGS to shrink); writes bench-scale-result.json
+	$(GO) build -o bin/queen ./cmd/queen
+	$(GO) build -o bin/queen-bench ./cmd/queen-bench
+	./bin/queen-bench -queen bin/queen -scale $(SCALE_FLAGS) -out bench-scale-result.json
+
 lint: ## go vet and gofmt
 	$(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -75,4 +81,4 @@ build: ## build bin/queen
 help: ## list targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-.PHONY: run cluster ha-pg failover-async fuzz test test-race bench sim sim-replay sim-canaries lint build help
+.PHONY: run cluster ha-pg failover-async fuzz test test-race bench bench-scale sim sim-replay sim-canaries lint build help

@@ -37,6 +37,8 @@ type options struct {
 	parts    int
 	skipBoot bool
 	only     string
+	scale    bool
+	size     scaleSize
 }
 
 func main() {
@@ -48,6 +50,12 @@ func main() {
 	flag.IntVar(&o.parts, "bootstrap-partitions", 5000, "partitions of the bootstrap workload")
 	flag.BoolVar(&o.skipBoot, "skip-bootstrap", false, "skip the bootstrap workload")
 	flag.StringVar(&o.only, "only", "", "comma-separated workload names to run (default: all, with latency and bootstrap)")
+	flag.BoolVar(&o.scale, "scale", false, "the scale mode instead: each operation at a small and at a grown size (make bench-scale)")
+	flag.IntVar(&o.size.Queues, "scale-queues", 10000, "scale mode: queues grown")
+	flag.IntVar(&o.size.Partitions, "scale-partitions", 100000, "scale mode: partitions grown (over the queues)")
+	flag.IntVar(&o.size.Messages, "scale-messages", 10000000, "scale mode: messages grown (over the partitions)")
+	flag.IntVar(&o.size.DLQ, "scale-dlq", 1000000, "scale mode: dead letters grown (in one queue)")
+	flag.IntVar(&o.size.KV, "scale-kv", 1000000, "scale mode: KV keys grown (in one namespace)")
 	flag.Parse()
 	if err := run(o); err != nil {
 		log.Fatal("queen-bench: ", err)
@@ -92,6 +100,15 @@ func run(o options) error {
 	defer stop()
 	fmt.Printf("queen-bench: %d windows of %s per workload, PostgreSQL on :%d (fsync on), broker %s\n\n",
 		o.windows, o.window, pg.Port, e.url)
+	if o.scale {
+		r, err := e.scale(ctx, o.size)
+		if err != nil {
+			return fmt.Errorf("scale: %w", err)
+		}
+		r.print()
+		body, _ := json.MarshalIndent(r, "", "  ")
+		return os.WriteFile(o.out, append(body, '\n'), 0o644)
+	}
 	res := result{Window: o.window.String(), Windows: o.windows, Started: time.Now().UTC()}
 	for _, w := range workloads() {
 		if o.only != "" && !strings.Contains(","+o.only+",", ","+w.name+",") {
