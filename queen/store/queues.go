@@ -441,14 +441,24 @@ type QueueDepth struct {
 
 // queueDepthsSQL reads every queue's depth from the per-partition sequence
 // and the queue-mode cursor (no message scan: a scrape must stay cheap on
-// any backlog), and its dead-letter count.
+// any backlog), and its dead-letter count: each table is read once and
+// grouped by queue (before, a subquery per queue read the DLQ once per
+// queue: a scrape took 1.09 s with 500,000 dead letters).
 const queueDepthsSQL = `
-SELECT q.tenant_id::text, q.name,
-	coalesce((SELECT sum(p.last_seq - coalesce(pc.last_consumed_seq, 0)) FROM queen.partitions p
-		LEFT JOIN queen.partition_consumers pc ON pc.partition_id = p.id AND pc.consumer_group = '__QUEUE_MODE__'
-		WHERE p.queue_id = q.id), 0)::bigint,
-	(SELECT count(*) FROM queen.dead_letter_queue d JOIN queen.partitions p ON p.id = d.partition_id WHERE p.queue_id = q.id)
+WITH depth AS (
+	SELECT p.queue_id, sum(p.last_seq - coalesce(pc.last_consumed_seq, 0))::bigint AS n
+	FROM queen.partitions p
+	LEFT JOIN queen.partition_consumers pc ON pc.partition_id = p.id AND pc.consumer_group = '__QUEUE_MODE__'
+	GROUP BY p.queue_id
+), dlq AS (
+	SELECT p.queue_id, count(*) AS n
+	FROM queen.dead_letter_queue d JOIN queen.partitions p ON p.id = d.partition_id
+	GROUP BY p.queue_id
+)
+SELECT q.tenant_id::text, q.name, coalesce(depth.n, 0), coalesce(dlq.n, 0)
 FROM queen.queues q
+LEFT JOIN depth ON depth.queue_id = q.id
+LEFT JOIN dlq ON dlq.queue_id = q.id
 ORDER BY 1, 2`
 
 // QueueDepths lists every tenant's queues with their depth and DLQ count.
