@@ -10,9 +10,13 @@ import (
 )
 
 func token(t *testing.T, sub, role string) string {
+	return signed(t, jwt.MapClaims{"sub": sub, "role": role, "exp": time.Now().Add(time.Hour).Unix()})
+}
+
+// signed is an Authorization header with claims signed by the test secret.
+func signed(t *testing.T, claims jwt.MapClaims) string {
 	t.Helper()
-	s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": sub, "role": role,
-		"exp": time.Now().Add(time.Hour).Unix()}).SignedString([]byte("test-secret"))
+	s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString([]byte("test-secret"))
 	if err != nil {
 		t.Fatal(err)
 	}

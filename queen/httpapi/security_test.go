@@ -25,11 +25,7 @@ func tenantToken(t *testing.T, tenant any) string {
 	if tenant != "" {
 		claims["tenant"] = tenant
 	}
-	s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString([]byte("test-secret"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return "Bearer " + s
+	return signed(t, claims)
 }
 
 // With JWT on, the tenant is the token's: its tenant claim, or the default
