@@ -46,7 +46,16 @@ func (s *Store) ListDLQ(ctx context.Context, f DLQFilter) ([]DLQEntry, int64, er
 			WHERE q.tenant_id = $1 AND ($2 = '' OR q.name = $2) AND ($3 = '' OR d.consumer_group = $3)
 				AND ($4 = '' OR p.name = $4) AND ($5::timestamptz IS NULL OR d.failed_at >= $5)
 				AND ($6::timestamptz IS NULL OR d.failed_at <= $6)`
-		if err := tx.QueryRow(ctx, `SELECT count(*)`+where, f.Tenant, f.Queue, f.Group, f.Partition, f.From, f.To).Scan(&total); err != nil {
+		// Without a time range the total is the counters' (queen.dlq_counts),
+		// not a count of every matching dead letter.
+		count := `SELECT count(*)` + where
+		if f.From == nil && f.To == nil {
+			count = `SELECT coalesce(sum(c.n), 0)::bigint FROM queen.dlq_counts c
+				JOIN queen.partitions p ON p.id = c.partition_id JOIN queen.queues q ON q.id = p.queue_id
+				WHERE q.tenant_id = $1 AND ($2 = '' OR q.name = $2) AND ($3 = '' OR c.consumer_group = $3)
+					AND ($4 = '' OR p.name = $4) AND $5::timestamptz IS NULL AND $6::timestamptz IS NULL`
+		}
+		if err := tx.QueryRow(ctx, count, f.Tenant, f.Queue, f.Group, f.Partition, f.From, f.To).Scan(&total); err != nil {
 			return err
 		}
 		rows, err := tx.Query(ctx, `SELECT m.id::text, m.transaction_id, p.id::text, q.name, p.name, d.consumer_group,

@@ -272,7 +272,7 @@ func (s *Store) GetQueue(ctx context.Context, tenant, name string) (QueueInfo, e
 // the queue-mode backlog, what a live queue-mode lease holds of it (each an
 // index-only count on (partition_id, seq): the seq alone would overcount,
 // as a deduplicated push still spends its seqs), DLQ rows (any group, then
-// queue mode's, on the DLQ's partition index), and the oldest stored
+// queue mode's, from the counters of queen.dlq_counts), and the oldest stored
 // message. One statement for every queue listed: before, the queue list
 // ran it once per queue, and each DLQ count scanned every dead letter.
 const queuePartitionsSQL = `
@@ -282,8 +282,8 @@ SELECT p.queue_id, p.id, p.name, p.created_at, p.last_message_at,
 	CASE WHEN pc.lease_expires_at > coalesce($2::timestamptz, now()) THEN
 		(SELECT count(*) FROM queen.messages m WHERE m.partition_id = p.id
 			AND m.seq > pc.last_consumed_seq AND m.seq <= pc.lease_max_seq) ELSE 0 END,
-	(SELECT count(*) FROM queen.dead_letter_queue d WHERE d.partition_id = p.id),
-	(SELECT count(*) FROM queen.dead_letter_queue d WHERE d.partition_id = p.id AND d.consumer_group = '__QUEUE_MODE__'),
+	(SELECT coalesce(sum(c.n), 0)::bigint FROM queen.dlq_counts c WHERE c.partition_id = p.id),
+	(SELECT coalesce(sum(c.n), 0)::bigint FROM queen.dlq_counts c WHERE c.partition_id = p.id AND c.consumer_group = '__QUEUE_MODE__'),
 	(SELECT m.created_at FROM queen.messages m WHERE m.partition_id = p.id ORDER BY m.seq LIMIT 1)
 FROM queen.partitions p
 LEFT JOIN queen.partition_consumers pc ON pc.partition_id = p.id AND pc.consumer_group = '__QUEUE_MODE__'
@@ -377,7 +377,7 @@ SELECT
 	(SELECT coalesce(sum(greatest(pc.lease_max_seq - pc.last_consumed_seq, 0)), 0)::bigint
 		FROM queen.partition_consumers pc JOIN queen.partitions p ON p.id = pc.partition_id
 		JOIN queen.queues q ON q.id = p.queue_id WHERE q.tenant_id = $1 AND pc.lease_expires_at > $2),
-	(SELECT count(*) FROM queen.dead_letter_queue d JOIN queen.partitions p ON p.id = d.partition_id
+	(SELECT coalesce(sum(c.n), 0)::bigint FROM queen.dlq_counts c JOIN queen.partitions p ON p.id = c.partition_id
 		JOIN queen.queues q ON q.id = p.queue_id WHERE q.tenant_id = $1),
 	(SELECT count(*) FROM queen.partition_consumers pc JOIN queen.partitions p ON p.id = pc.partition_id
 		JOIN queen.queues q ON q.id = p.queue_id WHERE q.tenant_id = $1 AND pc.lease_expires_at > $2)`
@@ -451,8 +451,8 @@ WITH depth AS (
 	LEFT JOIN queen.partition_consumers pc ON pc.partition_id = p.id AND pc.consumer_group = '__QUEUE_MODE__'
 	GROUP BY p.queue_id
 ), dlq AS (
-	SELECT p.queue_id, count(*) AS n
-	FROM queen.dead_letter_queue d JOIN queen.partitions p ON p.id = d.partition_id
+	SELECT p.queue_id, sum(c.n)::bigint AS n
+	FROM queen.dlq_counts c JOIN queen.partitions p ON p.id = c.partition_id
 	GROUP BY p.queue_id
 )
 SELECT q.tenant_id::text, q.name, coalesce(depth.n, 0), coalesce(dlq.n, 0)
