@@ -58,9 +58,22 @@ func (s *Store) ListDLQ(ctx context.Context, f DLQFilter) ([]DLQEntry, int64, er
 		if err := tx.QueryRow(ctx, count, f.Tenant, f.Queue, f.Group, f.Partition, f.From, f.To).Scan(&total); err != nil {
 			return err
 		}
+		// The page is chosen on the dead letters alone; only its rows are
+		// joined to their messages (before, every match was, then sorted).
 		rows, err := tx.Query(ctx, `SELECT m.id::text, m.transaction_id, p.id::text, q.name, p.name, d.consumer_group,
-				d.error_message, d.retry_count, m.payload, m.is_encrypted, m.producer_sub, m.created_at, d.failed_at`+where+`
-			ORDER BY d.failed_at DESC, d.id DESC LIMIT $7 OFFSET $8`, f.Tenant, f.Queue, f.Group, f.Partition, f.From, f.To, f.Limit, f.Offset)
+				d.error_message, d.retry_count, m.payload, m.is_encrypted, m.producer_sub, m.created_at, d.failed_at
+			FROM (SELECT d.id, d.message_id, d.partition_id, d.consumer_group, d.error_message, d.retry_count, d.failed_at
+				FROM queen.dead_letter_queue d
+				JOIN queen.partitions p ON p.id = d.partition_id
+				JOIN queen.queues q ON q.id = p.queue_id
+				WHERE q.tenant_id = $1 AND ($2 = '' OR q.name = $2) AND ($3 = '' OR d.consumer_group = $3)
+					AND ($4 = '' OR p.name = $4) AND ($5::timestamptz IS NULL OR d.failed_at >= $5)
+					AND ($6::timestamptz IS NULL OR d.failed_at <= $6)
+				ORDER BY d.failed_at DESC, d.id DESC LIMIT $7 OFFSET $8) d
+			JOIN queen.messages m ON m.id = d.message_id
+			JOIN queen.partitions p ON p.id = d.partition_id
+			JOIN queen.queues q ON q.id = p.queue_id
+			ORDER BY d.failed_at DESC, d.id DESC`, f.Tenant, f.Queue, f.Group, f.Partition, f.From, f.To, f.Limit, f.Offset)
 		if err != nil {
 			return err
 		}
