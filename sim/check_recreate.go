@@ -7,7 +7,7 @@ import (
 
 // recreateSlackMS bounds, on a loaded machine, how long after its last
 // push a re-created queue's messages may take to reach the deleter's polls.
-const recreateSlackMS = 3000
+const recreateSlackMS = 8000
 
 // CheckRecreates: a queue deleted and created again is a new queue to
 // every broker that cached the old one. A re-create probe's deleter must

@@ -5,7 +5,7 @@ import "fmt"
 // wakeSlackMS covers, on a loaded machine, the time between a probe's
 // push answer and the poll's next check, beyond PopWaitMax: scheduling,
 // the claim, the answer.
-const wakeSlackMS = 3000
+const wakeSlackMS = 5000
 
 // CheckWakes: a lost wake costs only latency, and only so much. A wake
 // probe's long poll, parked on one broker while its message was pushed

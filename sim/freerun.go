@@ -59,6 +59,8 @@ func runFree(ctx context.Context, dsn string, o Options, log io.Writer) (*Result
 		}()
 	}
 	wg.Wait()
+	// Probes may outlast the workload; faults keep expiring meanwhile.
+	r.probes.Wait()
 	close(stop)
 	fwg.Wait()
 	if n := r.faultsLeft.Load(); n > 0 {

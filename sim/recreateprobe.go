@@ -29,13 +29,13 @@ const recreateWait = 10 * time.Second
 // it); one that met a stopped broker or an outage is starved and tried
 // again, like a wake probe.
 func (r *runner) probeRecreates(f FaultAt) {
-	defer r.faultsLeft.Add(-1)
 	want := max(f.Count, 1)
 	tenant := ""
 	if len(r.o.Tenants) > 0 {
 		tenant = r.o.Tenants[len(r.o.Tenants)-1]
 	}
-	for try, judged := 0, 0; judged < want && try < probeTries && r.ctx.Err() == nil; try++ {
+	deadline := time.Now().Add(probeBudget)
+	for try, judged := 0, 0; judged < want && time.Now().Before(deadline) && r.ctx.Err() == nil; try++ {
 		if try > 0 {
 			time.Sleep(500 * time.Millisecond)
 		}

@@ -117,6 +117,8 @@ type runner struct {
 	// probeStarved says why others could not be (pmu guards it: heal
 	// holds fmu while it waits for the probes).
 	wakeProbes atomic.Int64
+	// probes are the running wake and re-create probes.
+	probes sync.WaitGroup
 	// recreateProbes counts the re-create probes judged (queue.recreate).
 	recreateProbes atomic.Int64
 	pmu            sync.Mutex
@@ -741,11 +743,12 @@ func (r *runner) inject(f FaultAt) error {
 		if r.cluster.Mesh() == nil {
 			return fmt.Errorf("%s needs a free-running run of two brokers or more", f.Kind)
 		}
-		// It runs beside the workload, which goes on until it is done.
-		r.faultsLeft.Add(1)
-		r.jobs.Add(1)
+		// It runs beside the workload and may outlast it: the fault
+		// schedule (and so the expiry of faults) goes on until every
+		// probe is done (runFree waits for them).
+		r.probes.Add(1)
 		go func() {
-			defer r.jobs.Done()
+			defer r.probes.Done()
 			if f.Kind == "wake.probe" {
 				r.probeWakes(f)
 			} else {

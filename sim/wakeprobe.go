@@ -18,26 +18,28 @@ const WakeProbeQueue = "sim-wake-probe"
 // answers after it, not within it.
 const wakeProbeTimeout = 10 * time.Second
 
-// probeTries bounds a wake.probe's tries: enough to outlast the outages,
-// restarts and crashes a free-running run schedules.
-const probeTries = 30
+// probeBudget bounds how long a probe keeps trying: far past the outages,
+// restarts, crashes and spool catch-ups a free-running run schedules, on a
+// loaded machine (a probe that met one is tried again half a second later).
+const probeBudget = 3 * time.Minute
 
 // probeWakes (wake.probe, free-running) measures what a lost wake costs.
 // With every mesh frame dropped, a long poll parks on one broker and a
 // message is pushed through another, whose in-process wake cannot reach
 // it: the poll must still answer with the message within the periodic
 // floor. Each probe is recorded as a KProbe event (CheckWakes judges it);
-// one that met an outage or a stopped broker is noted as starved and
-// tried again half a second later, until f.Count probes were judged or
-// probeTries tries were made.
+// one that met an outage, a stopped broker or a poll ended early (a
+// graceful stop answers parked polls at once) is noted as starved and tried
+// again half a second later, until f.Count probes were judged or
+// probeBudget passed.
 func (r *runner) probeWakes(f FaultAt) {
-	defer r.faultsLeft.Add(-1)
 	want := max(f.Count, 1)
 	tenant := ""
 	if len(r.o.Tenants) > 0 {
 		tenant = r.o.Tenants[0]
 	}
-	for try, judged := 0, 0; judged < want && try < probeTries && r.ctx.Err() == nil; try++ {
+	deadline := time.Now().Add(probeBudget)
+	for try, judged := 0, 0; judged < want && time.Now().Before(deadline) && r.ctx.Err() == nil; try++ {
 		if try > 0 {
 			time.Sleep(500 * time.Millisecond)
 		}
@@ -75,6 +77,7 @@ func (r *runner) probeWake(tenant string, poller, pusher int, queue string) (Eve
 	polled := make(chan answer, 1)
 	path := "/api/v1/pop/queue/" + url.PathEscape(queue) + "?" + url.Values{"batch": {"1"}, "autoAck": {"true"},
 		"wait": {"true"}, "timeout": {fmt.Sprint(wakeProbeTimeout.Milliseconds())}}.Encode()
+	polling := time.Now()
 	go func() {
 		code, raw, err := r.cluster.Do(r.ctx, poller, "GET", path, tenant, nil)
 		polled <- answer{code, raw, err, time.Now()}
@@ -94,6 +97,13 @@ func (r *runner) probeWake(tenant string, poller, pusher int, queue string) (Eve
 		return e, false
 	case got.err != nil || got.code >= 500:
 		e.Err = fmt.Sprintf("poll on broker %d answered %d %s %v", poller, got.code, clip(got.raw), got.err)
+		return e, false
+	case got.code == 204 && got.at.Sub(polling) < wakeProbeTimeout-time.Second:
+		// A parked poll answered empty before its timeout: its broker
+		// stopped gracefully or paused pops, which is what it should
+		// do; a lost wake shows as a late answer or an empty one at the
+		// timeout.
+		e.Err = fmt.Sprintf("poll on broker %d answered 204 after %v, before its timeout (a graceful stop?)", poller, got.at.Sub(polling).Round(time.Millisecond))
 		return e, false
 	}
 	e.VT, e.Code = r.vt(), got.code
