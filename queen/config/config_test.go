@@ -117,3 +117,29 @@ func TestSeveralDatabaseHosts(t *testing.T) {
 		t.Fatalf("bad host settings: %v", err)
 	}
 }
+
+// The security knobs parse, and a bad one names itself at start.
+func TestSecurityKnobs(t *testing.T) {
+	c, err := FromEnv(env(map[string]string{"QUEEN_METRICS_ALLOW_CIDRS": "10.0.0.0/8, ::1/128", "QUEEN_METRICS_TOKEN": "tok",
+		"QUEEN_METRICS_MAX_QUEUES": "50", "QUEEN_TENANT_CLAIM": "org", "QUEEN_TENANT_TRUST_HEADER": "true", "QUEEN_MESH_MAX_PENDING": "8"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.JWT.ScrapeNets) != 2 || c.JWT.ScrapeToken != "tok" || c.MetricsMaxQueues != 50 || c.JWT.TenantClaim != "org" ||
+		!c.TrustTenantHeader || c.MeshMaxPending != 8 {
+		t.Fatalf("parsed: nets %v token %q max %d claim %q trust %v pending %d", c.JWT.ScrapeNets, c.JWT.ScrapeToken,
+			c.MetricsMaxQueues, c.JWT.TenantClaim, c.TrustTenantHeader, c.MeshMaxPending)
+	}
+	d, err := FromEnv(env(nil))
+	if err != nil || d.JWT.TenantClaim != "tenant" || d.MetricsMaxQueues != 1000 || d.MeshMaxPending != 32 || d.TrustTenantHeader ||
+		strings.Join(d.JWT.SkipPaths, ",") != "/health,/" {
+		t.Fatalf("defaults: %+v %v", d.JWT, err)
+	}
+	_, err = FromEnv(env(map[string]string{"QUEEN_METRICS_ALLOW_CIDRS": "10.0.0.0/8,office", "QUEEN_METRICS_MAX_QUEUES": "0",
+		"QUEEN_MESH_MAX_PENDING": "none", "QUEEN_TENANT_TRUST_HEADER": "perhaps"}))
+	for _, name := range []string{"QUEEN_METRICS_ALLOW_CIDRS", "QUEEN_METRICS_MAX_QUEUES", "QUEEN_MESH_MAX_PENDING", "QUEEN_TENANT_TRUST_HEADER"} {
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("error does not name %s: %v", name, err)
+		}
+	}
+}
