@@ -59,10 +59,9 @@ func runFree(ctx context.Context, dsn string, o Options, log io.Writer) (*Result
 		}()
 	}
 	wg.Wait()
-	// Probes may outlast the workload; faults keep expiring meanwhile.
-	r.probes.Wait()
 	close(stop)
 	fwg.Wait()
+	r.awaitProbes()
 	if n := r.faultsLeft.Load(); n > 0 {
 		r.starved = append(r.starved, fmt.Sprintf("%d fault(s) never injected: the workload ended (%d ops, %dx its own) before their time", n, done.Load(), overrun))
 	}
@@ -73,6 +72,25 @@ func runFree(ctx context.Context, dsn string, o Options, log io.Writer) (*Result
 		return nil, err
 	}
 	return r.conclude(dsn, int(done.Load()))
+}
+
+// awaitProbes waits for the running probes, expiring faults meanwhile (the
+// schedule has stopped, and a fault left active would starve them).
+func (r *runner) awaitProbes() {
+	done := make(chan struct{})
+	go func() { r.probes.Wait(); close(done) }()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-tick.C:
+			r.fmu.Lock()
+			r.expireFaults(time.Now())
+			r.fmu.Unlock()
+		}
+	}
 }
 
 // overrun bounds how far the workload runs past its ops waiting for a
@@ -88,6 +106,18 @@ func (r *runner) scheduleFaults(workStart time.Time, stop <-chan struct{}) {
 	for {
 		select {
 		case <-stop:
+			// Probes measure the brokers, not the load: one the
+			// workload ended before still runs (awaitProbes waits).
+			r.fmu.Lock()
+			for _, f := range fs {
+				if f.Kind == "wake.probe" || f.Kind == "queue.recreate" {
+					if err := r.inject(f); err != nil {
+						r.hist.Add(Event{K: KFault, F: f.Kind, What: "error: " + err.Error(), VT: r.vt()})
+					}
+					r.faultsLeft.Add(-1)
+				}
+			}
+			r.fmu.Unlock()
 			return
 		case <-tick.C:
 		}
