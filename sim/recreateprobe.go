@@ -29,29 +29,13 @@ const recreateWait = 10 * time.Second
 // it); one that met a stopped broker or an outage is starved and tried
 // again, like a wake probe.
 func (r *runner) probeRecreates(f FaultAt) {
-	want := max(f.Count, 1)
 	tenant := ""
 	if len(r.o.Tenants) > 0 {
 		tenant = r.o.Tenants[len(r.o.Tenants)-1]
 	}
-	deadline := time.Now().Add(probeBudget)
-	for try, judged := 0, 0; judged < want && time.Now().Before(deadline) && r.ctx.Err() == nil; try++ {
-		if try > 0 {
-			time.Sleep(500 * time.Millisecond)
-		}
-		deleter := (max(f.Broker, 0) + try) % r.o.Brokers
-		other := (deleter + 1) % r.o.Brokers
-		e, ok := r.probeRecreate(tenant, deleter, other, fmt.Sprintf("%s-%d", RecreateProbeQueue, try))
-		if ok {
-			r.hist.Add(e)
-			judged++
-			r.recreateProbes.Add(1)
-			continue
-		}
-		r.pmu.Lock()
-		r.probeStarved = append(r.probeStarved, "queue.recreate: "+e.Err)
-		r.pmu.Unlock()
-	}
+	r.retryProbe(f, &r.recreateProbes, func(try, deleter, other int) (Event, bool) {
+		return r.probeRecreate(tenant, deleter, other, fmt.Sprintf("%s-%d", RecreateProbeQueue, try))
+	})
 }
 
 // probeRecreate runs one probe; ok is false when it could not be judged,

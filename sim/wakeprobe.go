@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -33,27 +34,38 @@ const probeBudget = 3 * time.Minute
 // again half a second later, until f.Count probes were judged or
 // probeBudget passed.
 func (r *runner) probeWakes(f FaultAt) {
-	want := max(f.Count, 1)
 	tenant := ""
 	if len(r.o.Tenants) > 0 {
 		tenant = r.o.Tenants[0]
 	}
+	r.retryProbe(f, &r.wakeProbes, func(try, poller, pusher int) (Event, bool) {
+		return r.probeWake(tenant, poller, pusher, fmt.Sprintf("%s-%d", WakeProbeQueue, try))
+	})
+}
+
+// retryProbe runs one probe after another, between a broker (f.Broker,
+// then the next at each try) and the one after it, until f.Count were
+// judged or probeBudget passed, half a second apart. A judged probe's
+// event goes into the history and is counted in judged; a starved one's
+// reason is kept for the report.
+func (r *runner) retryProbe(f FaultAt, judged *atomic.Int64, probe func(try, first, second int) (Event, bool)) {
+	want := max(f.Count, 1)
 	deadline := time.Now().Add(probeBudget)
-	for try, judged := 0, 0; judged < want && time.Now().Before(deadline) && r.ctx.Err() == nil; try++ {
+	for try, n := 0, 0; n < want && time.Now().Before(deadline) && r.ctx.Err() == nil; try++ {
 		if try > 0 {
 			time.Sleep(500 * time.Millisecond)
 		}
-		poller := (max(f.Broker, 0) + try) % r.o.Brokers
-		pusher := (poller + 1) % r.o.Brokers
-		if e, ok := r.probeWake(tenant, poller, pusher, fmt.Sprintf("%s-%d", WakeProbeQueue, try)); ok {
+		first := (max(f.Broker, 0) + try) % r.o.Brokers
+		e, ok := probe(try, first, (first+1)%r.o.Brokers)
+		if ok {
 			r.hist.Add(e)
-			judged++
-			r.wakeProbes.Add(1)
-		} else {
-			r.pmu.Lock()
-			r.probeStarved = append(r.probeStarved, "wake.probe: "+e.Err)
-			r.pmu.Unlock()
+			n++
+			judged.Add(1)
+			continue
 		}
+		r.pmu.Lock()
+		r.probeStarved = append(r.probeStarved, f.Kind+": "+e.Err)
+		r.pmu.Unlock()
 	}
 }
 
