@@ -243,7 +243,25 @@ ORDER BY i.ord`
 // ackWriteSQL writes back the edited cursor rows and the DLQ rows of a
 // general ack batch in one statement. lease_acquired_at is left alone: a
 // released partition keeps its place in the fairness order.
-const ackWriteSQL = `
+const ackWriteSQL = ackCursorsSQL + `,
+dead AS (
+	INSERT INTO queen.dead_letter_queue
+		(message_id, partition_id, consumer_group, error_message, retry_count, original_created_at, failed_at)
+	SELECT d.mid, d.pid, $11, d.msg, d.retries, d.created_at, coalesce($12::timestamptz, now())
+	FROM unnest($13::uuid[], $14::uuid[], $15::text[], $16::int[], $17::timestamptz[]) AS d(mid, pid, msg, retries, created_at)
+	ON CONFLICT (message_id, consumer_group) DO NOTHING
+	RETURNING 1
+)
+SELECT (SELECT count(*) FROM cursors), (SELECT count(*) FROM dead)`
+
+// ackCursorsOnlySQL is ackWriteSQL for a batch that dead-letters nothing:
+// without the DLQ insert, whose statement trigger (dlq_counts) would
+// otherwise run for every ack.
+const ackCursorsOnlySQL = ackCursorsSQL + `
+SELECT (SELECT count(*) FROM cursors), 0`
+
+// ackCursorsSQL writes back the edited cursor rows ($1-$12).
+const ackCursorsSQL = `
 WITH cursors AS (
 	UPDATE queen.partition_consumers pc SET
 		last_consumed_seq = v.seq, last_consumed_id = v.id, last_consumed_created_at = v.created_at,
@@ -255,16 +273,7 @@ WITH cursors AS (
 		$7::int[], $8::int[], $9::int[], $10::int[]) AS v(pid, seq, id, created_at, worker, expires, acked, retries, completed, batches)
 	WHERE pc.partition_id = v.pid AND pc.consumer_group = $11
 	RETURNING 1
-),
-dead AS (
-	INSERT INTO queen.dead_letter_queue
-		(message_id, partition_id, consumer_group, error_message, retry_count, original_created_at, failed_at)
-	SELECT d.mid, d.pid, $11, d.msg, d.retries, d.created_at, coalesce($12::timestamptz, now())
-	FROM unnest($13::uuid[], $14::uuid[], $15::text[], $16::int[], $17::timestamptz[]) AS d(mid, pid, msg, retries, created_at)
-	ON CONFLICT (message_id, consumer_group) DO NOTHING
-	RETURNING 1
-)
-SELECT (SELECT count(*) FROM cursors), (SELECT count(*) FROM dead)`
+)`
 
 type ackWriteParams struct {
 	PartitionIDs                       []string
@@ -405,9 +414,14 @@ func (s *Store) ackTx(ctx context.Context, tx pgx.Tx, tenant, group string, item
 		w.Batches = append(w.Batches, st.batches)
 	}
 	if len(w.PartitionIDs) > 0 || len(w.DLQ.MessageIDs) > 0 {
-		if _, err := tx.Exec(ctx, ackWriteSQL, w.PartitionIDs, w.Seqs, w.IDs, w.CreatedAts, w.Workers, w.Expires,
-			w.Acked, w.Retries, w.Completed, w.Batches, w.Group, w.Now,
-			w.DLQ.MessageIDs, w.DLQ.PartitionIDs, w.DLQ.Messages, w.DLQ.Retries, w.DLQ.CreatedAts); err != nil {
+		args := []any{w.PartitionIDs, w.Seqs, w.IDs, w.CreatedAts, w.Workers, w.Expires,
+			w.Acked, w.Retries, w.Completed, w.Batches, w.Group, w.Now}
+		sql := ackCursorsOnlySQL
+		if len(w.DLQ.MessageIDs) > 0 {
+			sql = ackWriteSQL
+			args = append(args, w.DLQ.MessageIDs, w.DLQ.PartitionIDs, w.DLQ.Messages, w.DLQ.Retries, w.DLQ.CreatedAts)
+		}
+		if _, err := tx.Exec(ctx, sql, args...); err != nil {
 			return nil, err
 		}
 	}
