@@ -50,6 +50,13 @@ func runFree(ctx context.Context, dsn string, o Options, log io.Writer) (*Result
 				if !r.cluster.Up(c.broker) {
 					r.abandonAll(c) // its broker died; so did it
 				}
+				if _, up := r.brokerFor(c); !up {
+					// Every broker is down (a rolling restart's
+					// overlap): an op now would return at once, and
+					// a loop of them would spend the whole overrun
+					// budget before the brokers come back.
+					time.Sleep(downPause)
+				}
 				r.step(rng, c)
 				n := 1 + c.extraOps
 				c.extraOps = 0
@@ -93,6 +100,9 @@ func (r *runner) awaitProbes() {
 	}
 }
 
+// downPause is how long a client waits before an op when no broker is up.
+const downPause = 20 * time.Millisecond
+
 // overrun bounds how far the workload runs past its ops waiting for a
 // fault still scheduled.
 const overrun = 8
@@ -107,8 +117,19 @@ func (r *runner) scheduleFaults(workStart time.Time, stop <-chan struct{}) {
 		select {
 		case <-stop:
 			// Probes measure the brokers, not the load: one the
-			// workload ended before still runs (awaitProbes waits).
+			// workload ended before still runs (awaitProbes waits),
+			// on brokers that are up (a broker.start the workload
+			// ended before would otherwise come only with the heal,
+			// after the probes starved on its absence).
 			r.fmu.Lock()
+			for _, f := range fs {
+				if f.Kind == "broker.start" {
+					if err := r.inject(f); err != nil {
+						r.hist.Add(Event{K: KFault, F: f.Kind, What: "error: " + err.Error(), VT: r.vt()})
+					}
+					r.faultsLeft.Add(-1)
+				}
+			}
 			for _, f := range fs {
 				if f.Kind == "wake.probe" || f.Kind == "queue.recreate" {
 					if err := r.inject(f); err != nil {
