@@ -19,3 +19,6 @@ var PrefixUpper = prefixUpper
 // QueuePartitionsSQL is the queue list's counting statement, for the cost
 // tests.
 const QueuePartitionsSQL = queuePartitionsSQL
+
+// WildcardPopSQL is the wildcard pop statement, for the cost tests.
+var WildcardPopSQL = popSQLFor(false)

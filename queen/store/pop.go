@@ -78,6 +78,10 @@ type PopResult struct {
 // the cursor in seq order, stopping before the first one delayedProcessing
 // still hides; appendSQL makes every committed prefix visible in seq order.
 //
+// Invariant (cheap when empty): a fresh pop mark (migration 012, markEmpty)
+// says no cursor of the group is behind; the candidate scan is then a
+// one-time filter that reads nothing.
+//
 // Invariant (fair and live): only partitions whose first message after the
 // cursor exists and is visible are candidates, so a partition emptied by
 // retention, or whose head is still delayed, never takes a claim that yields
@@ -94,6 +98,8 @@ cand AS (
 	FROM queen.partition_consumers pc
 	JOIN queen.partitions p ON p.id = pc.partition_id
 	WHERE pc.queue_id = $1 AND pc.consumer_group = $2 AND /*partition*/ TRUE
+		AND NOT EXISTS (SELECT 1 FROM queen.pop_marks mk WHERE mk.queue_id = $1
+			AND (mk.groups ->> $2)::timestamptz > coalesce($8::timestamptz, now()) - interval '` + popMarkFresh + `')
 		AND (pc.lease_expires_at IS NULL OR pc.lease_expires_at <= coalesce($8::timestamptz, now()))
 		AND p.last_seq > pc.last_consumed_seq
 		AND ((SELECT window_buffer FROM q) = 0
@@ -260,6 +266,9 @@ func (s *Store) Pop(ctx context.Context, req PopRequest) (PopResult, error) {
 	}
 	if len(res.Messages) == 0 && req.Partition == "" {
 		rows.Close()
+		if err := s.markEmpty(ctx, popMarkParams{QueueID: qid, Group: req.Group, Now: p.Now}); err != nil && ctx.Err() == nil {
+			s.log.Warn("pop mark not written", "queue", req.Queue, "group", req.Group, "err", err)
+		}
 		// Bookkeeping for tools that read the watermarks: the pop's
 		// answer does not depend on it (and a client that left is no
 		// database problem worth a warning).
