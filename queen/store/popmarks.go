@@ -2,7 +2,10 @@ package store
 
 import (
 	"context"
+	"sync"
 	"time"
+
+	"github.com/queen-go/queen/queen/clock"
 )
 
 // Pop marks (migration 012): after a wildcard pop of a group found nothing,
@@ -52,9 +55,13 @@ WHERE queue_id = $1 AND groups ? $2::text AND EXISTS (
 	WHERE pc.queue_id = $1 AND pc.consumer_group = $2 AND p.last_seq > pc.last_consumed_seq)`
 
 // markEmpty marks the group fully consumed on the queue, after a wildcard
-// pop claimed nothing: one cheap statement while a fresh mark stands, else
-// the set and the check (which walks the cursor rows once).
+// pop claimed nothing, at most once per PopMarkEvery: one cheap statement
+// while a fresh mark stands, else the set and the check (which walks the
+// cursor rows once).
 func (s *Store) markEmpty(ctx context.Context, p popMarkParams) error {
+	if !s.popMarks.due(p.QueueID, p.Group) {
+		return nil
+	}
 	// The check must follow a set even when the client has gone: a set
 	// left unchecked could hide a message until the mark grows stale.
 	ctx, cancel := s.bound(context.WithoutCancel(ctx))
@@ -65,4 +72,44 @@ func (s *Store) markEmpty(ctx context.Context, p popMarkParams) error {
 	}
 	_, err = s.pool.Exec(ctx, popMarkCheckSQL, p.QueueID, p.Group)
 	return err
+}
+
+// popMarkThrottle spaces one store's mark attempts per (queue id, group).
+type popMarkThrottle struct {
+	clock clock.Clock
+	every time.Duration
+	mu    sync.Mutex
+	last  map[[2]string]time.Time
+}
+
+func newPopMarkThrottle(c clock.Clock, every time.Duration) *popMarkThrottle {
+	if every == 0 {
+		every = 250 * time.Millisecond
+	}
+	return &popMarkThrottle{clock: c, every: every, last: map[[2]string]time.Time{}}
+}
+
+// due reports whether an attempt may run now, and if so counts it. Entries
+// older than every are dropped when the map grows, so names only polled
+// once do not accumulate.
+func (t *popMarkThrottle) due(queueID, group string) bool {
+	if t.every < 0 {
+		return true
+	}
+	now := t.clock.Now()
+	k := [2]string{queueID, group}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if at, ok := t.last[k]; ok && now.Sub(at) < t.every {
+		return false
+	}
+	if len(t.last) >= 4096 {
+		for k2, at := range t.last {
+			if now.Sub(at) >= t.every {
+				delete(t.last, k2)
+			}
+		}
+	}
+	t.last[k] = now
+	return true
 }

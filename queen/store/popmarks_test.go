@@ -10,8 +10,19 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/queen-go/queen/queen/clock"
+	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/store"
+	"github.com/queen-go/queen/queen/store/storetest"
 )
+
+// newMarkingStore is a store that tries to mark on every empty pop (no
+// throttle), so a test sees each mark it provokes.
+func newMarkingStore(t *testing.T) (*store.Store, *pgxpool.Pool) {
+	t.Helper()
+	pool := storetest.Pool(t)
+	return store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil), PopMarkEvery: -1}), pool
+}
 
 // consumedQueue grows a queue of parts partitions with one message each,
 // subscribes group and moves its cursors past them, as if it had consumed
@@ -77,7 +88,7 @@ func TestEmptyWildcardPopReadsNoCursorRow(t *testing.T) {
 // creates a partition, a seek back, the SQL surface's push.
 func TestPopMarksAreClearedByEveryWriter(t *testing.T) {
 	t.Parallel()
-	s, pool := newStoreWithPool(t)
+	s, pool := newMarkingStore(t)
 	ctx := context.Background()
 	consumedQueue(t, s, pool, "marks-writers", "g", 20)
 	popAll := func() []string {
@@ -159,7 +170,7 @@ func TestPopMarksAreClearedByEveryWriter(t *testing.T) {
 // and its mark stays hidden, and a consumer comes back short.
 func TestPopMarksNeverHideACommittedPush(t *testing.T) {
 	t.Parallel()
-	s, _ := newStoreWithPool(t)
+	s, _ := newMarkingStore(t)
 	ctx := context.Background()
 	if _, err := s.Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: "marks-race"}); err != nil {
 		t.Fatal(err)

@@ -71,6 +71,11 @@ type Options struct {
 	// PushBatchRows caps the rows of one combined push statement. Zero
 	// means 1000.
 	PushBatchRows int
+	// PopMarkEvery is how seldom this store tries to mark one (queue,
+	// group) fully consumed after an empty wildcard pop (popmarks.go): a
+	// queue whose pushes clear its mark at once is not marked again on
+	// every empty pop. Zero means 250 ms; negative means every time.
+	PopMarkEvery time.Duration
 	// ReadOnly follows whether the database was last seen read-only; its
 	// OnPgError belongs on the pool's connection config. Nil: not followed.
 	ReadOnly *ReadOnlyWatch
@@ -92,6 +97,7 @@ type Store struct {
 	pushes    *combiner
 	cipher    *crypt.Cipher
 	marks     *watermarkThrottle
+	popMarks  *popMarkThrottle
 	log       *slog.Logger
 	readOnly  *ReadOnlyWatch
 }
@@ -118,6 +124,7 @@ func New(pool *pgxpool.Pool, o Options) *Store {
 	}
 	s := &Store{pool: pool, dbNow: o.DBNow, ids: o.IDs, txTimeout: o.TxTimeout, cache: newCache(o.Clock, o.CacheTTL), cipher: o.Cipher,
 		marks: &watermarkThrottle{clock: o.Clock, last: map[[3]string]time.Time{}}, log: o.Log,
+		popMarks: newPopMarkThrottle(o.Clock, o.PopMarkEvery),
 		readOnly: o.ReadOnly}
 	s.pushes = &combiner{run: s.appendCombined, maxInFlight: o.PushStatements, maxRows: o.PushBatchRows}
 	return s

@@ -21,8 +21,7 @@
 -- flight: the queue is busy anyway). So every writer has either committed
 -- before the set (the check sees it) or runs its trigger after it and
 -- clears the mark, waiting for the row of a writer clearing it already, so
--- that the mark is gone when its own push is answered. Writers lock the
--- rows of their queues in queue id order within a statement.
+-- that the mark is gone when its own push is answered.
 --
 -- checked_at bounds any mark's life (popMarkFresh in popmarks.go) all the
 -- same.
@@ -47,28 +46,27 @@ REVOKE EXECUTE ON FUNCTION queen.pop_marks_on_queue_delete() FROM PUBLIC;
 CREATE TRIGGER pop_marks_queue_delete AFTER DELETE ON queen.queues
     REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION queen.pop_marks_on_queue_delete();
 
--- pop_marks_clear clears the marks of queues, as a writer of them.
+-- pop_marks_clear clears the marks of queues, as a writer of them: in queue
+-- id order, so writers of several queues cannot deadlock on the rows.
 CREATE FUNCTION queen.pop_marks_clear(queues uuid[]) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, queen, pg_temp AS $$
+DECLARE
+    q uuid;
 BEGIN
-    PERFORM pg_advisory_xact_lock_shared(1903520, hashtext(q::text)) FROM unnest(queues) q;
-    PERFORM 1 FROM queen.pop_marks WHERE queue_id = ANY (queues) AND groups <> '{}'
-        ORDER BY queue_id FOR NO KEY UPDATE;
-    UPDATE queen.pop_marks SET groups = '{}' WHERE queue_id = ANY (queues) AND groups <> '{}';
+    FOREACH q IN ARRAY queues LOOP
+        PERFORM pg_advisory_xact_lock_shared(1903520, hashtext(q::text));
+        UPDATE queen.pop_marks SET groups = '{}' WHERE queue_id = q AND groups <> '{}';
+    END LOOP;
 END
 $$;
 REVOKE EXECUTE ON FUNCTION queen.pop_marks_clear(uuid[]) FROM PUBLIC;
 
+-- Any update of a partition counts as a push (the others are rare and
+-- clearing a mark is always safe): no old-row transition table to keep.
 CREATE FUNCTION queen.pop_marks_on_push() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, queen, pg_temp AS $$
-DECLARE
-    qs uuid[];
 BEGIN
-    SELECT array_agg(DISTINCT n.queue_id) INTO qs
-    FROM moved n JOIN was o ON o.id = n.id WHERE n.last_seq > o.last_seq;
-    IF qs IS NOT NULL THEN
-        PERFORM queen.pop_marks_clear(qs);
-    END IF;
+    PERFORM queen.pop_marks_clear(ARRAY(SELECT DISTINCT queue_id FROM moved ORDER BY 1));
     RETURN NULL;
 END
 $$;
@@ -76,13 +74,8 @@ REVOKE EXECUTE ON FUNCTION queen.pop_marks_on_push() FROM PUBLIC;
 
 CREATE FUNCTION queen.pop_marks_on_cursor() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, queen, pg_temp AS $$
-DECLARE
-    qs uuid[];
 BEGIN
-    SELECT array_agg(DISTINCT queue_id) INTO qs FROM cursors;
-    IF qs IS NOT NULL THEN
-        PERFORM queen.pop_marks_clear(qs);
-    END IF;
+    PERFORM queen.pop_marks_clear(ARRAY(SELECT DISTINCT queue_id FROM cursors ORDER BY 1));
     RETURN NULL;
 END
 $$;
@@ -99,7 +92,7 @@ REVOKE EXECUTE ON FUNCTION queen.pop_marks_on_rewind() FROM PUBLIC;
 
 -- One call per push statement, however many partitions it moved.
 CREATE TRIGGER pop_marks_push AFTER UPDATE ON queen.partitions
-    REFERENCING OLD TABLE AS was NEW TABLE AS moved
+    REFERENCING NEW TABLE AS moved
     FOR EACH STATEMENT EXECUTE FUNCTION queen.pop_marks_on_push();
 CREATE TRIGGER pop_marks_cursor AFTER INSERT ON queen.partition_consumers
     REFERENCING NEW TABLE AS cursors
