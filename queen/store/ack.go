@@ -105,6 +105,12 @@ func allCompletedAndDistinct(items []AckItem) bool {
 //
 // Invariant (cursor moves forward only): the cursor moves to the highest
 // accepted seq, never back; the lease ends when it reaches lease_max_seq.
+//
+// The update changes no indexed column, so it can be HOT (migration 013
+// leaves room on the pages): the lease ends by its expiry going NULL, and
+// worker_id keeps the ended lease's token, which every reader of it
+// (extend, release, transactions, the listings) ignores without a live
+// expiry.
 const ackCompletedSQL = `
 WITH input AS (
 	SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[]) WITH ORDINALITY AS v(pid, txid, lease, ord)
@@ -146,7 +152,6 @@ moved AS (
 	UPDATE queen.partition_consumers pc SET
 		last_consumed_seq = a.seq, last_consumed_id = a.id, last_consumed_created_at = a.created_at,
 		acked_count = pc.acked_count + a.n,
-		worker_id = CASE WHEN a.seq >= pc.lease_max_seq THEN NULL ELSE pc.worker_id END,
 		lease_expires_at = CASE WHEN a.seq >= pc.lease_max_seq THEN NULL ELSE pc.lease_expires_at END,
 		batch_retry_count = CASE WHEN a.seq >= pc.lease_max_seq THEN 0 ELSE pc.batch_retry_count END,
 		total_messages_consumed = pc.total_messages_consumed + a.n,
@@ -154,7 +159,7 @@ moved AS (
 		last_consumed_at = clock.now
 	FROM accepted a, clock
 	WHERE pc.partition_id = a.pid AND pc.consumer_group = $4
-	RETURNING pc.partition_id, a.seq AS top, pc.worker_id IS NULL AS released
+	RETURNING pc.partition_id, a.seq AS top, pc.lease_expires_at IS NULL AS released
 )
 SELECT i.ord, coalesce(j.verdict, 'not_found'), coalesce(j.qname, ''), coalesce(j.pname, ''),
 	coalesce(mv.released AND j.seq = mv.top, false)

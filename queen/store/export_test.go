@@ -22,3 +22,6 @@ const QueuePartitionsSQL = queuePartitionsSQL
 
 // WildcardPopSQL is the wildcard pop statement, for the cost tests.
 var WildcardPopSQL = popSQLFor(false)
+
+// AckCompletedSQL is the completions statement, for the HOT test.
+const AckCompletedSQL = ackCompletedSQL
