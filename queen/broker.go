@@ -192,7 +192,7 @@ func (b *Broker) Start(ctx context.Context) error {
 	}
 	b.store = store.New(b.pool, store.Options{DBNow: b.opts.DBNow, IDs: b.opts.IDs, TxTimeout: b.cfg.DBStatementTimeout, Cipher: cipher,
 		Clock: b.opts.Clock, CacheTTL: b.cfg.CacheRefreshInterval, PushStatements: b.cfg.PushStatements,
-		PushBatchRows: b.cfg.PushBatchRows, Log: b.log, ReadOnly: b.readOnly})
+		PushBatchRows: b.cfg.PushBatchRows, AckStatements: b.cfg.AckStatements, Log: b.log, ReadOnly: b.readOnly})
 	if err := b.checkStandby(ctx); err != nil {
 		b.pool.Close()
 		return err

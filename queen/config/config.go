@@ -81,6 +81,7 @@ type Config struct {
 	ShutdownTimeout         time.Duration // QUEEN_SHUTDOWN_TIMEOUT_MS, default 30000: graceful stop deadline
 	PushStatements          int           // QUEEN_PUSH_STATEMENTS, default 1: combined push statements in flight
 	PushBatchRows           int           // QUEEN_PUSH_BATCH_ROWS, default 1000: rows in one combined push statement
+	AckStatements           int           // QUEEN_ACK_STATEMENTS, default 1: combined completion (ack) statements in flight
 
 	// The mesh (hints between brokers): runs only when MeshEnabled and at
 	// least one peer is configured.
@@ -176,6 +177,7 @@ func Default() Config {
 		ShutdownTimeout:         30 * time.Second,
 		PushStatements:          1,
 		PushBatchRows:           1000,
+		AckStatements:           1,
 		MeshPort:                6633,
 		MeshEnabled:             true,
 		MeshHeartbeat:           time.Second,
@@ -258,6 +260,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	p.millis("QUEEN_BODY_READ_TIMEOUT_MS", &c.BodyReadTimeout)
 	p.intRange("QUEEN_PUSH_STATEMENTS", &c.PushStatements, 1, 1000)
 	p.intRange("QUEEN_PUSH_BATCH_ROWS", &c.PushBatchRows, 1, 100000)
+	p.intRange("QUEEN_ACK_STATEMENTS", &c.AckStatements, 1, 1000)
 	p.intRange("QUEEN_UDP_NOTIFY_PORT", &c.MeshPort, 1, 65535)
 	p.intRange("QUEEN_MESH_PORT", &c.MeshPort, 1, 65535)
 	peers := getenv("QUEEN_MESH_PEERS")

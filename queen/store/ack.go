@@ -95,13 +95,15 @@ func allCompletedAndDistinct(items []AckItem) bool {
 // ackCompletedSQL completes a batch of messages in one statement and answers
 // per input row: a verdict (ok, not_found, not_owned, invalid_lease,
 // committed), the queue and partition names, and whether this item's
-// completion released the lease.
+// completion released the lease. Each row names its own consumer group and
+// tenant, so one statement carries the completions of many requests (the
+// ack combiner); no (partition, transactionId, group) may appear twice.
 //
-// Invariant (lease compare-and-set): the group's cursor rows are locked FOR
-// UPDATE in partition id order, and an item counts only while the lease is
-// live in database time, held by the item's leaseId when it names one, and
-// covers the item (seq <= lease_max_seq). A consumer whose lease expired
-// cannot complete a message that was handed to someone else.
+// Invariant (lease compare-and-set): the cursor rows are locked FOR UPDATE
+// in (partition id, group) order, and an item counts only while the lease
+// is live in database time, held by the item's leaseId when it names one,
+// and covers the item (seq <= lease_max_seq). A consumer whose lease
+// expired cannot complete a message that was handed to someone else.
 //
 // Invariant (cursor moves forward only): the cursor moves to the highest
 // accepted seq, never back; the lease ends when it reaches lease_max_seq.
@@ -113,21 +115,22 @@ func allCompletedAndDistinct(items []AckItem) bool {
 // expiry.
 const ackCompletedSQL = `
 WITH input AS (
-	SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[]) WITH ORDINALITY AS v(pid, txid, lease, ord)
+	SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::uuid[])
+		WITH ORDINALITY AS v(pid, txid, lease, grp, tenant, ord)
 ),
 found AS (
-	SELECT i.ord, i.pid, i.lease, m.id, m.seq, m.created_at, p.name AS pname, q.name AS qname,
-		q.tenant_id = $5::uuid AS owned
+	SELECT i.ord, i.pid, i.lease, i.grp, m.id, m.seq, m.created_at, p.name AS pname, q.name AS qname,
+		q.tenant_id = i.tenant AS owned
 	FROM input i
 	JOIN queen.messages m ON m.partition_id = i.pid AND m.transaction_id = i.txid
 	JOIN queen.partitions p ON p.id = m.partition_id
 	JOIN queen.queues q ON q.id = p.queue_id
 ),
 cur AS (
-	SELECT pc.partition_id, pc.last_consumed_seq, pc.worker_id, pc.lease_expires_at, pc.lease_max_seq
+	SELECT pc.partition_id, pc.consumer_group, pc.last_consumed_seq, pc.worker_id, pc.lease_expires_at, pc.lease_max_seq
 	FROM queen.partition_consumers pc
-	WHERE pc.consumer_group = $4 AND pc.partition_id IN (SELECT pid FROM found WHERE owned)
-	ORDER BY pc.partition_id
+	WHERE (pc.partition_id, pc.consumer_group) IN (SELECT pid, grp FROM found WHERE owned)
+	ORDER BY pc.partition_id, pc.consumer_group
 	FOR UPDATE
 ),
 clock AS (SELECT coalesce($6::timestamptz, now()) AS now),
@@ -141,12 +144,12 @@ judged AS (
 		WHEN f.lease <> '' AND f.lease <> c.worker_id THEN 'invalid_lease'
 		WHEN f.seq > c.lease_max_seq THEN 'invalid_lease'
 		ELSE 'ok' END AS verdict
-	FROM found f LEFT JOIN cur c ON c.partition_id = f.pid, clock
+	FROM found f LEFT JOIN cur c ON c.partition_id = f.pid AND c.consumer_group = f.grp, clock
 ),
 accepted AS (
-	SELECT pid, max(seq) AS seq, count(*) AS n, (array_agg(id ORDER BY seq DESC))[1] AS id,
+	SELECT pid, grp, max(seq) AS seq, count(*) AS n, (array_agg(id ORDER BY seq DESC))[1] AS id,
 		(array_agg(created_at ORDER BY seq DESC))[1] AS created_at
-	FROM judged WHERE verdict = 'ok' GROUP BY pid
+	FROM judged WHERE verdict = 'ok' GROUP BY pid, grp
 ),
 moved AS (
 	UPDATE queen.partition_consumers pc SET
@@ -158,21 +161,20 @@ moved AS (
 		total_batches_consumed = pc.total_batches_consumed + CASE WHEN a.seq >= pc.lease_max_seq THEN 1 ELSE 0 END,
 		last_consumed_at = clock.now
 	FROM accepted a, clock
-	WHERE pc.partition_id = a.pid AND pc.consumer_group = $4
-	RETURNING pc.partition_id, a.seq AS top, pc.lease_expires_at IS NULL AS released
+	WHERE pc.partition_id = a.pid AND pc.consumer_group = a.grp
+	RETURNING pc.partition_id, pc.consumer_group, a.seq AS top, pc.lease_expires_at IS NULL AS released
 )
 SELECT i.ord, coalesce(j.verdict, 'not_found'), coalesce(j.qname, ''), coalesce(j.pname, ''),
 	coalesce(mv.released AND j.seq = mv.top, false)
 FROM input i
 LEFT JOIN judged j ON j.ord = i.ord
-LEFT JOIN moved mv ON mv.partition_id = j.pid
+LEFT JOIN moved mv ON mv.partition_id = j.pid AND mv.consumer_group = j.grp
 ORDER BY i.ord`
 
 type ackCompletedParams struct {
-	PartitionIDs, TransactionIDs, LeaseIDs []string
-	Group, Tenant                          string
-	Now                                    *time.Time
-	IgnoreLease                            bool
+	PartitionIDs, TransactionIDs, LeaseIDs, Groups, Tenants []string
+	Now                                                     *time.Time
+	IgnoreLease                                             bool
 }
 
 var ackVerdicts = map[string]string{
@@ -180,29 +182,104 @@ var ackVerdicts = map[string]string{
 	"committed": ErrAlreadyCommitted, "ok": "",
 }
 
+// ackRow is one completion in the ack combiner: the item and whose it is.
+type ackRow struct {
+	AckItem
+	Tenant, Group string
+}
+
+// ackCompleted completes items of one request through the ack combiner,
+// with the completions of whatever other requests are waiting.
 func (s *Store) ackCompleted(ctx context.Context, tenant, group string, items []AckItem) ([]AckResult, error) {
-	p := ackCompletedParams{Group: group, Tenant: tenant, Now: s.dbNow(), IgnoreLease: canary.On("ack-ignores-lease")}
-	for _, it := range items {
-		p.PartitionIDs = append(p.PartitionIDs, it.PartitionID)
-		p.TransactionIDs = append(p.TransactionIDs, it.TransactionID)
-		p.LeaseIDs = append(p.LeaseIDs, it.LeaseID)
+	rows := make([]ackRow, len(items))
+	for i, it := range items {
+		rows[i] = ackRow{AckItem: it, Tenant: tenant, Group: group}
 	}
-	rows, err := s.pool.Query(ctx, ackCompletedSQL, p.PartitionIDs, p.TransactionIDs, p.LeaseIDs, p.Group, p.Tenant,
+	out, err := s.acks.do(ctx, rows)
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		out[i].Index = i
+	}
+	return out, nil
+}
+
+// ackCombined is the ack combiner's statement: every call's completions in
+// one ackCompletedSQL. Calls that would repeat an item of another (a
+// client's retried ack), and every call after a permanent error, run alone.
+func (s *Store) ackCombined(ctx context.Context, batch []*combined[ackRow, AckResult]) {
+	runOne := func(b *combined[ackRow, AckResult]) {
+		b.out, b.err = s.ackStatement(ctx, b.rows)
+	}
+	type key struct{ pid, txid, group string }
+	seen := map[key]bool{}
+	var joint []*combined[ackRow, AckResult]
+	var rows []ackRow
+	for _, b := range batch {
+		repeats := false
+		for _, r := range b.rows {
+			repeats = repeats || seen[key{r.PartitionID, r.TransactionID, r.Group}]
+		}
+		if repeats {
+			defer runOne(b)
+			continue
+		}
+		for _, r := range b.rows {
+			seen[key{r.PartitionID, r.TransactionID, r.Group}] = true
+		}
+		joint, rows = append(joint, b), append(rows, b.rows...)
+	}
+	if len(joint) == 1 {
+		runOne(joint[0])
+		return
+	}
+	out, err := s.ackStatement(ctx, rows)
+	switch {
+	case err == nil:
+		for _, b := range joint {
+			b.out, out = out[:len(b.rows)], out[len(b.rows):]
+		}
+	case Classify(err) == Permanent:
+		for _, b := range joint {
+			runOne(b)
+		}
+	default:
+		for _, b := range joint {
+			b.err = err
+		}
+	}
+}
+
+// ackStatement runs ackCompletedSQL over rows and answers one result per
+// row, in order.
+func (s *Store) ackStatement(ctx context.Context, rows []ackRow) ([]AckResult, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	p := ackCompletedParams{Now: s.dbNow(), IgnoreLease: canary.On("ack-ignores-lease")}
+	for _, r := range rows {
+		p.PartitionIDs = append(p.PartitionIDs, r.PartitionID)
+		p.TransactionIDs = append(p.TransactionIDs, r.TransactionID)
+		p.LeaseIDs = append(p.LeaseIDs, r.LeaseID)
+		p.Groups = append(p.Groups, r.Group)
+		p.Tenants = append(p.Tenants, r.Tenant)
+	}
+	res, err := s.pool.Query(ctx, ackCompletedSQL, p.PartitionIDs, p.TransactionIDs, p.LeaseIDs, p.Groups, p.Tenants,
 		p.Now, p.IgnoreLease)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	out := make([]AckResult, len(items))
-	for rows.Next() {
+	defer res.Close()
+	out := make([]AckResult, len(rows))
+	for res.Next() {
 		var ord int64
 		var verdict string
 		var r AckResult
-		if err := rows.Scan(&ord, &verdict, &r.QueueName, &r.PartitionName, &r.LeaseReleased); err != nil {
+		if err := res.Scan(&ord, &verdict, &r.QueueName, &r.PartitionName, &r.LeaseReleased); err != nil {
 			return nil, err
 		}
 		r.Index = int(ord - 1)
-		r.TransactionID = items[r.Index].TransactionID
+		r.TransactionID = rows[r.Index].TransactionID
 		r.Error = ackVerdicts[verdict]
 		r.Success = verdict == "ok"
 		if verdict == "not_found" || verdict == "not_owned" {
@@ -210,7 +287,7 @@ func (s *Store) ackCompleted(ctx context.Context, tenant, group string, items []
 		}
 		out[r.Index] = r
 	}
-	return out, rows.Err()
+	return out, res.Err()
 }
 
 // ackReadSQL reads, for a general ack batch inside a transaction, each

@@ -8,48 +8,52 @@ import (
 	"github.com/queen-go/queen/queen/canary"
 )
 
-// combiner sends concurrent pushes to PostgreSQL together. Up to maxInFlight
-// append statements run at once; a push that arrives while they are all busy
-// waits, and when one finishes, every waiting push (up to maxRows rows) goes
-// in the next statement: one commit and one lock per partition for all of
-// them. Each push still answers only after the COMMIT of the statement that
-// carried it.
+// combiner sends concurrent calls of one kind (pushes, acks) to PostgreSQL
+// together. Up to maxInFlight statements run at once; a call that arrives
+// while they are all busy waits, and when one finishes, every waiting call
+// (up to maxRows rows) goes in the next statement: one commit, and one
+// lock per row locked, for all of them. Each call still answers only after
+// the COMMIT of the statement that carried it.
 //
-// There is no goroutine of its own: the caller whose push finds a free slot
+// There is no goroutine of its own: the caller whose call finds a free slot
 // runs the statement, and a finishing statement hands its slot, with the
-// waiting pushes, to the first of them. A single caller (the lockstep
-// simulator) therefore always runs its own push alone, at once.
-type combiner struct {
-	run         func(ctx context.Context, batch []*pushCall)
+// waiting calls, to the first of them. A single caller (the lockstep
+// simulator) therefore always runs its own call alone, at once.
+type combiner[In, Out any] struct {
+	run         func(ctx context.Context, batch []*combined[In, Out])
 	maxInFlight int
 	maxRows     int
 
 	mu       sync.Mutex
 	inFlight int
-	waiting  []*pushCall
+	waiting  []*combined[In, Out]
 }
 
-// pushCall is one Push waiting in or running through the combiner.
-type pushCall struct {
+// combined is one call waiting in or running through a combiner: its rows
+// in, one outcome per row out.
+type combined[In, Out any] struct {
 	ctx  context.Context
-	rows []appendRow
-	out  []appendOut
+	rows []In
+	out  []Out
 	err  error
 	done chan struct{}
 	// lead receives the batch this call must run, when a finishing
 	// statement hands it the slot.
-	lead chan []*pushCall
+	lead chan []*combined[In, Out]
 }
 
-// do appends rows and returns one outcome per row.
-func (c *combiner) do(ctx context.Context, rows []appendRow) ([]appendOut, error) {
-	call := &pushCall{ctx: ctx, rows: rows, done: make(chan struct{}), lead: make(chan []*pushCall, 1)}
+// pushCall is one Push in the push combiner.
+type pushCall = combined[appendRow, appendOut]
+
+// do runs rows and returns one outcome per row.
+func (c *combiner[In, Out]) do(ctx context.Context, rows []In) ([]Out, error) {
+	call := &combined[In, Out]{ctx: ctx, rows: rows, done: make(chan struct{}), lead: make(chan []*combined[In, Out], 1)}
 	c.mu.Lock()
 	if c.inFlight < c.maxInFlight {
 		// A free slot means nobody is waiting: run alone, now.
 		c.inFlight++
 		c.mu.Unlock()
-		c.lead([]*pushCall{call})
+		c.runLead([]*combined[In, Out]{call})
 		return call.out, call.err
 	}
 	c.waiting = append(c.waiting, call)
@@ -58,7 +62,7 @@ func (c *combiner) do(ctx context.Context, rows []appendRow) ([]appendOut, error
 	case <-call.done:
 		return call.out, call.err
 	case batch := <-call.lead:
-		c.lead(batch)
+		c.runLead(batch)
 		return call.out, call.err
 	case <-ctx.Done():
 	}
@@ -76,14 +80,14 @@ func (c *combiner) do(ctx context.Context, rows []appendRow) ([]appendOut, error
 	select {
 	case <-call.done:
 	case batch := <-call.lead:
-		c.lead(batch)
+		c.runLead(batch)
 	}
 	return call.out, call.err
 }
 
-// lead runs batch, then hands the slot, with the next batch, to the first
-// waiting call, or frees it.
-func (c *combiner) lead(batch []*pushCall) {
+// runLead runs batch, then hands the slot, with the next batch, to the
+// first waiting call, or frees it.
+func (c *combiner[In, Out]) runLead(batch []*combined[In, Out]) {
 	c.run(context.WithoutCancel(batch[0].ctx), batch)
 	for _, b := range batch {
 		close(b.done)
@@ -100,13 +104,13 @@ func (c *combiner) lead(batch []*pushCall) {
 
 // take removes the next batch from the waiting list: whole calls, oldest
 // first, up to maxRows rows (at least one call). Called with mu held.
-func (c *combiner) take() []*pushCall {
+func (c *combiner[In, Out]) take() []*combined[In, Out] {
 	n, rows := 0, 0
 	for n < len(c.waiting) && (n == 0 || rows+len(c.waiting[n].rows) <= c.maxRows) {
 		rows += len(c.waiting[n].rows)
 		n++
 	}
-	batch := append([]*pushCall(nil), c.waiting[:n]...)
+	batch := append([]*combined[In, Out](nil), c.waiting[:n]...)
 	c.waiting = c.waiting[n:]
 	return batch
 }

@@ -71,6 +71,11 @@ type Options struct {
 	// PushBatchRows caps the rows of one combined push statement. Zero
 	// means 1000.
 	PushBatchRows int
+	// AckStatements is how many combined completion statements may be in
+	// flight at once; acks of completions arriving while they run wait and
+	// go together in the next one (up to PushBatchRows items). Zero means
+	// 4.
+	AckStatements int
 	// PopMarkEvery is how seldom this store tries to mark one (queue,
 	// group) fully consumed after an empty wildcard pop (popmarks.go): a
 	// queue whose pushes clear its mark at once is not marked again on
@@ -94,7 +99,8 @@ type Store struct {
 	ids       *ids.Source
 	txTimeout time.Duration
 	cache     *cache
-	pushes    *combiner
+	pushes    *combiner[appendRow, appendOut]
+	acks      *combiner[ackRow, AckResult]
 	cipher    *crypt.Cipher
 	marks     *watermarkThrottle
 	popMarks  *popMarkThrottle
@@ -122,11 +128,15 @@ func New(pool *pgxpool.Pool, o Options) *Store {
 	if o.PushBatchRows <= 0 {
 		o.PushBatchRows = 1000
 	}
+	if o.AckStatements <= 0 {
+		o.AckStatements = 4
+	}
 	s := &Store{pool: pool, dbNow: o.DBNow, ids: o.IDs, txTimeout: o.TxTimeout, cache: newCache(o.Clock, o.CacheTTL), cipher: o.Cipher,
 		marks: &watermarkThrottle{clock: o.Clock, last: map[[3]string]time.Time{}}, log: o.Log,
 		popMarks: newPopMarkThrottle(o.Clock, o.PopMarkEvery),
 		readOnly: o.ReadOnly}
-	s.pushes = &combiner{run: s.appendCombined, maxInFlight: o.PushStatements, maxRows: o.PushBatchRows}
+	s.pushes = &combiner[appendRow, appendOut]{run: s.appendCombined, maxInFlight: o.PushStatements, maxRows: o.PushBatchRows}
+	s.acks = &combiner[ackRow, AckResult]{run: s.ackCombined, maxInFlight: o.AckStatements, maxRows: o.PushBatchRows}
 	return s
 }
 
