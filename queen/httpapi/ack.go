@@ -64,37 +64,97 @@ func (s *Server) ack(w http.ResponseWriter, r *http.Request) {
 	s.applyAcks(w, r, group, []store.AckItem{item})
 }
 
+// parseAckBatchTyped decodes a well-formed ack batch in one pass; ok is
+// false when the body does not fit the typed shape (the caller then reads
+// it field by field to name the bad field). The rules the types cannot
+// express answer their own 400 here, as parseAck words them.
+func parseAckBatchTyped(body []byte) (group string, items []store.AckItem, ok bool, err error) {
+	var b ackBatchBody
+	if json.Unmarshal(body, &b) != nil || b.Acknowledgments == nil {
+		return "", nil, false, nil
+	}
+	if b.ConsumerGroup != nil {
+		if group, err = *b.ConsumerGroup, limits.ConsumerGroup.CheckAs("consumerGroup", *b.ConsumerGroup); err != nil {
+			return "", nil, true, err
+		}
+	}
+	items = make([]store.AckItem, len(*b.Acknowledgments))
+	for i, w := range *b.Acknowledgments {
+		path := fmt.Sprintf("acknowledgments[%d].", i)
+		a := &items[i]
+		if w.TransactionID == nil || *w.TransactionID == "" {
+			return "", nil, true, bad("%stransactionId is required", path)
+		}
+		if w.PartitionID == nil || *w.PartitionID == "" {
+			return "", nil, true, bad("%spartitionId is required to ensure message uniqueness", path)
+		}
+		a.TransactionID, a.PartitionID = *w.TransactionID, *w.PartitionID
+		for _, f := range []struct {
+			to    *string
+			from  *string
+			name  string
+			limit limits.Field
+		}{{&a.Status, w.Status, "status", limits.Status}, {&a.LeaseID, w.LeaseID, "leaseId", limits.LeaseID}, {&a.Error, w.Error, "error", limits.ErrorText}} {
+			if f.from == nil {
+				continue
+			}
+			if err := f.limit.CheckAs(path+f.name, *f.from); err != nil {
+				return "", nil, true, err
+			}
+			*f.to = *f.from
+		}
+		if err := limits.TransactionID.Check(path, a.TransactionID); err != nil {
+			return "", nil, true, err
+		}
+	}
+	return group, items, true, nil
+}
+
 func (s *Server) ackBatch(w http.ResponseWriter, r *http.Request) {
 	s.stats.ackRequests.Add(1)
-	body, err := readObject(r, false)
+	raw, err := readBody(r, false)
 	if err != nil {
 		writeBad(w, err)
 		return
 	}
-	raw, ok, err := body.array("acknowledgments", "")
-	if err != nil || !ok {
-		writeError(w, http.StatusBadRequest, "acknowledgments array is required")
+	group, items, ok, err := parseAckBatchTyped(raw)
+	if !ok {
+		group, items, err = parseAckBatchFields(raw)
+	}
+	if err != nil {
+		writeBad(w, err)
 		return
+	}
+	s.applyAcks(w, r, group, items)
+}
+
+// parseAckBatchFields reads an ack batch field by field, so an error names
+// the field.
+func parseAckBatchFields(raw []byte) (string, []store.AckItem, error) {
+	body, err := decodeObject(raw)
+	if err != nil {
+		return "", nil, err
+	}
+	acks, ok, err := body.array("acknowledgments", "")
+	if err != nil || !ok {
+		return "", nil, bad("acknowledgments array is required")
 	}
 	group, _, err := body.limited("consumerGroup", limits.ConsumerGroup, "")
 	if err != nil {
-		writeBad(w, err)
-		return
+		return "", nil, err
 	}
-	items := make([]store.AckItem, len(raw))
-	for i, rw := range raw {
+	items := make([]store.AckItem, len(acks))
+	for i, rw := range acks {
 		path := fmt.Sprintf("acknowledgments[%d].", i)
 		o, _, err := asObject(rw, path[:len(path)-1])
 		if err != nil {
-			writeBad(w, err)
-			return
+			return "", nil, err
 		}
 		if items[i], err = parseAck(o, path); err != nil {
-			writeBad(w, err)
-			return
+			return "", nil, err
 		}
 	}
-	s.applyAcks(w, r, group, items)
+	return group, items, nil
 }
 
 // applyAcks answers 200 with one result per item; per-item failures are in

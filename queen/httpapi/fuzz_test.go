@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"reflect"
+	"strings"
 	"testing"
 	"unicode/utf8"
 
@@ -180,4 +182,57 @@ func FuzzPopQuery(f *testing.F) {
 
 func contextWithTenant(r *http.Request) context.Context {
 	return context.WithValue(r.Context(), tenantKey, config.DefaultTenant)
+}
+
+// FuzzAckBatchParsersAgree: the one-pass typed decoder of an ack batch and
+// the field-by-field parser agree on every body the typed one takes: the
+// same group and items when it accepts, a refusal from both when it
+// refuses. (The typed decoder also takes keys in another case, as
+// encoding/json matches struct fields; those bodies are not compared.)
+func FuzzAckBatchParsersAgree(f *testing.F) {
+	f.Add([]byte(`{"acknowledgments":[{"transactionId":"t","partitionId":"p","status":"completed","leaseId":"l"}],"consumerGroup":"g"}`))
+	f.Add([]byte(`{"acknowledgments":[{"transactionId":"t","partitionId":"p","status":true}]}`))
+	f.Add([]byte(`{"acknowledgments":[{"transactionId":"","partitionId":"p"}]}`))
+	f.Add([]byte(`{"acknowledgments":[{"transactionId":"t\u0000","partitionId":"p","error":"x"}]}`))
+	f.Add([]byte(`{"acknowledgments":[],"consumerGroup":null}`))
+	f.Add([]byte(`{"acknowledgments":[{"transactionId":"t","partitionId":"p","error":"\u0000"}]}`))
+	f.Add([]byte(`{"acknowledgments":[{"transactionId":"t","partitionId":"p","leaseId":"\u0000"}],"consumerGroup":"\u0000"}`))
+	f.Add([]byte(`{"Acknowledgments":[{"TransactionId":"t","partitionId":"p"}]}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		tg, ti, ok, terr := parseAckBatchTyped(body)
+		if !ok || caseVariantKeys(body) {
+			return
+		}
+		fg, fi, ferr := parseAckBatchFields(body)
+		switch {
+		case terr != nil && ferr == nil:
+			t.Fatalf("typed refused (%v), field by field accepted %q %+v", terr, fg, fi)
+		case terr == nil && ferr != nil:
+			t.Fatalf("typed accepted %q %+v, field by field refused (%v)", tg, ti, ferr)
+		case terr == nil && (tg != fg || !reflect.DeepEqual(ti, fi)):
+			t.Fatalf("typed %q %+v, field by field %q %+v", tg, ti, fg, fi)
+		}
+	})
+}
+
+// caseVariantKeys reports whether any object in body has a key that is not
+// one of the ack batch's names but matches one of them ignoring case.
+func caseVariantKeys(body []byte) bool {
+	names := []string{"acknowledgments", "consumerGroup", "transactionId", "partitionId", "status", "leaseId", "error"}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		k, isStr := tok.(string)
+		if !isStr {
+			continue
+		}
+		for _, n := range names {
+			if k != n && strings.EqualFold(k, n) {
+				return true
+			}
+		}
+	}
 }

@@ -525,6 +525,11 @@ func readObject(r *http.Request, allowEmpty bool) (obj, error) {
 	if err != nil || body == nil {
 		return obj{}, err
 	}
+	return decodeObject(body)
+}
+
+// decodeObject decodes a request body that must be a JSON object.
+func decodeObject(body []byte) (obj, error) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(body, &m); err != nil {
 		return nil, bad("Invalid JSON: %v", err)

@@ -15,6 +15,22 @@ type pushBody struct {
 	Items *[]pushItemWire `json:"items"`
 }
 
+// ackBatchBody is POST /api/v1/ack/batch (completions with string
+// statuses; a boolean status, which JS clients may send, takes the
+// field-by-field parser).
+type ackBatchBody struct {
+	Acknowledgments *[]ackItemWire `json:"acknowledgments"`
+	ConsumerGroup   *string        `json:"consumerGroup"`
+}
+
+type ackItemWire struct {
+	TransactionID *string `json:"transactionId"`
+	PartitionID   *string `json:"partitionId"`
+	Status        *string `json:"status"`
+	LeaseID       *string `json:"leaseId"`
+	Error         *string `json:"error"`
+}
+
 type pushItemWire struct {
 	Queue         *string         `json:"queue"`
 	Partition     *string         `json:"partition"`
