@@ -189,7 +189,7 @@ func (s *Server) applyAcks(w http.ResponseWriter, r *http.Request, group string,
 			Error: strPtr(res.Error), QueueName: strPtr(res.QueueName), PartitionName: strPtr(res.PartitionName),
 			LeaseReleased: res.LeaseReleased, DLQ: res.DLQ}
 	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSONBytes(w, http.StatusOK, appendAckResults(make([]byte, 0, 160*len(out)), out))
 }
 
 func (s *Server) extendLease(w http.ResponseWriter, r *http.Request) {

@@ -229,7 +229,7 @@ func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, p popParams, k
 			}
 			body := popBody(res)
 			body.Autopilot = p.autopilot
-			writeJSON(w, http.StatusOK, body)
+			writeJSONBytes(w, http.StatusOK, body.appendJSON(make([]byte, 0, 512*len(res.Messages))))
 			return
 		}
 		left := deadline.Sub(s.clock.Now())
