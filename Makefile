@@ -44,7 +44,7 @@ sim-replay: ## rerun one run and keep its history in sim-out/: make sim-replay S
 	SIM_REPLAY_SEED=$(SEED) SIM_REPLAY_SCENARIO=$(SCENARIO) $(GO) test -count=1 -tags canary -v -run TestReplayOne ./scenarios/
 
 sim-canaries: ## run the simulator once per planted bug; passes only if every canary is caught
-	$(GO) test -count=1 -tags canary -timeout 20m -v -run 'TestCanariesAreCaught|TestStrandedIsCaught|TestShutdownCutsIsCaught|TestCombinerSwapsIsCaught|TestTimerClaimIgnoresLeaseIsCaught|TestPollWaitsForWakeIsCaught|TestDeleteKeepsCacheIsCaught' ./scenarios/
+	$(GO) test -count=1 -tags canary -timeout 20m -v -run 'TestCanariesAreCaught|TestStrandedIsCaught|TestShutdownCutsIsCaught|TestCombinerSwapsIsCaught|TestAckCombinerSwapsIsCaught|TestTimerClaimIgnoresLeaseIsCaught|TestPollWaitsForWakeIsCaught|TestDeleteKeepsCacheIsCaught' ./scenarios/
 
 # A count budget (N x), not a duration: with go1.26 a -fuzztime duration can end a
 # clean run with a spurious "context deadline exceeded" (golang/go#75804, fixed in 1.27).

@@ -186,6 +186,14 @@ func TestCombinerSwapsIsCaughtByGeneratedFreeSeeds(t *testing.T) {
 	huntFree(t, "combiner-swaps", func(*scenarios.Scenario) bool { return true })
 }
 
+// TestAckCombinerSwapsIsCaughtByGeneratedFreeSeeds: a combined ack batch
+// that hands each request another's answers settles the right rows; only
+// the answers rule, which holds each ack answer to its own item, sees it,
+// in free-running runs where acks combine.
+func TestAckCombinerSwapsIsCaughtByGeneratedFreeSeeds(t *testing.T) {
+	huntFree(t, "ack-combiner-swaps", func(*scenarios.Scenario) bool { return true })
+}
+
 // TestTimerClaimIgnoresLeaseIsCaughtByGeneratedFreeSeeds: a sweeper that
 // claims timers another still holds fires each once all the same (the last
 // claim's token is the one the fire needs); only the timer-claims rule,

@@ -248,6 +248,7 @@ func (a *actor) sendAck(ctx context.Context, c, b int, h *held, statuses []strin
 	code, raw, err := a.cluster.Do(ctx, b, "POST", "/api/v1/ack/batch", h.tenant, body)
 	a.finish(call, "ack", b, code, err, func(e *Event) {
 		var res []struct {
+			TransactionID string  `json:"transactionId"`
 			Success       bool    `json:"success"`
 			Error         *string `json:"error"`
 			LeaseReleased bool    `json:"leaseReleased"`
@@ -259,6 +260,12 @@ func (a *actor) sendAck(ctx context.Context, c, b int, h *held, statuses []strin
 		}
 		for i, r := range res {
 			m := items[i]
+			if r.TransactionID != m.Txid {
+				// Acks combine across requests: an answer must be its own
+				// item's, or the client settles messages it never acked.
+				e.Bad = fmt.Sprintf("ack of %s answered another item: index %d, transactionId %q", m.Txid, i, r.TransactionID)
+				return
+			}
 			m.OK, m.Released, m.DLQ = r.Success, r.LeaseReleased, r.DLQ
 			if r.Error != nil {
 				m.Err = *r.Error

@@ -25,6 +25,7 @@ import "os"
 // evict-early (eviction deletes messages at a tenth of maxWaitTimeSeconds),
 // cycle-ignores-lease (a streams cycle commits under a lease it lost),
 // combiner-swaps (a combined push batch hands its answers back reversed),
+// ack-combiner-swaps (a combined ack batch does the same),
 // kv-getmany-ttl-ignored (getMany alone reads expired rows), limits-off
 // (the edge checks no field against queen/limits), timer-batch-poisoned
 // (a timer whose fire is refused fails its whole claimed batch, every

@@ -240,6 +240,9 @@ func (s *Store) ackCombined(ctx context.Context, batch []*combined[ackRow, AckRe
 		for _, b := range joint {
 			b.out, out = out[:len(b.rows)], out[len(b.rows):]
 		}
+		if canary.On("ack-combiner-swaps") {
+			swapAnswers(joint)
+		}
 	case Classify(err) == Permanent:
 		for _, b := range joint {
 			runOne(b)

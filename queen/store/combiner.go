@@ -150,9 +150,10 @@ func (s *Store) appendCombined(ctx context.Context, batch []*pushCall) {
 	}
 }
 
-// swapAnswers is the combiner-swaps canary: the combined batch's answers go
-// back in reverse order, to calls of the same size.
-func swapAnswers(batch []*pushCall) {
+// swapAnswers is the combiner-swaps and ack-combiner-swaps canary: the
+// combined batch's answers go back in reverse order, to calls of the same
+// size.
+func swapAnswers[In, Out any](batch []*combined[In, Out]) {
 	for i, j := 0, len(batch)-1; i < j; i, j = i+1, j-1 {
 		if len(batch[i].out) == len(batch[j].out) {
 			batch[i].out, batch[j].out = batch[j].out, batch[i].out
