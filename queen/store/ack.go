@@ -209,48 +209,27 @@ func (s *Store) ackCompleted(ctx context.Context, tenant, group string, items []
 // one ackCompletedSQL. Calls that would repeat an item of another (a
 // client's retried ack), and every call after a permanent error, run alone.
 func (s *Store) ackCombined(ctx context.Context, batch []*combined[ackRow, AckResult]) {
-	runOne := func(b *combined[ackRow, AckResult]) {
-		b.out, b.err = s.ackStatement(ctx, b.rows)
-	}
+	statement := func(rows []ackRow) ([]AckResult, error) { return s.ackStatement(ctx, rows) }
 	type key struct{ pid, txid, group string }
 	seen := map[key]bool{}
-	var joint []*combined[ackRow, AckResult]
-	var rows []ackRow
+	var joint, repeats []*combined[ackRow, AckResult]
 	for _, b := range batch {
-		repeats := false
+		repeated := false
 		for _, r := range b.rows {
-			repeats = repeats || seen[key{r.PartitionID, r.TransactionID, r.Group}]
+			repeated = repeated || seen[key{r.PartitionID, r.TransactionID, r.Group}]
 		}
-		if repeats {
-			defer runOne(b)
+		if repeated {
+			repeats = append(repeats, b)
 			continue
 		}
 		for _, r := range b.rows {
 			seen[key{r.PartitionID, r.TransactionID, r.Group}] = true
 		}
-		joint, rows = append(joint, b), append(rows, b.rows...)
+		joint = append(joint, b)
 	}
-	if len(joint) == 1 {
-		runOne(joint[0])
-		return
-	}
-	out, err := s.ackStatement(ctx, rows)
-	switch {
-	case err == nil:
-		for _, b := range joint {
-			b.out, out = out[:len(b.rows)], out[len(b.rows):]
-		}
-		if canary.On("ack-combiner-swaps") {
-			swapAnswers(joint)
-		}
-	case Classify(err) == Permanent:
-		for _, b := range joint {
-			runOne(b)
-		}
-	default:
-		for _, b := range joint {
-			b.err = err
-		}
+	runJoint(joint, statement, "ack-combiner-swaps")
+	for _, b := range repeats {
+		b.out, b.err = statement(b.rows)
 	}
 }
 

@@ -119,24 +119,33 @@ func (c *combiner[In, Out]) take() []*combined[In, Out] {
 // appendSQL. A permanent error (a row PostgreSQL refuses) re-runs the calls
 // one by one, so one bad push never fails another's.
 func (s *Store) appendCombined(ctx context.Context, batch []*pushCall) {
-	runOne := func(b *pushCall) {
-		b.out, b.err = s.appendRetrying(ctx, b.rows)
+	runJoint(batch, func(rows []appendRow) ([]appendOut, error) { return s.appendRetrying(ctx, rows) }, "combiner-swaps")
+}
+
+// runJoint runs every call's rows of batch as one statement and hands each
+// call its own outcomes. After a permanent error (a row PostgreSQL
+// refuses) each call runs alone, so one bad call never fails another's;
+// any other error is every call's. swapCanary names the canary that hands
+// the outcomes back reversed.
+func runJoint[In, Out any](batch []*combined[In, Out], statement func([]In) ([]Out, error), swapCanary string) {
+	runOne := func(b *combined[In, Out]) {
+		b.out, b.err = statement(b.rows)
 	}
 	if len(batch) == 1 {
 		runOne(batch[0])
 		return
 	}
-	var rows []appendRow
+	var rows []In
 	for _, b := range batch {
 		rows = append(rows, b.rows...)
 	}
-	out, err := s.appendRetrying(ctx, rows)
+	out, err := statement(rows)
 	switch {
 	case err == nil:
 		for _, b := range batch {
 			b.out, out = out[:len(b.rows)], out[len(b.rows):]
 		}
-		if canary.On("combiner-swaps") {
+		if canary.On(swapCanary) {
 			swapAnswers(batch)
 		}
 	case Classify(err) == Permanent:
