@@ -61,25 +61,18 @@ END
 $$;
 REVOKE EXECUTE ON FUNCTION queen.pop_marks_clear(uuid[]) FROM PUBLIC;
 
--- Any update of a partition counts as a push (the others are rare and
--- clearing a mark is always safe): no old-row transition table to keep.
-CREATE FUNCTION queen.pop_marks_on_push() RETURNS trigger
+-- The statement triggers of every writer: a partition updated (any update
+-- counts as a push; the others are rare and clearing a mark is always
+-- safe), cursor rows inserted. Both name their new rows "written", which
+-- carry queue_id; no old-row transition table to keep.
+CREATE FUNCTION queen.pop_marks_on_write() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, queen, pg_temp AS $$
 BEGIN
-    PERFORM queen.pop_marks_clear(ARRAY(SELECT DISTINCT queue_id FROM moved ORDER BY 1));
+    PERFORM queen.pop_marks_clear(ARRAY(SELECT DISTINCT queue_id FROM written ORDER BY 1));
     RETURN NULL;
 END
 $$;
-REVOKE EXECUTE ON FUNCTION queen.pop_marks_on_push() FROM PUBLIC;
-
-CREATE FUNCTION queen.pop_marks_on_cursor() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, queen, pg_temp AS $$
-BEGIN
-    PERFORM queen.pop_marks_clear(ARRAY(SELECT DISTINCT queue_id FROM cursors ORDER BY 1));
-    RETURN NULL;
-END
-$$;
-REVOKE EXECUTE ON FUNCTION queen.pop_marks_on_cursor() FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION queen.pop_marks_on_write() FROM PUBLIC;
 
 CREATE FUNCTION queen.pop_marks_on_rewind() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, queen, pg_temp AS $$
@@ -92,11 +85,11 @@ REVOKE EXECUTE ON FUNCTION queen.pop_marks_on_rewind() FROM PUBLIC;
 
 -- One call per push statement, however many partitions it moved.
 CREATE TRIGGER pop_marks_push AFTER UPDATE ON queen.partitions
-    REFERENCING NEW TABLE AS moved
-    FOR EACH STATEMENT EXECUTE FUNCTION queen.pop_marks_on_push();
+    REFERENCING NEW TABLE AS written
+    FOR EACH STATEMENT EXECUTE FUNCTION queen.pop_marks_on_write();
 CREATE TRIGGER pop_marks_cursor AFTER INSERT ON queen.partition_consumers
-    REFERENCING NEW TABLE AS cursors
-    FOR EACH STATEMENT EXECUTE FUNCTION queen.pop_marks_on_cursor();
+    REFERENCING NEW TABLE AS written
+    FOR EACH STATEMENT EXECUTE FUNCTION queen.pop_marks_on_write();
 -- Per row, but the WHEN is evaluated without a call: an ack (the cursor
 -- moving forward) costs nothing.
 CREATE TRIGGER pop_marks_rewind AFTER UPDATE OF last_consumed_seq ON queen.partition_consumers
