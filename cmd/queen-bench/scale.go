@@ -155,7 +155,7 @@ func (e *env) scaleOps(st *store.Store) []*scaleOp {
 		{Name: "pop group far behind", samples: 100, run: get("/api/v1/pop/queue/"+behindQueue+"?consumerGroup=behind&batch=1&autoAck=true&_=%d", ok...)},
 		{Name: "ack", samples: 100, run: e.timedAck},
 		{Name: "depth", samples: 100, run: get("/api/v1/resources/queues/"+hotQueue+"/depth?_=%d", 200)},
-		{Name: "queue list", samples: 20, run: get("/api/v1/resources/queues?_=%d", 200)},
+		{Name: "queue list", samples: 20, run: get("/api/v1/resources/queues?limit=100&_=%d", 200)},
 		{Name: "status", samples: 20, run: get("/api/v1/status?_=%d", 200)},
 		{Name: "DLQ list", samples: 50, run: get("/api/v1/dlq?queue="+dlqQueue+"&limit=10&_=%d", 200)},
 		{Name: "messages list", samples: 50, run: get("/api/v1/messages?queue="+hotQueue+"&limit=10&_=%d", 200)},
@@ -252,8 +252,8 @@ func (e *env) grow(ctx context.Context, size scaleSize) error {
 		{"queues", `INSERT INTO queen.queues (id, name, retention_enabled, retention_seconds)
 			SELECT gen_random_uuid(), 'scale-g-' || i, i % 10 = 0, CASE WHEN i % 10 = 0 THEN 3600 ELSE 0 END
 			FROM generate_series(1, $1) i`, []any{size.Queues}},
-		{"partitions", `INSERT INTO queen.partitions (id, queue_id, name, last_seq, last_message_at)
-			SELECT gen_random_uuid(), q.id, 'p' || j, $2, now() FROM queen.queues q, generate_series(1, $1) j
+		{"partitions", `INSERT INTO queen.partitions (id, queue_id, name, last_seq, appended, last_message_at)
+			SELECT gen_random_uuid(), q.id, 'p' || j, $2, $2, now() FROM queen.queues q, generate_series(1, $1) j
 			WHERE q.name LIKE 'scale-g-%'`, []any{perQueue, perPartition}},
 		{"messages", `INSERT INTO queen.messages (id, partition_id, seq, transaction_id, payload, created_at)
 			SELECT gen_random_uuid(), p.id, s, 'g' || s, '{"n":1}',
@@ -269,7 +269,7 @@ func (e *env) grow(ctx context.Context, size scaleSize) error {
 			INSERT INTO queen.partition_consumers (partition_id, queue_id, consumer_group, last_consumed_seq)
 			SELECT id, queue_id, '__QUEUE_MODE__', 1 FROM p`, []any{min(size.Partitions/20, 5000), emptyQueue}},
 		{"dead letters", `WITH q AS (SELECT id FROM queen.queues WHERE name = $2),
-			p AS (INSERT INTO queen.partitions (id, queue_id, name, last_seq) SELECT gen_random_uuid(), q.id, 'd' || i, 10000
+			p AS (INSERT INTO queen.partitions (id, queue_id, name, last_seq, appended) SELECT gen_random_uuid(), q.id, 'd' || i, 10000, 10000
 				FROM q, generate_series(1, greatest($1 / 10000, 1)) i RETURNING id),
 			m AS (INSERT INTO queen.messages (id, partition_id, seq, transaction_id, payload, created_at)
 				SELECT gen_random_uuid(), p.id, s, 'd' || s, '{}', now() FROM p, generate_series(1, 10000) s RETURNING id, partition_id)

@@ -257,7 +257,7 @@ func (e *env) topUp(ctx context.Context, queue string, perPartition int) error {
 			FROM p, generate_series(1, p.need) g
 			RETURNING 1
 		), moved AS (
-			UPDATE queen.partitions x SET last_seq = x.last_seq + p.need FROM p WHERE x.id = p.id AND p.need > 0
+			UPDATE queen.partitions x SET last_seq = x.last_seq + p.need, appended = x.appended + p.need FROM p WHERE x.id = p.id AND p.need > 0
 		)
 		SELECT count(*) FROM ins`, queue, perPartition).Scan(&added)
 	if err != nil {

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"errors"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/queen-go/queen/queen/limits"
@@ -137,8 +138,8 @@ func queueBody(q store.QueueInfo, withPartitions bool) map[string]any {
 	m := map[string]any{
 		"id": q.ID, "name": q.Name, "namespace": nullable(q.Namespace), "task": nullable(q.Task),
 		"priority": q.Options.Priority, "createdAt": timestamp(q.CreatedAt),
-		"partitions":     len(q.Partitions),
-		"partitionCount": len(q.Partitions),
+		"partitions":     q.PartitionCount,
+		"partitionCount": q.PartitionCount,
 		"messages":       map[string]any{"total": q.Messages, "pending": q.Pending, "processing": q.Processing, "dlq": q.DLQ},
 		"options":        q.Options,
 		// queenctl's queue list reads these at the top level.
@@ -162,8 +163,15 @@ func queueBody(q store.QueueInfo, withPartitions bool) map[string]any {
 	return m
 }
 
+// listQueues is GET /api/v1/resources/queues?namespace&task&limit&offset:
+// newest first, every queue when limit is absent (as Queen's broker
+// answers), a page when it is given.
 func (s *Server) listQueues(w http.ResponseWriter, r *http.Request) {
-	qs, err := s.store.ListQueues(r.Context(), tenantOf(r))
+	f, ok := queueFilter(w, r, 0)
+	if !ok {
+		return
+	}
+	qs, err := s.store.ListQueuesPage(r.Context(), tenantOf(r), f)
 	if err != nil {
 		s.storeError(w, r, "list queues", err)
 		return
@@ -173,6 +181,28 @@ func (s *Server) listQueues(w http.ResponseWriter, r *http.Request) {
 		out[i] = queueBody(q, false)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"queues": out, "total": len(out)})
+}
+
+// queueFilter reads namespace, task, queue, limit (default def, 0: all) and
+// offset; a limit or offset that is not a non-negative integer is a 400
+// naming it.
+func queueFilter(w http.ResponseWriter, r *http.Request, def int) (store.QueueFilter, bool) {
+	q := r.URL.Query()
+	f := store.QueueFilter{Namespace: q.Get("namespace"), Task: q.Get("task"), Name: q.Get("queue"), Limit: def}
+	for _, p := range []struct {
+		name string
+		to   *int
+	}{{"limit", &f.Limit}, {"offset", &f.Offset}} {
+		if v := q.Get(p.name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				writeError(w, http.StatusBadRequest, p.name+" must be a non-negative integer")
+				return f, false
+			}
+			*p.to = n
+		}
+	}
+	return f, true
 }
 
 func (s *Server) getQueue(w http.ResponseWriter, r *http.Request) {

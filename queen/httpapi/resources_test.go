@@ -66,6 +66,21 @@ func TestResourcesListGetDeleteOverview(t *testing.T) {
 	if len(list["queues"].([]any)) != 2 {
 		t.Fatalf("list: %v", list)
 	}
+	// A page, newest first: b was created after a.x.
+	page := e.expect(e.do("GET", "/api/v1/resources/queues?limit=1", nil), 200).obj(t)["queues"].([]any)
+	next := e.expect(e.do("GET", "/api/v1/resources/queues?limit=1&offset=1", nil), 200).obj(t)["queues"].([]any)
+	if len(page) != 1 || page[0].(map[string]any)["name"] != "b" || len(next) != 1 || next[0].(map[string]any)["name"] != "a.x" {
+		t.Fatalf("pages: %v then %v", page, next)
+	}
+	if ns := e.expect(e.do("GET", "/api/v1/resources/queues?namespace=a", nil), 200).obj(t)["queues"].([]any); len(ns) != 1 {
+		t.Fatalf("namespace a: %v", ns)
+	}
+	for _, bad := range []string{"limit=-1", "limit=ten", "offset=-2"} {
+		r := e.do("GET", "/api/v1/resources/queues?"+bad, nil)
+		if r.status != 400 || !strings.Contains(r.obj(t)["error"].(string), strings.Split(bad, "=")[0]) {
+			t.Errorf("%s: %d %s", bad, r.status, r.body)
+		}
+	}
 	q := e.expect(e.do("GET", "/api/v1/resources/queues/a.x", nil), 200).obj(t)
 	if q["name"] != "a.x" || len(q["partitions"].([]any)) != 2 || q["messages"].(map[string]any)["pending"].(float64) != 2 {
 		t.Fatalf("get: %v", q)

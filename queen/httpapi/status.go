@@ -47,7 +47,7 @@ func bucketMinutes(d time.Duration) int {
 
 func queueRow(q store.QueueInfo) map[string]any {
 	return map[string]any{"id": q.ID, "name": q.Name, "queue": q.Name, "namespace": nullable(q.Namespace), "task": nullable(q.Task),
-		"createdAt": msTime(&q.CreatedAt), "partitions": len(q.Partitions), "partitionCount": len(q.Partitions),
+		"createdAt": msTime(&q.CreatedAt), "partitions": q.PartitionCount, "partitionCount": q.PartitionCount,
 		"messages": map[string]any{"total": q.Messages, "pending": q.Pending, "processing": 0},
 		"pending":  q.Pending, "completed": max(q.Messages-q.Pending-q.DLQ, 0), "dlq": q.DLQ}
 }
@@ -121,22 +121,23 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 
 // statusQueues is GET /api/v1/status/queues?namespace&task&limit&offset.
 func (s *Server) statusQueues(w http.ResponseWriter, r *http.Request) {
-	qs, err := s.store.ListQueues(r.Context(), tenantOf(r))
+	f, ok := queueFilter(w, r, 100)
+	if !ok {
+		return
+	}
+	if f.Limit == 0 {
+		f.Limit = 100
+	}
+	qs, err := s.store.ListQueuesPage(r.Context(), tenantOf(r), f)
 	if err != nil {
 		s.storeError(w, r, "status queues", err)
 		return
 	}
-	q := r.URL.Query()
-	limit, offset := queryInt(q, "limit", 100), max(queryInt(q, "offset", 0), 0)
-	if limit < 1 {
-		limit = 100
-	}
-	rows := filterQueues(qs, r)
 	out := []map[string]any{}
-	for i := offset; i < len(rows) && i < offset+limit; i++ {
-		out = append(out, queueRow(rows[i]))
+	for _, q := range qs {
+		out = append(out, queueRow(q))
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"queues": out, "pagination": map[string]any{"limit": limit, "offset": offset}})
+	writeJSON(w, http.StatusOK, map[string]any{"queues": out, "pagination": map[string]any{"limit": f.Limit, "offset": f.Offset}})
 }
 
 // partitionCounts is one partition's six counts.
@@ -246,7 +247,7 @@ func (s *Server) groupedResources(key string, of func(store.QueueInfo) string, o
 				names = append(names, n)
 			}
 			a := by[n]
-			a.queues, a.partitions, a.total, a.pending = a.queues+1, a.partitions+int64(len(q.Partitions)), a.total+q.Messages, a.pending+q.Pending
+			a.queues, a.partitions, a.total, a.pending = a.queues+1, a.partitions+int64(q.PartitionCount), a.total+q.Messages, a.pending+q.Pending
 			if o := other(q); o != "" {
 				a.others[o] = true
 			}

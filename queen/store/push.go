@@ -98,8 +98,9 @@ appended AS (
 ),
 advanced AS (
 	UPDATE queen.partitions p
-	SET last_seq = a.seq, last_message_at = coalesce($7::timestamptz, now()), last_activity = coalesce($7::timestamptz, now())
-	FROM (SELECT partition_id, max(seq) AS seq FROM appended GROUP BY partition_id) a
+	SET last_seq = a.seq, appended = p.appended + a.n,
+		last_message_at = coalesce($7::timestamptz, now()), last_activity = coalesce($7::timestamptz, now())
+	FROM (SELECT partition_id, max(seq) AS seq, count(*) AS n FROM appended GROUP BY partition_id) a
 	WHERE p.id = a.partition_id
 	RETURNING p.id
 )
@@ -144,8 +145,9 @@ func strandedSQL(sql string) string {
 // canary's COMMIT, never backwards.
 const strandedAdvanceSQL = `
 UPDATE queen.partitions p
-SET last_seq = greatest(p.last_seq, a.seq), last_message_at = coalesce($2::timestamptz, now()), last_activity = coalesce($2::timestamptz, now())
-FROM (SELECT partition_id, max(seq) AS seq FROM queen.messages WHERE id = ANY($1::uuid[]) GROUP BY partition_id) a
+SET last_seq = greatest(p.last_seq, a.seq), appended = p.appended + a.n,
+	last_message_at = coalesce($2::timestamptz, now()), last_activity = coalesce($2::timestamptz, now())
+FROM (SELECT partition_id, max(seq) AS seq, count(*) AS n FROM queen.messages WHERE id = ANY($1::uuid[]) GROUP BY partition_id) a
 WHERE p.id = a.partition_id`
 
 // appendStranded runs the stranded canary's append in an explicit

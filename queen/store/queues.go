@@ -214,12 +214,13 @@ func (s *Store) Configure(ctx context.Context, in ConfigureInput) (ConfigureResu
 // QueueInfo is a queue with its counts, for the resources routes.
 type QueueInfo struct {
 	Queue
-	Partitions []PartitionInfo
-	Messages   int64 // rows stored
-	Pending    int64 // not yet consumed in queue mode
-	Processing int64 // under a live queue-mode lease
-	DLQ        int64 // dead-lettered by any group
-	QueueDLQ   int64 // dead-lettered in queue mode
+	Partitions     []PartitionInfo // GetQueue only: a list gives PartitionCount
+	PartitionCount int
+	Messages       int64 // rows stored
+	Pending        int64 // not yet consumed in queue mode
+	Processing     int64 // under a live queue-mode lease
+	DLQ            int64 // dead-lettered by any group
+	QueueDLQ       int64 // dead-lettered in queue mode
 }
 
 // PartitionInfo is a partition with its counts.
@@ -248,7 +249,38 @@ func (s *Store) ListQueues(ctx context.Context, tenant string) ([]QueueInfo, err
 		if err != nil {
 			return err
 		}
-		out, err = queueInfos(ctx, tx, qs, now)
+		out, err = queueSummaries(ctx, tx, qs, now)
+		return err
+	})
+	return out, err
+}
+
+// QueueFilter picks a page of a tenant's queues, newest first (created_at,
+// then id, both time-ordered): "" matches every namespace, task or name; Limit 0 lists all.
+type QueueFilter struct {
+	Namespace, Task, Name string
+	Limit, Offset         int
+}
+
+// queuePageSQL picks the page before anything is counted, so a page costs
+// what its queues hold, not what the tenant holds.
+const queuePageSQL = `SELECT ` + queueColumns + ` FROM queen.queues
+WHERE tenant_id = $1 AND ($2 = '' OR namespace = $2) AND ($3 = '' OR task = $3) AND ($4 = '' OR name = $4)
+ORDER BY created_at DESC, id DESC LIMIT nullif($5, 0) OFFSET $6`
+
+// ListQueuesPage lists a page of the tenant's queues with counts.
+func (s *Store) ListQueuesPage(ctx context.Context, tenant string, f QueueFilter) ([]QueueInfo, error) {
+	var out []QueueInfo
+	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx, now time.Time) error {
+		rows, err := tx.Query(ctx, queuePageSQL, tenant, f.Namespace, f.Task, f.Name, max(f.Limit, 0), max(f.Offset, 0))
+		if err != nil {
+			return err
+		}
+		qs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Queue, error) { return scanQueue(r) })
+		if err != nil {
+			return err
+		}
+		out, err = queueSummaries(ctx, tx, qs, now)
 		return err
 	})
 	return out, err
@@ -268,16 +300,19 @@ func (s *Store) GetQueue(ctx context.Context, tenant, name string) (QueueInfo, e
 	return out, err
 }
 
-// queuePartitionsSQL counts the partitions of queues $1 at $2: stored rows,
-// the queue-mode backlog, what a live queue-mode lease holds of it (each an
-// index-only count on (partition_id, seq): the seq alone would overcount,
-// as a deduplicated push still spends its seqs), DLQ rows (any group, then
-// queue mode's, from the counters of queen.dlq_counts), and the oldest stored
-// message. One statement for every queue listed: before, the queue list
-// ran it once per queue, and each DLQ count scanned every dead letter.
+// queuePartitionsSQL counts the partitions of queues $1 at $2: stored rows
+// (the counters of migration 014: appended minus deleted), the queue-mode
+// backlog and what a live queue-mode lease holds of it (each an index-only
+// count on (partition_id, seq), so its cost follows the backlog, not what
+// is stored: the seq alone would overcount, as a deduplicated push still
+// spends its seqs), DLQ rows (any group, then queue mode's, from the
+// counters of queen.dlq_counts), and the oldest stored message. One
+// statement for every queue listed: before, the queue list ran it once per
+// queue, each DLQ count scanned every dead letter, and each stored count
+// every stored message.
 const queuePartitionsSQL = `
 SELECT p.queue_id, p.id, p.name, p.created_at, p.last_message_at,
-	(SELECT count(*) FROM queen.messages m WHERE m.partition_id = p.id),
+	p.appended - coalesce((SELECT d.n FROM queen.message_deletes d WHERE d.partition_id = p.id), 0),
 	(SELECT count(*) FROM queen.messages m WHERE m.partition_id = p.id AND m.seq > coalesce(pc.last_consumed_seq, 0)),
 	CASE WHEN pc.lease_expires_at > coalesce($2::timestamptz, now()) THEN
 		(SELECT count(*) FROM queen.messages m WHERE m.partition_id = p.id
@@ -312,11 +347,61 @@ func queueInfos(ctx context.Context, tx pgx.Tx, qs []Queue, now time.Time) ([]Qu
 		}
 		info := byID[qid]
 		info.Partitions = append(info.Partitions, p)
+		info.PartitionCount++
 		info.Messages += p.Messages
 		info.Pending += p.Pending
 		info.Processing += p.Processing
 		info.DLQ += p.DLQ
 		info.QueueDLQ += p.QueueDLQ
+	}
+	return out, rows.Err()
+}
+
+// queueSummariesSQL sums the partitions of queues $1 at $2 per queue, for
+// the lists: the same figures as queuePartitionsSQL without the oldest
+// message, in one pass of joins, and a backlog counted only where the
+// sequence says there is one, so a consumed partition costs no probe of
+// the messages.
+const queueSummariesSQL = `
+SELECT p.queue_id, count(*)::int,
+	coalesce(sum(p.appended - coalesce(d.n, 0)), 0)::bigint,
+	coalesce(sum(CASE WHEN p.last_seq > coalesce(pc.last_consumed_seq, 0) THEN
+		(SELECT count(*) FROM queen.messages m WHERE m.partition_id = p.id AND m.seq > coalesce(pc.last_consumed_seq, 0)) END), 0)::bigint,
+	coalesce(sum(CASE WHEN pc.lease_expires_at > coalesce($2::timestamptz, now()) AND pc.lease_max_seq > pc.last_consumed_seq THEN
+		(SELECT count(*) FROM queen.messages m WHERE m.partition_id = p.id
+			AND m.seq > pc.last_consumed_seq AND m.seq <= pc.lease_max_seq) END), 0)::bigint,
+	coalesce(sum(c.n), 0)::bigint, coalesce(sum(c.queue_mode), 0)::bigint
+FROM queen.partitions p
+LEFT JOIN queen.partition_consumers pc ON pc.partition_id = p.id AND pc.consumer_group = '__QUEUE_MODE__'
+LEFT JOIN queen.message_deletes d ON d.partition_id = p.id
+LEFT JOIN (SELECT c.partition_id, sum(c.n) AS n, sum(c.n) FILTER (WHERE c.consumer_group = '__QUEUE_MODE__') AS queue_mode
+	FROM queen.dlq_counts c GROUP BY 1) c ON c.partition_id = p.id
+WHERE p.queue_id = ANY($1::uuid[]) GROUP BY p.queue_id`
+
+// queueSummaries counts every queue of qs in one statement, without
+// partitions.
+func queueSummaries(ctx context.Context, tx pgx.Tx, qs []Queue, now time.Time) ([]QueueInfo, error) {
+	ids := make([]string, len(qs))
+	out := make([]QueueInfo, len(qs))
+	byID := make(map[string]*QueueInfo, len(qs))
+	for i, q := range qs {
+		ids[i], out[i] = q.ID, QueueInfo{Queue: q}
+		byID[q.ID] = &out[i]
+	}
+	rows, err := tx.Query(ctx, queueSummariesSQL, ids, now)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var qid string
+		var c QueueInfo
+		if err := rows.Scan(&qid, &c.PartitionCount, &c.Messages, &c.Pending, &c.Processing, &c.DLQ, &c.QueueDLQ); err != nil {
+			return nil, err
+		}
+		info := byID[qid]
+		info.PartitionCount, info.Messages, info.Pending, info.Processing, info.DLQ, info.QueueDLQ =
+			c.PartitionCount, c.Messages, c.Pending, c.Processing, c.DLQ, c.QueueDLQ
 	}
 	return out, rows.Err()
 }
@@ -362,14 +447,16 @@ type Overview struct {
 // an empty set).
 type Spread struct{ Avg, Median, Min, Max float64 }
 
-// overviewCountsSQL counts a tenant's objects ($1) at $2. Pending is the
-// queue-mode backlog; processing, what live leases hold.
+// overviewCountsSQL counts a tenant's objects ($1) at $2 from their rows
+// and counters, never reading a message. Messages are the stored ones
+// (appended minus deleted); pending is the queue-mode backlog from the
+// sequence; processing, what live leases hold.
 const overviewCountsSQL = `
 SELECT
 	(SELECT count(*) FROM queen.queues q WHERE q.tenant_id = $1),
 	(SELECT count(*) FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE q.tenant_id = $1),
-	(SELECT count(*) FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id
-		JOIN queen.queues q ON q.id = p.queue_id WHERE q.tenant_id = $1),
+	(SELECT coalesce(sum(p.appended - coalesce(d.n, 0)), 0)::bigint FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+		LEFT JOIN queen.message_deletes d ON d.partition_id = p.id WHERE q.tenant_id = $1),
 	(SELECT coalesce(sum(p.last_seq - coalesce(pc.last_consumed_seq, 0)), 0)::bigint
 		FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
 		LEFT JOIN queen.partition_consumers pc ON pc.partition_id = p.id AND pc.consumer_group = '__QUEUE_MODE__'

@@ -40,17 +40,23 @@ type ErrorCount struct {
 	Count int64
 }
 
-// DeadLetters summarises the tenant's DLQ: totals and the five most common
-// errors.
+// DeadLetters summarises the tenant's DLQ: totals from the counters of
+// queen.dlq_counts, and the five most common errors among its newest
+// topErrorsWindow dead letters (counting every one scanned a million rows
+// per status request).
 func (s *Store) DeadLetters(ctx context.Context, tenant string) (DLQStats, error) {
 	var d DLQStats
 	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx, _ time.Time) error {
-		const from = ` FROM queen.dead_letter_queue d JOIN queen.partitions p ON p.id = d.partition_id
-			JOIN queen.queues q ON q.id = p.queue_id WHERE q.tenant_id = $1`
-		if err := tx.QueryRow(ctx, `SELECT count(*), count(DISTINCT d.partition_id)`+from, tenant).Scan(&d.Total, &d.Partitions); err != nil {
+		if err := tx.QueryRow(ctx, `SELECT coalesce(sum(c.n), 0)::bigint, count(DISTINCT c.partition_id) FILTER (WHERE c.n > 0)
+			FROM queen.dlq_counts c JOIN queen.partitions p ON p.id = c.partition_id
+			JOIN queen.queues q ON q.id = p.queue_id WHERE q.tenant_id = $1`, tenant).Scan(&d.Total, &d.Partitions); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `SELECT coalesce(d.error_message, ''), count(*)`+from+` GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 5`, tenant)
+		rows, err := tx.Query(ctx, `SELECT e, count(*) FROM (
+				SELECT coalesce(d.error_message, '') AS e FROM queen.dead_letter_queue d
+				JOIN queen.partitions p ON p.id = d.partition_id JOIN queen.queues q ON q.id = p.queue_id
+				WHERE q.tenant_id = $1 ORDER BY d.failed_at DESC LIMIT $2) newest
+			GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 5`, tenant, topErrorsWindow)
 		if err != nil {
 			return err
 		}
@@ -63,6 +69,10 @@ func (s *Store) DeadLetters(ctx context.Context, tenant string) (DLQStats, error
 	})
 	return d, err
 }
+
+// topErrorsWindow is how many of the newest dead letters the top errors
+// are counted over.
+const topErrorsWindow = 1000
 
 // MessagesPerBucket counts the tenant's stored messages created in each
 // bucket of width step within [from, to), optionally for one queue,
