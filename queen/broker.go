@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/queen-go/queen/queen/admission"
+	"github.com/queen-go/queen/queen/analytics"
 	"github.com/queen-go/queen/queen/auth"
 	"github.com/queen-go/queen/queen/background"
 	"github.com/queen-go/queen/queen/canary"
@@ -96,6 +98,8 @@ type Broker struct {
 	mesh     *mesh.Mesh // nil when this broker has no peers
 	hints    *hints     // the mesh's end in this broker; nil without one
 	readOnly *store.ReadOnlyWatch
+	recorder *analytics.Recorder // nil with QUEEN_ANALYTICS=false
+	flusher  *analytics.Flusher
 	hosts    []string // host:port the pool may connect to, in order
 	dbName   string   // the database's name, as the pool config has it
 	onHost   atomic.Pointer[string]
@@ -218,7 +222,10 @@ func (b *Broker) Start(ctx context.Context) error {
 	if err := b.maint.Load(ctx); err != nil {
 		b.log.Warn("could not read the maintenance switches; assuming off until the next reconcile", "err", err)
 	}
-	apiOpts := httpapi.Options{Config: b.cfg, Store: b.store, Spool: b.spool, Drainer: b.drainer,
+	if b.cfg.Analytics {
+		b.recorder = analytics.NewRecorder(b.cfg.AnalyticsMaxQueues)
+	}
+	apiOpts := httpapi.Options{Config: b.cfg, Store: b.store, Analytics: b.recorder, Spool: b.spool, Drainer: b.drainer,
 		Maintenance: b.maint, Arbiter: arbiter, Clock: b.opts.Clock, Waker: waker.New(), IDs: b.opts.IDs, Logger: b.log,
 		Cipher: cipher, Push: pushes, PopClaims: b.opts.PopClaims}
 	if b.cfg.JWTEnabled {
@@ -267,6 +274,12 @@ func (b *Broker) Start(ctx context.Context) error {
 	}
 	if b.drainer != nil {
 		b.services = append(b.services, b.drainer)
+	}
+	if b.recorder != nil {
+		b.flusher = b.newFlusher()
+		b.services = append(b.services, b.flusher,
+			&leader.Stats{Store: b.store, Clock: b.opts.Clock, Retention: b.cfg.AnalyticsRetention, Log: b.log,
+				Every: background.Every{Interval: time.Minute}})
 	}
 	if sw != nil {
 		b.services = append(b.services, sw)
@@ -411,6 +424,14 @@ func (b *Broker) Shutdown(ctx context.Context) error {
 		}
 		b.cancel()
 		b.wg.Wait()
+		if b.flusher != nil {
+			// The open minute too: a stopped broker leaves none behind.
+			fctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			if err := b.flusher.Close(fctx); err != nil {
+				b.log.Warn("analytics: the last minutes were not written", "err", err)
+			}
+			cancel()
+		}
 		if b.mesh != nil {
 			b.mesh.Close()
 		}
@@ -424,6 +445,18 @@ func (b *Broker) Shutdown(ctx context.Context) error {
 		b.log.Info("queen broker stopped")
 	})
 	return err
+}
+
+// newFlusher is the analytics flusher of this broker: its id, host and
+// port on each minute, the process and the pool as gauges.
+func (b *Broker) newFlusher() *analytics.Flusher {
+	host, _ := os.Hostname()
+	pool := func() (size, idle, active int) {
+		st := b.pool.Stat()
+		return int(st.MaxConns()), int(st.IdleConns()), int(st.AcquiredConns())
+	}
+	return &analytics.Flusher{Recorder: b.recorder, Store: b.store, Broker: b.cfg.ServerID, Hostname: host, Port: b.cfg.Port,
+		Sample: analytics.ProcessSampler(pool), Clock: b.opts.Clock, Log: b.log}
 }
 
 // Crash stops everything at once: open connections are cut, in-flight work

@@ -97,6 +97,11 @@ type Config struct {
 	// MetricsMaxQueues (QUEEN_METRICS_MAX_QUEUES, default 1000) bounds the
 	// (tenant, queue) label pairs of the per-queue metric families.
 	MetricsMaxQueues int
+	// Recorded analytics (SPEC "Recorded analytics").
+	Analytics          bool          // QUEEN_ANALYTICS, default true: record per-minute buckets
+	AnalyticsRetention time.Duration // QUEEN_ANALYTICS_RETENTION_HOURS, default 168 (7 days)
+	AnalyticsMaxQueues int           // QUEEN_ANALYTICS_MAX_QUEUES, default 10000: queue rows per broker per minute
+	DashboardDir       string        // QUEEN_DASHBOARD_DIR: serve another static dashboard at /dashboard-ext (history-mode fallback)
 
 	// Timers, KV and the sweeper.
 	Sweeper               bool          // QUEEN_SWEEPER, default true: fire timers and prune KV here
@@ -185,6 +190,9 @@ func Default() Config {
 		MeshQueueFrames:         1024,
 		MeshMaxPending:          32,
 		MetricsMaxQueues:        1000,
+		Analytics:               true,
+		AnalyticsRetention:      168 * time.Hour,
+		AnalyticsMaxQueues:      10000,
 		PartitionCleanupDays:    30,
 		Sweeper:                 true,
 		SweeperMinSleep:         5 * time.Millisecond,
@@ -276,6 +284,13 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	p.intRange("QUEEN_MESH_QUEUE", &c.MeshQueueFrames, 1, 1<<20)
 	p.intRange("QUEEN_MESH_MAX_PENDING", &c.MeshMaxPending, 1, 1<<16)
 	p.intRange("QUEEN_METRICS_MAX_QUEUES", &c.MetricsMaxQueues, 1, 1<<20)
+	p.boolean("QUEEN_ANALYTICS", &c.Analytics)
+	hours := int(c.AnalyticsRetention / time.Hour)
+	if p.intRange("QUEEN_ANALYTICS_RETENTION_HOURS", &hours, 1, 24*3660) {
+		c.AnalyticsRetention = time.Duration(hours) * time.Hour
+	}
+	p.intRange("QUEEN_ANALYTICS_MAX_QUEUES", &c.AnalyticsMaxQueues, 1, 1<<20)
+	p.str("QUEEN_DASHBOARD_DIR", &c.DashboardDir)
 	p.boolean("QUEEN_SWEEPER", &c.Sweeper)
 	p.millis("QUEEN_SWEEPER_MIN_SLEEP_MS", &c.SweeperMinSleep)
 	p.millis("QUEEN_SWEEPER_MAX_SLEEP_MS", &c.SweeperMaxSleep)

@@ -177,6 +177,7 @@ func (s *Server) applyAcks(w http.ResponseWriter, r *http.Request, group string,
 		s.storeError(w, r, "ack", err)
 		return
 	}
+	s.recordAcked(tenantOf(r), items, results)
 	out := make([]ackResultWire, len(results))
 	for i, res := range results {
 		if res.Success {

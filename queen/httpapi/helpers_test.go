@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/queen-go/queen/queen/analytics"
 	"github.com/queen-go/queen/queen/auth"
 	"github.com/queen-go/queen/queen/clock"
 	"github.com/queen-go/queen/queen/config"
@@ -36,6 +37,7 @@ type env struct {
 	pool  *pgxpool.Pool
 	mu    sync.Mutex
 	shift time.Duration
+	rec   *analytics.Recorder // nil with QUEEN_ANALYTICS=false
 }
 
 type envOption func(*config.Config)
@@ -67,12 +69,26 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 			t.Fatal(err)
 		}
 	}
-	srv := httpapi.New(httpapi.Options{Config: cfg, Store: e.store, Clock: clock.Real{}, Waker: waker.New(),
+	if cfg.Analytics {
+		e.rec = analytics.NewRecorder(cfg.AnalyticsMaxQueues)
+	}
+	srv := httpapi.New(httpapi.Options{Config: cfg, Store: e.store, Analytics: e.rec, Clock: clock.Real{}, Waker: waker.New(),
 		IDs: idSrc, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Auth: authn, Cipher: cipher})
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)
 	e.url = ts.URL
 	return e
+}
+
+// flushAnalytics writes every minute recorded so far, the open one too,
+// as a broker's flusher does at its shutdown.
+func (e *env) flushAnalytics() {
+	e.t.Helper()
+	f := &analytics.Flusher{Recorder: e.rec, Store: e.store, Broker: "test", Hostname: "test-host", Port: 6632,
+		Sample: analytics.ProcessSampler(nil), Clock: clock.Real{}}
+	if err := f.Close(context.Background()); err != nil {
+		e.t.Fatal(err)
+	}
 }
 
 func (e *env) dbNow() *time.Time {

@@ -180,3 +180,26 @@ func (s *Server) retryMessage(w http.ResponseWriter, r *http.Request) {
 		"replayedAs": map[string]any{"index": 0, "message_id": res.MessageID, "transaction_id": res.TransactionID,
 			"queueName": res.Queue, "status": status}})
 }
+
+// statusQueueMessages is GET /api/v1/status/queues/{queue}/messages: the
+// messages list (GET /api/v1/messages, its filters and paging) of one
+// queue.
+func (s *Server) statusQueueMessages(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	q.Set("queue", r.PathValue("queue"))
+	r2 := r.Clone(r.Context())
+	r2.URL.RawQuery = q.Encode()
+	s.listMessages(w, r2)
+}
+
+// migrationReason is why the /api/v1/migration/* routes answer 501.
+const migrationReason = "not supported by this broker: Queen's migration routes copy its database to another PostgreSQL " +
+	"from inside the broker (pg_dump and pg_restore); queen keeps no state outside PostgreSQL, so move it with " +
+	"PostgreSQL's own tools (pg_dump | pg_restore, or a streaming standby promoted: SPEC \"PostgreSQL failover\") " +
+	"and point the brokers at the new server"
+
+// migrationUnsupported answers the /api/v1/migration/* routes: 501 with
+// the reason, for every method Queen serves there.
+func (s *Server) migrationUnsupported(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusNotImplemented, map[string]any{"error": migrationReason, "code": "not_implemented"})
+}

@@ -227,6 +227,7 @@ func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, p popParams, k
 			for _, m := range res.Messages {
 				s.queueMessages.add(p.req.Tenant, m.Queue, "pop", 1)
 			}
+			s.recordPopped(p.req.Tenant, res)
 			body := popBody(res)
 			body.Autopilot = p.autopilot
 			writeJSONBytes(w, http.StatusOK, body.appendJSON(make([]byte, 0, 512*len(res.Messages))))
@@ -235,6 +236,7 @@ func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, p popParams, k
 		left := deadline.Sub(s.clock.Now())
 		if !p.wait || left <= 0 || s.isDraining() {
 			withdraw(true)
+			s.recordEmptyPop(p.req.Tenant, p.req.Queue)
 			w.WriteHeader(http.StatusNoContent)
 			return
 		}
@@ -261,6 +263,7 @@ func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, p popParams, k
 			// Graceful stop: answer now rather than hold the shutdown.
 			t.Stop()
 			withdraw(true)
+			s.recordEmptyPop(p.req.Tenant, p.req.Queue)
 			w.WriteHeader(http.StatusNoContent)
 			return
 		}

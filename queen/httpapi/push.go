@@ -158,6 +158,7 @@ func (s *Server) push(w http.ResponseWriter, r *http.Request) {
 			s.queueMessages.add(tenant, res.QueueName, "push", 1)
 		}
 	}
+	s.recordPushed(tenant, out.Results)
 	writeJSON(w, http.StatusCreated, pushResults(out.Results))
 }
 

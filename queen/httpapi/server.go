@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/queen-go/queen/queen/admission"
+	"github.com/queen-go/queen/queen/analytics"
 	"github.com/queen-go/queen/queen/auth"
 	"github.com/queen-go/queen/queen/clock"
 	"github.com/queen-go/queen/queen/config"
@@ -66,6 +67,7 @@ type Server struct {
 	// messages pushed and popped per queue.
 	registry      *prometheus.Registry
 	queueMessages *queueSeries
+	rec           *analytics.Recorder
 	auth          *auth.Authenticator
 	cipher        *crypt.Cipher
 	pushes        *pushpath.Path
@@ -83,6 +85,8 @@ type counters struct {
 type Options struct {
 	Config config.Config
 	Store  *store.Store
+	// Analytics records the per-minute buckets (nil: none recorded).
+	Analytics *analytics.Recorder
 	// Spool and Drainer are nil when no file buffer is configured: pushes
 	// then fail with 503 while the database is down.
 	Spool       *spool.Spool
@@ -174,6 +178,7 @@ func New(o Options) *Server {
 			Cipher: o.Cipher, Arbiter: o.Arbiter, IDs: o.IDs, Log: o.Logger})
 	}
 	s.queueMessages = newQueueSeries(o.Config.MetricsMaxQueues)
+	s.rec = o.Analytics
 	s.registry = s.metricsRegistry()
 	return s
 }
@@ -265,6 +270,12 @@ func (s *Server) routes() []route {
 		{"GET /api/v1/status", auth.ReadOnly, s.status},
 		{"GET /api/v1/status/queues", auth.ReadOnly, s.statusQueues},
 		{"GET /api/v1/status/queues/{queue}", auth.ReadOnly, s.statusQueue},
+		{"GET /api/v1/status/queues/{queue}/messages", auth.ReadOnly, s.statusQueueMessages},
+		{"GET /api/v1/migration/status", auth.Admin, s.migrationUnsupported},
+		{"POST /api/v1/migration/test-connection", auth.Admin, s.migrationUnsupported},
+		{"POST /api/v1/migration/start", auth.Admin, s.migrationUnsupported},
+		{"POST /api/v1/migration/validate", auth.Admin, s.migrationUnsupported},
+		{"POST /api/v1/migration/reset", auth.Admin, s.migrationUnsupported},
 		{"GET /api/v1/status/analytics", auth.ReadOnly, s.statusAnalytics},
 		{"GET /api/v1/resources/namespaces", auth.ReadOnly, s.groupedResources("namespaces", namespace, "taskCount", task)},
 		{"GET /api/v1/resources/tasks", auth.ReadOnly, s.groupedResources("tasks", task, "namespaceCount", namespace)},
@@ -366,16 +377,21 @@ func (s *Server) middleware(mux *http.ServeMux, levels map[string]auth.Level) ht
 			r.Body = s.bodyDeadline(w, r.Body)
 		}
 		ctx := context.WithValue(context.WithValue(r.Context(), tenantKey, tenant), principalKey, who)
-		if !s.log.Enabled(ctx, slog.LevelDebug) {
+		debug := s.log.Enabled(ctx, slog.LevelDebug)
+		if !debug && s.rec == nil {
 			mux.ServeHTTP(w, r.WithContext(ctx))
 			return
 		}
-		// The access log, at debug level only: the hot path pays for it
-		// only when asked.
+		// The access log, at debug level only, and the recorded latency:
+		// the hot path pays for the status recorder only when asked.
 		began, rec := s.clock.Now(), &statusRecorder{ResponseWriter: w, status: http.StatusOK}
 		mux.ServeHTTP(rec, r.WithContext(ctx))
-		s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "status", rec.status, "tenant", tenant,
-			"sub", who.Sub, "ms", s.clock.Now().Sub(began).Milliseconds())
+		now := s.clock.Now()
+		s.rec.Request(now, routeKind(pattern), now.Sub(began), rec.status)
+		if debug {
+			s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "status", rec.status, "tenant", tenant,
+				"sub", who.Sub, "ms", now.Sub(began).Milliseconds())
+		}
 	})
 }
 
@@ -468,6 +484,7 @@ func (s *Server) storeError(w http.ResponseWriter, r *http.Request, op string, e
 		return
 	}
 	s.stats.dbErrors.Add(1)
+	s.rec.DBError(s.clock.Now())
 	if store.Unavailable(err) {
 		s.log.Warn("database unavailable", "op", op, "err", err)
 		writeError(w, http.StatusServiceUnavailable, "database unavailable: "+err.Error())

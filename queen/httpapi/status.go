@@ -103,20 +103,77 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 		top[i] = map[string]any{"error": e.Error, "count": e.Count}
 	}
 	bm := bucketMinutes(to.Sub(from))
+	buckets, err := s.queueBuckets(r, from, to, bm)
+	if err != nil {
+		s.storeError(w, r, "status", err)
+		return
+	}
+	minutes, err := s.store.BrokerMinutes(r.Context(), "", from, to)
+	if err != nil {
+		s.storeError(w, r, "status", err)
+		return
+	}
+	points := clusterBuckets(buckets, minutes, bm)
+	throughput := make([]map[string]any, 0, len(points))
+	var sum clusterBucket
+	for i := len(points) - 1; i >= 0; i-- { // newest first
+		throughput = append(throughput, throughputPoint(points[i], bm))
+		sum.add(points[i])
+	}
+	workers := []map[string]any{}
+	for _, b := range brokerBuckets(minutes, bm) {
+		workers = append(workers, map[string]any{"hostname": b.hostname, "port": b.port, "workerId": b.id,
+			"requests": b.requests, "lastSeen": msTime(&b.last)})
+	}
+	statsAge := -1.0
+	if len(minutes) > 0 {
+		statsAge = max(s.clock.Now().Sub(minutes[len(minutes)-1].Minute.Add(time.Minute)).Seconds(), 0)
+	}
 	writeJSON(w, http.StatusOK, map[string]any{
-		"timeRange": map[string]any{"from": msTime(&from), "to": msTime(&to)}, "bucketMinutes": bm, "pointCount": 0,
-		"throughput": []any{}, "queues": queues,
+		"timeRange": map[string]any{"from": msTime(&from), "to": msTime(&to)}, "bucketMinutes": bm, "pointCount": len(throughput),
+		"throughput": throughput, "queues": queues,
 		"messages": map[string]any{"total": total, "pending": pending, "processing": 0,
 			"completed": max(total-pending-dlq.Total, 0), "failed": 0, "deadLetter": dlq.Total,
 			"requests":        map[string]any{"push": s.stats.pushRequests.Load(), "pop": s.stats.popRequests.Load(), "ack": s.stats.ackRequests.Load()},
-			"batchEfficiency": map[string]any{"push": 0, "pop": 0, "ack": 0}},
+			"batchEfficiency": batchEfficiency(sum.q)},
 		"leases": map[string]any{"active": leases.Active, "partitionsWithLeases": leases.Partitions,
 			"totalBatchSize": leases.BatchSize, "totalAcked": leases.Acked},
 		"deadLetterQueue": map[string]any{"totalMessages": dlq.Total, "affectedPartitions": dlq.Partitions, "topErrors": top},
-		"workers":         []any{},
-		"errors":          map[string]any{"dbErrors": s.stats.dbErrors.Load(), "ackFailed": 0, "dlqMessages": dlq.Total},
-		"statsAge":        0,
+		"workers":         workers,
+		"errors":          map[string]any{"dbErrors": sum.dbErrors, "ackFailed": sum.q.AckFailed, "dlqMessages": dlq.Total},
+		"statsAge":        statsAge,
 	})
+}
+
+// throughputPoint is one bucket of status.throughput.
+func throughputPoint(p clusterBucket, bm int) map[string]any {
+	secs := float64(bm * 60)
+	brokers := float64(max(len(p.brokers), 1))
+	return map[string]any{"timestamp": msTime(&p.at), "ingested": p.q.PushMessages, "processed": p.q.AckSuccess,
+		"popMessages": p.q.PopMessages, "ingestedPerSecond": perSecond(p.q.PushMessages, bm),
+		"processedPerSecond": perSecond(p.q.AckSuccess, bm), "popPerSecond": perSecond(p.q.PopMessages, bm),
+		"avgLagMs": avgLag(p.q.LagSumMs, p.q.LagCount), "maxLagMs": p.q.LagMaxMs,
+		"avgEventLoopLagMs": 0, "maxEventLoopLagMs": 0, "minFreeSlots": 0,
+		"dbErrors": p.dbErrors, "ackFailed": p.q.AckFailed, "dlqCount": p.q.DLQ,
+		// CPU as a percent of one core, the brokers' mean.
+		"queenCpuUserPct": float64(p.cpuUserUs) / 1e6 / secs / brokers * 100,
+		"queenCpuSysPct":  float64(p.cpuSysUs) / 1e6 / secs / brokers * 100,
+		"queenRssMb":      p.rssBytes / (1 << 20),
+		"dbPoolActive":    p.poolActive, "dbPoolIdle": p.poolIdle, "dbPoolSize": p.poolSize,
+		"avgLatencyMs": p.avgLatency(), "p99LatencyMs": p.p99Latency}
+}
+
+// batchEfficiency is messages per request over the window: per push, per
+// pop (empty pops included) and per ack request.
+func batchEfficiency(q store.QueueBucket) map[string]any {
+	ratio := func(n, d int64) float64 {
+		if d == 0 {
+			return 0
+		}
+		return float64(n) / float64(d)
+	}
+	return map[string]any{"push": ratio(q.PushMessages, q.PushRequests), "pop": ratio(q.PopMessages, q.PopRequests),
+		"ack": ratio(q.AckSuccess+q.AckFailed, q.AckRequests)}
 }
 
 // statusQueues is GET /api/v1/status/queues?namespace&task&limit&offset.
@@ -174,6 +231,7 @@ func (s *Server) statusQueue(w http.ResponseWriter, r *http.Request) {
 		parts[i] = map[string]any{"id": p.ID, "name": p.Name, "createdAt": msTime(&p.CreatedAt), "messages": c, "stats": c,
 			"pending": p.Pending, "total": p.Messages, "lastActivity": msTime(p.LastMessageAt), "newestMessage": msTime(p.LastMessageAt),
 			"oldestMessage": msTime(p.OldestAt),
+			"cursor":        map[string]any{"totalConsumed": p.TotalConsumed, "batchesConsumed": p.BatchesConsumed},
 			// queenctl's partition list reads these flat.
 			"processing": c["processing"], "completed": c["completed"], "failed": 0, "dlq": p.DLQ}
 	}

@@ -49,54 +49,71 @@ func (s *Store) RetentionSeries(ctx context.Context, tenant, queue string, from,
 const ratio = `round(CASE WHEN (%[1]s) + (%[2]s) = 0 THEN 0 ELSE (%[1]s)::numeric / ((%[1]s) + (%[2]s)) * 100 END, 2)`
 
 // postgresStatsSQL reads PostgreSQL's own statistics views for this
-// database and the queen schema into one document
-// (contract-admin.md 4.7, postgres-stats). pg_buffercache is not assumed,
-// so bufferUsage is empty.
+// database and the queen schema into one document, with the field names
+// Queen's broker answers and its dashboard reads (contract-admin.md 4.7,
+// postgres-stats): cacheHitRatio, diskReads and cacheHits per table and
+// index, cacheSummary.tables and .indexes, deadPercentage, totalUpdates and
+// hotUpdatePercentage, sharedBuffersSize, tableSize and indexSize (sizes
+// pretty-printed, with the bytes beside them). database is the database's
+// name; databaseStats holds what this broker adds. pg_buffercache is not
+// assumed, so bufferUsage is empty.
 var postgresStatsSQL = `
 SELECT jsonb_build_object(
 	'timestamp', to_char(coalesce($1::timestamptz, now()) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
-	'database', (SELECT jsonb_build_object('name', d.datname, 'sizeBytes', pg_database_size(d.datid),
+	'database', current_database(),
+	'databaseStats', (SELECT jsonb_build_object('name', d.datname, 'sizeBytes', pg_database_size(d.datid),
 		'size', pg_size_pretty(pg_database_size(d.datid)), 'connections', d.numbackends,
 		'commits', d.xact_commit, 'rollbacks', d.xact_rollback, 'deadlocks', d.deadlocks, 'conflicts', d.conflicts,
 		'tuplesReturned', d.tup_returned, 'tuplesFetched', d.tup_fetched, 'tuplesInserted', d.tup_inserted,
 		'tuplesUpdated', d.tup_updated, 'tuplesDeleted', d.tup_deleted, 'tempFiles', d.temp_files, 'tempBytes', d.temp_bytes)
 		FROM pg_stat_database d WHERE d.datname = current_database()),
-	'databaseCache', (SELECT jsonb_build_object('blocksRead', d.blks_read, 'blocksHit', d.blks_hit,
-		'hitRatio', ` + fmt.Sprintf(ratio, "d.blks_hit", "d.blks_read") + `)
+	'databaseCache', (SELECT jsonb_build_object('database', d.datname, 'diskReads', d.blks_read, 'cacheHits', d.blks_hit,
+		'cacheHitRatio', ` + fmt.Sprintf(ratio, "d.blks_hit", "d.blks_read") + `)
 		FROM pg_stat_database d WHERE d.datname = current_database()),
-	'tableCache', coalesce((SELECT jsonb_agg(jsonb_build_object('table', t.relname, 'heapRead', t.heap_blks_read,
-		'heapHit', t.heap_blks_hit, 'hitRatio', ` + fmt.Sprintf(ratio, "t.heap_blks_hit", "t.heap_blks_read") + `) ORDER BY t.relname)
+	'tableCache', coalesce((SELECT jsonb_agg(jsonb_build_object('schema', t.schemaname, 'table', t.relname,
+		'diskReads', t.heap_blks_read, 'cacheHits', t.heap_blks_hit,
+		'cacheHitRatio', ` + fmt.Sprintf(ratio, "t.heap_blks_hit", "t.heap_blks_read") + `) ORDER BY t.heap_blks_read DESC, t.relname)
 		FROM pg_statio_user_tables t WHERE t.schemaname = 'queen'), '[]'),
-	'indexCache', coalesce((SELECT jsonb_agg(jsonb_build_object('index', i.indexrelname, 'table', i.relname,
-		'indexRead', i.idx_blks_read, 'indexHit', i.idx_blks_hit, 'hitRatio', ` + fmt.Sprintf(ratio, "i.idx_blks_hit", "i.idx_blks_read") + `) ORDER BY i.indexrelname)
+	'indexCache', coalesce((SELECT jsonb_agg(jsonb_build_object('schema', i.schemaname, 'index', i.indexrelname, 'table', i.relname,
+		'diskReads', i.idx_blks_read, 'cacheHits', i.idx_blks_hit,
+		'cacheHitRatio', ` + fmt.Sprintf(ratio, "i.idx_blks_hit", "i.idx_blks_read") + `) ORDER BY i.idx_blks_read DESC, i.indexrelname)
 		FROM pg_statio_user_indexes i WHERE i.schemaname = 'queen'), '[]'),
-	'cacheSummary', (SELECT jsonb_build_object(
-		'tableHitRatio', ` + fmt.Sprintf(ratio, "coalesce(sum(t.heap_blks_hit), 0)", "coalesce(sum(t.heap_blks_read), 0)") + `,
-		'indexHitRatio', (SELECT ` + fmt.Sprintf(ratio, "coalesce(sum(i.idx_blks_hit), 0)", "coalesce(sum(i.idx_blks_read), 0)") + `
-			FROM pg_statio_user_indexes i WHERE i.schemaname = 'queen'))
-		FROM pg_statio_user_tables t WHERE t.schemaname = 'queen'),
-	'deadTuples', coalesce((SELECT jsonb_agg(jsonb_build_object('table', t.relname, 'liveTuples', t.n_live_tup,
-		'deadTuples', t.n_dead_tup, 'deadRatio', ` + fmt.Sprintf(ratio, "t.n_dead_tup", "t.n_live_tup") + `,
+	'cacheSummary', jsonb_build_object(
+		'tables', (SELECT jsonb_build_object('diskReads', coalesce(sum(t.heap_blks_read), 0), 'cacheHits', coalesce(sum(t.heap_blks_hit), 0),
+			'hitRatio', ` + fmt.Sprintf(ratio, "coalesce(sum(t.heap_blks_hit), 0)", "coalesce(sum(t.heap_blks_read), 0)") + `)
+			FROM pg_statio_user_tables t WHERE t.schemaname = 'queen'),
+		'indexes', (SELECT jsonb_build_object('diskReads', coalesce(sum(i.idx_blks_read), 0), 'cacheHits', coalesce(sum(i.idx_blks_hit), 0),
+			'hitRatio', ` + fmt.Sprintf(ratio, "coalesce(sum(i.idx_blks_hit), 0)", "coalesce(sum(i.idx_blks_read), 0)") + `)
+			FROM pg_statio_user_indexes i WHERE i.schemaname = 'queen')),
+	'deadTuples', coalesce((SELECT jsonb_agg(jsonb_build_object('schema', t.schemaname, 'table', t.relname, 'liveTuples', t.n_live_tup,
+		'deadTuples', t.n_dead_tup, 'deadPercentage', round(CASE WHEN t.n_live_tup = 0 THEN 0 ELSE t.n_dead_tup::numeric / t.n_live_tup * 100 END, 2),
 		'lastVacuum', t.last_vacuum, 'lastAutovacuum', t.last_autovacuum) ORDER BY t.n_dead_tup DESC, t.relname)
 		FROM pg_stat_user_tables t WHERE t.schemaname = 'queen'), '[]'),
-	'hotUpdates', coalesce((SELECT jsonb_agg(jsonb_build_object('table', t.relname, 'updates', t.n_tup_upd,
-		'hotUpdates', t.n_tup_hot_upd, 'hotRatio', ` + fmt.Sprintf(ratio, "t.n_tup_hot_upd", "(t.n_tup_upd - t.n_tup_hot_upd)") + `) ORDER BY t.relname)
+	'hotUpdates', coalesce((SELECT jsonb_agg(jsonb_build_object('schema', t.schemaname, 'table', t.relname, 'totalUpdates', t.n_tup_upd,
+		'hotUpdates', t.n_tup_hot_upd,
+		'hotUpdatePercentage', round(CASE WHEN t.n_tup_upd = 0 THEN 0 ELSE t.n_tup_hot_upd::numeric / t.n_tup_upd * 100 END, 2))
+		ORDER BY t.n_tup_upd DESC, t.relname)
 		FROM pg_stat_user_tables t WHERE t.schemaname = 'queen'), '[]'),
 	'activeQueries', coalesce((SELECT jsonb_agg(jsonb_build_object('pid', a.pid, 'state', a.state,
 		'applicationName', a.application_name, 'waitEventType', a.wait_event_type, 'waitEvent', a.wait_event,
+		'duration', extract(epoch FROM coalesce($1::timestamptz, now()) - a.query_start),
 		'durationMs', round(extract(epoch FROM coalesce($1::timestamptz, now()) - a.query_start) * 1000), 'query', left(a.query, 200)) ORDER BY a.query_start)
 		FROM pg_stat_activity a WHERE a.datname = current_database() AND a.state IS DISTINCT FROM 'idle'
 			AND a.pid <> pg_backend_pid()), '[]'),
 	'autovacuumStatus', coalesce((SELECT jsonb_agg(jsonb_build_object('table', t.relname, 'lastAutovacuum', t.last_autovacuum,
-		'lastAutoanalyze', t.last_autoanalyze, 'autovacuumCount', t.autovacuum_count, 'autoanalyzeCount', t.autoanalyze_count)
-		ORDER BY t.relname) FROM pg_stat_user_tables t WHERE t.schemaname = 'queen'), '[]'),
-	'bufferConfig', jsonb_build_object('sharedBuffers', current_setting('shared_buffers'),
+		'lastAutoanalyze', t.last_autoanalyze, 'deadTuples', t.n_dead_tup, 'autovacuumCount', t.autovacuum_count,
+		'autoanalyzeCount', t.autoanalyze_count) ORDER BY t.n_dead_tup DESC, t.relname)
+		FROM pg_stat_user_tables t WHERE t.schemaname = 'queen'), '[]'),
+	'bufferConfig', jsonb_build_object('sharedBuffers', (SELECT setting FROM pg_settings WHERE name = 'shared_buffers'),
+		'sharedBuffersSize', current_setting('shared_buffers'),
 		'effectiveCacheSize', current_setting('effective_cache_size'), 'workMem', current_setting('work_mem'),
 		'maintenanceWorkMem', current_setting('maintenance_work_mem')),
 	'bufferUsage', '[]'::jsonb,
-	'tableSizes', coalesce((SELECT jsonb_agg(jsonb_build_object('table', c.relname, 'totalBytes', pg_total_relation_size(c.oid),
-		'tableBytes', pg_relation_size(c.oid), 'indexBytes', pg_indexes_size(c.oid),
-		'totalSize', pg_size_pretty(pg_total_relation_size(c.oid))) ORDER BY pg_total_relation_size(c.oid) DESC, c.relname)
+	'tableSizes', coalesce((SELECT jsonb_agg(jsonb_build_object('table', c.relname,
+		'totalSize', pg_size_pretty(pg_total_relation_size(c.oid)), 'totalSizeBytes', pg_total_relation_size(c.oid),
+		'tableSize', pg_size_pretty(pg_relation_size(c.oid)), 'tableSizeBytes', pg_relation_size(c.oid),
+		'indexSize', pg_size_pretty(pg_indexes_size(c.oid)), 'indexSizeBytes', pg_indexes_size(c.oid))
+		ORDER BY pg_total_relation_size(c.oid) DESC, c.relname)
 		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'queen' AND c.relkind = 'r'), '[]'))`
 
 // PostgresStats reads the database's statistics views as one document.

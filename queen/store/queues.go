@@ -225,16 +225,18 @@ type QueueInfo struct {
 
 // PartitionInfo is a partition with its counts.
 type PartitionInfo struct {
-	ID            string
-	Name          string
-	Messages      int64
-	Pending       int64      // beyond the queue-mode cursor
-	Processing    int64      // of those, under a live queue-mode lease
-	DLQ           int64      // dead-lettered by any group
-	QueueDLQ      int64      // dead-lettered in queue mode (the cursor passed them)
-	OldestAt      *time.Time // the oldest stored message (nil: none)
-	LastMessageAt *time.Time
-	CreatedAt     time.Time
+	ID         string
+	Name       string
+	Messages   int64
+	Pending    int64 // beyond the cursor furthest along (any group)
+	Processing int64 // under a live queue-mode lease
+	DLQ        int64 // dead-lettered by any group
+	QueueDLQ   int64 // dead-lettered by the group furthest along (its cursor passed them)
+	// TotalConsumed and BatchesConsumed are the furthest cursor's counts.
+	TotalConsumed, BatchesConsumed int64
+	OldestAt                       *time.Time // the oldest stored message (nil: none)
+	LastMessageAt                  *time.Time
+	CreatedAt                      time.Time
 }
 
 // ListQueues lists the tenant's queues with counts.
@@ -313,16 +315,25 @@ func (s *Store) GetQueue(ctx context.Context, tenant, name string) (QueueInfo, e
 const queuePartitionsSQL = `
 SELECT p.queue_id, p.id, p.name, p.created_at, p.last_message_at,
 	p.appended - coalesce((SELECT d.n FROM queen.message_deletes d WHERE d.partition_id = p.id), 0),
-	(SELECT count(*) FROM queen.messages m WHERE m.partition_id = p.id AND m.seq > coalesce(pc.last_consumed_seq, 0)),
+	(SELECT count(*) FROM queen.messages m WHERE m.partition_id = p.id AND m.seq > coalesce(f.last_consumed_seq, 0)),
 	CASE WHEN pc.lease_expires_at > coalesce($2::timestamptz, now()) THEN
 		(SELECT count(*) FROM queen.messages m WHERE m.partition_id = p.id
 			AND m.seq > pc.last_consumed_seq AND m.seq <= pc.lease_max_seq) ELSE 0 END,
 	(SELECT coalesce(sum(c.n), 0)::bigint FROM queen.dlq_counts c WHERE c.partition_id = p.id),
-	(SELECT coalesce(sum(c.n), 0)::bigint FROM queen.dlq_counts c WHERE c.partition_id = p.id AND c.consumer_group = '__QUEUE_MODE__'),
-	(SELECT m.created_at FROM queen.messages m WHERE m.partition_id = p.id ORDER BY m.seq LIMIT 1)
+	(SELECT coalesce(sum(c.n), 0)::bigint FROM queen.dlq_counts c WHERE c.partition_id = p.id AND c.consumer_group = coalesce(f.consumer_group, '__QUEUE_MODE__')),
+	(SELECT m.created_at FROM queen.messages m WHERE m.partition_id = p.id ORDER BY m.seq LIMIT 1),
+	coalesce(f.total_messages_consumed, 0), coalesce(f.total_batches_consumed, 0)
 FROM queen.partitions p
 LEFT JOIN queen.partition_consumers pc ON pc.partition_id = p.id AND pc.consumer_group = '__QUEUE_MODE__'
+LEFT JOIN LATERAL (` + furthestCursorSQL + `) f ON true
 WHERE p.queue_id = ANY($1::uuid[]) ORDER BY p.queue_id, p.name`
+
+// furthestCursorSQL is partition p's cursor furthest along, of any group
+// (queue mode is one): what is consumed and pending is counted by it, as
+// Queen counts per group and shows each partition's maximum.
+const furthestCursorSQL = `SELECT c.consumer_group, c.last_consumed_seq, c.total_messages_consumed, c.total_batches_consumed
+	FROM queen.partition_consumers c WHERE c.partition_id = p.id
+	ORDER BY c.last_consumed_seq DESC, c.consumer_group LIMIT 1`
 
 // queueInfos counts the partitions of every queue of qs in one statement.
 func queueInfos(ctx context.Context, tx pgx.Tx, qs []Queue, now time.Time) ([]QueueInfo, error) {
@@ -342,7 +353,7 @@ func queueInfos(ctx context.Context, tx pgx.Tx, qs []Queue, now time.Time) ([]Qu
 		var qid string
 		var p PartitionInfo
 		if err := rows.Scan(&qid, &p.ID, &p.Name, &p.CreatedAt, &p.LastMessageAt, &p.Messages, &p.Pending, &p.Processing,
-			&p.DLQ, &p.QueueDLQ, &p.OldestAt); err != nil {
+			&p.DLQ, &p.QueueDLQ, &p.OldestAt, &p.TotalConsumed, &p.BatchesConsumed); err != nil {
 			return nil, err
 		}
 		info := byID[qid]
@@ -365,17 +376,17 @@ func queueInfos(ctx context.Context, tx pgx.Tx, qs []Queue, now time.Time) ([]Qu
 const queueSummariesSQL = `
 SELECT p.queue_id, count(*)::int,
 	coalesce(sum(p.appended - coalesce(d.n, 0)), 0)::bigint,
-	coalesce(sum(CASE WHEN p.last_seq > coalesce(pc.last_consumed_seq, 0) THEN
-		(SELECT count(*) FROM queen.messages m WHERE m.partition_id = p.id AND m.seq > coalesce(pc.last_consumed_seq, 0)) END), 0)::bigint,
+	coalesce(sum(CASE WHEN p.last_seq > coalesce(f.last_consumed_seq, 0) THEN
+		(SELECT count(*) FROM queen.messages m WHERE m.partition_id = p.id AND m.seq > coalesce(f.last_consumed_seq, 0)) END), 0)::bigint,
 	coalesce(sum(CASE WHEN pc.lease_expires_at > coalesce($2::timestamptz, now()) AND pc.lease_max_seq > pc.last_consumed_seq THEN
 		(SELECT count(*) FROM queen.messages m WHERE m.partition_id = p.id
 			AND m.seq > pc.last_consumed_seq AND m.seq <= pc.lease_max_seq) END), 0)::bigint,
-	coalesce(sum(c.n), 0)::bigint, coalesce(sum(c.queue_mode), 0)::bigint
+	coalesce(sum((SELECT sum(c.n) FROM queen.dlq_counts c WHERE c.partition_id = p.id)), 0)::bigint,
+	coalesce(sum((SELECT c.n FROM queen.dlq_counts c WHERE c.partition_id = p.id AND c.consumer_group = coalesce(f.consumer_group, '__QUEUE_MODE__'))), 0)::bigint
 FROM queen.partitions p
 LEFT JOIN queen.partition_consumers pc ON pc.partition_id = p.id AND pc.consumer_group = '__QUEUE_MODE__'
+LEFT JOIN LATERAL (` + furthestCursorSQL + `) f ON true
 LEFT JOIN queen.message_deletes d ON d.partition_id = p.id
-LEFT JOIN (SELECT c.partition_id, sum(c.n) AS n, sum(c.n) FILTER (WHERE c.consumer_group = '__QUEUE_MODE__') AS queue_mode
-	FROM queen.dlq_counts c GROUP BY 1) c ON c.partition_id = p.id
 WHERE p.queue_id = ANY($1::uuid[]) GROUP BY p.queue_id`
 
 // queueSummaries counts every queue of qs in one statement, without
