@@ -27,6 +27,7 @@ import (
 	"github.com/queen-go/queen/queen/clock"
 	"github.com/queen-go/queen/queen/config"
 	"github.com/queen-go/queen/queen/crypt"
+	"github.com/queen-go/queen/queen/dashboard"
 	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/limits"
 	"github.com/queen-go/queen/queen/maintenance"
@@ -250,6 +251,8 @@ func (s *Server) routes() []route {
 		{"POST /api/v1/system/maintenance/pop", auth.Admin, s.setPopMaintenance},
 		{"GET /api/v1/status/buffers", auth.ReadOnly, s.bufferStatus},
 		{"GET /api/v1/system/shared-state", auth.Admin, s.getSharedState},
+		{"GET /api/v1/system/cluster", auth.ReadOnly, s.cluster},
+		{"GET /api/v1/session", auth.ReadOnly, s.session},
 		{"POST /api/v1/timers", auth.Produce, s.timers},
 		{"GET /api/v1/timers/{queue}", auth.ReadOnly, s.listTimers},
 		{"GET /api/v1/timers/{queue}/{timerKey...}", auth.ReadOnly, s.peekTimer},
@@ -300,6 +303,26 @@ func (s *Server) routes() []route {
 		{"GET /health", auth.Public, s.health},
 		{"GET /metrics", auth.Metrics, s.metrics},
 		{"GET /metrics/prometheus", auth.Metrics, s.prometheus},
+		{"GET /dashboard", auth.Public, func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, "/dashboard/", http.StatusMovedPermanently)
+		}},
+		{"GET /dashboard/", auth.Public, dashboard.Handler("/dashboard/").ServeHTTP},
+	}
+}
+
+// externalDashboard serves QUEEN_DASHBOARD_DIR at every GET path no route
+// claims, with history-mode fallback; API paths keep their JSON 404.
+func (s *Server) externalDashboard() http.HandlerFunc {
+	dir := dashboard.Dir(s.cfg.DashboardDir)
+	return func(w http.ResponseWriter, r *http.Request) {
+		for _, api := range []string{"/api/", "/streams/", "/metrics", "/health"} {
+			if strings.HasPrefix(r.URL.Path, api) {
+				writeJSON(w, http.StatusNotFound, map[string]string{"error": fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path),
+					"code": "no_such_route"})
+				return
+			}
+		}
+		dir.ServeHTTP(w, r)
 	}
 }
 
@@ -307,7 +330,11 @@ func (s *Server) routes() []route {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	levels := map[string]auth.Level{}
-	for _, rt := range s.routes() {
+	rts := s.routes()
+	if s.cfg.DashboardDir != "" {
+		rts = append(rts, route{"GET /", auth.Public, s.externalDashboard()})
+	}
+	for _, rt := range rts {
 		mux.HandleFunc(rt.pattern, rt.handle)
 		levels[rt.pattern] = rt.level
 	}

@@ -3,6 +3,9 @@ package httpapi
 import (
 	"context"
 	"net/http"
+	"strings"
+
+	"github.com/queen-go/queen/queen/auth"
 
 	"github.com/queen-go/queen/queen/store"
 )
@@ -143,6 +146,11 @@ func (s *Server) bufferStatus(w http.ResponseWriter, r *http.Request) {
 	if s.spool != nil {
 		body["dir"] = s.spool.Dir()
 	}
+	if s.spool != nil {
+		if q, err := s.spool.Quarantined(); err == nil {
+			body["quarantined"] = q
+		}
+	}
 	if s.drainer != nil {
 		body["replayedFiles"] = s.drainer.Replayed.Load()
 		body["quarantinedFiles"] = s.drainer.Quarantined.Load()
@@ -160,4 +168,60 @@ func (s *Server) getSharedState(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, s.sharedState())
+}
+
+// session is GET /api/v1/session: who the caller is and what it may do,
+// so a dashboard shows only the actions its token may take (the routes
+// refuse the others anyway).
+func (s *Server) session(w http.ResponseWriter, r *http.Request) {
+	p, _ := r.Context().Value(principalKey).(auth.Principal)
+	canWrite, canAdmin := s.auth.Allows(p, auth.ReadWrite), s.auth.Allows(p, auth.Admin)
+	level := "read-only"
+	switch {
+	case canAdmin:
+		level = "admin"
+	case canWrite:
+		level = "read-write"
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"authEnabled": s.auth != nil, "sub": p.Sub, "tenant": tenantOf(r),
+		"level": level, "canWrite": canWrite, "canAdmin": canAdmin, "serverId": s.cfg.ServerID})
+}
+
+// cluster is GET /api/v1/system/cluster: the brokers that recorded a
+// minute lately, the leader locks and their holders, this broker's mesh
+// links (admins only), and the tenant's timers and KV namespaces.
+func (s *Server) cluster(w http.ResponseWriter, r *http.Request) {
+	v, err := s.store.Cluster(r.Context(), tenantOf(r))
+	if err != nil {
+		s.storeError(w, r, "cluster", err)
+		return
+	}
+	brokers := []map[string]any{}
+	for _, b := range v.Brokers {
+		brokers = append(brokers, map[string]any{"workerId": b.ID, "hostname": b.Hostname, "port": b.Port,
+			"lastMinute": msTime(&b.LastMinute), "requests": b.Requests, "self": b.ID == s.cfg.ServerID})
+	}
+	leaders := []map[string]any{}
+	for _, l := range v.Leaders {
+		leaders = append(leaders, map[string]any{"name": l.Name, "lock": l.Lock, "holder": nullable(strings.TrimPrefix(l.Holder, "queen:"))})
+	}
+	timers := []map[string]any{}
+	for _, t := range v.Timers {
+		timers = append(timers, map[string]any{"queue": t.Queue, "timers": t.Timers, "nextAt": msTime(&t.NextAt)})
+	}
+	kv := []map[string]any{}
+	for _, k := range v.KVNamespaces {
+		kv = append(kv, map[string]any{"namespace": k.Namespace, "keys": k.Keys, "capped": k.Capped})
+	}
+	// The mesh's links name hosts and ports: admins only, as on
+	// /api/v1/system/shared-state.
+	var mesh any
+	if p, _ := r.Context().Value(principalKey).(auth.Principal); s.auth.Allows(p, auth.Admin) {
+		mesh = map[string]any{"enabled": false, "server_id": s.cfg.ServerID, "peers": []any{}}
+		if s.sharedState != nil {
+			mesh = s.sharedState()
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"serverId": s.cfg.ServerID, "brokers": brokers, "leaders": leaders,
+		"mesh": mesh, "timers": timers, "kvNamespaces": kv})
 }

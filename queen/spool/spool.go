@@ -454,3 +454,42 @@ func (s *Spool) SetPaused(p bool) error {
 
 // Close finalizes the active file.
 func (s *Spool) Close() error { return s.Finalize() }
+
+// QuarantinedFile is a spool file the drain set aside, with what
+// PostgreSQL refused in it (the reasons file the drain wrote beside it).
+type QuarantinedFile struct {
+	Name    string     `json:"name"`
+	Reasons []Rejected `json:"reasons"`
+}
+
+// maxReasonsShown bounds the reasons read per quarantined file.
+const maxReasonsShown = 100
+
+// Quarantined lists the quarantined files, oldest first, each with up to
+// maxReasonsShown reasons.
+func (s *Spool) Quarantined() ([]QuarantinedFile, error) {
+	names, err := s.o.FS.List(s.FailedDir())
+	if err != nil {
+		return nil, err
+	}
+	out := []QuarantinedFile{}
+	for _, name := range names {
+		if strings.HasSuffix(name, reasonsSuffix) {
+			continue
+		}
+		q := QuarantinedFile{Name: name, Reasons: []Rejected{}}
+		if f, err := s.o.FS.Open(filepath.Join(s.FailedDir(), strings.TrimSuffix(name, ".buf")+reasonsSuffix)); err == nil {
+			dec := json.NewDecoder(f)
+			for len(q.Reasons) < maxReasonsShown {
+				var r Rejected
+				if dec.Decode(&r) != nil {
+					break
+				}
+				q.Reasons = append(q.Reasons, r)
+			}
+			_ = f.Close()
+		}
+		out = append(out, q)
+	}
+	return out, nil
+}

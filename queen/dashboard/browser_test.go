@@ -1,0 +1,357 @@
+package dashboard_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/queen-go/queen/queen/analytics"
+	"github.com/queen-go/queen/queen/auth"
+	"github.com/queen-go/queen/queen/clock"
+	"github.com/queen-go/queen/queen/config"
+	"github.com/queen-go/queen/queen/httpapi"
+	"github.com/queen-go/queen/queen/ids"
+	"github.com/queen-go/queen/queen/store"
+	"github.com/queen-go/queen/queen/store/storetest"
+	"github.com/queen-go/queen/queen/waker"
+)
+
+// chromium finds the browser: QUEEN_CHROMIUM, else Debian's chromium. Without
+// one the test skips, or fails when QUEEN_REQUIRE_CHROMIUM is set (CI).
+func chromium(t *testing.T) string {
+	for _, name := range []string{os.Getenv("QUEEN_CHROMIUM"), "chromium", "chromium-browser", "google-chrome"} {
+		if name == "" {
+			continue
+		}
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	why := "no Chromium here (apt-get install chromium, or set QUEEN_CHROMIUM): the dashboard's browser test needs one; CI installs it"
+	if os.Getenv("QUEEN_REQUIRE_CHROMIUM") != "" {
+		t.Fatal(why + " (QUEEN_REQUIRE_CHROMIUM is set)")
+	}
+	t.Skip(why)
+	return ""
+}
+
+// shots is the folder the screenshots go to: QUEEN_SCREENSHOT_DIR, else
+// one under the system's temporary folder.
+func shots(t *testing.T) string {
+	dir := os.Getenv("QUEEN_SCREENSHOT_DIR")
+	if dir == "" {
+		dir = filepath.Join(os.TempDir(), "queen-dashboard-shots")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func bearer(t *testing.T, sub, role string) string {
+	t.Helper()
+	s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": sub, "role": role,
+		"exp": time.Now().Add(time.Hour).Unix()}).SignedString([]byte("dash-secret"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// broker is a broker's HTTP API with JWT on, over a real PostgreSQL.
+type broker struct {
+	t     *testing.T
+	url   string
+	store *store.Store
+	rec   *analytics.Recorder
+	admin string
+}
+
+func newBroker(t *testing.T) *broker {
+	cfg := config.Default()
+	cfg.ServerID = "dash-test"
+	cfg.JWTEnabled, cfg.JWT.Secret = true, "dash-secret"
+	authn, err := auth.New(cfg.JWT, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idSrc := ids.NewSource(clock.Real{}, nil)
+	st := store.New(storetest.Pool(t), store.Options{IDs: idSrc, TxTimeout: 10 * time.Second})
+	rec := analytics.NewRecorder(0)
+	srv := httpapi.New(httpapi.Options{Config: cfg, Store: st, Analytics: rec, Clock: clock.Real{}, Waker: waker.New(),
+		IDs: idSrc, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Auth: authn})
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(ts.Close)
+	return &broker{t: t, url: ts.URL, store: st, rec: rec, admin: bearer(t, "root", "admin")}
+}
+
+func (b *broker) call(method, path, body, token string) (int, string) {
+	b.t.Helper()
+	req, err := http.NewRequest(method, b.url+path, strings.NewReader(body))
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+token)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	out, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(out)
+}
+
+func (b *broker) must(method, path, body string) string {
+	b.t.Helper()
+	code, out := b.call(method, path, body, b.admin)
+	if code >= 300 {
+		b.t.Fatalf("%s %s: %d %s", method, path, code, out)
+	}
+	return out
+}
+
+// traffic fills the broker: a queue with two partitions, pops and acks
+// (two dead-lettered), a group, a timer and KV keys; then the minute is
+// flushed so the charts have points.
+func (b *broker) traffic() {
+	b.must("POST", "/api/v1/configure", `{"queue":"orders","options":{"retryLimit":0,"dlqAfterMaxRetries":true}}`)
+	var items []string
+	for i := range 20 {
+		items = append(items, fmt.Sprintf(`{"queue":"orders","partition":"p%d","transactionId":"o-%d","payload":{"n":%d}}`, i%2, i, i))
+	}
+	b.must("POST", "/api/v1/push", `{"items":[`+strings.Join(items, ",")+`]}`)
+	for range 2 {
+		var popped struct {
+			Messages []struct{ TransactionID, PartitionID, LeaseID string }
+		}
+		if err := json.Unmarshal([]byte(b.must("GET", "/api/v1/pop/queue/orders?batch=5", "")), &popped); err != nil || len(popped.Messages) == 0 {
+			b.t.Fatalf("pop: %+v %v", popped, err)
+		}
+		var acks []string
+		for i, m := range popped.Messages {
+			status := "completed"
+			if i == 0 {
+				status = "failed"
+			}
+			acks = append(acks, fmt.Sprintf(`{"transactionId":%q,"partitionId":%q,"leaseId":%q,"status":%q}`,
+				m.TransactionID, m.PartitionID, m.LeaseID, status))
+		}
+		b.must("POST", "/api/v1/ack/batch", `{"acknowledgments":[`+strings.Join(acks, ",")+`]}`)
+	}
+	b.must("GET", "/api/v1/pop/queue/orders?consumerGroup=billing&batch=4&autoAck=true", "")
+	b.must("POST", "/api/v1/timers", `{"operations":[{"op":"schedule","queue":"orders","timerKey":"later","txn":"t-later","delayMs":3600000,"payload":{}}]}`)
+	b.must("POST", "/api/v1/kv", `{"operations":[{"op":"put","ns":"settings","key":"a","value":1,"forever":true}]}`)
+	f := &analytics.Flusher{Recorder: b.rec, Store: b.store, Broker: "dash-test", Hostname: "localhost", Port: 6632,
+		Sample: analytics.ProcessSampler(nil), Clock: clock.Real{}}
+	if err := f.Close(context.Background()); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+// between returns every substring of s between open and close.
+func between(s, open, close string) []string {
+	var out []string
+	for {
+		i := strings.Index(s, open)
+		if i < 0 {
+			return out
+		}
+		s = s[i+len(open):]
+		j := strings.Index(s, close)
+		if j < 0 {
+			return out
+		}
+		out = append(out, s[:j])
+		s = s[j:]
+	}
+}
+
+// dlqTotal is the DLQ's total as the API reports it.
+func (b *broker) dlqTotal() string {
+	out := b.must("GET", "/api/v1/dlq?limit=1", "")
+	return strings.TrimSuffix(between(out, `"total":`, `,`)[0], "}")
+}
+
+var pages = []string{"overview", "queue/orders", "dlq", "groups", "maintenance", "spool", "cluster", "settings"}
+
+// The dashboard in headless Chromium, against a broker with data: every
+// page renders without a console error; the charts have points after
+// traffic; a DLQ retry through the UI moves the message back; a read-only
+// token sees no action button, and the route refuses the action anyway.
+// A screenshot of each page is written for review.
+func TestDashboardInABrowser(t *testing.T) {
+	exe := chromium(t)
+	b := newBroker(t)
+	b.traffic()
+	dir := shots(t)
+	t.Logf("screenshots in %s", dir)
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(exe), chromedp.NoSandbox,
+		chromedp.WindowSize(1280, 900), chromedp.Flag("disable-gpu", true))
+	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancel()
+	bctx, cancel := chromedp.NewContext(actx)
+	defer cancel()
+	if err := chromedp.Do(bctx); err != nil { // starts the browser, with no timeout on its context
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(bctx, 3*time.Minute)
+	defer cancel()
+
+	// Every console error or warning, uncaught exception and browser log
+	// error (a failed request among them) is a problem.
+	var mu sync.Mutex
+	var problems []string
+	watching := make(chan struct{})
+	messages := chromedp.Console(ctx)
+	go func() {
+		defer close(watching)
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			switch m.Type {
+			case chromedp.ConsoleError, chromedp.ConsoleWarning, chromedp.ConsoleException:
+				mu.Lock()
+				problems = append(problems, fmt.Sprintf("%s: %s (%s)", m.Type, m.Text, m.URL))
+				mu.Unlock()
+			}
+		}
+	}()
+	defer func() { cancel(); <-watching }()
+
+	eval := func(js string) int {
+		t.Helper()
+		n, err := chromedp.Run(ctx, chromedp.Evaluate[int](js))
+		if err != nil {
+			t.Fatalf("%s: %v", js, err)
+		}
+		return n
+	}
+	wait := func(what, js string) {
+		t.Helper()
+		for attempt := 0; ; attempt++ {
+			_, err := chromedp.Run(ctx, chromedp.Poll[bool](js, chromedp.WithPollingTimeout(30*time.Second)))
+			// Right after a navigation the poll may start in the page
+			// being left: its context is gone, so poll the new one.
+			if err != nil && attempt < 5 && strings.Contains(err.Error(), "Cannot find context") {
+				time.Sleep(200 * time.Millisecond)
+				continue
+			}
+			if err != nil {
+				t.Fatalf("waiting for %s: %v", what, err)
+			}
+			return
+		}
+	}
+	// visit opens a page as the given token and waits for a fresh render.
+	visit := func(token, page string, reload bool) {
+		t.Helper()
+		before := 0
+		if reload {
+			// Set the token on the origin before the app runs, so its
+			// first request already carries it.
+			if err := chromedp.Do(ctx, chromedp.Navigate(b.url+"/dashboard/style.css")); err != nil {
+				t.Fatal(err)
+			}
+			eval(fmt.Sprintf(`localStorage.setItem('queen.token', %q), 1`, token))
+			if err := chromedp.Do(ctx, chromedp.Navigate(b.url+"/dashboard/#/"+page)); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			before = eval(`+(document.body.dataset.renders || 0)`)
+			eval(fmt.Sprintf(`location.hash = %q, 1`, "#/"+page))
+		}
+		want := strings.SplitN(page, "/", 2)[0]
+		wait(page, fmt.Sprintf(`document.body.dataset.page === %q && +(document.body.dataset.renders || 0) > %d`, want, before))
+	}
+	shot := func(name string) {
+		t.Helper()
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := eval
+
+	// As an admin: every page, its failure box absent, a screenshot each.
+	for i, page := range pages {
+		visit(b.admin, page, i == 0)
+		if n := count(`document.body.dataset.failed ? 1 : 0`); n != 0 {
+			text, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("main")))
+			t.Fatalf("%s did not load: %s", page, text)
+		}
+		shot("admin-" + strings.ReplaceAll(page, "/", "-"))
+	}
+	visit(b.admin, "overview", false)
+	if n := count(`+document.querySelector('[data-chart="Throughput"]').dataset.points`); n == 0 {
+		t.Fatal("the overview's throughput chart has no points after traffic")
+	}
+	if n := count(`document.querySelectorAll('[data-chart="Throughput"] polyline, [data-chart="Throughput"] circle').length`); n == 0 {
+		t.Fatal("the throughput chart drew nothing")
+	}
+	visit(b.admin, "queue/orders", false)
+	if n := count(`+document.querySelector('[data-chart="Queue throughput"]').dataset.points`); n == 0 {
+		t.Fatal("the queue's chart has no points after traffic")
+	}
+
+	// A DLQ retry through the UI moves the message back to its queue.
+	before := b.dlqTotal()
+	visit(b.admin, "dlq", false)
+	if n := count(`document.querySelectorAll('button[data-action="retry"]').length`); n != 2 {
+		t.Fatalf("%d retry buttons for 2 dead letters", n)
+	}
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`button[data-action="retry"]`))); err != nil {
+		t.Fatalf("retry through the UI: %v", err)
+	}
+	wait("the retried row to leave the page", `document.querySelectorAll('button[data-action="retry"]').length === 1`)
+	if after := b.dlqTotal(); before != "2" || after != "1" {
+		t.Fatalf("DLQ total %s before the retry, %s after", before, after)
+	}
+	if out := b.must("GET", "/api/v1/messages?queue=orders&limit=200", ""); !strings.Contains(out, `"transactionId":"dlq:`) {
+		t.Fatalf("the retried message is not back in its queue: %s", out)
+	}
+	shot("admin-dlq-after-retry")
+
+	// As a read-only user: no action button on any page.
+	ro := bearer(t, "viewer", "read-only")
+	for i, page := range pages {
+		visit(ro, page, i == 0)
+		if n := count(`document.querySelectorAll('button.action').length`); n != 0 {
+			t.Errorf("read-only: %d action buttons on %s", n, page)
+		}
+		shot("readonly-" + strings.ReplaceAll(page, "/", "-"))
+	}
+	if n := count(`document.body.dataset.level === 'read-only' ? 1 : 0`); n != 1 {
+		t.Fatal("the session does not say read-only")
+	}
+	// The route refuses what the UI hides.
+	out := b.must("GET", "/api/v1/dlq?limit=1", "")
+	pid, tx := between(out, `"partitionId":"`, `"`)[0], between(out, `"transactionId":"`, `"`)[0]
+	if code, body := b.call("POST", "/api/v1/messages/"+pid+"/"+tx+"/retry", `{}`, ro); code != 403 {
+		t.Fatalf("a read-only retry: %d %s", code, body)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(problems) > 0 {
+		t.Fatalf("the browser reported:\n%s", strings.Join(problems, "\n"))
+	}
+}

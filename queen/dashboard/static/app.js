@@ -1,0 +1,401 @@
+// queen's dashboard: plain JavaScript, no build step, no library. Each page
+// reads the broker's HTTP API and renders into <main>; the page re-renders
+// every REFRESH_MS (live). Actions are shown only when GET /api/v1/session
+// says the token may take them; the routes check again.
+'use strict';
+
+const REFRESH_MS = 5000;
+const Q = {
+  token: localStorage.getItem('queen.token') || '',
+  tenant: localStorage.getItem('queen.tenant') || '',
+  session: null,
+  route: null,
+  timer: null,
+  state: {}, // per page: pager offsets, armed buttons
+};
+
+// ---------- HTTP ----------
+
+async function api(path, opts) {
+  opts = opts || {};
+  const headers = {};
+  if (opts.body !== undefined) headers['Content-Type'] = 'application/json';
+  if (Q.token) headers['Authorization'] = 'Bearer ' + Q.token;
+  if (Q.tenant) headers['x-queen-tenant'] = Q.tenant;
+  const res = await fetch(path, {
+    method: opts.method || 'GET', headers,
+    body: opts.body === undefined ? undefined : JSON.stringify(opts.body),
+  });
+  if (res.status === 204) return null;
+  const text = await res.text();
+  let data = null;
+  try { data = text ? JSON.parse(text) : null; } catch (e) { data = { error: text }; }
+  if (!res.ok) {
+    const err = new Error((data && data.error) || res.statusText || ('HTTP ' + res.status));
+    err.status = res.status;
+    throw err;
+  }
+  return data;
+}
+
+// ---------- DOM ----------
+
+function h(tag, attrs) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === 'onclick') el.addEventListener('click', v);
+    else if (k === 'class') el.className = v;
+    else if (k === 'text') el.textContent = v;
+    else el.setAttribute(k, v === true ? '' : String(v));
+  }
+  for (let i = 2; i < arguments.length; i++) append(el, arguments[i]);
+  return el;
+}
+
+function append(el, child) {
+  if (child === undefined || child === null || child === false) return;
+  if (Array.isArray(child)) { child.forEach((c) => append(el, c)); return; }
+  el.appendChild(child instanceof Node ? child : document.createTextNode(String(child)));
+}
+
+function card(title) {
+  const rest = Array.prototype.slice.call(arguments, 1);
+  return h('section', { class: 'card' }, title ? h('h2', { text: title }) : null, rest);
+}
+
+function table(headers, rows, empty) {
+  if (!rows.length) return h('p', { class: 'muted', text: empty || 'Nothing yet.' });
+  return h('table', {},
+    h('thead', {}, h('tr', {}, headers.map((c) => h('th', { class: c.num ? 'num' : '', text: c.label || c })))),
+    h('tbody', {}, rows.map((r) => h('tr', {}, r.map((v, i) => h('td', { class: headers[i] && headers[i].num ? 'num' : '' }, v))))));
+}
+
+function tile(label, value) {
+  return h('div', { class: 'card tile' }, h('div', { class: 'value', text: fmt(value) }), h('div', { class: 'label', text: label }));
+}
+
+function fmt(v) {
+  if (v === null || v === undefined) return '—';
+  if (typeof v === 'number') return Number.isInteger(v) ? v.toLocaleString('en-US') : v.toLocaleString('en-US', { maximumFractionDigits: 2 });
+  return String(v);
+}
+
+function when(ms) {
+  if (!ms) return '—';
+  const d = new Date(ms);
+  return isNaN(d) ? String(ms) : d.toISOString().replace('T', ' ').replace(/\.\d+Z$/, 'Z');
+}
+
+function badge(text, kind) { return h('span', { class: 'badge ' + (kind || ''), text }); }
+
+function link(text, href) { return h('a', { href, text }); }
+
+// action is a button for a write the session may take (level 'write' or
+// 'admin'), else nothing. A destructive one needs a second click.
+function action(label, level, fn, opts) {
+  opts = opts || {};
+  const s = Q.session || {};
+  if (level === 'admin' ? !s.canAdmin : !s.canWrite) return null;
+  const key = opts.key || label;
+  const armed = opts.confirm && Q.state.armed === key;
+  const b = h('button', {
+    class: 'action ' + (opts.confirm ? 'danger ' : '') + (armed ? 'armed' : ''), 'data-action': opts.name || label,
+    text: armed ? 'Confirm ' + label.toLowerCase() : label,
+    onclick: async () => {
+      if (opts.confirm && !armed) { Q.state.armed = key; render(); return; }
+      Q.state.armed = null;
+      b.disabled = true;
+      try { await fn(); flash(label + ': done'); } catch (e) { flash(label + ': ' + e.message, true); }
+      render();
+    },
+  });
+  return b;
+}
+
+function flash(text, bad) { Q.state.flash = { text, bad, at: Date.now() }; }
+
+// ---------- charts (SVG) ----------
+
+const SVG = 'http://www.w3.org/2000/svg';
+
+function svg(tag, attrs) {
+  const el = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs || {})) el.setAttribute(k, String(v));
+  return el;
+}
+
+// chart draws series [{name, points: [[ms, value], ...]}] over [from, to].
+function chart(title, series, from, to, unit) {
+  const W = 600, H = 170, L = 44, B = 20, T = 8, R = 8;
+  const all = series.flatMap((s) => s.points);
+  const top = Math.max(1e-9, ...all.map((p) => p[1]));
+  const x = (t) => L + (W - L - R) * (t - from) / Math.max(1, to - from);
+  const y = (v) => T + (H - T - B) * (1 - v / top);
+  const root = svg('svg', { viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: 'none', role: 'img' });
+  root.appendChild(svg('line', { class: 'axis', x1: L, y1: H - B, x2: W - R, y2: H - B }));
+  root.appendChild(svg('line', { class: 'axis', x1: L, y1: T, x2: L, y2: H - B }));
+  for (const [v, label] of [[top, fmt(+top.toPrecision(3))], [top / 2, fmt(+(top / 2).toPrecision(3))], [0, '0']]) {
+    const t = svg('text', { x: L - 4, y: y(v) + 3, 'text-anchor': 'end' });
+    t.textContent = label;
+    root.appendChild(t);
+  }
+  for (const [t, anchor] of [[from, 'start'], [to, 'end']]) {
+    const e = svg('text', { x: x(t), y: H - 5, 'text-anchor': anchor });
+    e.textContent = new Date(t).toISOString().slice(11, 16);
+    root.appendChild(e);
+  }
+  series.forEach((s, i) => {
+    const pts = s.points.slice().sort((a, b) => a[0] - b[0]);
+    if (pts.length === 1) {
+      root.appendChild(svg('circle', { class: 'line s' + i, cx: x(pts[0][0]), cy: y(pts[0][1]), r: 3 }));
+    } else if (pts.length > 1) {
+      root.appendChild(svg('polyline', { class: 'line s' + i, points: pts.map((p) => x(p[0]).toFixed(1) + ',' + y(p[1]).toFixed(1)).join(' ') }));
+    }
+  });
+  const points = series.reduce((n, s) => n + s.points.length, 0);
+  return h('section', { class: 'card chart', 'data-chart': title, 'data-points': points },
+    h('h2', { text: title + (unit ? ' (' + unit + ')' : '') }),
+    points ? root : h('p', { class: 'muted', text: 'No recorded minutes in this window yet.' }),
+    h('div', { class: 'legend' }, series.map((s, i) => h('span', { class: 'k' + i, text: '● ' + s.name }))));
+}
+
+function lastHour() {
+  const to = Date.now();
+  const from = to - 3600 * 1000;
+  return { from, to, qs: 'from=' + new Date(from).toISOString() + '&to=' + new Date(to).toISOString() };
+}
+
+// ---------- pages ----------
+
+async function overview() {
+  const w = lastHour();
+  const [list, status] = await Promise.all([api('/api/v1/resources/queues'), api('/api/v1/status?' + w.qs)]);
+  const qs = list.queues || [];
+  const tp = status.throughput || [];
+  const pts = (k) => tp.map((b) => [Date.parse(b.timestamp), b[k] || 0]);
+  const m = status.messages || {};
+  return [
+    h('h1', { text: 'Overview' }),
+    h('div', { class: 'tiles' }, tile('queues', qs.length), tile('messages', m.total), tile('pending', m.pending),
+      tile('dead letters', m.deadLetter), tile('live leases', (status.leases || {}).active)),
+    h('div', { class: 'grid' },
+      chart('Throughput', [{ name: 'pushed', points: pts('ingestedPerSecond') }, { name: 'popped', points: pts('popPerSecond') },
+        { name: 'acked', points: pts('processedPerSecond') }], w.from, w.to, 'msg/s'),
+      chart('Lag', [{ name: 'average', points: pts('avgLagMs') }, { name: 'max', points: pts('maxLagMs') }], w.from, w.to, 'ms')),
+    card('Queues', table(['Queue', { label: 'Partitions', num: 1 }, { label: 'Messages', num: 1 }, { label: 'Pending', num: 1 },
+      { label: 'Processing', num: 1 }, { label: 'DLQ', num: 1 }],
+    qs.map((q) => [link(q.name, '#/queue/' + encodeURIComponent(q.name)), fmt(q.partitions), fmt(q.messages.total),
+      fmt(q.messages.pending), fmt(q.messages.processing), fmt(q.messages.dlq)]), 'No queues yet.')),
+  ];
+}
+
+async function queuePage(name) {
+  const w = lastHour();
+  const st = Q.state.queue || (Q.state.queue = { offset: 0 });
+  if (st.name !== name) { st.name = name; st.offset = 0; }
+  const enc = encodeURIComponent(name);
+  const since = new Date(Date.now() - 24 * 3600 * 1000).toISOString();
+  const [q, groups, msgs, ops] = await Promise.all([
+    api('/api/v1/status/queues/' + enc),
+    api('/api/v1/consumer-groups'),
+    api('/api/v1/status/queues/' + enc + '/messages?limit=25&offset=' + st.offset + '&from=' + since),
+    api('/api/v1/analytics/queue-ops?queue=' + enc + '&' + w.qs),
+  ]);
+  const series = (ops.series || []).filter((b) => b.queueName === name);
+  const pts = (k) => series.map((b) => [Date.parse(b.bucket), b[k] || 0]);
+  const mine = (groups || []).filter((g) => g.queueName === name);
+  const t = (q.totals && q.totals.messages) || q.totals || {};
+  const list = msgs.messages || [];
+  return [
+    h('h1', {}, 'Queue ', h('code', { text: name })),
+    h('div', { class: 'tiles' }, tile('messages', t.total), tile('pending', t.pending), tile('processing', t.processing),
+      tile('completed', t.completed), tile('dead letters', t.deadLetter)),
+    h('div', { class: 'grid' },
+      chart('Queue throughput', [{ name: 'pushed', points: pts('pushPerSecond') }, { name: 'popped', points: pts('popPerSecond') },
+        { name: 'acked', points: pts('ackPerSecond') }], w.from, w.to, 'msg/s'),
+      chart('Queue lag', [{ name: 'average', points: pts('avgLagMs') }, { name: 'max', points: pts('maxLagMs') }], w.from, w.to, 'ms')),
+    card('Partitions', table(['Partition', { label: 'Messages', num: 1 }, { label: 'Pending', num: 1 }, { label: 'Completed', num: 1 },
+      { label: 'DLQ', num: 1 }, { label: 'Consumed', num: 1 }, 'Last activity'],
+    (q.partitions || []).map((p) => [p.name, fmt(p.messages.total), fmt(p.messages.pending), fmt(p.messages.completed),
+      fmt(p.messages.deadLetter), fmt((p.cursor || {}).totalConsumed), when(p.lastActivity)]))),
+    card('Consumer groups', table(['Group', { label: 'Partitions', num: 1 }, { label: 'Lagging', num: 1 }, { label: 'Lag (s)', num: 1 }, 'State'],
+      mine.map((g) => [link(g.name, '#/groups'), fmt(g.members), fmt(g.partitionsWithLag), fmt(g.maxTimeLag), badge(g.state, g.state === 'Lagging' ? 'warn' : 'ok')]),
+      'No group has consumed this queue.')),
+    card('Messages (last 24 h, newest first)',
+      table(['Transaction', 'Partition', 'Status', 'Created'],
+        list.map((m) => [h('code', { text: m.transactionId }), m.partition, badge(m.status, m.status === 'dead_letter' ? 'bad' : m.status === 'completed' ? 'ok' : ''), when(m.createdAt)]),
+        'No messages in the last 24 hours.'),
+      h('div', { class: 'pager' },
+        h('button', { disabled: st.offset === 0, text: '← newer', onclick: () => { st.offset = Math.max(0, st.offset - 25); render(); } }),
+        h('span', { class: 'muted', text: 'from ' + (st.offset + 1) }),
+        h('button', { disabled: list.length < 25, text: 'older →', onclick: () => { st.offset += 25; render(); } }))),
+    h('p', {}, action('Delete queue', 'admin', async () => {
+      await api('/api/v1/resources/queues/' + enc, { method: 'DELETE' });
+      location.hash = '#/';
+    }, { confirm: true, key: 'delete-queue-' + name, name: 'delete-queue' })),
+  ];
+}
+
+async function dlqPage() {
+  const st = Q.state.dlq || (Q.state.dlq = { offset: 0 });
+  const d = await api('/api/v1/dlq?limit=50&offset=' + st.offset);
+  const rows = d.messages || [];
+  const msgPath = (m) => '/api/v1/messages/' + encodeURIComponent(m.partitionId) + '/' + encodeURIComponent(m.transactionId);
+  return [
+    h('h1', {}, 'Dead letters ', badge(fmt(d.total))),
+    card(null, table(['Queue', 'Partition', 'Group', 'Transaction', 'Error', { label: 'Retries', num: 1 }, 'Failed', ''],
+      rows.map((m) => [link(m.queue, '#/queue/' + encodeURIComponent(m.queue)), m.partition, m.consumerGroup, h('code', { text: m.transactionId }),
+        m.errorMessage || '—', fmt(m.retryCount), when(m.failedAt),
+        h('span', { class: 'row-actions', 'data-dlq': m.transactionId },
+          action('Retry', 'write', () => api(msgPath(m) + '/retry', { method: 'POST', body: {} }), { key: 'retry-' + m.id + m.consumerGroup, name: 'retry' }), ' ',
+          action('Delete', 'write', () => api(msgPath(m), { method: 'DELETE' }), { confirm: true, key: 'del-' + m.id + m.consumerGroup, name: 'delete' }))]),
+      'The dead-letter queue is empty.'),
+    h('div', { class: 'pager' },
+      h('button', { disabled: st.offset === 0, text: '← newer', onclick: () => { st.offset = Math.max(0, st.offset - 50); render(); } }),
+      h('button', { disabled: rows.length < 50, text: 'older →', onclick: () => { st.offset += 50; render(); } }))),
+  ];
+}
+
+async function groupsPage() {
+  const groups = await api('/api/v1/consumer-groups');
+  const rows = (groups || []).filter((g) => g.name !== '__QUEUE_MODE__');
+  const path = (g) => '/api/v1/consumer-groups/' + encodeURIComponent(g.name) + '/queues/' + encodeURIComponent(g.queueName);
+  return [
+    h('h1', { text: 'Consumer groups' }),
+    card(null, table(['Group', 'Queue', { label: 'Partitions', num: 1 }, { label: 'Lagging', num: 1 }, { label: 'Lag (s)', num: 1 }, 'State', 'Mode', ''],
+      rows.map((g) => [g.name, link(g.queueName, '#/queue/' + encodeURIComponent(g.queueName)), fmt(g.members), fmt(g.partitionsWithLag),
+        fmt(g.maxTimeLag), badge(g.state, g.state === 'Lagging' ? 'warn' : g.state === 'Dead' ? '' : 'ok'), g.subscriptionMode || 'all',
+        h('span', { class: 'row-actions' },
+          action('Seek to end', 'write', () => api(path(g) + '/seek', { method: 'POST', body: { toEnd: true } }), { key: 'seek-' + g.name + g.queueName, name: 'seek' }), ' ',
+          action('Delete', 'admin', () => api(path(g) + '?deleteMetadata=true', { method: 'DELETE' }), { confirm: true, key: 'delg-' + g.name + g.queueName, name: 'delete-group' }))]),
+      'No consumer group has consumed yet.')),
+  ];
+}
+
+async function maintenancePage() {
+  if (!(Q.session || {}).canAdmin) {
+    return [h('h1', { text: 'Maintenance' }), card(null, h('p', { class: 'muted', text: 'The maintenance switches need an admin token (Settings).' }))];
+  }
+  const m = await api('/api/v1/system/maintenance');
+  const sw = (label, on, path) => [label, on ? badge('ON', 'warn') : badge('off', 'ok'),
+    action(on ? 'Turn off' : 'Turn on', 'admin', () => api(path, { method: 'POST', body: { enabled: !on } }), { key: path, name: path.endsWith('/pop') ? 'pop-maintenance' : 'maintenance' })];
+  return [
+    h('h1', { text: 'Maintenance' }),
+    card(null, table(['Switch', 'State', ''], [
+      sw('Push maintenance (pushes go to the spool)', m.maintenanceMode, '/api/v1/system/maintenance'),
+      sw('Pop maintenance (pops answer empty)', m.popMaintenanceMode, '/api/v1/system/maintenance/pop'),
+    ])),
+    card('Spool', table(['', ''], [['Buffered messages', fmt(m.bufferedMessages)], ['Buffer healthy', m.bufferHealthy ? badge('yes', 'ok') : badge('no', 'bad')]])),
+  ];
+}
+
+async function spoolPage() {
+  const b = await api('/api/v1/status/buffers');
+  const q = b.quarantined || [];
+  return [
+    h('h1', { text: 'Spool' }),
+    h('div', { class: 'tiles' }, tile('pending events', b.pending), tile('quarantined files', b.failed), tile('replayed files', b.replayedFiles || 0)),
+    card('State', table(['', ''], [['Spool', b.enabled ? (b.dir || 'on') : 'off (no QUEEN_SPOOL_DIR)'], ['Database', b.dbHealthy ? badge('healthy', 'ok') : badge('unreachable', 'bad')],
+      ['Push maintenance', b.maintenanceMode ? badge('ON', 'warn') : badge('off', 'ok')]])),
+    card('Quarantined files', q.length ? q.map((f) => h('div', { class: 'quarantined' }, h('h2', {}, h('code', { text: f.name })),
+      table(['Queue', 'Partition', 'Transaction', 'SQLSTATE', 'Reason'], f.reasons.map((r) => [r.queue || '—', r.partition || '—', h('code', { text: r.transactionId || '—' }), r.sqlstate || '—', r.reason]), 'No reasons recorded.')))
+      : h('p', { class: 'muted', text: 'No file is quarantined.' })),
+  ];
+}
+
+async function clusterPage() {
+  const c = await api('/api/v1/system/cluster');
+  const mesh = c.mesh;
+  return [
+    h('h1', { text: 'Cluster' }),
+    card('Brokers (recorded a minute in the last 10 minutes)', table(['Broker', 'Host', { label: 'Port', num: 1 }, 'Last minute', { label: 'Requests', num: 1 }],
+      c.brokers.map((b) => [h('span', {}, b.workerId, b.self ? ' ' : '', b.self ? badge('this one') : null), b.hostname, fmt(b.port), when(b.lastMinute), fmt(b.requests)]),
+      'No broker has recorded a minute yet.')),
+    card('Leaders', table(['Job', { label: 'Advisory lock', num: 1 }, 'Held by'],
+      c.leaders.map((l) => [l.name, fmt(l.lock), l.holder || h('span', { class: 'muted', text: 'between passes' })]))),
+    card('Mesh links', mesh ? table(['Peer', { label: 'Port', num: 1 }, 'Connected'],
+      (mesh.peers || []).map((p) => [p.host, fmt(p.port), p.connected ? badge('up', 'ok') : badge('down', 'bad')]), mesh.enabled ? 'No peers.' : 'The mesh is off on this broker.')
+      : h('p', { class: 'muted', text: 'The mesh links need an admin token.' })),
+    card('Timers', table(['Queue', { label: 'Pending', num: 1 }, 'Next due'], c.timers.map((t) => [t.queue, fmt(t.timers), when(t.nextAt)]), 'No pending timers.')),
+    card('KV namespaces', table(['Namespace', { label: 'Keys', num: 1 }], c.kvNamespaces.map((k) => [k.namespace, fmt(k.keys) + (k.capped ? '+' : '')]), 'No KV namespaces.')),
+  ];
+}
+
+async function settingsPage() {
+  const token = h('input', { type: 'password', id: 'token', value: Q.token, placeholder: 'a JWT, when the broker has JWT_ENABLED' });
+  const tenant = h('input', { type: 'text', id: 'tenant', value: Q.tenant, placeholder: 'x-queen-tenant (empty: the token\'s or the default)' });
+  const s = Q.session || {};
+  return [
+    h('h1', { text: 'Settings' }),
+    card('Access', h('p', {}, 'Signed in as ', h('code', { text: s.sub || (s.authEnabled ? 'nobody' : 'anyone (auth is off)') }), ', level ', badge(s.level || '—')),
+      h('label', { for: 'token', text: 'Token' }), token, h('label', { for: 'tenant', text: 'Tenant' }), tenant,
+      h('p', {}, h('button', {
+        id: 'save', text: 'Save', onclick: async () => {
+          Q.token = token.value.trim(); Q.tenant = tenant.value.trim();
+          localStorage.setItem('queen.token', Q.token); localStorage.setItem('queen.tenant', Q.tenant);
+          await loadSession();
+          render();
+        },
+      }))),
+  ];
+}
+
+// ---------- routing and refresh ----------
+
+function parseRoute() {
+  const parts = (location.hash.replace(/^#\/?/, '') || '').split('/');
+  const page = parts[0] || 'overview';
+  return { page, arg: parts.slice(1).map(decodeURIComponent).join('/') };
+}
+
+const PAGES = {
+  overview: () => overview(), queue: (a) => queuePage(a), dlq: () => dlqPage(), groups: () => groupsPage(),
+  maintenance: () => maintenancePage(), spool: () => spoolPage(), cluster: () => clusterPage(), settings: () => settingsPage(),
+};
+
+let rendering = false;
+
+async function render() {
+  if (rendering) return;
+  rendering = true;
+  const r = parseRoute();
+  const fn = PAGES[r.page] || PAGES.overview;
+  document.querySelectorAll('#nav a').forEach((a) => a.classList.toggle('active', a.dataset.page === (r.page === 'queue' ? 'overview' : r.page)));
+  const main = document.getElementById('main');
+  try {
+    const nodes = await fn(r.arg);
+    const fl = Q.state.flash && Date.now() - Q.state.flash.at < 8000 ? Q.state.flash : null;
+    main.replaceChildren(...(fl ? [h('p', { class: fl.bad ? 'error flash' : 'muted flash', text: fl.text })] : []), ...nodes);
+    document.getElementById('updated').textContent = 'Updated ' + new Date().toISOString().slice(11, 19) + ' UTC, every ' + REFRESH_MS / 1000 + ' s';
+    document.body.dataset.page = r.page;
+    document.body.dataset.renders = String(Number(document.body.dataset.renders || 0) + 1);
+  } catch (e) {
+    main.replaceChildren(h('h1', { text: 'Cannot load this page' }),
+      card(null, h('p', { class: 'error', text: e.message }),
+        e.status === 401 || e.status === 403 ? h('p', {}, 'Give a token with access in ', link('Settings', '#/settings'), '.') : null));
+    document.body.dataset.page = r.page;
+    document.body.dataset.failed = String(e.status || 'network');
+  } finally {
+    rendering = false;
+  }
+}
+
+async function loadSession() {
+  try {
+    Q.session = await api('/api/v1/session');
+  } catch (e) {
+    Q.session = { level: 'none', canWrite: false, canAdmin: false, authEnabled: true, error: e.message };
+  }
+  document.getElementById('who').textContent = (Q.session.sub || (Q.session.authEnabled ? 'no token' : 'auth off')) +
+    ' · ' + Q.session.level + (Q.session.serverId ? ' · ' + Q.session.serverId : '');
+  document.body.dataset.level = Q.session.level;
+}
+
+window.addEventListener('hashchange', () => { Q.state.armed = null; render(); });
+
+(async function start() {
+  await loadSession();
+  await render();
+  Q.timer = setInterval(() => { if (!document.hidden) render(); }, REFRESH_MS);
+})();
