@@ -161,6 +161,20 @@ func (r *Recorder) Acked(now time.Time, tenant, queue string, success, failed, d
 	r.broker(now).m.AckMessages += int64(success + failed)
 }
 
+// AutoAcked counts the messages an autoAck pop completed: acked with no
+// ack request.
+func (r *Recorder) AutoAcked(now time.Time, tenant, queue string, messages int) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if q := r.queue(now, tenant, queue); q != nil {
+		q.AutoAcked += int64(messages)
+	}
+	r.broker(now).m.AckMessages += int64(messages)
+}
+
 // Route kinds for Request.
 const (
 	RouteOther = iota

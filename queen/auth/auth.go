@@ -236,7 +236,9 @@ func (a *Authenticator) scrapeAllowed(r *http.Request) bool {
 
 // Allows reports whether p's roles meet level (true without an
 // authenticator: auth is off).
-func (a *Authenticator) Allows(p Principal, level Level) bool { return a == nil || a.allowed(p.Roles, level) }
+func (a *Authenticator) Allows(p Principal, level Level) bool {
+	return a == nil || a.allowed(p.Roles, level)
+}
 
 // IsAdmin reports whether p holds the admin role.
 func (a *Authenticator) IsAdmin(p Principal) bool { return a != nil && a.allowed(p.Roles, Admin) }

@@ -48,6 +48,10 @@ func avgLag(sum, n int64) float64 {
 	return float64(sum) / float64(n)
 }
 
+// completed is what a bucket completed: its successful acks and what
+// autoAck pops completed.
+func completed(b store.QueueBucket) int64 { return b.AckSuccess + b.AutoAcked }
+
 // perSecond is a count over a bucket of bm minutes, per second.
 func perSecond(n int64, bm int) float64 { return float64(n) / float64(bm*60) }
 
@@ -105,11 +109,11 @@ func (s *Server) queueOps(w http.ResponseWriter, r *http.Request) {
 	for i, b := range buckets {
 		series[i] = map[string]any{"bucket": msTime(&b.Bucket), "queueName": b.Queue,
 			"pushRequests": b.PushRequests, "pushMessages": b.PushMessages, "popMessages": b.PopMessages, "popEmpty": b.PopEmpty,
-			"ackRequests": b.AckRequests, "ackSuccess": b.AckSuccess, "ackFailed": b.AckFailed, "transactions": 0,
+			"ackRequests": b.AckRequests, "ackSuccess": completed(b), "ackFailed": b.AckFailed, "autoAcked": b.AutoAcked, "transactions": 0,
 			"partitionsCreated": 0, "partitionsDeleted": 0, "partitionCount": max(b.Partitions, 0),
 			"avgLagMs": avgLag(b.LagSumMs, b.LagCount), "maxLagMs": b.LagMaxMs,
 			"pushPerSecond": perSecond(b.PushMessages, bm), "popPerSecond": perSecond(b.PopMessages, bm),
-			"ackPerSecond": perSecond(b.AckSuccess+b.AckFailed, bm), "emptyPerSecond": perSecond(b.PopEmpty, bm),
+			"ackPerSecond": perSecond(completed(b)+b.AckFailed, bm), "emptyPerSecond": perSecond(b.PopEmpty, bm),
 			"parkedCount": 0, "pending": max(b.Pending, 0), "dlq": b.DLQ}
 	}
 	env["series"], env["queues"] = series, names
@@ -213,13 +217,13 @@ func (s *Server) workerMetrics(w http.ResponseWriter, r *http.Request) {
 	var total clusterBucket
 	for i, p := range points {
 		series[i] = map[string]any{"timestamp": msTime(&p.at), "pushMessages": p.q.PushMessages, "popMessages": p.q.PopMessages,
-			"ackMessages": p.q.AckSuccess + p.q.AckFailed, "pushRequests": p.q.PushRequests, "popRequests": p.q.PopRequests,
-			"ackRequests": p.q.AckRequests, "jobsDone": p.q.AckSuccess,
+			"ackMessages": completed(p.q) + p.q.AckFailed, "pushRequests": p.q.PushRequests, "popRequests": p.q.PopRequests,
+			"ackRequests": p.q.AckRequests, "jobsDone": completed(p.q),
 			"pushPerSecond": perSecond(p.q.PushMessages, bm), "popPerSecond": perSecond(p.q.PopMessages, bm),
-			"ackPerSecond": perSecond(p.q.AckSuccess+p.q.AckFailed, bm), "avgEventLoopLagMs": 0, "maxEventLoopLagMs": 0,
+			"ackPerSecond": perSecond(completed(p.q)+p.q.AckFailed, bm), "avgEventLoopLagMs": 0, "maxEventLoopLagMs": 0,
 			"avgFreeSlots": 0, "minFreeSlots": 0, "dbConnections": p.poolActive, "avgJobQueueSize": 0, "maxJobQueueSize": 0,
 			"backoffSize": 0, "avgLagMs": avgLag(p.q.LagSumMs, p.q.LagCount), "maxLagMs": p.q.LagMaxMs, "lagCount": p.q.LagCount,
-			"dbErrors": p.dbErrors, "ackSuccess": p.q.AckSuccess, "ackFailed": p.q.AckFailed, "dlqCount": p.q.DLQ,
+			"dbErrors": p.dbErrors, "ackSuccess": completed(p.q), "ackFailed": p.q.AckFailed, "dlqCount": p.q.DLQ,
 			"avgLatencyMs": p.avgLatency(), "p99LatencyMs": p.p99Latency, "requests": p.requests}
 		total.add(p)
 	}
@@ -231,7 +235,7 @@ func (s *Server) workerMetrics(w http.ResponseWriter, r *http.Request) {
 	}
 	env["pointCount"], env["timeSeries"], env["workers"], env["queues"] = len(series), series, workers, queueLagRows(buckets)
 	env["summary"] = map[string]any{"totalPushMessages": total.q.PushMessages, "totalPopMessages": total.q.PopMessages,
-		"totalAckMessages": total.q.AckSuccess + total.q.AckFailed, "totalPushRequests": total.q.PushRequests,
+		"totalAckMessages": completed(total.q) + total.q.AckFailed, "totalPushRequests": total.q.PushRequests,
 		"totalPopRequests": total.q.PopRequests, "totalAckRequests": total.q.AckRequests, "pendingMessages": o.Pending}
 	writeJSON(w, http.StatusOK, env)
 }

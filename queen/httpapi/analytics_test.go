@@ -115,6 +115,10 @@ func TestRecordedAnalyticsAfterTraffic(t *testing.T) {
 	if e.pop("/api/v1/pop/queue/rec-empty") != nil {
 		t.Fatal("rec-empty popped something")
 	}
+	e.push(item{"queue": "rec-auto", "transactionId": "a1"})
+	if p := e.pop("/api/v1/pop/queue/rec-auto?autoAck=true"); p == nil || len(p.Messages) != 1 {
+		t.Fatalf("autoAck pop: %+v", p)
+	}
 	e.flushAnalytics()
 
 	window := "?from=" + time.Now().Add(-10*time.Minute).UTC().Format(time.RFC3339) + "&to=" + time.Now().Add(2*time.Minute).UTC().Format(time.RFC3339)
@@ -122,12 +126,13 @@ func TestRecordedAnalyticsAfterTraffic(t *testing.T) {
 	sum := map[string]float64{}
 	for _, s := range ops["series"].([]any) {
 		row := s.(map[string]any)
-		for _, k := range []string{"pushRequests", "pushMessages", "popMessages", "popEmpty", "ackRequests", "ackSuccess", "ackFailed", "dlq"} {
+		for _, k := range []string{"pushRequests", "pushMessages", "popMessages", "popEmpty", "ackRequests", "ackSuccess", "ackFailed", "dlq", "autoAcked"} {
 			sum[row["queueName"].(string)+"."+k] += row[k].(float64)
 		}
 	}
 	want := map[string]float64{"rec.pushRequests": 2, "rec.pushMessages": 5, "rec.popMessages": 3, "rec.ackRequests": 1,
-		"rec.ackSuccess": 2, "rec.ackFailed": 1, "rec.dlq": 1, "rec-empty.popEmpty": 1}
+		"rec.ackSuccess": 2, "rec.ackFailed": 1, "rec.dlq": 1, "rec-empty.popEmpty": 1, "rec-auto.ackSuccess": 1, "rec-auto.autoAcked": 1,
+		"rec-auto.ackRequests": 0}
 	for k, v := range want {
 		if sum[k] != v {
 			t.Errorf("queue-ops %s = %v, want %v (series %v)", k, sum[k], v, ops["series"])
@@ -135,12 +140,12 @@ func TestRecordedAnalyticsAfterTraffic(t *testing.T) {
 	}
 	var lag []map[string]any
 	e.expect(e.do("GET", "/api/v1/analytics/queue-lag"+window, nil), 200).json(t, &lag)
-	if len(lag) != 1 || lag[0]["queueName"] != "rec" || lag[0]["popCount"].(float64) != 3 || lag[0]["maxLagMs"].(float64) < lag[0]["avgLagMs"].(float64) {
+	if len(lag) != 2 || lag[1]["queueName"] != "rec" || lag[1]["popCount"].(float64) != 3 || lag[1]["maxLagMs"].(float64) < lag[1]["avgLagMs"].(float64) {
 		t.Fatalf("queue-lag: %v", lag)
 	}
 	wm := e.expect(e.do("GET", "/api/v1/analytics/worker-metrics"+window, nil), 200).obj(t)
 	summary := wm["summary"].(map[string]any)
-	if summary["totalPushMessages"].(float64) != 5 || summary["totalPopMessages"].(float64) != 3 || len(wm["timeSeries"].([]any)) == 0 ||
+	if summary["totalPushMessages"].(float64) != 6 || summary["totalPopMessages"].(float64) != 4 || len(wm["timeSeries"].([]any)) == 0 ||
 		len(wm["workers"].([]any)) != 1 || wm["workers"].([]any)[0].(map[string]any)["workerId"] != "test" {
 		t.Fatalf("worker-metrics: %v", wm)
 	}
@@ -155,12 +160,14 @@ func TestRecordedAnalyticsAfterTraffic(t *testing.T) {
 		t.Fatalf("system-metrics point: %v", point)
 	}
 	st := e.expect(e.do("GET", "/api/v1/status"+window, nil), 200).obj(t)
-	var ingested float64
+	var ingested, processed float64
 	for _, b := range st["throughput"].([]any) {
 		ingested += b.(map[string]any)["ingested"].(float64)
+		processed += b.(map[string]any)["processed"].(float64)
 	}
 	eff := st["messages"].(map[string]any)["batchEfficiency"].(map[string]any)
-	if ingested != 5 || eff["push"].(float64) != 2.5 || eff["pop"].(float64) != 1.5 || eff["ack"].(float64) != 3 ||
+	// Pushes: 2+3 then 1 in three requests; pops: 3, then none, then 1.
+	if ingested != 6 || processed != 3 || eff["push"].(float64) != 2 || eff["pop"].(float64) != 4.0/3 || eff["ack"].(float64) != 3 ||
 		len(st["workers"].([]any)) != 1 || st["statsAge"].(float64) < 0 {
 		t.Fatalf("status: ingested %v, batchEfficiency %v: %v", ingested, eff, st)
 	}

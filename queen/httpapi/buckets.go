@@ -123,6 +123,7 @@ func sumQueueBuckets(a, b store.QueueBucket) store.QueueBucket {
 	a.AckSuccess += b.AckSuccess
 	a.AckFailed += b.AckFailed
 	a.DLQ += b.DLQ
+	a.AutoAcked += b.AutoAcked
 	a.LagSumMs += b.LagSumMs
 	a.LagCount += b.LagCount
 	a.LagMaxMs = max(a.LagMaxMs, b.LagMaxMs)

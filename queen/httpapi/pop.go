@@ -227,7 +227,7 @@ func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, p popParams, k
 			for _, m := range res.Messages {
 				s.queueMessages.add(p.req.Tenant, m.Queue, "pop", 1)
 			}
-			s.recordPopped(p.req.Tenant, res)
+			s.recordPopped(p.req.Tenant, res, p.req.AutoAck)
 			body := popBody(res)
 			body.Autopilot = p.autopilot
 			writeJSONBytes(w, http.StatusOK, body.appendJSON(make([]byte, 0, 512*len(res.Messages))))

@@ -41,8 +41,9 @@ func (s *Server) recordPushed(tenant string, results []store.PushResult) {
 	}
 }
 
-// recordPopped counts a pop's messages per queue and how old each was.
-func (s *Server) recordPopped(tenant string, res store.PopResult) {
+// recordPopped counts a pop's messages per queue and how old each was;
+// an autoAck pop completes them too.
+func (s *Server) recordPopped(tenant string, res store.PopResult, autoAck bool) {
 	if s.rec == nil {
 		return
 	}
@@ -63,6 +64,9 @@ func (s *Server) recordPopped(tenant string, res store.PopResult) {
 	}
 	for q, a := range per {
 		s.rec.Popped(now, tenant, q, a.n, a.sumMs, a.maxMs)
+		if autoAck {
+			s.rec.AutoAcked(now, tenant, q, a.n)
+		}
 	}
 }
 

@@ -149,9 +149,9 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 func throughputPoint(p clusterBucket, bm int) map[string]any {
 	secs := float64(bm * 60)
 	brokers := float64(max(len(p.brokers), 1))
-	return map[string]any{"timestamp": msTime(&p.at), "ingested": p.q.PushMessages, "processed": p.q.AckSuccess,
+	return map[string]any{"timestamp": msTime(&p.at), "ingested": p.q.PushMessages, "processed": completed(p.q),
 		"popMessages": p.q.PopMessages, "ingestedPerSecond": perSecond(p.q.PushMessages, bm),
-		"processedPerSecond": perSecond(p.q.AckSuccess, bm), "popPerSecond": perSecond(p.q.PopMessages, bm),
+		"processedPerSecond": perSecond(completed(p.q), bm), "popPerSecond": perSecond(p.q.PopMessages, bm),
 		"avgLagMs": avgLag(p.q.LagSumMs, p.q.LagCount), "maxLagMs": p.q.LagMaxMs,
 		"avgEventLoopLagMs": 0, "maxEventLoopLagMs": 0, "minFreeSlots": 0,
 		"dbErrors": p.dbErrors, "ackFailed": p.q.AckFailed, "dlqCount": p.q.DLQ,
@@ -164,7 +164,7 @@ func throughputPoint(p clusterBucket, bm int) map[string]any {
 }
 
 // batchEfficiency is messages per request over the window: per push, per
-// pop (empty pops included) and per ack request.
+// pop (empty pops included) and per ack request (autoAck pops send none).
 func batchEfficiency(q store.QueueBucket) map[string]any {
 	ratio := func(n, d int64) float64 {
 		if d == 0 {

@@ -25,6 +25,7 @@ type QueueMinute struct {
 	PopEmpty                   int64
 	AckRequests, AckSuccess    int64
 	AckFailed, DLQ             int64
+	AutoAcked                  int64 // completed by autoAck pops
 	// LagSumMs, LagCount and LagMaxMs describe the age of each message
 	// popped, at the pop.
 	LagSumMs, LagCount, LagMaxMs int64
@@ -56,19 +57,19 @@ type BrokerMinute struct {
 const recordMinutesSQL = `
 WITH q AS (
 	INSERT INTO queen.stats_queue_minutes AS s (queue_id, minute, broker_id, push_requests, push_messages,
-		pop_requests, pop_messages, pop_empty, ack_requests, ack_success, ack_failed, dlq, lag_sum_ms, lag_count, lag_max_ms)
+		pop_requests, pop_messages, pop_empty, ack_requests, ack_success, ack_failed, dlq, lag_sum_ms, lag_count, lag_max_ms, auto_acked)
 	SELECT qq.id, v.minute, $1, v.push_requests, v.push_messages, v.pop_requests, v.pop_messages, v.pop_empty,
-		v.ack_requests, v.ack_success, v.ack_failed, v.dlq, v.lag_sum_ms, v.lag_count, v.lag_max_ms
+		v.ack_requests, v.ack_success, v.ack_failed, v.dlq, v.lag_sum_ms, v.lag_count, v.lag_max_ms, v.auto_acked
 	FROM unnest($2::timestamptz[], $3::uuid[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[],
-		$10::bigint[], $11::bigint[], $12::bigint[], $13::bigint[], $14::bigint[], $15::bigint[], $16::bigint[])
+		$10::bigint[], $11::bigint[], $12::bigint[], $13::bigint[], $14::bigint[], $15::bigint[], $16::bigint[], $38::bigint[])
 		AS v(minute, tenant, queue, push_requests, push_messages, pop_requests, pop_messages, pop_empty,
-			ack_requests, ack_success, ack_failed, dlq, lag_sum_ms, lag_count, lag_max_ms)
+			ack_requests, ack_success, ack_failed, dlq, lag_sum_ms, lag_count, lag_max_ms, auto_acked)
 	JOIN queen.queues qq ON qq.tenant_id = v.tenant AND qq.name = v.queue
 	ON CONFLICT (queue_id, minute, broker_id) DO UPDATE SET push_requests = EXCLUDED.push_requests,
 		push_messages = EXCLUDED.push_messages, pop_requests = EXCLUDED.pop_requests, pop_messages = EXCLUDED.pop_messages,
 		pop_empty = EXCLUDED.pop_empty, ack_requests = EXCLUDED.ack_requests, ack_success = EXCLUDED.ack_success,
 		ack_failed = EXCLUDED.ack_failed, dlq = EXCLUDED.dlq, lag_sum_ms = EXCLUDED.lag_sum_ms,
-		lag_count = EXCLUDED.lag_count, lag_max_ms = EXCLUDED.lag_max_ms
+		lag_count = EXCLUDED.lag_count, lag_max_ms = EXCLUDED.lag_max_ms, auto_acked = EXCLUDED.auto_acked
 	RETURNING 1
 )
 INSERT INTO queen.stats_broker_minutes AS b (minute, broker_id, hostname, port, requests, server_errors, db_errors,
@@ -147,7 +148,11 @@ func (s *Store) RecordMinutes(ctx context.Context, broker string, qs []QueueMinu
 	for _, f := range floats {
 		args = append(args, f)
 	}
-	args = append(args, ints[10], ints[11], samples, gauges)
+	autoAcked := make([]int64, n)
+	for i, q := range qs {
+		autoAcked[i] = q.AutoAcked
+	}
+	args = append(args, ints[10], ints[11], samples, gauges, autoAcked)
 	_, err := s.pool.Exec(ctx, recordMinutesSQL, args...)
 	return err
 }
@@ -160,9 +165,9 @@ WITH gone AS (
 	RETURNING *
 )
 INSERT INTO queen.stats_queue_minutes AS s (queue_id, minute, broker_id, push_requests, push_messages, pop_requests,
-	pop_messages, pop_empty, ack_requests, ack_success, ack_failed, dlq, lag_sum_ms, lag_count, lag_max_ms)
+	pop_messages, pop_empty, ack_requests, ack_success, ack_failed, dlq, lag_sum_ms, lag_count, lag_max_ms, auto_acked)
 SELECT queue_id, minute, '', sum(push_requests), sum(push_messages), sum(pop_requests), sum(pop_messages), sum(pop_empty),
-	sum(ack_requests), sum(ack_success), sum(ack_failed), sum(dlq), sum(lag_sum_ms), sum(lag_count), max(lag_max_ms)
+	sum(ack_requests), sum(ack_success), sum(ack_failed), sum(dlq), sum(lag_sum_ms), sum(lag_count), max(lag_max_ms), sum(auto_acked)
 FROM gone GROUP BY queue_id, minute
 ON CONFLICT (queue_id, minute, broker_id) DO UPDATE SET push_requests = s.push_requests + EXCLUDED.push_requests,
 	push_messages = s.push_messages + EXCLUDED.push_messages, pop_requests = s.pop_requests + EXCLUDED.pop_requests,
@@ -170,7 +175,7 @@ ON CONFLICT (queue_id, minute, broker_id) DO UPDATE SET push_requests = s.push_r
 	ack_requests = s.ack_requests + EXCLUDED.ack_requests, ack_success = s.ack_success + EXCLUDED.ack_success,
 	ack_failed = s.ack_failed + EXCLUDED.ack_failed, dlq = s.dlq + EXCLUDED.dlq,
 	lag_sum_ms = s.lag_sum_ms + EXCLUDED.lag_sum_ms, lag_count = s.lag_count + EXCLUDED.lag_count,
-	lag_max_ms = greatest(s.lag_max_ms, EXCLUDED.lag_max_ms)`
+	lag_max_ms = greatest(s.lag_max_ms, EXCLUDED.lag_max_ms), auto_acked = s.auto_acked + EXCLUDED.auto_acked`
 
 // sampleGaugesSQL records, in the folded row of minute $1, each queue
 // active in it or the two before (a broker flushes a minute just after it
@@ -233,6 +238,7 @@ type QueueBucket struct {
 	PopEmpty                   int64
 	AckRequests, AckSuccess    int64
 	AckFailed, DLQ             int64
+	AutoAcked                  int64
 	LagSumMs, LagCount         int64
 	LagMaxMs                   int64
 	Partitions, Pending        int64
@@ -244,7 +250,7 @@ SELECT to_timestamp(floor(extract(epoch FROM s.minute) / ($7 * 60)) * ($7 * 60))
 	sum(s.push_requests)::bigint, sum(s.push_messages)::bigint, sum(s.pop_requests)::bigint, sum(s.pop_messages)::bigint,
 	sum(s.pop_empty)::bigint, sum(s.ack_requests)::bigint, sum(s.ack_success)::bigint, sum(s.ack_failed)::bigint,
 	sum(s.dlq)::bigint, sum(s.lag_sum_ms)::bigint, sum(s.lag_count)::bigint, max(s.lag_max_ms)::bigint,
-	coalesce(max(s.partitions), -1)::bigint, coalesce(max(s.pending), -1)::bigint
+	coalesce(max(s.partitions), -1)::bigint, coalesce(max(s.pending), -1)::bigint, sum(s.auto_acked)::bigint
 FROM queen.queues q JOIN queen.stats_queue_minutes s ON s.queue_id = q.id AND s.minute >= $5 AND s.minute < $6
 WHERE q.tenant_id = $1 AND ($2 = '' OR q.name = $2) AND ($3 = '' OR q.namespace = $3) AND ($4 = '' OR q.task = $4)
 GROUP BY 1, 2 ORDER BY 1, 2`
@@ -260,7 +266,7 @@ func (s *Store) QueueBuckets(ctx context.Context, f StatsFilter) ([]QueueBucket,
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (QueueBucket, error) {
 		var b QueueBucket
 		err := r.Scan(&b.Bucket, &b.Queue, &b.PushRequests, &b.PushMessages, &b.PopRequests, &b.PopMessages, &b.PopEmpty,
-			&b.AckRequests, &b.AckSuccess, &b.AckFailed, &b.DLQ, &b.LagSumMs, &b.LagCount, &b.LagMaxMs, &b.Partitions, &b.Pending)
+			&b.AckRequests, &b.AckSuccess, &b.AckFailed, &b.DLQ, &b.LagSumMs, &b.LagCount, &b.LagMaxMs, &b.Partitions, &b.Pending, &b.AutoAcked)
 		b.Bucket = b.Bucket.UTC()
 		return b, err
 	})
