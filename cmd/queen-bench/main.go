@@ -64,12 +64,15 @@ func main() {
 
 // env is what every workload measures against.
 type env struct {
-	o      options
-	pool   *pgxpool.Pool
-	url    string
-	pgPID  int
-	broker *exec.Cmd
-	http   *httpClient
+	o        options
+	pool     *pgxpool.Pool
+	url      string
+	pgPID    int
+	broker   *exec.Cmd
+	http     *httpClient
+	pg       *pglocal.Cluster
+	dir      string   // the run's temporary folder
+	cleanups []func() // run when the run ends (a workload's second broker)
 }
 
 func run(o options) error {
@@ -104,6 +107,12 @@ func run(o options) error {
 		return err
 	}
 	defer stop()
+	e.pg, e.dir = pg, dir
+	defer func() {
+		for _, c := range e.cleanups {
+			c()
+		}
+	}()
 	fmt.Printf("queen-bench: %d windows of %s per workload, PostgreSQL on :%d (fsync on), broker %s\n\n",
 		o.windows, o.window, pg.Port, e.url)
 	if o.scale {

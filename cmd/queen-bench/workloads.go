@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -62,6 +63,7 @@ func workloads() []workload {
 		pushWorkload("push-b100", 100, 16, "100-row INSERT rows/s, 4 clients", 0.6, rawInsert(100, 4)),
 		popWorkload("pop+ack-b10", 10, 10, 0.7, 6000),
 		popWorkload("pop+ack-b100", 100, 10, 0.5, 25000),
+		recordingWorkload(),
 	}
 }
 
@@ -108,29 +110,62 @@ func pushWorkload(name string, batch, producers int, raw string, target float64,
 			return err
 		},
 		brokerOp: func(e *env, win int) (int, func(ctx context.Context, worker, iter int) (int, error)) {
-			return producers, func(ctx context.Context, worker, iter int) (int, error) {
-				items := make([]string, batch)
-				for k := range items {
-					items[k] = fmt.Sprintf(`{"queue":%q,"partition":"p%d","transactionId":"%s-%d-%d-%d-%d","payload":{"n":1}}`,
-						queue, rand.IntN(10), name, win, worker, iter, k)
-				}
-				body := []byte(`{"items":[` + strings.Join(items, ",") + `]}`)
-				code, resp, err := e.http.do(context.WithoutCancel(ctx), "POST", e.url+"/api/v1/push", body)
-				if err != nil {
-					return 0, err
-				}
-				var out []struct{ Status string }
-				if code != 201 || json.Unmarshal(resp, &out) != nil || len(out) != batch {
-					return 0, fmt.Errorf("push: %d %s", code, resp)
-				}
-				for _, r := range out {
-					if r.Status != "queued" {
-						ledger.problem("%s: a fresh transactionId answered %q", queue, r.Status)
-					}
-				}
-				ledger.addQueued(queue, int64(batch))
-				return batch, nil
+			return producers, pushOp(e, e.url, queue, name, batch, win)
+		}}
+}
+
+// pushOp pushes batch fresh messages to queue on the broker at url per
+// call, and books them for the exactly-once check.
+func pushOp(e *env, url, queue, name string, batch, win int) func(ctx context.Context, worker, iter int) (int, error) {
+	return func(ctx context.Context, worker, iter int) (int, error) {
+		items := make([]string, batch)
+		for k := range items {
+			items[k] = fmt.Sprintf(`{"queue":%q,"partition":"p%d","transactionId":"%s-%d-%d-%d-%d","payload":{"n":1}}`,
+				queue, rand.IntN(10), name, win, worker, iter, k)
+		}
+		body := []byte(`{"items":[` + strings.Join(items, ",") + `]}`)
+		code, resp, err := e.http.do(context.WithoutCancel(ctx), "POST", url+"/api/v1/push", body)
+		if err != nil {
+			return 0, err
+		}
+		var out []struct{ Status string }
+		if code != 201 || json.Unmarshal(resp, &out) != nil || len(out) != batch {
+			return 0, fmt.Errorf("push: %d %s", code, resp)
+		}
+		for _, r := range out {
+			if r.Status != "queued" {
+				ledger.problem("%s: a fresh transactionId answered %q", queue, r.Status)
 			}
+		}
+		ledger.addQueued(queue, int64(batch))
+		return batch, nil
+	}
+}
+
+// recordingWorkload is push-b1 with recorded analytics (this broker)
+// against the same pushes to a second broker on the same PostgreSQL with
+// QUEEN_ANALYTICS=false, in alternating windows: what recording costs a
+// push. The second broker starts in setup and stops when the run ends.
+func recordingWorkload() workload {
+	const name, producers = "push-b1-recording", 50
+	var off *env
+	offWindows := 0 // rawOp is made once per window: each window's txids are fresh
+	return workload{name: name, raw: "the same pushes to a broker with QUEEN_ANALYTICS=false", target: 0.95,
+		setup: func(ctx context.Context, e *env) error {
+			o, stop, err := startBroker(ctx, e.o, e.pool, e.pg, filepath.Join(e.dir, "spool-norec"), "QUEEN_ANALYTICS=false", "RETENTION_INTERVAL=86400000", "LOG_LEVEL=error")
+			if err != nil {
+				return err
+			}
+			off = o
+			e.cleanups = append(e.cleanups, stop)
+			return nil
+		},
+		rawOp: func(e *env) (int, func(ctx context.Context, worker, iter int) (int, error)) {
+			offWindows++
+			return producers, pushOp(e, off.url, "bench-recording-off", name+"-off", 1, offWindows)
+		},
+		brokerOp: func(e *env, win int) (int, func(ctx context.Context, worker, iter int) (int, error)) {
+			return producers, pushOp(e, e.url, "bench-recording-on", name, 1, win)
 		}}
 }
 
