@@ -14,6 +14,8 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -307,7 +309,20 @@ func (s *Server) routes() []route {
 			http.Redirect(w, r, "/dashboard/", http.StatusMovedPermanently)
 		}},
 		{"GET /dashboard/", auth.Public, dashboard.Handler("/dashboard/").ServeHTTP},
+		// Browsers ask every origin for one: no icon (another dashboard's
+		// when QUEEN_DASHBOARD_DIR has one), and no 404 in their console.
+		{"GET /favicon.ico", auth.Public, s.favicon},
 	}
+}
+
+func (s *Server) favicon(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.DashboardDir != "" {
+		if _, err := os.Stat(filepath.Join(s.cfg.DashboardDir, "favicon.ico")); err == nil {
+			s.externalDashboard()(w, r)
+			return
+		}
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // externalDashboard serves QUEEN_DASHBOARD_DIR at every GET path no route
