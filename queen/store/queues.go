@@ -370,10 +370,24 @@ func queueInfos(ctx context.Context, tx pgx.Tx, qs []Queue, now time.Time) ([]Qu
 
 // queueSummariesSQL sums the partitions of queues $1 at $2 per queue, for
 // the lists: the same figures as queuePartitionsSQL without the oldest
-// message, in one pass of joins, and a backlog counted only where the
-// sequence says there is one, so a consumed partition costs no probe of
-// the messages.
+// message, in one pass of joins (the cursors read once by queue id, not
+// probed per partition), and a backlog counted only where the sequence
+// says there is one, so a consumed partition costs no probe of the
+// messages.
 const queueSummariesSQL = `
+WITH p AS (
+	SELECT p.id, p.queue_id, p.last_seq, p.appended FROM queen.partitions p WHERE p.queue_id = ANY($1::uuid[])
+), cursors AS (
+	SELECT c.partition_id, c.consumer_group, c.last_consumed_seq, c.lease_expires_at, c.lease_max_seq
+	FROM queen.partition_consumers c WHERE c.queue_id = ANY($1::uuid[])
+), furthest AS (
+	SELECT DISTINCT ON (c.partition_id) c.partition_id, c.consumer_group, c.last_consumed_seq
+	FROM cursors c ORDER BY c.partition_id, c.last_consumed_seq DESC, c.consumer_group
+), dlq AS (
+	SELECT c.partition_id, c.consumer_group, c.n FROM queen.dlq_counts c WHERE c.n <> 0 AND c.partition_id IN (SELECT id FROM p)
+), dlq_all AS (
+	SELECT partition_id, sum(n) AS n FROM dlq GROUP BY 1
+)
 SELECT p.queue_id, count(*)::int,
 	coalesce(sum(p.appended - coalesce(d.n, 0)), 0)::bigint,
 	coalesce(sum(CASE WHEN p.last_seq > coalesce(f.last_consumed_seq, 0) THEN
@@ -381,13 +395,14 @@ SELECT p.queue_id, count(*)::int,
 	coalesce(sum(CASE WHEN pc.lease_expires_at > coalesce($2::timestamptz, now()) AND pc.lease_max_seq > pc.last_consumed_seq THEN
 		(SELECT count(*) FROM queen.messages m WHERE m.partition_id = p.id
 			AND m.seq > pc.last_consumed_seq AND m.seq <= pc.lease_max_seq) END), 0)::bigint,
-	coalesce(sum((SELECT sum(c.n) FROM queen.dlq_counts c WHERE c.partition_id = p.id)), 0)::bigint,
-	coalesce(sum((SELECT c.n FROM queen.dlq_counts c WHERE c.partition_id = p.id AND c.consumer_group = coalesce(f.consumer_group, '__QUEUE_MODE__'))), 0)::bigint
-FROM queen.partitions p
-LEFT JOIN queen.partition_consumers pc ON pc.partition_id = p.id AND pc.consumer_group = '__QUEUE_MODE__'
-LEFT JOIN LATERAL (` + furthestCursorSQL + `) f ON true
+	coalesce(sum(da.n), 0)::bigint, coalesce(sum(df.n), 0)::bigint
+FROM p
+LEFT JOIN cursors pc ON pc.partition_id = p.id AND pc.consumer_group = '__QUEUE_MODE__'
+LEFT JOIN furthest f ON f.partition_id = p.id
 LEFT JOIN queen.message_deletes d ON d.partition_id = p.id
-WHERE p.queue_id = ANY($1::uuid[]) GROUP BY p.queue_id`
+LEFT JOIN dlq_all da ON da.partition_id = p.id
+LEFT JOIN dlq df ON df.partition_id = p.id AND df.consumer_group = coalesce(f.consumer_group, '__QUEUE_MODE__')
+GROUP BY p.queue_id`
 
 // queueSummaries counts every queue of qs in one statement, without
 // partitions.
