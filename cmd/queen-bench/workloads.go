@@ -23,6 +23,10 @@ type workload struct {
 	refill   func(ctx context.Context, e *env) error
 	rawOp    func(e *env) (workers int, op func(ctx context.Context, worker, iter int) (int, error))
 	brokerOp func(e *env, win int) (workers int, op func(ctx context.Context, worker, iter int) (int, error))
+	// teardown, when set, runs after the workload (its second broker stops,
+	// so it weighs on no later workload).
+	teardown func()
+	late     bool // runs after bootstrap
 }
 
 // books is what the exactly-once verification needs from the workloads.
@@ -145,20 +149,25 @@ func pushOp(e *env, url, queue, name string, batch, win int) func(ctx context.Co
 // recordingWorkload is push-b1 with recorded analytics (this broker)
 // against the same pushes to a second broker on the same PostgreSQL with
 // QUEEN_ANALYTICS=false, in alternating windows: what recording costs a
-// push. The second broker starts in setup and stops when the run ends.
+// push. The second broker starts in setup and stops after the workload.
 func recordingWorkload() workload {
 	const name, producers = "push-b1-recording", 50
 	var off *env
+	var stopOff func()
 	offWindows := 0 // rawOp is made once per window: each window's txids are fresh
-	return workload{name: name, raw: "the same pushes to a broker with QUEEN_ANALYTICS=false", target: 0.95,
+	return workload{name: name, raw: "the same pushes to a broker with QUEEN_ANALYTICS=false", target: 0.95, late: true,
 		setup: func(ctx context.Context, e *env) error {
 			o, stop, err := startBroker(ctx, e.o, e.pool, e.pg, filepath.Join(e.dir, "spool-norec"), "QUEEN_ANALYTICS=false", "RETENTION_INTERVAL=86400000", "LOG_LEVEL=error")
 			if err != nil {
 				return err
 			}
-			off = o
-			e.cleanups = append(e.cleanups, stop)
+			off, stopOff = o, stop
 			return nil
+		},
+		teardown: func() {
+			if stopOff != nil {
+				stopOff()
+			}
 		},
 		rawOp: func(e *env) (int, func(ctx context.Context, worker, iter int) (int, error)) {
 			offWindows++
