@@ -11,6 +11,8 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -291,6 +293,11 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	}
 	p.intRange("QUEEN_ANALYTICS_MAX_QUEUES", &c.AnalyticsMaxQueues, 1, 1<<20)
 	p.str("QUEEN_DASHBOARD_DIR", &c.DashboardDir)
+	if c.DashboardDir != "" {
+		if st, err := os.Stat(filepath.Join(c.DashboardDir, "index.html")); err != nil || st.IsDir() {
+			p.fail("QUEEN_DASHBOARD_DIR", c.DashboardDir, "is not a dashboard build: it holds no index.html")
+		}
+	}
 	p.boolean("QUEEN_SWEEPER", &c.Sweeper)
 	p.millis("QUEEN_SWEEPER_MIN_SLEEP_MS", &c.SweeperMinSleep)
 	p.millis("QUEEN_SWEEPER_MAX_SLEEP_MS", &c.SweeperMaxSleep)
