@@ -157,7 +157,7 @@ func recordingWorkload() workload {
 	offWindows := 0 // rawOp is made once per window: each window's txids are fresh
 	return workload{name: name, raw: "the same pushes to a broker with QUEEN_ANALYTICS=false", target: 0.95, late: true,
 		setup: func(ctx context.Context, e *env) error {
-			o, stop, err := startBroker(ctx, e.o, e.pool, e.pg, filepath.Join(e.dir, "spool-norec"), "QUEEN_ANALYTICS=false", "RETENTION_INTERVAL=86400000", "LOG_LEVEL=error")
+			o, stop, err := startBroker(ctx, e.o, e.pool, e.pg, filepath.Join(e.dir, "spool-norec"), "QUEEN_ANALYTICS=false", "RETENTION_INTERVAL=86400000", "LOG_LEVEL=error", "QUEEN_PPROF_ADDR=")
 			if err != nil {
 				return err
 			}
