@@ -44,14 +44,8 @@ func (r *Retention) NextDue(now time.Time) time.Time { return r.Every.Next(now) 
 // RunOnce runs one pass if this broker wins the lock.
 func (r *Retention) RunOnce(ctx context.Context) error {
 	defer func() { r.Every.Mark(r.Clock.Now()) }()
-	lead, ok, err := r.Store.TryLeader(ctx, store.RetentionLock)
-	if err == nil && ok != r.leading {
-		r.leading = ok
-		// The lock is released after every pass, so brokers take turns:
-		// debug, or a three-broker cluster logs a change every few seconds.
-		r.Log.Debug("retention leadership changed", "leader", ok, "lock", store.RetentionLock)
-	}
-	if err != nil || !ok {
+	lead, err := takeLead(ctx, r.Store, store.RetentionLock, "retention", &r.leading, r.Log)
+	if err != nil || lead == nil {
 		return err
 	}
 	defer lead.Release()
@@ -73,4 +67,20 @@ func (r *Retention) RunOnce(ctx context.Context) error {
 			"emptyPartitions", res.Partitions)
 	}
 	return errors.Join(rulesErr, cleanErr)
+}
+
+// takeLead tries lock for one pass. It returns nil, and no error, when
+// another broker holds it. A change of leadership is logged at debug: the
+// lock is released after every pass, so brokers take turns, and a
+// three-broker cluster would log one every few seconds.
+func takeLead(ctx context.Context, st *store.Store, lock int64, name string, leading *bool, log *slog.Logger) (*store.Leader, error) {
+	lead, ok, err := st.TryLeader(ctx, lock)
+	if err == nil && ok != *leading {
+		*leading = ok
+		log.Debug(name+" leadership changed", "leader", ok, "lock", lock)
+	}
+	if err != nil || !ok {
+		return nil, err
+	}
+	return lead, nil
 }

@@ -39,12 +39,8 @@ func (s *Stats) NextDue(now time.Time) time.Time { return s.Every.Next(now) }
 // RunOnce runs one pass if this broker wins the lock.
 func (s *Stats) RunOnce(ctx context.Context) error {
 	defer func() { s.Every.Mark(s.Clock.Now()) }()
-	lead, ok, err := s.Store.TryLeader(ctx, store.StatsLock)
-	if err == nil && ok != s.leading {
-		s.leading = ok
-		s.Log.Debug("stats leadership changed", "leader", ok, "lock", store.StatsLock)
-	}
-	if err != nil || !ok {
+	lead, err := takeLead(ctx, s.Store, store.StatsLock, "stats", &s.leading, s.Log)
+	if err != nil || lead == nil {
 		return err
 	}
 	defer lead.Release()

@@ -335,8 +335,8 @@ const furthestCursorSQL = `SELECT c.consumer_group, c.last_consumed_seq, c.total
 	FROM queen.partition_consumers c WHERE c.partition_id = p.id
 	ORDER BY c.last_consumed_seq DESC, c.consumer_group LIMIT 1`
 
-// queueInfos counts the partitions of every queue of qs in one statement.
-func queueInfos(ctx context.Context, tx pgx.Tx, qs []Queue, now time.Time) ([]QueueInfo, error) {
+// indexQueues is qs's ids, one QueueInfo each, and those by id.
+func indexQueues(qs []Queue) ([]string, []QueueInfo, map[string]*QueueInfo) {
 	ids := make([]string, len(qs))
 	out := make([]QueueInfo, len(qs))
 	byID := make(map[string]*QueueInfo, len(qs))
@@ -344,6 +344,12 @@ func queueInfos(ctx context.Context, tx pgx.Tx, qs []Queue, now time.Time) ([]Qu
 		ids[i], out[i] = q.ID, QueueInfo{Queue: q}
 		byID[q.ID] = &out[i]
 	}
+	return ids, out, byID
+}
+
+// queueInfos counts the partitions of every queue of qs in one statement.
+func queueInfos(ctx context.Context, tx pgx.Tx, qs []Queue, now time.Time) ([]QueueInfo, error) {
+	ids, out, byID := indexQueues(qs)
 	rows, err := tx.Query(ctx, queuePartitionsSQL, ids, now)
 	if err != nil {
 		return nil, err
@@ -407,13 +413,7 @@ GROUP BY p.queue_id`
 // queueSummaries counts every queue of qs in one statement, without
 // partitions.
 func queueSummaries(ctx context.Context, tx pgx.Tx, qs []Queue, now time.Time) ([]QueueInfo, error) {
-	ids := make([]string, len(qs))
-	out := make([]QueueInfo, len(qs))
-	byID := make(map[string]*QueueInfo, len(qs))
-	for i, q := range qs {
-		ids[i], out[i] = q.ID, QueueInfo{Queue: q}
-		byID[q.ID] = &out[i]
-	}
+	ids, out, byID := indexQueues(qs)
 	rows, err := tx.Query(ctx, queueSummariesSQL, ids, now)
 	if err != nil {
 		return nil, err
