@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
-	"sync/atomic"
 	"time"
 
 	"github.com/queen-go/queen/queen/clock"
@@ -61,7 +60,6 @@ type Flusher struct {
 	sampled          bool
 	pendingQ         []store.QueueMinute
 	pendingB         []store.BrokerMinute
-	droppedMinutes   atomic.Int64
 }
 
 // Name implements background.Service.
@@ -154,7 +152,7 @@ func (f *Flusher) trim() {
 		if b.Minute.After(floor) {
 			keepB = append(keepB, b)
 		} else {
-			f.droppedMinutes.Add(1)
+			f.Recorder.droppedMinutes.Add(1)
 		}
 	}
 	keepQ := f.pendingQ[:0]
@@ -170,7 +168,7 @@ func (f *Flusher) trim() {
 }
 
 // DroppedMinutes is how many broker minutes were dropped unwritten.
-func (f *Flusher) DroppedMinutes() int64 { return f.droppedMinutes.Load() }
+func (f *Flusher) DroppedMinutes() int64 { return f.Recorder.DroppedMinutes() }
 
 func later(a, b time.Time) time.Time {
 	if b.After(a) {

@@ -14,6 +14,7 @@ package analytics
 import (
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/queen-go/queen/queen/store"
@@ -35,6 +36,8 @@ type Recorder struct {
 	brokers map[int64]*brokerMinute
 	dropped int64 // queue rows refused past maxQueues in their minute
 	perMin  map[int64]int
+
+	droppedMinutes atomic.Int64 // minutes a flusher dropped unwritten
 }
 
 type queueKey struct {
@@ -249,6 +252,10 @@ func (r *Recorder) Sample(now time.Time, cpuUserUs, cpuSysUs int64, gauges map[s
 		}
 	}
 }
+
+// DroppedMinutes is how many minutes were dropped unwritten (PostgreSQL
+// refused their writes for MaxPendingMinutes).
+func (r *Recorder) DroppedMinutes() int64 { return r.droppedMinutes.Load() }
 
 // Dropped is how many queue rows were refused for being past maxQueues.
 func (r *Recorder) Dropped() int64 {

@@ -56,6 +56,14 @@ func (s *Server) metricsRegistry() *prometheus.Registry {
 	cluster("queen_cluster_ack_messages_total", "Successful acks through this broker.", s.stats.ackMessages.Load)
 	cluster("queen_cluster_db_errors_total", "Database failures seen by this broker.", s.stats.dbErrors.Load)
 	cluster("queen_cluster_dlq_total", "Messages dead-lettered through this broker.", s.stats.dlq.Load)
+	if s.rec != nil {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "queen_analytics_dropped_queue_rows_total",
+			Help: "Queue rows of the recorded analytics not kept: past QUEEN_ANALYTICS_MAX_QUEUES queues in their minute."},
+			func() float64 { return float64(s.rec.Dropped()) }))
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "queen_analytics_dropped_minutes_total",
+			Help: "Minutes of recorded analytics dropped unwritten: PostgreSQL refused their writes for an hour."},
+			func() float64 { return float64(s.rec.DroppedMinutes()) }))
+	}
 	if s.meshRefusals != nil {
 		for _, m := range []struct {
 			name, help string

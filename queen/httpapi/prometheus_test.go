@@ -62,6 +62,8 @@ func TestPrometheusFamiliesParse(t *testing.T) {
 		{"queen_maintenance_mode_enabled", nil, 0},
 		{"queen_db_pool_size", nil, -1},
 		{"queen_uptime_seconds", nil, -1},
+		{"queen_analytics_dropped_queue_rows_total", nil, 0},
+		{"queen_analytics_dropped_minutes_total", nil, 0},
 		{"go_goroutines", nil, -1},
 		{"process_cpu_seconds_total", nil, -1},
 	} {
