@@ -52,20 +52,6 @@ func queueRow(q store.QueueInfo) map[string]any {
 		"pending":  q.Pending, "completed": max(q.Messages-q.Pending-q.DLQ, 0), "dlq": q.DLQ}
 }
 
-// filterQueues keeps the queues of a namespace and task ("" matches all),
-// newest first.
-func filterQueues(qs []store.QueueInfo, r *http.Request) []store.QueueInfo {
-	ns, task, name := r.URL.Query().Get("namespace"), r.URL.Query().Get("task"), r.URL.Query().Get("queue")
-	var out []store.QueueInfo
-	for _, q := range qs {
-		if (ns == "" || q.Namespace == ns) && (task == "" || q.Task == task) && (name == "" || q.Name == name) {
-			out = append(out, q)
-		}
-	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].CreatedAt.After(out[j].CreatedAt) })
-	return out
-}
-
 // status is GET /api/v1/status.
 func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	from, to, ok := s.window(w, r, time.Hour)
@@ -73,7 +59,8 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tenant := tenantOf(r)
-	qs, err := s.store.ListQueues(r.Context(), tenant)
+	f := r.URL.Query()
+	qs, err := s.store.ListQueuesPage(r.Context(), tenant, store.QueueFilter{Namespace: f.Get("namespace"), Task: f.Get("task"), Name: f.Get("queue")})
 	if err != nil {
 		s.storeError(w, r, "status", err)
 		return
@@ -90,7 +77,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	}
 	var total, pending int64
 	queues := []map[string]any{}
-	for _, q := range filterQueues(qs, r) {
+	for _, q := range qs {
 		total, pending = total+q.Messages, pending+q.Pending
 		if q.Messages > 0 {
 			row := queueRow(q)

@@ -239,22 +239,9 @@ type PartitionInfo struct {
 	CreatedAt                      time.Time
 }
 
-// ListQueues lists the tenant's queues with counts.
+// ListQueues lists every queue of the tenant with counts, newest first.
 func (s *Store) ListQueues(ctx context.Context, tenant string) ([]QueueInfo, error) {
-	var out []QueueInfo
-	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx, now time.Time) error {
-		rows, err := tx.Query(ctx, `SELECT `+queueColumns+` FROM queen.queues WHERE tenant_id = $1 ORDER BY name`, tenant)
-		if err != nil {
-			return err
-		}
-		qs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Queue, error) { return scanQueue(r) })
-		if err != nil {
-			return err
-		}
-		out, err = queueSummaries(ctx, tx, qs, now)
-		return err
-	})
-	return out, err
+	return s.ListQueuesPage(ctx, tenant, QueueFilter{})
 }
 
 // QueueFilter picks a page of a tenant's queues, newest first (created_at,

@@ -99,62 +99,51 @@ func (s *Store) RecordMinutes(ctx context.Context, broker string, qs []QueueMinu
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	n := len(qs)
-	qm, tenant, queue := make([]time.Time, n), make([]string, n), make([]string, n)
-	cols := make([][]int64, 12)
-	for i := range cols {
-		cols[i] = make([]int64, n)
+	q := func(f func(QueueMinute) int64) []int64 { return column(qs, f) }
+	b := func(f func(BrokerMinute) int64) []int64 { return column(bs, f) }
+	bf := func(f func(BrokerMinute) float64) []float64 { return column(bs, f) }
+	// In the order of the statement's parameters, $1 to $38.
+	args := []any{broker,
+		column(qs, func(r QueueMinute) time.Time { return r.Minute }),
+		column(qs, func(r QueueMinute) string { return r.Tenant }),
+		column(qs, func(r QueueMinute) string { return r.Queue }),
+		q(func(r QueueMinute) int64 { return r.PushRequests }), q(func(r QueueMinute) int64 { return r.PushMessages }),
+		q(func(r QueueMinute) int64 { return r.PopRequests }), q(func(r QueueMinute) int64 { return r.PopMessages }),
+		q(func(r QueueMinute) int64 { return r.PopEmpty }), q(func(r QueueMinute) int64 { return r.AckRequests }),
+		q(func(r QueueMinute) int64 { return r.AckSuccess }), q(func(r QueueMinute) int64 { return r.AckFailed }),
+		q(func(r QueueMinute) int64 { return r.DLQ }), q(func(r QueueMinute) int64 { return r.LagSumMs }),
+		q(func(r QueueMinute) int64 { return r.LagCount }), q(func(r QueueMinute) int64 { return r.LagMaxMs }),
+		column(bs, func(r BrokerMinute) time.Time { return r.Minute }),
+		column(bs, func(r BrokerMinute) string { return r.Hostname }),
+		column(bs, func(r BrokerMinute) int32 { return int32(r.Port) }),
+		b(func(r BrokerMinute) int64 { return r.Requests }), b(func(r BrokerMinute) int64 { return r.ServerErrors }),
+		b(func(r BrokerMinute) int64 { return r.DBErrors }), b(func(r BrokerMinute) int64 { return r.PushRequests }),
+		b(func(r BrokerMinute) int64 { return r.PushMessages }), b(func(r BrokerMinute) int64 { return r.PopRequests }),
+		b(func(r BrokerMinute) int64 { return r.PopMessages }), b(func(r BrokerMinute) int64 { return r.AckRequests }),
+		b(func(r BrokerMinute) int64 { return r.AckMessages }), b(func(r BrokerMinute) int64 { return r.LatencyCount }),
+		bf(func(r BrokerMinute) float64 { return r.LatencySumMs }), bf(func(r BrokerMinute) float64 { return r.LatencyP50Ms }),
+		bf(func(r BrokerMinute) float64 { return r.LatencyP99Ms }), bf(func(r BrokerMinute) float64 { return r.LatencyMaxMs }),
+		b(func(r BrokerMinute) int64 { return r.CPUUserUs }), b(func(r BrokerMinute) int64 { return r.CPUSysUs }),
+		column(bs, func(r BrokerMinute) int32 { return int32(r.Samples) }),
+		column(bs, func(r BrokerMinute) string {
+			if len(r.Gauges) == 0 {
+				return "{}"
+			}
+			return string(r.Gauges)
+		}),
+		q(func(r QueueMinute) int64 { return r.AutoAcked }),
 	}
-	for i, q := range qs {
-		qm[i], tenant[i], queue[i] = q.Minute, q.Tenant, q.Queue
-		for j, v := range []int64{q.PushRequests, q.PushMessages, q.PopRequests, q.PopMessages, q.PopEmpty,
-			q.AckRequests, q.AckSuccess, q.AckFailed, q.DLQ, q.LagSumMs, q.LagCount, q.LagMaxMs} {
-			cols[j][i] = v
-		}
-	}
-	m := len(bs)
-	bm, host, port, samples := make([]time.Time, m), make([]string, m), make([]int32, m), make([]int32, m)
-	ints := make([][]int64, 12)
-	for i := range ints {
-		ints[i] = make([]int64, m)
-	}
-	floats := make([][]float64, 4)
-	for i := range floats {
-		floats[i] = make([]float64, m)
-	}
-	gauges := make([]string, m)
-	for i, b := range bs {
-		bm[i], host[i], port[i], samples[i] = b.Minute, b.Hostname, int32(b.Port), int32(b.Samples)
-		for j, v := range []int64{b.Requests, b.ServerErrors, b.DBErrors, b.PushRequests, b.PushMessages, b.PopRequests,
-			b.PopMessages, b.AckRequests, b.AckMessages, b.LatencyCount, b.CPUUserUs, b.CPUSysUs} {
-			ints[j][i] = v
-		}
-		for j, v := range []float64{b.LatencySumMs, b.LatencyP50Ms, b.LatencyP99Ms, b.LatencyMaxMs} {
-			floats[j][i] = v
-		}
-		gauges[i] = string(b.Gauges)
-		if len(b.Gauges) == 0 {
-			gauges[i] = "{}"
-		}
-	}
-	args := []any{broker, qm, tenant, queue}
-	for _, c := range cols {
-		args = append(args, c)
-	}
-	args = append(args, bm, host, port)
-	for _, c := range ints[:10] {
-		args = append(args, c)
-	}
-	for _, f := range floats {
-		args = append(args, f)
-	}
-	autoAcked := make([]int64, n)
-	for i, q := range qs {
-		autoAcked[i] = q.AutoAcked
-	}
-	args = append(args, ints[10], ints[11], samples, gauges, autoAcked)
 	_, err := s.pool.Exec(ctx, recordMinutesSQL, args...)
 	return err
+}
+
+// column is one field of every row, a statement's array parameter.
+func column[R, V any](rows []R, f func(R) V) []V {
+	out := make([]V, len(rows))
+	for i, r := range rows {
+		out[i] = f(r)
+	}
+	return out
 }
 
 // foldStatsSQL merges the per-broker queue rows of minutes before $1 into
