@@ -67,7 +67,7 @@ func canaryVariants() []canaryVariant {
 	}
 	return []canaryVariant{
 		{dedupRaises, appendSQL}, {sealCacheTrusted, appendSQL}, {sealCacheTrustedFlag, appendSQL}, {timerEarly, claimTimersSQL}, {timerClaimIgnoresLease, claimTimersSQL}, {kvTTLIgnored, kvGetSQL}, {kvTTLIgnored, kvGetPrefixSQL}, {kvTTLIgnored, kvGetPrefixOpenSQL}, {kvGetManyTTLIgnored, kvGetSQL},
-		{claimUnfairOrder, popSQL}, {claimUnfairPick, popSQL}, {popIgnoresLease, popSQL},
+		{claimUnfairOrder, popSQL}, {claimUnfairPick, popSQL}, {popIgnoresLease, popSQL}, {claimUnfairOrder, popOneSQL}, {popIgnoresLease, popOneSQL},
 		{retentionIgnoresGroupMin, rule("completed")}, {retentionIgnoresGroupSub, rule("completed")}, {evictEarly, rule("evicted")},
 	}
 }

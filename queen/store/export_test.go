@@ -20,8 +20,15 @@ var PrefixUpper = prefixUpper
 // tests.
 const QueuePartitionsSQL = queuePartitionsSQL
 
-// WildcardPopSQL is the wildcard pop statement, for the cost tests.
-var WildcardPopSQL = popSQLFor(false)
+// WildcardPopSQL is the wildcard pop statement of one partition, for the
+// cost tests.
+var WildcardPopSQL = popSQLFor(false, true)
+
+// PopStatements are the statements a pop of one partition can run: the
+// lean one it runs and the general one, for the test that they agree.
+func PopStatements(partition bool) (one, general string) {
+	return popSQLFor(partition, true), popSQLFor(partition, false)
+}
 
 // AckCompletedSQL is the completions statement, for the HOT test.
 const AckCompletedSQL = ackCompletedSQL

@@ -65,18 +65,14 @@ type PopResult struct {
 	LeaseExpiresAt    time.Time
 }
 
-// popSQL claims partitions, reads their messages and leases them, in one
-// statement. $1 queue id, $2 group, $3 max partitions, $4 max messages,
-// $5 lease token, $6 lease seconds (0: the queue's leaseTime), $7 autoAck,
-// $8 now, $9 partition name (specific pops only).
+// popClaimSQL opens both pop statements: the queue's settings and the
+// claimed cursor rows. $1 queue id, $2 group, $3 max partitions, $4 max
+// messages, $5 lease token, $6 lease seconds (0: the queue's leaseTime),
+// $7 autoAck, $8 now, $9 partition name (specific pops only).
 //
 // Invariant (exclusive lease): a cursor row is claimed only if its lease is
 // absent or expired in database time, under FOR UPDATE SKIP LOCKED, so two
 // pops of one group never hold the same partition at once.
-//
-// Invariant (nothing skipped): a claim reads a prefix of the messages after
-// the cursor in seq order, stopping before the first one delayedProcessing
-// still hides; appendSQL makes every committed prefix visible in seq order.
 //
 // Invariant (cheap when empty): a fresh pop mark (migration 012, markEmpty)
 // says no cursor of the group is behind; the candidate scan is then a
@@ -87,7 +83,7 @@ type PopResult struct {
 // retention, or whose head is still delayed, never takes a claim that yields
 // nothing; candidates are served least-recently-claimed first (a release
 // keeps lease_acquired_at), so one busy partition cannot starve the others.
-const popSQL = `
+const popClaimSQL = `
 WITH q AS (
 	SELECT id, lease_time, delayed_processing, window_buffer, coalesce($8::timestamptz, now()) AS now
 	FROM queen.queues WHERE id = $1
@@ -116,33 +112,31 @@ cand AS (
 	LIMIT $3::int
 	FOR UPDATE OF pc SKIP LOCKED
 ),
-claimed AS (
-	SELECT c.*, row_number() OVER (ORDER BY c.acquired ASC NULLS FIRST, c.partition_id) AS rank,
-		CASE WHEN q.delayed_processing = 0 THEN NULL ELSE (
+`
+
+// popHiddenFromSQL is, per claimed partition, the first seq after the
+// cursor that delayedProcessing still hides (NULL when none is hidden).
+//
+// Invariant (nothing skipped): a claim reads a prefix of the messages after
+// the cursor in seq order, stopping before the first one delayedProcessing
+// still hides; appendSQL makes every committed prefix visible in seq order.
+const popHiddenFromSQL = `CASE WHEN q.delayed_processing = 0 THEN NULL ELSE (
 			SELECT min(h.seq) FROM queen.messages h
 			WHERE h.partition_id = c.partition_id AND h.seq > c.cursor
-				AND h.created_at > q.now - make_interval(secs => q.delayed_processing)) END AS hidden_from
-	FROM cand c, q
-),
-picked AS (
-	SELECT * FROM (
-		SELECT c.partition_id, c.name, c.retries, m.id, m.transaction_id, m.trace_id, m.payload, m.is_encrypted, m.producer_sub,
-			m.created_at, m.seq, row_number() OVER (ORDER BY c.rank, m.seq) AS n
-		FROM claimed c
-		CROSS JOIN LATERAL (
+				AND h.created_at > q.now - make_interval(secs => q.delayed_processing)) END AS hidden_from`
+
+// popPickSQL reads the claimed partition c's messages after its cursor,
+// up to the hidden one and $4 of them.
+const popPickSQL = `CROSS JOIN LATERAL (
 			SELECT * FROM queen.messages m
 			WHERE m.partition_id = c.partition_id AND m.seq > c.cursor
 				AND (c.hidden_from IS NULL OR m.seq < c.hidden_from)
 			ORDER BY m.seq LIMIT $4::int
-		) m
-	) x WHERE n <= $4::int
-),
-per_partition AS (
-	SELECT partition_id, count(*) AS n, max(seq) AS last_seq,
-		(array_agg(id ORDER BY seq DESC))[1] AS last_id,
-		(array_agg(created_at ORDER BY seq DESC))[1] AS last_created
-	FROM picked GROUP BY partition_id
-),
+		) m`
+
+// popLeaseSQL closes both pop statements: it leases (or, for autoAck,
+// completes) what per_partition picked and answers the picked messages.
+const popLeaseSQL = `
 leased AS (
 	UPDATE queen.partition_consumers pc SET
 		lease_acquired_at = q.now,
@@ -165,12 +159,64 @@ leased AS (
 )
 SELECT p.partition_id::text, p.name, p.retries, p.id::text, p.transaction_id, p.trace_id::text, p.payload,
 	p.is_encrypted, p.producer_sub, p.created_at, p.seq, l.lease_expires_at
-FROM picked p JOIN leased l ON l.partition_id = p.partition_id
+FROM picked p JOIN leased l ON l.partition_id = p.partition_id`
+
+// popSQL claims up to $3 partitions, reads their messages and leases
+// them, in one statement (popClaimSQL, popHiddenFromSQL, popLeaseSQL give
+// its invariants). The batch of $4 messages is shared across the claimed
+// partitions in claim order; a partition whose messages the batch did not
+// reach is not leased.
+const popSQL = popClaimSQL + `
+claimed AS (
+	SELECT c.*, row_number() OVER (ORDER BY c.acquired ASC NULLS FIRST, c.partition_id) AS rank,
+		` + popHiddenFromSQL + `
+	FROM cand c, q
+),
+picked AS (
+	SELECT * FROM (
+		SELECT c.partition_id, c.name, c.retries, m.id, m.transaction_id, m.trace_id, m.payload, m.is_encrypted, m.producer_sub,
+			m.created_at, m.seq, row_number() OVER (ORDER BY c.rank, m.seq) AS n
+		FROM claimed c
+		` + popPickSQL + `
+	) x WHERE n <= $4::int
+),
+per_partition AS (
+	SELECT partition_id, count(*) AS n, max(seq) AS last_seq,
+		(array_agg(id ORDER BY seq DESC))[1] AS last_id,
+		(array_agg(created_at ORDER BY seq DESC))[1] AS last_created
+	FROM picked GROUP BY partition_id
+),` + popLeaseSQL + `
 ORDER BY p.n`
 
-// popSQLFor returns the statement for a wildcard or a specific-partition pop.
-func popSQLFor(partition bool) string {
+// popOneSQL is popSQL for a claim of one partition ($3 = 1), the pop of
+// every client that does not ask for more: with one partition there is no
+// batch to share out, so it numbers, groups and sorts nothing; the lease
+// takes the last picked row. Its invariants are popSQL's
+// (TestOnePartitionPopAgreesWithTheGeneralPop).
+const popOneSQL = popClaimSQL + `
+claimed AS (
+	SELECT c.*, ` + popHiddenFromSQL + `
+	FROM cand c, q
+),
+picked AS (
+	SELECT c.partition_id, c.name, c.retries, m.id, m.transaction_id, m.trace_id, m.payload, m.is_encrypted, m.producer_sub,
+		m.created_at, m.seq
+	FROM claimed c
+	` + popPickSQL + `
+),
+per_partition AS (
+	SELECT partition_id, (SELECT count(*) FROM picked) AS n, seq AS last_seq, id AS last_id, created_at AS last_created
+	FROM picked ORDER BY seq DESC LIMIT 1
+),` + popLeaseSQL + `
+ORDER BY p.seq`
+
+// popSQLFor returns the statement for a wildcard or a specific-partition
+// pop claiming one partition or several.
+func popSQLFor(partition, one bool) string {
 	sql := popSQL
+	if one {
+		sql = popOneSQL
+	}
 	if partition {
 		sql = strings.Replace(sql, `/*partition*/ TRUE`,
 			`pc.partition_id = (SELECT p2.id FROM queen.partitions p2 WHERE p2.queue_id = $1 AND p2.name = $9::text)`, 1)
@@ -229,7 +275,7 @@ func (s *Store) Pop(ctx context.Context, req PopRequest) (PopResult, error) {
 	if p.Partition != "" {
 		args = append(args, p.Partition)
 	}
-	rows, err := s.pool.Query(ctx, popSQLFor(p.Partition != ""), args...)
+	rows, err := s.pool.Query(ctx, popSQLFor(p.Partition != "", p.Partitions == 1), args...)
 	if err != nil {
 		return res, err
 	}

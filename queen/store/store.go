@@ -4,7 +4,7 @@
 //
 // Each hot operation is one named statement (a SQL constant with a params
 // struct and the invariant it protects beside it): appendSQL for a push,
-// popSQL for a pop, ackCompletedSQL for a batch of completions; a general
+// popSQL for a pop (popOneSQL when it claims one partition), ackCompletedSQL for a batch of completions; a general
 // ack batch or a transaction is a fixed, small number of statements.
 // Concurrent pushes are combined into shared statements (combiner), and
 // names resolve to ids through a process cache (cache).

@@ -1,0 +1,166 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"pgregory.net/rapid"
+
+	"github.com/queen-go/queen/queen/clock"
+	"github.com/queen-go/queen/queen/ids"
+	"github.com/queen-go/queen/queen/store"
+	"github.com/queen-go/queen/queen/store/storetest"
+)
+
+// A pop of one partition runs popOneSQL, which numbers, groups and sorts
+// nothing; it must answer exactly what the general popSQL answers for the
+// same claim. Before every pop of a random history (pushes, delays and
+// windows, leases that expire, autoAck, acks, messages deleted as retention
+// would) both statements run on the same state, each in a transaction
+// rolled back, and must return the same rows and leave the same cursor
+// row.
+func TestOnePartitionPopAgreesWithTheGeneralPop(t *testing.T) {
+	t.Parallel()
+	pool := storetest.Pool(t)
+	now := time.Now().UTC()
+	s := store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil),
+		DBNow: func() *time.Time { v := now; return &v }})
+	ctx := context.Background()
+	run, delivered := 0, 0
+	rapid.Check(t, func(rt *rapid.T) {
+		run++
+		queue := fmt.Sprintf("agree-%d", run)
+		if _, err := s.Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: queue, Patch: store.OptionPatch{
+			DelayedProcessing: intp(rapid.SampledFrom([]int{0, 30}).Draw(rt, "delay")),
+			WindowBuffer:      intp(rapid.SampledFrom([]int{0, 20}).Draw(rt, "window")),
+			LeaseTime:         intp(rapid.SampledFrom([]int{10, 60}).Draw(rt, "lease")),
+		}}); err != nil {
+			rt.Fatal(err)
+		}
+		var popped []store.PopResult
+		seq := 0
+		for step := rapid.IntRange(5, 40).Draw(rt, "steps"); step > 0; step-- {
+			switch rapid.IntRange(0, 5).Draw(rt, "action") {
+			case 0, 1:
+				part := fmt.Sprintf("p%d", rapid.IntRange(0, 2).Draw(rt, "partition"))
+				for n := rapid.IntRange(1, 3).Draw(rt, "messages"); n > 0; n-- {
+					seq++
+					if _, err := s.Push(ctx, tenant, []store.PushItem{{Queue: queue, Partition: part,
+						TransactionID: fmt.Sprintf("t%d", seq)}}, ""); err != nil {
+						rt.Fatal(err)
+					}
+				}
+			case 2:
+				now = now.Add(time.Duration(rapid.IntRange(1, 40).Draw(rt, "seconds")) * time.Second)
+			case 3:
+				req := store.PopRequest{Tenant: tenant, Queue: queue, Partitions: 1,
+					Batch:   rapid.IntRange(1, 4).Draw(rt, "batch"),
+					AutoAck: rapid.Bool().Draw(rt, "autoAck"),
+					Group:   rapid.SampledFrom([]string{"", "g"}).Draw(rt, "group")}
+				if rapid.Bool().Draw(rt, "specific") {
+					req.Partition = fmt.Sprintf("p%d", rapid.IntRange(0, 2).Draw(rt, "popPartition"))
+				}
+				delivered += comparePops(rt, pool, queue, req, now)
+				res, err := s.Pop(ctx, req)
+				if err != nil {
+					rt.Fatal(err)
+				}
+				popped = append(popped, res)
+			case 4:
+				if len(popped) > 0 {
+					res := popped[rapid.IntRange(0, len(popped)-1).Draw(rt, "ack")]
+					items := make([]store.AckItem, len(res.Messages))
+					for i, m := range res.Messages {
+						items[i] = store.AckItem{TransactionID: m.TransactionID, PartitionID: m.PartitionID, LeaseID: res.LeaseID}
+					}
+					if _, err := s.Ack(ctx, tenant, res.Group, items); err != nil {
+						rt.Fatal(err)
+					}
+				}
+			case 5:
+				// A message deleted under the cursor's feet, as retention does.
+				if _, err := pool.Exec(ctx, `DELETE FROM queen.messages WHERE id = (
+					SELECT m.id FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id
+					JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1 ORDER BY m.seq LIMIT 1)`, queue); err != nil {
+					rt.Fatal(err)
+				}
+			}
+		}
+	})
+	if delivered == 0 {
+		t.Fatal("no comparison delivered a message: the property compared nothing")
+	}
+}
+
+// comparePops runs the lean and the general statement for req on the same
+// state, each in a transaction rolled back, fails when they differ, and
+// returns how many messages the lean one delivered.
+func comparePops(rt *rapid.T, pool *pgxpool.Pool, queue string, req store.PopRequest, now time.Time) int {
+	ctx := context.Background()
+	var qid string
+	if err := pool.QueryRow(ctx, `SELECT id::text FROM queen.queues WHERE tenant_id = $1 AND name = $2`,
+		tenant, queue).Scan(&qid); err != nil {
+		rt.Fatal(err)
+	}
+	group := req.Group
+	if group == "" {
+		group = store.QueueModeGroup
+	}
+	args := []any{qid, group, 1, req.Batch, "00000000-0000-7000-8000-0000000000aa", 0, req.AutoAck, now}
+	if req.Partition != "" {
+		args = append(args, req.Partition)
+	}
+	one, general := store.PopStatements(req.Partition != "")
+	leanRows, leanCursors := popRolledBack(rt, pool, one, args)
+	generalRows, generalCursors := popRolledBack(rt, pool, general, args)
+	if !reflect.DeepEqual(leanRows, generalRows) {
+		rt.Fatalf("pop %+v: the one-partition statement answered\n%v\nthe general one\n%v", req, leanRows, generalRows)
+	}
+	if !reflect.DeepEqual(leanCursors, generalCursors) {
+		rt.Fatalf("pop %+v: the one-partition statement left cursors\n%v\nthe general one\n%v", req, leanCursors, generalCursors)
+	}
+	return len(leanRows)
+}
+
+// popRolledBack runs a pop statement in a transaction it rolls back and
+// returns its rows and every cursor row of the queue as it left them.
+func popRolledBack(rt *rapid.T, pool *pgxpool.Pool, sql string, args []any) (rows, cursors []string) {
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		rt.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	rows = collect(rt, tx, sql, args...)
+	cursors = collect(rt, tx, `SELECT partition_id, consumer_group, last_consumed_seq, last_consumed_id, last_consumed_created_at,
+		lease_acquired_at, lease_expires_at, worker_id, batch_size, acked_count, lease_max_seq, batch_retry_count,
+		total_messages_consumed, total_batches_consumed, last_consumed_at
+		FROM queen.partition_consumers WHERE queue_id = $1 ORDER BY partition_id, consumer_group`, args[0])
+	return rows, cursors
+}
+
+// collect renders every row of a query.
+func collect(rt *rapid.T, tx pgx.Tx, sql string, args ...any) []string {
+	res, err := tx.Query(context.Background(), sql, args...)
+	if err != nil {
+		rt.Fatal(err)
+	}
+	defer res.Close()
+	var out []string
+	for res.Next() {
+		v, err := res.Values()
+		if err != nil {
+			rt.Fatal(err)
+		}
+		out = append(out, fmt.Sprint(v...))
+	}
+	if err := res.Err(); err != nil {
+		rt.Fatal(err)
+	}
+	return out
+}
