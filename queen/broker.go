@@ -272,6 +272,10 @@ func (b *Broker) Start(ctx context.Context) error {
 			Every: background.Every{Interval: b.cfg.RetentionInterval}, Observe: b.opts.RetentionPasses},
 		&maintenance.Reconcile{State: b.maint, Clock: b.opts.Clock, Every: background.Every{Interval: b.cfg.CacheRefreshInterval}},
 	}
+	if b.cfg.StatsInterval > 0 {
+		b.services = append(b.services, &leader.QueueStats{Store: b.store, Clock: b.opts.Clock, Log: b.log,
+			Every: background.Every{Interval: b.cfg.StatsInterval}})
+	}
 	if b.drainer != nil {
 		b.services = append(b.services, b.drainer)
 	}

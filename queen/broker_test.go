@@ -302,3 +302,41 @@ func TestPermanentDatabaseErrorFailsStart(t *testing.T) {
 		t.Fatal("a missing database was retried until the deadline instead of failing at once")
 	}
 }
+
+// The queue-statistics leader refreshes the snapshot status reads every
+// STATS_INTERVAL_MS, so status and the scrape catch up with a push within
+// an interval or two.
+func TestQueueStatsLeaderRefreshesStatus(t *testing.T) {
+	dsn := storetest.DSN(t)
+	cfg := testConfig(t, dsn)
+	cfg.StatsInterval = 100 * time.Millisecond
+	b := start(t, cfg)
+	defer func() {
+		if err := b.Shutdown(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}()
+	if code, body := post(t, "http://"+b.Addr()+"/api/v1/push", `{"items":[{"queue":"sq","transactionId":"x"},{"queue":"sq","transactionId":"y"}]}`); code != 201 {
+		t.Fatalf("push: %d %s", code, body)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, body := get(t, "http://"+b.Addr()+"/api/v1/status")
+		if strings.Contains(body, `"total":2`) && strings.Contains(body, `"name":"sq"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status never counted the pushes: %s", body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	code, body := get(t, "http://"+b.Addr()+"/metrics/prometheus")
+	if code != 200 || !strings.Contains(body, `queen_queue_depth{queue="sq",tenant="`) {
+		t.Fatalf("scrape: %d", code)
+	}
+	for _, line := range strings.Split(body, "\n") {
+		if strings.HasPrefix(line, `queen_queue_depth{queue="sq"`) && !strings.HasSuffix(line, " 2") {
+			t.Fatalf("depth of sq from the snapshot: %s", line)
+		}
+	}
+}

@@ -199,6 +199,8 @@ func (c *Cluster) Start(ctx context.Context, i int) error {
 	// Recorded analytics are no property of the simulator's, and their
 	// per-minute writes would only add statements for its faults to hold.
 	cfg.Analytics = false
+	// Nor is the queue statistics snapshot (status, the scrape).
+	cfg.StatsInterval = 0
 	cfg.ApplySchema = false
 	cfg.PopWaitInitial, cfg.PopWaitMax = 20*time.Millisecond, PopWaitMax
 	cfg.FileBufferDir = n.spoolDir

@@ -69,6 +69,9 @@ type Config struct {
 
 	RetentionInterval  time.Duration // RETENTION_INTERVAL (ms), default 5000
 	RetentionBatchSize int           // RETENTION_BATCH_SIZE, default 1000
+	// StatsInterval is STATS_INTERVAL_MS, default 10000: how often the
+	// queue-statistics leader refreshes queen.queue_stats; 0 stops it.
+	StatsInterval time.Duration
 	// PARTITION_CLEANUP_DAYS, default 30: empty partitions idle this long
 	// are removed by the retention leader; 0 keeps them.
 	PartitionCleanupDays int
@@ -172,6 +175,7 @@ func Default() Config {
 		PopWaitFactor:           2.0,
 		PopWaitMax:              time.Second,
 		RetentionInterval:       5 * time.Second,
+		StatsInterval:           10 * time.Second,
 		RetentionBatchSize:      1000,
 		MaxBodyBytes:            64 << 20,
 		FileBufferDir:           "/var/lib/queen/buffers",
@@ -258,6 +262,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	p.float("POP_WAIT_BACKOFF_MULTIPLIER", &c.PopWaitFactor, 1, 100)
 	p.millis("POP_WAIT_MAX_INTERVAL_MS", &c.PopWaitMax)
 	p.millis("RETENTION_INTERVAL", &c.RetentionInterval)
+	p.millis("STATS_INTERVAL_MS", &c.StatsInterval)
 	p.intRange("RETENTION_BATCH_SIZE", &c.RetentionBatchSize, 1, 1000000)
 	p.intRange("PARTITION_CLEANUP_DAYS", &c.PartitionCleanupDays, 0, 36500)
 	p.str("FILE_BUFFER_DIR", &c.FileBufferDir)
@@ -411,7 +416,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 // ignoredVars are Queen variables this broker accepts and does nothing
 // with: each set one is named in a startup warning.
 var ignoredVars = []string{"NUM_WORKERS", "EVICTION_INTERVAL", "EVICTION_BATCH_SIZE",
-	"METRICS_RETENTION_DAYS", "STATS_INTERVAL_MS", "METRICS_FLUSH_MS", "QUEEN_HOTLIST", "QUEEN_KV_TRUSTED_PROXY",
+	"METRICS_RETENTION_DAYS", "METRICS_FLUSH_MS", "QUEEN_HOTLIST", "QUEEN_KV_TRUSTED_PROXY",
 	"PG_SSL_REJECT_UNAUTHORIZED", "DB_IDLE_TIMEOUT"}
 
 // jwt reads the JWT_* variables.

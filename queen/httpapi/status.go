@@ -60,7 +60,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	}
 	tenant := tenantOf(r)
 	f := r.URL.Query()
-	qs, err := s.store.ListQueuesPage(r.Context(), tenant, store.QueueFilter{Namespace: f.Get("namespace"), Task: f.Get("task"), Name: f.Get("queue")})
+	snap, err := s.store.SnapshotQueues(r.Context(), tenant, store.QueueFilter{Namespace: f.Get("namespace"), Task: f.Get("task"), Name: f.Get("queue")})
 	if err != nil {
 		s.storeError(w, r, "status", err)
 		return
@@ -77,7 +77,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	}
 	var total, pending int64
 	queues := []map[string]any{}
-	for _, q := range qs {
+	for _, q := range snap.Queues {
 		total, pending = total+q.Messages, pending+q.Pending
 		if q.Messages > 0 {
 			row := queueRow(q)
@@ -112,9 +112,15 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 		workers = append(workers, map[string]any{"hostname": b.hostname, "port": b.port, "workerId": b.id,
 			"requests": b.requests, "lastSeen": msTime(&b.last)})
 	}
-	statsAge := -1.0
+	// statsAge is the age of the oldest figure in the answer: the last
+	// recorded minute or the queue snapshot, whichever is older.
+	statsAge, queueStatsAge := -1.0, -1.0
 	if len(minutes) > 0 {
 		statsAge = max(s.clock.Now().Sub(minutes[len(minutes)-1].Minute.Add(time.Minute)).Seconds(), 0)
+	}
+	if !snap.Oldest.IsZero() {
+		queueStatsAge = max(s.clock.Now().Sub(snap.Oldest).Seconds(), 0)
+		statsAge = max(statsAge, queueStatsAge)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"timeRange": map[string]any{"from": msTime(&from), "to": msTime(&to)}, "bucketMinutes": bm, "pointCount": len(throughput),
@@ -129,6 +135,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 		"workers":         workers,
 		"errors":          map[string]any{"dbErrors": sum.dbErrors, "ackFailed": sum.q.AckFailed, "dlqMessages": dlq.Total},
 		"statsAge":        statsAge,
+		"queueStatsAge":   queueStatsAge,
 	})
 }
 
@@ -271,11 +278,12 @@ func (s *Server) statusAnalytics(w http.ResponseWriter, r *http.Request) {
 // other dimension (queenctl's taskCount and namespaceCount).
 func (s *Server) groupedResources(key string, of func(store.QueueInfo) string, otherKey string, other func(store.QueueInfo) string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		qs, err := s.store.ListQueues(r.Context(), tenantOf(r))
+		snap, err := s.store.SnapshotQueues(r.Context(), tenantOf(r), store.QueueFilter{})
 		if err != nil {
 			s.storeError(w, r, key, err)
 			return
 		}
+		qs := snap.Queues
 		type agg struct {
 			queues, partitions, total, pending int64
 			others                             map[string]bool

@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"context"
 	"testing"
 )
 
@@ -10,6 +11,13 @@ func TestStatusRoutesAreRealAndWellFormed(t *testing.T) {
 	e.expect(e.do("POST", "/api/v1/configure", map[string]any{"queue": "sq", "namespace": "billing", "task": "invoice"}), 200)
 	e.push(item{"queue": "sq", "partition": "p1", "transactionId": "a"}, item{"queue": "sq", "partition": "p2", "transactionId": "b"})
 	p := e.pop("/api/v1/pop/queue/sq")
+	if st := e.expect(e.do("GET", "/api/v1/status", nil), 200).obj(t); st["messages"].(map[string]any)["total"] != float64(0) ||
+		len(st["queues"].([]any)) != 0 || st["queueStatsAge"] != float64(-1) {
+		t.Fatalf("status before the first queue statistics refresh (the snapshot is empty): %v", st)
+	}
+	if _, err := e.store.RefreshQueueStats(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	st := e.expect(e.do("GET", "/api/v1/status", nil), 200).obj(t)
 	msgs := st["messages"].(map[string]any)
 	leases := st["leases"].(map[string]any)

@@ -1,0 +1,132 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// QueueStatsLock is the advisory lock id of the queue-statistics leader.
+const QueueStatsLock = 737003
+
+// queueStatsChunk is how many queues one refresh statement counts: a
+// statement's time follows its queues' partitions, and stays far inside
+// the statement timeout.
+const queueStatsChunk = 500
+
+// queueIDsAfterSQL pages through every tenant's queues by id.
+const queueIDsAfterSQL = `SELECT id::text FROM queen.queues WHERE id > $1::uuid ORDER BY id LIMIT $2`
+
+// refreshQueueStatsSQL counts queues $1 at $2 as the lists do
+// (queueSummariesSQL), with the queue-mode depth by the sequence, and
+// replaces their rows of queen.queue_stats (migration 018). A queue with
+// no partition gets a row of zeros; a queue deleted meanwhile gets none.
+const refreshQueueStatsSQL = `
+INSERT INTO queen.queue_stats AS t (queue_id, partitions, messages, pending, processing, dlq, queue_dlq, depth, refreshed_at)
+SELECT q.id, coalesce(s.partitions, 0), coalesce(s.messages, 0), coalesce(s.pending, 0), coalesce(s.processing, 0),
+	coalesce(s.dlq, 0), coalesce(s.queue_dlq, 0), coalesce(dp.depth, 0), coalesce($2::timestamptz, now())
+FROM queen.queues q
+LEFT JOIN (` + queueSummariesSQL + `) s (queue_id, partitions, messages, pending, processing, dlq, queue_dlq) ON s.queue_id = q.id
+LEFT JOIN (
+	SELECT p.queue_id, sum(p.last_seq - coalesce(pc.last_consumed_seq, 0))::bigint AS depth
+	FROM queen.partitions p
+	LEFT JOIN queen.partition_consumers pc ON pc.partition_id = p.id AND pc.consumer_group = '__QUEUE_MODE__'
+	WHERE p.queue_id = ANY($1::uuid[]) GROUP BY p.queue_id
+) dp ON dp.queue_id = q.id
+WHERE q.id = ANY($1::uuid[])
+ON CONFLICT (queue_id) DO UPDATE SET partitions = excluded.partitions, messages = excluded.messages,
+	pending = excluded.pending, processing = excluded.processing, dlq = excluded.dlq, queue_dlq = excluded.queue_dlq,
+	depth = excluded.depth, refreshed_at = excluded.refreshed_at`
+
+// RefreshQueueStats recounts every queue of every tenant into the
+// snapshot, queueStatsChunk queues a statement, each in autocommit, and
+// returns how many queues it counted. A failed chunk stops the pass; the
+// next one starts again from the first queue.
+func (lead *Leader) RefreshQueueStats(ctx context.Context) (int, error) {
+	return lead.s.refreshQueueStats(ctx, lead.conn)
+}
+
+// RefreshQueueStats is Leader.RefreshQueueStats on a pooled connection,
+// for tests and tools that want the snapshot current now.
+func (s *Store) RefreshQueueStats(ctx context.Context) (int, error) {
+	return s.refreshQueueStats(ctx, s.pool)
+}
+
+func (s *Store) refreshQueueStats(ctx context.Context, db querier) (int, error) {
+	after, n := "00000000-0000-0000-0000-000000000000", 0
+	for {
+		ids, err := s.queueIDsAfter(ctx, db, after)
+		if err != nil || len(ids) == 0 {
+			return n, err
+		}
+		bctx, cancel := s.bound(ctx)
+		_, err = db.Exec(bctx, refreshQueueStatsSQL, ids, s.dbNow())
+		cancel()
+		if err != nil {
+			return n, err
+		}
+		n += len(ids)
+		after = ids[len(ids)-1]
+	}
+}
+
+func (s *Store) queueIDsAfter(ctx context.Context, db querier, after string) ([]string, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	rows, err := db.Query(ctx, queueIDsAfterSQL, after, queueStatsChunk)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// QueueStats is the snapshot of a tenant's queues: each queue's counts as
+// of its last refresh, and the oldest refresh among them.
+type QueueStats struct {
+	Queues []QueueInfo
+	// Depth is each queue's queue-mode depth by the sequence, by queue id.
+	Depth map[string]int64
+	// Oldest is the oldest refresh of the queues listed; zero when none
+	// was ever counted.
+	Oldest time.Time
+}
+
+// queueStatsSQL lists the tenant's queues matching the filter with their
+// snapshot (zeros for a queue created since the last refresh).
+const queueStatsSQL = `SELECT ` + queueColumns + `,
+	coalesce(st.partitions, 0), coalesce(st.messages, 0), coalesce(st.pending, 0), coalesce(st.processing, 0),
+	coalesce(st.dlq, 0), coalesce(st.queue_dlq, 0), coalesce(st.depth, 0), st.refreshed_at
+FROM queen.queues q LEFT JOIN queen.queue_stats st ON st.queue_id = q.id
+WHERE q.tenant_id = $1 AND ($2 = '' OR q.namespace = $2) AND ($3 = '' OR q.task = $3) AND ($4 = '' OR q.name = $4)
+ORDER BY q.created_at DESC, q.id DESC`
+
+// SnapshotQueues lists the tenant's queues matching f (its Limit and
+// Offset are ignored) with the counts of the snapshot, reading one row per
+// queue whatever its partitions and backlog.
+func (s *Store) SnapshotQueues(ctx context.Context, tenant string, f QueueFilter) (QueueStats, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	rows, err := s.pool.Query(ctx, queueStatsSQL, tenant, f.Namespace, f.Task, f.Name)
+	if err != nil {
+		return QueueStats{}, err
+	}
+	defer rows.Close()
+	out := QueueStats{Depth: map[string]int64{}}
+	for rows.Next() {
+		var info QueueInfo
+		var depth int64
+		var at *time.Time
+		dest := append(queueScanTargets(&info.Queue), &info.PartitionCount, &info.Messages, &info.Pending,
+			&info.Processing, &info.DLQ, &info.QueueDLQ, &depth, &at)
+		if err := rows.Scan(dest...); err != nil {
+			return QueueStats{}, err
+		}
+		out.Queues = append(out.Queues, info)
+		out.Depth[info.ID] = depth
+		if at != nil && (out.Oldest.IsZero() || at.Before(out.Oldest)) {
+			out.Oldest = *at
+		}
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,98 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/queen-go/queen/queen/store"
+)
+
+// The queue statistics snapshot holds what the live lists count, as of
+// its refresh: stale in between by design, current after a refresh, every
+// queue counted however many refresh statements it takes, and a deleted
+// queue's row gone with it.
+func TestQueueStatsSnapshotFollowsTheLiveCounts(t *testing.T) {
+	t.Parallel()
+	s, pool := newStoreWithPool(t)
+	ctx := context.Background()
+	for i, it := range []struct{ queue, partition string }{{"qs-a", "p1"}, {"qs-a", "p1"}, {"qs-a", "p2"}, {"qs-b", "p1"}, {"qs-b", "p1"}} {
+		push(t, s, it.queue, it.partition, fmt.Sprintf("t%d", i))
+	}
+	ackAll(t, s, "", popOne(t, s, store.PopRequest{Queue: "qs-a", Partition: "p1", Batch: 1}))
+	popOne(t, s, store.PopRequest{Queue: "qs-b", Batch: 1}) // leased: processing
+	refresh := func() {
+		t.Helper()
+		if _, err := s.RefreshQueueStats(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	snapshot := func() map[string]store.QueueInfo {
+		t.Helper()
+		snap, err := s.SnapshotQueues(ctx, tenant, store.QueueFilter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]store.QueueInfo{}
+		for _, q := range snap.Queues {
+			q.Queue = store.Queue{Name: q.Name}
+			out[q.Name] = q
+		}
+		return out
+	}
+	live := func() map[string]store.QueueInfo {
+		t.Helper()
+		qs, err := s.ListQueues(ctx, tenant)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]store.QueueInfo{}
+		for _, q := range qs {
+			q.Queue = store.Queue{Name: q.Name}
+			out[q.Name] = q
+		}
+		return out
+	}
+	refresh()
+	before := snapshot()
+	if want := live(); fmt.Sprint(before) != fmt.Sprint(want) {
+		t.Fatalf("after a refresh the snapshot is\n%v\nthe live counts\n%v", before, want)
+	}
+	if a, b := before["qs-a"], before["qs-b"]; a.Messages != 3 || a.Pending != 2 || a.PartitionCount != 2 || b.Processing != 1 {
+		t.Fatalf("snapshot counts: %+v %+v", a, b)
+	}
+	push(t, s, "qs-a", "p2", "later")
+	if got := snapshot(); fmt.Sprint(got) != fmt.Sprint(before) {
+		t.Fatalf("the snapshot moved without a refresh: %v", got)
+	}
+	refresh()
+	if got, want := snapshot(), live(); fmt.Sprint(got) != fmt.Sprint(want) || got["qs-a"].Messages != 4 {
+		t.Fatalf("after the second refresh the snapshot is\n%v\nthe live counts\n%v", got, want)
+	}
+	if _, err := s.DeleteQueue(ctx, tenant, "qs-b"); err != nil {
+		t.Fatal(err)
+	}
+	var rows int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM queen.queue_stats`).Scan(&rows); err != nil || rows != 1 {
+		t.Fatalf("queue_stats rows after deleting qs-b: %d %v", rows, err)
+	}
+
+	// More queues than one refresh statement counts.
+	items := make([]store.PushItem, 1200)
+	for i := range items {
+		items[i] = store.PushItem{Queue: fmt.Sprintf("chunk-%04d", i), TransactionID: "x"}
+	}
+	if _, err := s.Push(ctx, tenant, items, ""); err != nil {
+		t.Fatal(err)
+	}
+	n, err := s.RefreshQueueStats(ctx)
+	if err != nil || n != len(items)+1 {
+		t.Fatalf("refresh counted %d queues (%v), want %d", n, err, len(items)+1)
+	}
+	snap := snapshot()
+	for _, it := range items {
+		if snap[it.Queue].Messages != 1 {
+			t.Fatalf("%s in the snapshot: %+v", it.Queue, snap[it.Queue])
+		}
+	}
+}
