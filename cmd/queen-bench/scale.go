@@ -59,6 +59,9 @@ func (e *env) scale(ctx context.Context, size scaleSize) (scaleResult, error) {
 		return res, err
 	}
 	ops := e.scaleOps(st)
+	if err := e.awaitQueueStats(ctx, time.Now()); err != nil {
+		return res, err
+	}
 	if err := e.scaleMeasure(ctx, ops, false); err != nil {
 		return res, err
 	}
@@ -68,6 +71,9 @@ func (e *env) scale(ctx context.Context, size scaleSize) (scaleResult, error) {
 	}
 	res.Grow = time.Since(start).Seconds()
 	fmt.Printf("grown in %.0fs: %+v\n", res.Grow, size)
+	if err := e.awaitQueueStats(ctx, time.Now()); err != nil {
+		return res, err
+	}
 	if err := e.scaleMeasure(ctx, ops, true); err != nil {
 		return res, err
 	}
@@ -169,6 +175,10 @@ func (e *env) scaleOps(st *store.Store) []*scaleOp {
 			return 0, err
 		}},
 		{Name: "prometheus scrape", samples: 10, run: get("/metrics/prometheus?_=%d", 200)},
+		{Name: "queue stats refresh", samples: 3, run: func(ctx context.Context, i int) (int64, error) {
+			n, err := st.RefreshQueueStats(ctx)
+			return int64(n), err
+		}},
 		{Name: "retention pass", samples: 3, cold: true, run: func(ctx context.Context, i int) (int64, error) {
 			r, err := st.RetentionPass(ctx, 1000)
 			return r.Expired + r.Completed + r.Evicted, err
@@ -225,6 +235,30 @@ func (e *env) scaleMeasure(ctx context.Context, ops []*scaleOp, large bool) erro
 		}
 	}
 	return nil
+}
+
+// awaitQueueStats waits until the broker's queue-statistics leader has
+// counted every queue since the tables reached their size, so status and
+// the scrape are timed on a snapshot of those tables, not an empty one.
+func (e *env) awaitQueueStats(ctx context.Context, since time.Time) error {
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		code, body, err := e.http.do(ctx, "GET", e.url+"/api/v1/status", nil)
+		if err != nil {
+			return err
+		}
+		var st struct {
+			QueueStatsAge float64 `json:"queueStatsAge"`
+		}
+		if code == 200 && json.Unmarshal(body, &st) == nil && st.QueueStatsAge >= 0 &&
+			time.Now().Add(-time.Duration(st.QueueStatsAge*float64(time.Second))).After(since) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the queue statistics were not refreshed within 5 minutes: %d %.200s", code, body)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 }
 
 func wanted(code int, want []int) bool {
@@ -301,8 +335,11 @@ func (r scaleResult) print() {
 	fmt.Printf("  %-22s %10s %10s %10s %10s %8s\n", "operation", "small p50", "small p99", "large p50", "large p99", "large/small")
 	for _, op := range r.Ops {
 		extra := ""
-		if op.Name == "retention pass" {
+		switch op.Name {
+		case "retention pass":
 			extra = fmt.Sprintf("  (rows deleted: %d small, %d large)", op.SmallRows, op.LargeRows)
+		case "queue stats refresh":
+			extra = "  (background, once per STATS_INTERVAL_MS on one broker: it counts every queue)"
 		}
 		fmt.Printf("  %-22s %8.2fms %8.2fms %8.2fms %8.2fms %8.2f%s\n", op.Name, op.SmallP50, op.SmallP99, op.LargeP50, op.LargeP99, op.Ratio, extra)
 	}
