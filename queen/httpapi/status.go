@@ -65,16 +65,12 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, r, "status", err)
 		return
 	}
-	leases, err := s.store.Leases(r.Context(), tenant)
+	topErrors, err := s.store.TopDeadLetterErrors(r.Context(), tenant)
 	if err != nil {
 		s.storeError(w, r, "status", err)
 		return
 	}
-	dlq, err := s.store.DeadLetters(r.Context(), tenant)
-	if err != nil {
-		s.storeError(w, r, "status", err)
-		return
-	}
+	leases, dlq := snap.Leases, snap.DLQ
 	var total, pending int64
 	queues := []map[string]any{}
 	for _, q := range snap.Queues {
@@ -85,8 +81,8 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 			queues = append(queues, row)
 		}
 	}
-	top := make([]map[string]any, len(dlq.TopErrors))
-	for i, e := range dlq.TopErrors {
+	top := make([]map[string]any, len(topErrors))
+	for i, e := range topErrors {
 		top[i] = map[string]any{"error": e.Error, "count": e.Count}
 	}
 	bm := bucketMinutes(to.Sub(from))

@@ -19,13 +19,17 @@ const queueStatsChunk = 500
 const queueIDsAfterSQL = `SELECT id::text FROM queen.queues WHERE id > $1::uuid ORDER BY id LIMIT $2`
 
 // refreshQueueStatsSQL counts queues $1 at $2 as the lists do
-// (queueSummariesSQL), with the queue-mode depth by the sequence, and
-// replaces their rows of queen.queue_stats (migration 018). A queue with
-// no partition gets a row of zeros; a queue deleted meanwhile gets none.
+// (queueSummariesSQL), with the queue-mode depth by the sequence, the
+// partitions holding dead letters and the live leases, and replaces their
+// rows of queen.queue_stats (migration 018). A queue with no partition
+// gets a row of zeros; a queue deleted meanwhile gets none.
 const refreshQueueStatsSQL = `
-INSERT INTO queen.queue_stats AS t (queue_id, partitions, messages, pending, processing, dlq, queue_dlq, depth, refreshed_at)
+INSERT INTO queen.queue_stats AS t (queue_id, partitions, messages, pending, processing, dlq, queue_dlq, depth,
+	dlq_partitions, leases, leased_partitions, lease_batch, lease_acked, refreshed_at)
 SELECT q.id, coalesce(s.partitions, 0), coalesce(s.messages, 0), coalesce(s.pending, 0), coalesce(s.processing, 0),
-	coalesce(s.dlq, 0), coalesce(s.queue_dlq, 0), coalesce(dp.depth, 0), coalesce($2::timestamptz, now())
+	coalesce(s.dlq, 0), coalesce(s.queue_dlq, 0), coalesce(dp.depth, 0), coalesce(dc.partitions, 0),
+	coalesce(ls.leases, 0), coalesce(ls.partitions, 0), coalesce(ls.batch, 0), coalesce(ls.acked, 0),
+	coalesce($2::timestamptz, now())
 FROM queen.queues q
 LEFT JOIN (` + queueSummariesSQL + `) s (queue_id, partitions, messages, pending, processing, dlq, queue_dlq) ON s.queue_id = q.id
 LEFT JOIN (
@@ -34,10 +38,24 @@ LEFT JOIN (
 	LEFT JOIN queen.partition_consumers pc ON pc.partition_id = p.id AND pc.consumer_group = '__QUEUE_MODE__'
 	WHERE p.queue_id = ANY($1::uuid[]) GROUP BY p.queue_id
 ) dp ON dp.queue_id = q.id
+LEFT JOIN (
+	SELECT p.queue_id, count(DISTINCT c.partition_id) AS partitions
+	FROM queen.dlq_counts c JOIN queen.partitions p ON p.id = c.partition_id
+	WHERE p.queue_id = ANY($1::uuid[]) AND c.n > 0 GROUP BY p.queue_id
+) dc ON dc.queue_id = q.id
+LEFT JOIN (
+	SELECT pc.queue_id, count(DISTINCT pc.worker_id) AS leases, count(DISTINCT pc.partition_id) AS partitions,
+		sum(pc.batch_size) AS batch, sum(pc.acked_count) AS acked
+	FROM queen.partition_consumers pc
+	WHERE pc.queue_id = ANY($1::uuid[]) AND pc.lease_expires_at > coalesce($2::timestamptz, now())
+	GROUP BY pc.queue_id
+) ls ON ls.queue_id = q.id
 WHERE q.id = ANY($1::uuid[])
 ON CONFLICT (queue_id) DO UPDATE SET partitions = excluded.partitions, messages = excluded.messages,
 	pending = excluded.pending, processing = excluded.processing, dlq = excluded.dlq, queue_dlq = excluded.queue_dlq,
-	depth = excluded.depth, refreshed_at = excluded.refreshed_at`
+	depth = excluded.depth, dlq_partitions = excluded.dlq_partitions, leases = excluded.leases,
+	leased_partitions = excluded.leased_partitions, lease_batch = excluded.lease_batch, lease_acked = excluded.lease_acked,
+	refreshed_at = excluded.refreshed_at`
 
 // RefreshQueueStats recounts every queue of every tenant into the
 // snapshot, queueStatsChunk queues a statement, each in autocommit, and
@@ -82,11 +100,16 @@ func (s *Store) queueIDsAfter(ctx context.Context, db querier, after string) ([]
 }
 
 // QueueStats is the snapshot of a tenant's queues: each queue's counts as
-// of its last refresh, and the oldest refresh among them.
+// of its last refresh, the tenant's totals, and the oldest refresh among
+// them.
 type QueueStats struct {
 	Queues []QueueInfo
 	// Depth is each queue's queue-mode depth by the sequence, by queue id.
 	Depth map[string]int64
+	// Leases sums the queues' live leases; DLQ the dead letters (Total)
+	// and the partitions holding them.
+	Leases LeaseStats
+	DLQ    DLQStats
 	// Oldest is the oldest refresh of the queues listed; zero when none
 	// was ever counted.
 	Oldest time.Time
@@ -96,7 +119,9 @@ type QueueStats struct {
 // snapshot (zeros for a queue created since the last refresh).
 const queueStatsSQL = `SELECT ` + queueColumns + `,
 	coalesce(st.partitions, 0), coalesce(st.messages, 0), coalesce(st.pending, 0), coalesce(st.processing, 0),
-	coalesce(st.dlq, 0), coalesce(st.queue_dlq, 0), coalesce(st.depth, 0), st.refreshed_at
+	coalesce(st.dlq, 0), coalesce(st.queue_dlq, 0), coalesce(st.depth, 0), coalesce(st.dlq_partitions, 0),
+	coalesce(st.leases, 0), coalesce(st.leased_partitions, 0), coalesce(st.lease_batch, 0), coalesce(st.lease_acked, 0),
+	st.refreshed_at
 FROM queen.queues q LEFT JOIN queen.queue_stats st ON st.queue_id = q.id
 WHERE q.tenant_id = $1 AND ($2 = '' OR q.namespace = $2) AND ($3 = '' OR q.task = $3) AND ($4 = '' OR q.name = $4)
 ORDER BY q.created_at DESC, q.id DESC`
@@ -115,15 +140,19 @@ func (s *Store) SnapshotQueues(ctx context.Context, tenant string, f QueueFilter
 	out := QueueStats{Depth: map[string]int64{}}
 	for rows.Next() {
 		var info QueueInfo
-		var depth int64
+		var depth, dlqParts int64
+		var l LeaseStats
 		var at *time.Time
 		dest := append(queueScanTargets(&info.Queue), &info.PartitionCount, &info.Messages, &info.Pending,
-			&info.Processing, &info.DLQ, &info.QueueDLQ, &depth, &at)
+			&info.Processing, &info.DLQ, &info.QueueDLQ, &depth, &dlqParts, &l.Active, &l.Partitions, &l.BatchSize, &l.Acked, &at)
 		if err := rows.Scan(dest...); err != nil {
 			return QueueStats{}, err
 		}
 		out.Queues = append(out.Queues, info)
 		out.Depth[info.ID] = depth
+		out.DLQ.Total, out.DLQ.Partitions = out.DLQ.Total+info.DLQ, out.DLQ.Partitions+dlqParts
+		out.Leases.Active, out.Leases.Partitions = out.Leases.Active+l.Active, out.Leases.Partitions+l.Partitions
+		out.Leases.BatchSize, out.Leases.Acked = out.Leases.BatchSize+l.BatchSize, out.Leases.Acked+l.Acked
 		if at != nil && (out.Oldest.IsZero() || at.Before(out.Oldest)) {
 			out.Oldest = *at
 		}

@@ -21,6 +21,19 @@ func TestQueueStatsSnapshotFollowsTheLiveCounts(t *testing.T) {
 	}
 	ackAll(t, s, "", popOne(t, s, store.PopRequest{Queue: "qs-a", Partition: "p1", Batch: 1}))
 	popOne(t, s, store.PopRequest{Queue: "qs-b", Batch: 1}) // leased: processing
+	// Two dead letters in two partitions of qs-a, by failed acks.
+	if _, err := s.Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: "qs-a",
+		Patch: store.OptionPatch{RetryLimit: intp(0), DLQAfterMaxRetries: boolp(true)}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, part := range []string{"p1", "p2"} {
+		p := popOne(t, s, store.PopRequest{Queue: "qs-a", Partition: part, Batch: 1})
+		out, err := s.Ack(ctx, tenant, "", []store.AckItem{{TransactionID: p.Messages[0].TransactionID,
+			PartitionID: p.PartitionID, LeaseID: p.LeaseID, Status: "failed", Error: "boom"}})
+		if err != nil || !out[0].Success {
+			t.Fatalf("failed ack: %+v %v", out, err)
+		}
+	}
 	refresh := func() {
 		t.Helper()
 		if _, err := s.RefreshQueueStats(ctx); err != nil {
@@ -54,11 +67,18 @@ func TestQueueStatsSnapshotFollowsTheLiveCounts(t *testing.T) {
 		return out
 	}
 	refresh()
+	full, err := s.SnapshotQueues(ctx, tenant, store.QueueFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := full.Leases; l.Active != 1 || l.Partitions != 1 || l.BatchSize != 1 || full.DLQ.Total != 2 || full.DLQ.Partitions != 2 {
+		t.Fatalf("snapshot totals: leases %+v, dead letters %+v", l, full.DLQ)
+	}
 	before := snapshot()
 	if want := live(); fmt.Sprint(before) != fmt.Sprint(want) {
 		t.Fatalf("after a refresh the snapshot is\n%v\nthe live counts\n%v", before, want)
 	}
-	if a, b := before["qs-a"], before["qs-b"]; a.Messages != 3 || a.Pending != 2 || a.PartitionCount != 2 || b.Processing != 1 {
+	if a, b := before["qs-a"], before["qs-b"]; a.Messages != 3 || a.Pending != 0 || a.DLQ != 2 || a.PartitionCount != 3 || b.Processing != 1 {
 		t.Fatalf("snapshot counts: %+v %+v", a, b)
 	}
 	push(t, s, "qs-a", "p2", "later")
