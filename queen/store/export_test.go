@@ -38,3 +38,7 @@ const QueueSummariesSQL = queueSummariesSQL
 
 // DLQQueuePageSQL is the one-queue DLQ page, for the cost tests.
 const DLQQueuePageSQL = dlqQueuePageSQL
+
+// RefreshQueueStatsSQL is the snapshot's refresh statement, for the cost
+// tests.
+const RefreshQueueStatsSQL = refreshQueueStatsSQL

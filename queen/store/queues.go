@@ -366,13 +366,11 @@ func queueInfos(ctx context.Context, tx pgx.Tx, qs []Queue, now time.Time) ([]Qu
 	return out, rows.Err()
 }
 
-// queueSummariesSQL sums the partitions of queues $1 at $2 per queue, for
-// the lists: the same figures as queuePartitionsSQL without the oldest
-// message, in one pass of joins (the cursors read once by queue id, not
-// probed per partition), and a backlog counted only where the sequence
-// says there is one, so a consumed partition costs no probe of the
-// messages.
-const queueSummariesSQL = `
+// queueCountsWithSQL reads what a per-queue count of queues $1 needs, each
+// table once by queue id: their partitions, cursors (and each partition's
+// furthest), and dead-letter counters (queueSummariesSQL,
+// refreshQueueStatsSQL).
+const queueCountsWithSQL = `
 WITH p AS (
 	SELECT p.id, p.queue_id, p.last_seq, p.appended FROM queen.partitions p WHERE p.queue_id = ANY($1::uuid[])
 ), cursors AS (
@@ -385,15 +383,12 @@ WITH p AS (
 	SELECT c.partition_id, c.consumer_group, c.n FROM queen.dlq_counts c WHERE c.n <> 0 AND c.partition_id IN (SELECT id FROM p)
 ), dlq_all AS (
 	SELECT partition_id, sum(n) AS n FROM dlq GROUP BY 1
-)
-SELECT p.queue_id, count(*)::int,
-	coalesce(sum(p.appended - coalesce(d.n, 0)), 0)::bigint,
-	coalesce(sum(CASE WHEN p.last_seq > coalesce(f.last_consumed_seq, 0) THEN
-		(SELECT count(*) FROM queen.messages m WHERE m.partition_id = p.id AND m.seq > coalesce(f.last_consumed_seq, 0)) END), 0)::bigint,
-	coalesce(sum(CASE WHEN pc.lease_expires_at > coalesce($2::timestamptz, now()) AND pc.lease_max_seq > pc.last_consumed_seq THEN
-		(SELECT count(*) FROM queen.messages m WHERE m.partition_id = p.id
-			AND m.seq > pc.last_consumed_seq AND m.seq <= pc.lease_max_seq) END), 0)::bigint,
-	coalesce(sum(da.n), 0)::bigint, coalesce(sum(df.n), 0)::bigint
+)`
+
+// queueCountsFromSQL joins, per partition p, its queue-mode cursor pc, its
+// furthest cursor f, its deletes d, and its dead letters of any group (da)
+// and of the furthest group (df).
+const queueCountsFromSQL = `
 FROM p
 LEFT JOIN cursors pc ON pc.partition_id = p.id AND pc.consumer_group = '__QUEUE_MODE__'
 LEFT JOIN furthest f ON f.partition_id = p.id
@@ -401,6 +396,26 @@ LEFT JOIN queen.message_deletes d ON d.partition_id = p.id
 LEFT JOIN dlq_all da ON da.partition_id = p.id
 LEFT JOIN dlq df ON df.partition_id = p.id AND df.consumer_group = coalesce(f.consumer_group, '__QUEUE_MODE__')
 GROUP BY p.queue_id`
+
+// queueProcessingSQL is what a live queue-mode lease of partition p holds
+// (at most a batch: cheap).
+const queueProcessingSQL = `coalesce(sum(CASE WHEN pc.lease_expires_at > coalesce($2::timestamptz, now()) AND pc.lease_max_seq > pc.last_consumed_seq THEN
+		(SELECT count(*) FROM queen.messages m WHERE m.partition_id = p.id
+			AND m.seq > pc.last_consumed_seq AND m.seq <= pc.lease_max_seq) END), 0)::bigint`
+
+// queueSummariesSQL sums the partitions of queues $1 at $2 per queue, for
+// the lists: the same figures as queuePartitionsSQL without the oldest
+// message, in one pass of joins (the cursors read once by queue id, not
+// probed per partition), and a backlog counted only where the sequence
+// says there is one, so a consumed partition costs no probe of the
+// messages.
+const queueSummariesSQL = queueCountsWithSQL + `
+SELECT p.queue_id, count(*)::int,
+	coalesce(sum(p.appended - coalesce(d.n, 0)), 0)::bigint,
+	coalesce(sum(CASE WHEN p.last_seq > coalesce(f.last_consumed_seq, 0) THEN
+		(SELECT count(*) FROM queen.messages m WHERE m.partition_id = p.id AND m.seq > coalesce(f.last_consumed_seq, 0)) END), 0)::bigint,
+	` + queueProcessingSQL + `,
+	coalesce(sum(da.n), 0)::bigint, coalesce(sum(df.n), 0)::bigint` + queueCountsFromSQL
 
 // queueSummaries counts every queue of qs in one statement, without
 // partitions.

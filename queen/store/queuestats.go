@@ -18,31 +18,35 @@ const queueStatsChunk = 500
 // queueIDsAfterSQL pages through every tenant's queues by id.
 const queueIDsAfterSQL = `SELECT id::text FROM queen.queues WHERE id > $1::uuid ORDER BY id LIMIT $2`
 
-// refreshQueueStatsSQL counts queues $1 at $2 as the lists do
-// (queueSummariesSQL), with the queue-mode depth by the sequence, the
-// partitions holding dead letters and the live leases, and replaces their
-// rows of queen.queue_stats (migration 018). A queue with no partition
-// gets a row of zeros; a queue deleted meanwhile gets none.
+// refreshQueueStatsSQL counts queues $1 at $2 and replaces their rows of
+// queen.queue_stats (migration 018). It reads partitions, cursors and
+// counters, never a message but what a live lease holds: a pass every few
+// seconds must not cost the backlog. So pending is what the sequence says
+// was pushed past each partition's furthest cursor, capped by what the
+// partition stores: exact but for messages deleted unconsumed (retention,
+// eviction, the delete route) and seqs a deduplicated row left unused,
+// which count until a cursor passes them, as in the depth route. The
+// other figures are the lists' (queueSummariesSQL), with the queue-mode
+// depth by the sequence, the partitions holding dead letters and the live
+// leases. A queue with no partition gets a row of zeros; a queue deleted
+// meanwhile gets none.
 const refreshQueueStatsSQL = `
 INSERT INTO queen.queue_stats AS t (queue_id, partitions, messages, pending, processing, dlq, queue_dlq, depth,
 	dlq_partitions, leases, leased_partitions, lease_batch, lease_acked, refreshed_at)
 SELECT q.id, coalesce(s.partitions, 0), coalesce(s.messages, 0), coalesce(s.pending, 0), coalesce(s.processing, 0),
-	coalesce(s.dlq, 0), coalesce(s.queue_dlq, 0), coalesce(dp.depth, 0), coalesce(dc.partitions, 0),
+	coalesce(s.dlq, 0), coalesce(s.queue_dlq, 0), coalesce(s.depth, 0), coalesce(s.dlq_partitions, 0),
 	coalesce(ls.leases, 0), coalesce(ls.partitions, 0), coalesce(ls.batch, 0), coalesce(ls.acked, 0),
 	coalesce($2::timestamptz, now())
 FROM queen.queues q
-LEFT JOIN (` + queueSummariesSQL + `) s (queue_id, partitions, messages, pending, processing, dlq, queue_dlq) ON s.queue_id = q.id
-LEFT JOIN (
-	SELECT p.queue_id, sum(p.last_seq - coalesce(pc.last_consumed_seq, 0))::bigint AS depth
-	FROM queen.partitions p
-	LEFT JOIN queen.partition_consumers pc ON pc.partition_id = p.id AND pc.consumer_group = '__QUEUE_MODE__'
-	WHERE p.queue_id = ANY($1::uuid[]) GROUP BY p.queue_id
-) dp ON dp.queue_id = q.id
-LEFT JOIN (
-	SELECT p.queue_id, count(DISTINCT c.partition_id) AS partitions
-	FROM queen.dlq_counts c JOIN queen.partitions p ON p.id = c.partition_id
-	WHERE p.queue_id = ANY($1::uuid[]) AND c.n > 0 GROUP BY p.queue_id
-) dc ON dc.queue_id = q.id
+LEFT JOIN (` + queueCountsWithSQL + `
+	SELECT p.queue_id, count(*)::int AS partitions,
+		coalesce(sum(p.appended - coalesce(d.n, 0)), 0)::bigint AS messages,
+		coalesce(sum(least(greatest(p.last_seq - coalesce(f.last_consumed_seq, 0), 0), p.appended - coalesce(d.n, 0))), 0)::bigint AS pending,
+		` + queueProcessingSQL + ` AS processing,
+		coalesce(sum(da.n), 0)::bigint AS dlq, coalesce(sum(df.n), 0)::bigint AS queue_dlq,
+		coalesce(sum(p.last_seq - coalesce(pc.last_consumed_seq, 0)), 0)::bigint AS depth,
+		count(*) FILTER (WHERE da.n > 0)::int AS dlq_partitions` + queueCountsFromSQL + `
+) s ON s.queue_id = q.id
 LEFT JOIN (
 	SELECT pc.queue_id, count(DISTINCT pc.worker_id) AS leases, count(DISTINCT pc.partition_id) AS partitions,
 		sum(pc.batch_size) AS batch, sum(pc.acked_count) AS acked
