@@ -12,8 +12,10 @@ const QueueStatsLock = 737003
 
 // queueStatsChunk is how many queues one refresh statement counts: a
 // statement's time follows its queues' partitions, and stays far inside
-// the statement timeout.
-const queueStatsChunk = 500
+// the statement timeout. At 500 queues of 100 partitions each its sorts
+// spilled to disk under the default work_mem (560 ms a statement, against
+// 210 ms for 100 queues).
+const queueStatsChunk = 100
 
 // queueIDsAfterSQL pages through every tenant's queues by id.
 const queueIDsAfterSQL = `SELECT id::text FROM queen.queues WHERE id > $1::uuid ORDER BY id LIMIT $2`
