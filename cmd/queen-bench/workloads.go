@@ -66,7 +66,7 @@ func workloads() []workload {
 		pushWorkload("push-b10", 10, 32, "100-row INSERT rows/s, 4 clients", 0.4, rawInsert(100, 4)),
 		pushWorkload("push-b100", 100, 16, "100-row INSERT rows/s, 4 clients", 0.6, rawInsert(100, 4)),
 		popWorkload("pop+ack-b10", 10, 10, 0.7, 6000),
-		popWorkload("pop+ack-b100", 100, 10, 0.5, 25000),
+		popWorkload("pop+ack-b100", 100, 10, 0.6, 25000),
 		recordingWorkload(),
 	}
 }
