@@ -267,14 +267,12 @@ func (b *Broker) Start(ctx context.Context) error {
 		sw.Fired = b.api.Notify
 	}
 	b.services = []background.Service{
-		&leader.Retention{Store: b.store, Clock: b.opts.Clock, Batch: b.cfg.RetentionBatchSize,
-			CleanupDays: b.cfg.PartitionCleanupDays, Log: b.log,
-			Every: background.Every{Interval: b.cfg.RetentionInterval}, Observe: b.opts.RetentionPasses},
+		&leader.Retention{Lead: b.lead(b.cfg.RetentionInterval), Batch: b.cfg.RetentionBatchSize,
+			CleanupDays: b.cfg.PartitionCleanupDays, Observe: b.opts.RetentionPasses},
 		&maintenance.Reconcile{State: b.maint, Clock: b.opts.Clock, Every: background.Every{Interval: b.cfg.CacheRefreshInterval}},
 	}
 	if b.cfg.StatsInterval > 0 {
-		b.services = append(b.services, &leader.QueueStats{Store: b.store, Clock: b.opts.Clock, Log: b.log,
-			Every: background.Every{Interval: b.cfg.StatsInterval}})
+		b.services = append(b.services, &leader.QueueStats{Lead: b.lead(b.cfg.StatsInterval)})
 	}
 	if b.drainer != nil {
 		b.services = append(b.services, b.drainer)
@@ -282,8 +280,7 @@ func (b *Broker) Start(ctx context.Context) error {
 	if b.recorder != nil {
 		b.flusher = b.newFlusher()
 		b.services = append(b.services, b.flusher,
-			&leader.Stats{Store: b.store, Clock: b.opts.Clock, Retention: b.cfg.AnalyticsRetention, Log: b.log,
-				Every: background.Every{Interval: time.Minute}})
+			&leader.Stats{Lead: b.lead(time.Minute), Retention: b.cfg.AnalyticsRetention})
 	}
 	if sw != nil {
 		b.services = append(b.services, sw)
@@ -453,6 +450,12 @@ func (b *Broker) Shutdown(ctx context.Context) error {
 
 // newFlusher is the analytics flusher of this broker: its id, host and
 // port on each minute, the process and the pool as gauges.
+// lead is what a leader service of this broker shares with the others: the
+// store, clock and log, and its passes every interval.
+func (b *Broker) lead(every time.Duration) leader.Lead {
+	return leader.Lead{Store: b.store, Clock: b.opts.Clock, Log: b.log, Every: background.Every{Interval: every}}
+}
+
 func (b *Broker) newFlusher() *analytics.Flusher {
 	host, _ := os.Hostname()
 	pool := func() (size, idle, active int) {

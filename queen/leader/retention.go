@@ -8,11 +8,8 @@ package leader
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"time"
 
-	"github.com/queen-go/queen/queen/background"
-	"github.com/queen-go/queen/queen/clock"
 	"github.com/queen-go/queen/queen/store"
 )
 
@@ -20,35 +17,26 @@ import (
 // then empty partitions idle for PARTITION_CLEANUP_DAYS (advisory lock
 // 737001).
 type Retention struct {
-	Store *store.Store
-	Clock clock.Clock
+	Lead
 	Batch int
 	// CleanupDays: empty partitions idle this long are removed (0: never).
 	CleanupDays int
-	Log         *slog.Logger
-	Every       background.Every
 	// Observe, when set, is told when each pass this broker led began
 	// and ended (while it held the lock), error or not: a test across a
 	// failover checks that no two brokers' passes overlap.
 	Observe func(start, end time.Time)
-
-	leading bool // whether the last pass held the lock, to log changes
 }
 
 // Name implements background.Service.
 func (r *Retention) Name() string { return "retention" }
 
-// NextDue implements background.Service.
-func (r *Retention) NextDue(now time.Time) time.Time { return r.Every.Next(now) }
-
 // RunOnce runs one pass if this broker wins the lock.
 func (r *Retention) RunOnce(ctx context.Context) error {
-	defer func() { r.Every.Mark(r.Clock.Now()) }()
-	lead, err := takeLead(ctx, r.Store, store.RetentionLock, "retention", &r.leading, r.Log)
-	if err != nil || lead == nil {
-		return err
-	}
-	defer lead.Release()
+	return r.pass(ctx, store.RetentionLock, "retention", func(lead *store.Leader) error { return r.passLed(ctx, lead) })
+}
+
+// passLed is one retention pass on the lock's session.
+func (r *Retention) passLed(ctx context.Context, lead *store.Leader) error {
 	if r.Observe != nil {
 		start := r.Clock.Now()
 		defer func() { r.Observe(start, r.Clock.Now()) }()
@@ -67,20 +55,4 @@ func (r *Retention) RunOnce(ctx context.Context) error {
 			"emptyPartitions", res.Partitions)
 	}
 	return errors.Join(rulesErr, cleanErr)
-}
-
-// takeLead tries lock for one pass. It returns nil, and no error, when
-// another broker holds it. A change of leadership is logged at debug: the
-// lock is released after every pass, so brokers take turns, and a
-// three-broker cluster would log one every few seconds.
-func takeLead(ctx context.Context, st *store.Store, lock int64, name string, leading *bool, log *slog.Logger) (*store.Leader, error) {
-	lead, ok, err := st.TryLeader(ctx, lock)
-	if err == nil && ok != *leading {
-		*leading = ok
-		log.Debug(name+" leadership changed", "leader", ok, "lock", lock)
-	}
-	if err != nil || !ok {
-		return nil, err
-	}
-	return lead, nil
 }

@@ -2,11 +2,8 @@ package leader
 
 import (
 	"context"
-	"log/slog"
 	"time"
 
-	"github.com/queen-go/queen/queen/background"
-	"github.com/queen-go/queen/queen/clock"
 	"github.com/queen-go/queen/queen/store"
 )
 
@@ -21,34 +18,22 @@ const FoldAfter = 10 * time.Minute
 // closed minute, folds per-broker queue rows older than FoldAfter, and
 // deletes recorded analytics older than Retention.
 type Stats struct {
-	Store     *store.Store
-	Clock     clock.Clock
+	Lead
 	Retention time.Duration
-	Log       *slog.Logger
-	Every     background.Every
-
-	leading bool
 }
 
 // Name implements background.Service.
 func (s *Stats) Name() string { return "stats" }
 
-// NextDue implements background.Service.
-func (s *Stats) NextDue(now time.Time) time.Time { return s.Every.Next(now) }
-
 // RunOnce runs one pass if this broker wins the lock.
 func (s *Stats) RunOnce(ctx context.Context) error {
-	defer func() { s.Every.Mark(s.Clock.Now()) }()
-	lead, err := takeLead(ctx, s.Store, store.StatsLock, "stats", &s.leading, s.Log)
-	if err != nil || lead == nil {
+	return s.pass(ctx, store.StatsLock, "stats", func(lead *store.Leader) error {
+		now := s.Clock.Now().UTC()
+		minute := now.Truncate(time.Minute)
+		res, err := lead.StatsPass(ctx, minute.Add(-time.Minute), minute.Add(-FoldAfter), now.Add(-s.Retention))
+		if err == nil && res.Pruned > 0 {
+			s.Log.Info("stats pass", "sampled", res.Sampled, "folded", res.Folded, "pruned", res.Pruned)
+		}
 		return err
-	}
-	defer lead.Release()
-	now := s.Clock.Now().UTC()
-	minute := now.Truncate(time.Minute)
-	res, err := lead.StatsPass(ctx, minute.Add(-time.Minute), minute.Add(-FoldAfter), now.Add(-s.Retention))
-	if err == nil && res.Pruned > 0 {
-		s.Log.Info("stats pass", "sampled", res.Sampled, "folded", res.Folded, "pruned", res.Pruned)
-	}
-	return err
+	})
 }
