@@ -49,7 +49,7 @@ sim-canaries: ## run the simulator once per planted bug; passes only if every ca
 # A count budget (N x), not a duration: with go1.26 a -fuzztime duration can end a
 # clean run with a spurious "context deadline exceeded" (golang/go#75804, fixed in 1.27).
 FUZZTIME ?= 20000x
-FUZZ_TARGETS := queen/httpapi:FuzzPushBody queen/httpapi:FuzzAckBatchParsersAgree queen/httpapi:FuzzTimerAndKVBodies queen/httpapi:FuzzTransactionOp \
+FUZZ_TARGETS := queen/httpapi:FuzzPushBody queen/httpapi:FuzzPushDecodersAgree queen/httpapi:FuzzAckBatchParsersAgree queen/httpapi:FuzzTimerAndKVBodies queen/httpapi:FuzzTransactionOp \
 	queen/httpapi:FuzzPopQuery queen/httpapi:FuzzTraceBody queen/httpapi:FuzzCycleBody queen/spool:FuzzRecordReader queen/auth:FuzzToken \
 	queen/mesh:FuzzReadFrame queen/mesh:FuzzAcceptHandshake
 fuzz: ## run every fuzz target for FUZZTIME (20000x execs) each (their seeds also run in make test)

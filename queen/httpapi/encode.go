@@ -6,7 +6,7 @@ import (
 	"unicode/utf8"
 )
 
-// Hand-written encoders for the hot answers. encoding/json reaches a
+// Hand-written encoders for the hot answers (pop, push, ack). encoding/json reaches a
 // struct's fields by reflection and compacts every json.RawMessage it
 // writes (a pop's payload twice, as data and as payload); these append the
 // same document, field for field, and compact a payload once. The output
@@ -179,6 +179,30 @@ func writeJSONBytes(w http.ResponseWriter, status int, body []byte) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_, _ = w.Write(append(body, '\n'))
+}
+
+// appendPushResults appends the push answer: one result per item.
+func appendPushResults(b []byte, out []pushResultWire) []byte {
+	b = append(b, '[')
+	for i, r := range out {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"index":`...)
+		b = strconv.AppendInt(b, int64(r.Index), 10)
+		b = appendField(b, "status", r.Status)
+		b = appendField(b, "queueName", r.QueueName)
+		b = appendField(b, "transaction_id", r.TransactionIDSnake)
+		b = appendField(b, "transactionId", r.TransactionID)
+		b = appendField(b, "message_id", r.MessageIDSnake)
+		b = appendField(b, "messageId", r.MessageID)
+		b = appendField(b, "partition_id", r.PartitionIDSnake)
+		b = appendField(b, "partitionId", r.PartitionID)
+		b = appendOptional(b, "trace_id", r.TraceIDSnake)
+		b = appendOptional(b, "traceId", r.TraceID)
+		b = append(b, '}')
+	}
+	return append(b, ']')
 }
 
 // appendAckResults appends the ack answer: one result per item.

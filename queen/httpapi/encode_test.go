@@ -85,6 +85,20 @@ func TestEncodersMatchEncodingJSON(t *testing.T) {
 			t.Fatal(err)
 		}
 		sameDocument(t, appendAckResults(nil, acks), theirs)
+
+		pushes := make([]pushResultWire, rapid.IntRange(0, 4).Draw(t, "pushes"))
+		for i := range pushes {
+			pushes[i] = pushResultWire{Index: rapid.Int().Draw(t, "pindex"), Status: anyString().Draw(t, "status"),
+				QueueName: anyString().Draw(t, "pq"), TransactionIDSnake: anyString().Draw(t, "ptx_"), TransactionID: anyString().Draw(t, "ptx"),
+				MessageIDSnake: anyString().Draw(t, "pm_"), MessageID: anyString().Draw(t, "pm"),
+				PartitionIDSnake: anyString().Draw(t, "pp_"), PartitionID: anyString().Draw(t, "pp"),
+				TraceIDSnake: optString(t, "pt_"), TraceID: optString(t, "pt")}
+		}
+		theirs, err = json.Marshal(pushes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameDocument(t, appendPushResults(nil, pushes), theirs)
 	})
 }
 

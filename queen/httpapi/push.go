@@ -55,12 +55,12 @@ func parsePushItem(raw json.RawMessage, path string) (store.PushItem, error) {
 // field by field to name the bad field). Field-level rules that the types
 // cannot express answer their own 400 here.
 func parsePushTyped(body []byte) (items []store.PushItem, ok bool, err error) {
-	var b pushBody
-	if json.Unmarshal(body, &b) != nil || b.Items == nil {
+	wires, ok := decodePushWires(body)
+	if !ok {
 		return nil, false, nil
 	}
-	items = make([]store.PushItem, len(*b.Items))
-	for i, w := range *b.Items {
+	items = make([]store.PushItem, len(wires))
+	for i, w := range wires {
 		path := fmt.Sprintf("items[%d].", i)
 		if w.Queue == nil || *w.Queue == "" {
 			return nil, true, bad("%squeue is required", path)
@@ -84,6 +84,20 @@ func parsePushTyped(body []byte) (items []store.PushItem, ok bool, err error) {
 		items[i] = it
 	}
 	return items, true, nil
+}
+
+// decodePushWires decodes a push body into its items' wire structs: by
+// hand when the body is the common kind (decodePushFast), else with
+// encoding/json; ok is false when the body does not fit the typed shape.
+func decodePushWires(body []byte) ([]pushItemWire, bool) {
+	if wires, ok := decodePushFast(body); ok {
+		return wires, true
+	}
+	var b pushBody
+	if json.Unmarshal(body, &b) != nil || b.Items == nil {
+		return nil, false
+	}
+	return *b.Items, true
 }
 
 // checkPushItem applies the rules both parsers share: every field within
@@ -159,7 +173,7 @@ func (s *Server) push(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.recordPushed(tenant, out.Results)
-	writeJSON(w, http.StatusCreated, pushResults(out.Results))
+	writeJSONBytes(w, http.StatusCreated, appendPushResults(make([]byte, 0, 256*len(out.Results)), pushResults(out.Results)))
 }
 
 // Notify wakes pops parked on a queue whose partitions just got messages
