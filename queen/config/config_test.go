@@ -40,7 +40,7 @@ func TestBadValuesNameTheVariable(t *testing.T) {
 		"QUEEN_PUSH_STATEMENTS": "0", "QUEEN_PUSH_BATCH_ROWS": "many", "QUEEN_SHUTDOWN_TIMEOUT_MS": "0",
 		"QUEEN_BODY_READ_TIMEOUT_MS": "-5", "QUEEN_MAX_POP_BATCH": "50", "DEFAULT_BATCH_SIZE": "51",
 		"QUEEN_ANALYTICS": "sometimes", "QUEEN_ANALYTICS_RETENTION_HOURS": "0", "QUEEN_ANALYTICS_MAX_QUEUES": "x",
-		"QUEEN_DASHBOARD_DIR": "/nonexistent/dashboard",
+		"QUEEN_DASHBOARD_DIR": "/nonexistent/dashboard", "STATS_INTERVAL_MS": "often",
 	}))
 	if err == nil {
 		t.Fatal("want an error")
@@ -48,7 +48,7 @@ func TestBadValuesNameTheVariable(t *testing.T) {
 	for _, name := range []string{"PORT", "DB_POOL_SIZE", "QUEEN_TENANCY_HEADER", "DEFAULT_SUBSCRIPTION_MODE", "LOG_LEVEL",
 		"POP_WAIT_BACKOFF_MULTIPLIER", "QUEEN_PUSH_STATEMENTS", "QUEEN_PUSH_BATCH_ROWS", "QUEEN_SHUTDOWN_TIMEOUT_MS",
 		"QUEEN_BODY_READ_TIMEOUT_MS", "DEFAULT_BATCH_SIZE", "QUEEN_ANALYTICS", "QUEEN_ANALYTICS_RETENTION_HOURS",
-		"QUEEN_ANALYTICS_MAX_QUEUES", "QUEEN_DASHBOARD_DIR"} {
+		"QUEEN_ANALYTICS_MAX_QUEUES", "QUEEN_DASHBOARD_DIR", "STATS_INTERVAL_MS"} {
 		if !strings.Contains(err.Error(), name) {
 			t.Errorf("error does not name %s: %v", name, err)
 		}
