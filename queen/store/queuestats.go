@@ -110,8 +110,6 @@ func (s *Store) queueIDsAfter(ctx context.Context, db querier, after string) ([]
 // them.
 type QueueStats struct {
 	Queues []QueueInfo
-	// Depth is each queue's queue-mode depth by the sequence, by queue id.
-	Depth map[string]int64
 	// Leases sums the queues' live leases; DLQ the dead letters (Total)
 	// and the partitions holding them.
 	Leases LeaseStats
@@ -125,7 +123,7 @@ type QueueStats struct {
 // snapshot (zeros for a queue created since the last refresh).
 const queueStatsSQL = `SELECT ` + queueColumns + `,
 	coalesce(st.partitions, 0), coalesce(st.messages, 0), coalesce(st.pending, 0), coalesce(st.processing, 0),
-	coalesce(st.dlq, 0), coalesce(st.queue_dlq, 0), coalesce(st.depth, 0), coalesce(st.dlq_partitions, 0),
+	coalesce(st.dlq, 0), coalesce(st.queue_dlq, 0), coalesce(st.dlq_partitions, 0),
 	coalesce(st.leases, 0), coalesce(st.leased_partitions, 0), coalesce(st.lease_batch, 0), coalesce(st.lease_acked, 0),
 	st.refreshed_at
 FROM queen.queues q LEFT JOIN queen.queue_stats st ON st.queue_id = q.id
@@ -143,19 +141,18 @@ func (s *Store) SnapshotQueues(ctx context.Context, tenant string, f QueueFilter
 		return QueueStats{}, err
 	}
 	defer rows.Close()
-	out := QueueStats{Depth: map[string]int64{}}
+	var out QueueStats
 	for rows.Next() {
 		var info QueueInfo
-		var depth, dlqParts int64
+		var dlqParts int64
 		var l LeaseStats
 		var at *time.Time
 		dest := append(queueScanTargets(&info.Queue), &info.PartitionCount, &info.Messages, &info.Pending,
-			&info.Processing, &info.DLQ, &info.QueueDLQ, &depth, &dlqParts, &l.Active, &l.Partitions, &l.BatchSize, &l.Acked, &at)
+			&info.Processing, &info.DLQ, &info.QueueDLQ, &dlqParts, &l.Active, &l.Partitions, &l.BatchSize, &l.Acked, &at)
 		if err := rows.Scan(dest...); err != nil {
 			return QueueStats{}, err
 		}
 		out.Queues = append(out.Queues, info)
-		out.Depth[info.ID] = depth
 		out.DLQ.Total, out.DLQ.Partitions = out.DLQ.Total+info.DLQ, out.DLQ.Partitions+dlqParts
 		out.Leases.Active, out.Leases.Partitions = out.Leases.Active+l.Active, out.Leases.Partitions+l.Partitions
 		out.Leases.BatchSize, out.Leases.Acked = out.Leases.BatchSize+l.BatchSize, out.Leases.Acked+l.Acked
