@@ -181,15 +181,25 @@ func writeJSONBytes(w http.ResponseWriter, status int, body []byte) {
 	_, _ = w.Write(append(body, '\n'))
 }
 
-// appendPushResults appends the push answer: one result per item.
-func appendPushResults(b []byte, out []pushResultWire) []byte {
+// appendResults appends one object per result, each opened with its
+// "index", as a JSON array; fields appends the rest of one.
+func appendResults[T any](b []byte, out []T, index func(T) int, fields func([]byte, T) []byte) []byte {
 	b = append(b, '[')
 	for i, r := range out {
 		if i > 0 {
 			b = append(b, ',')
 		}
 		b = append(b, `{"index":`...)
-		b = strconv.AppendInt(b, int64(r.Index), 10)
+		b = strconv.AppendInt(b, int64(index(r)), 10)
+		b = fields(b, r)
+		b = append(b, '}')
+	}
+	return append(b, ']')
+}
+
+// appendPushResults appends the push answer: one result per item.
+func appendPushResults(b []byte, out []pushResultWire) []byte {
+	return appendResults(b, out, func(r pushResultWire) int { return r.Index }, func(b []byte, r pushResultWire) []byte {
 		b = appendField(b, "status", r.Status)
 		b = appendField(b, "queueName", r.QueueName)
 		b = appendField(b, "transaction_id", r.TransactionIDSnake)
@@ -199,21 +209,13 @@ func appendPushResults(b []byte, out []pushResultWire) []byte {
 		b = appendField(b, "partition_id", r.PartitionIDSnake)
 		b = appendField(b, "partitionId", r.PartitionID)
 		b = appendOptional(b, "trace_id", r.TraceIDSnake)
-		b = appendOptional(b, "traceId", r.TraceID)
-		b = append(b, '}')
-	}
-	return append(b, ']')
+		return appendOptional(b, "traceId", r.TraceID)
+	})
 }
 
 // appendAckResults appends the ack answer: one result per item.
 func appendAckResults(b []byte, out []ackResultWire) []byte {
-	b = append(b, '[')
-	for i, r := range out {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, `{"index":`...)
-		b = strconv.AppendInt(b, int64(r.Index), 10)
+	return appendResults(b, out, func(r ackResultWire) int { return r.Index }, func(b []byte, r ackResultWire) []byte {
 		b = appendField(b, "transactionId", r.TransactionID)
 		b = append(b, `,"success":`...)
 		b = strconv.AppendBool(b, r.Success)
@@ -223,8 +225,6 @@ func appendAckResults(b []byte, out []ackResultWire) []byte {
 		b = append(b, `,"leaseReleased":`...)
 		b = strconv.AppendBool(b, r.LeaseReleased)
 		b = append(b, `,"dlq":`...)
-		b = strconv.AppendBool(b, r.DLQ)
-		b = append(b, '}')
-	}
-	return append(b, ']')
+		return strconv.AppendBool(b, r.DLQ)
+	})
 }
