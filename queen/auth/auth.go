@@ -186,13 +186,11 @@ func (a *Authenticator) Check(r *http.Request, level Level) (Principal, *Error) 
 	case level == Metrics:
 		level = ReadOnly
 	}
-	raw := strings.TrimSpace(r.Header.Get("Authorization"))
-	if raw == "" {
+	header := strings.TrimSpace(r.Header.Get("Authorization"))
+	if header == "" {
 		return Principal{}, unauthorized("Authentication required")
 	}
-	if len(raw) >= 7 && strings.EqualFold(raw[:7], "bearer ") {
-		raw = strings.TrimSpace(raw[7:])
-	}
+	raw := bearer(header)
 	if raw == "" {
 		return Principal{}, unauthorized("Empty token")
 	}
@@ -206,15 +204,31 @@ func (a *Authenticator) Check(r *http.Request, level Level) (Principal, *Error) 
 	return p, nil
 }
 
+// bearer is the token of a trimmed Authorization header: what follows the
+// scheme "Bearer" (any case), or the whole header without that scheme.
+// "Bearer" alone, as "Authorization: Bearer " arrives once trimmed, is an
+// empty token, as Queen answers it, not a token spelled "Bearer".
+func bearer(header string) string {
+	const scheme = "bearer"
+	if len(header) < len(scheme) || !strings.EqualFold(header[:len(scheme)], scheme) {
+		return header
+	}
+	rest := header[len(scheme):]
+	if rest == "" {
+		return ""
+	}
+	if rest[0] != ' ' && rest[0] != '\t' {
+		return header // a token that merely starts with "bearer"
+	}
+	return strings.TrimSpace(rest)
+}
+
 // scrapeAllowed reports whether r may scrape the metrics without a token:
 // it comes from a ScrapeNets network or carries the ScrapeToken.
 func (a *Authenticator) scrapeAllowed(r *http.Request) bool {
 	if a.cfg.ScrapeToken != "" {
-		raw := strings.TrimSpace(r.Header.Get("Authorization"))
-		if len(raw) >= 7 && strings.EqualFold(raw[:7], "bearer ") {
-			raw = strings.TrimSpace(raw[7:])
-		}
-		if subtle.ConstantTimeCompare([]byte(raw), []byte(a.cfg.ScrapeToken)) == 1 {
+		raw := bearer(strings.TrimSpace(r.Header.Get("Authorization")))
+		if raw != "" && subtle.ConstantTimeCompare([]byte(raw), []byte(a.cfg.ScrapeToken)) == 1 {
 			return true
 		}
 	}

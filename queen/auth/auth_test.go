@@ -205,3 +205,30 @@ func TestStartupNeedsKeyMaterial(t *testing.T) {
 		}
 	}
 }
+
+// TestEmptyBearerToken: "Authorization: Bearer " with nothing after is
+// Queen's 401 "Empty token", whatever the spacing or case; before, the
+// trimmed header "Bearer" was taken as the token and answered a decode
+// error.
+func TestEmptyBearerToken(t *testing.T) {
+	a, err := New(baseConfig(), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []string{"Bearer ", "Bearer", "bearer   ", "BEARER\t"} {
+		r := httptest.NewRequest("GET", "/api/v1/push", nil)
+		r.Header.Set("Authorization", h)
+		if _, e := a.Check(r, ReadOnly); e == nil || e.Status != 401 || e.Msg != "Empty token" {
+			t.Errorf("Authorization %q: got %+v, want 401 Empty token", h, e)
+		}
+	}
+	// A header without the scheme is the token itself, as before; one
+	// that merely begins with "bearer" is not cut.
+	for _, h := range []string{"not.a.jwt", "bearerish.x.y"} {
+		r := httptest.NewRequest("GET", "/api/v1/push", nil)
+		r.Header.Set("Authorization", h)
+		if _, e := a.Check(r, ReadOnly); e == nil || e.Status != 401 || !strings.Contains(e.Msg, "Token decode error") {
+			t.Errorf("Authorization %q: got %+v, want a decode error", h, e)
+		}
+	}
+}
