@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"strings"
 	"time"
 
@@ -33,6 +34,10 @@ type PopRequest struct {
 	SubscriptionFrom *time.Time
 	// LeaseSeconds overrides the queue's leaseTime when > 0.
 	LeaseSeconds int
+	// MaxBytes bounds the answer's payload bytes, each payload counted
+	// twice (the pop answer writes it as data and as payload); 0: no
+	// bound. The first message is always taken (popPickSQL).
+	MaxBytes int64
 }
 
 // Message is a delivered message.
@@ -68,7 +73,8 @@ type PopResult struct {
 // popClaimSQL opens both pop statements: the queue's settings and the
 // claimed cursor rows. $1 queue id, $2 group, $3 max partitions, $4 max
 // messages, $5 lease token, $6 lease seconds (0: the queue's leaseTime),
-// $7 autoAck, $8 now, $9 partition name (specific pops only).
+// $7 autoAck, $8 now, $9 byte budget (PopRequest.MaxBytes), $10 partition
+// name (specific pops only).
 //
 // Invariant (exclusive lease): a cursor row is claimed only if its lease is
 // absent or expired in database time, under FOR UPDATE SKIP LOCKED, so two
@@ -126,13 +132,20 @@ const popHiddenFromSQL = `CASE WHEN q.delayed_processing = 0 THEN NULL ELSE (
 				AND h.created_at > q.now - make_interval(secs => q.delayed_processing)) END AS hidden_from`
 
 // popPickSQL reads the claimed partition c's messages after its cursor,
-// up to the hidden one and $4 of them.
-const popPickSQL = `CROSS JOIN LATERAL (
-			SELECT * FROM queen.messages m
+// up to the hidden one and $4 of them, each with the bytes it costs the
+// answer (size): its JSON text twice, as data and as payload.
+//
+// Invariant (byte budget): the pick keeps messages, in the order it hands
+// them out, while their running size stays within $9, and always the first
+// one. What it does not keep is neither leased nor consumed, and a budget
+// cut keeps a prefix in seq order, so nothing is skipped. The text's
+// length bounds what the broker writes (it only drops whitespace), which a
+// stored size cannot: jsonb may compress, and a number's text may be far
+// longer than its numeric (1e-16383).
+const popPickSQL = `SELECT m.*, 2 * octet_length(m.payload::text)::bigint AS size FROM queen.messages m
 			WHERE m.partition_id = c.partition_id AND m.seq > c.cursor
 				AND (c.hidden_from IS NULL OR m.seq < c.hidden_from)
-			ORDER BY m.seq LIMIT $4::int
-		) m`
+			ORDER BY m.seq LIMIT $4::int`
 
 // popLeaseSQL closes both pop statements: it leases (or, for autoAck,
 // completes) what per_partition picked and answers the picked messages.
@@ -175,10 +188,11 @@ claimed AS (
 picked AS (
 	SELECT * FROM (
 		SELECT c.partition_id, c.name, c.retries, m.id, m.transaction_id, m.trace_id, m.payload, m.is_encrypted, m.producer_sub,
-			m.created_at, m.seq, row_number() OVER (ORDER BY c.rank, m.seq) AS n
+			m.created_at, m.seq, row_number() OVER w AS n, sum(m.size) OVER w AS bytes
 		FROM claimed c
-		` + popPickSQL + `
-	) x WHERE n <= $4::int
+		CROSS JOIN LATERAL (` + popPickSQL + `) m
+		WINDOW w AS (ORDER BY c.rank, m.seq ROWS UNBOUNDED PRECEDING)
+	) x WHERE n <= $4::int AND (n = 1 OR bytes <= $9::bigint)
 ),
 per_partition AS (
 	SELECT partition_id, count(*) AS n, max(seq) AS last_seq,
@@ -202,7 +216,12 @@ picked AS (
 	SELECT c.partition_id, c.name, c.retries, m.id, m.transaction_id, m.trace_id, m.payload, m.is_encrypted, m.producer_sub,
 		m.created_at, m.seq
 	FROM claimed c
-	` + popPickSQL + `
+	CROSS JOIN LATERAL (
+		SELECT x.*, row_number() OVER w AS n, sum(x.size) OVER w AS bytes
+		FROM (` + popPickSQL + `) x
+		WINDOW w AS (ORDER BY x.seq ROWS UNBOUNDED PRECEDING)
+	) m
+	WHERE m.n = 1 OR m.bytes <= $9::bigint
 ),
 per_partition AS (
 	SELECT partition_id, (SELECT count(*) FROM picked) AS n, seq AS last_seq, id AS last_id, created_at AS last_created
@@ -219,7 +238,7 @@ func popSQLFor(partition, one bool) string {
 	}
 	if partition {
 		sql = strings.Replace(sql, `/*partition*/ TRUE`,
-			`pc.partition_id = (SELECT p2.id FROM queen.partitions p2 WHERE p2.queue_id = $1 AND p2.name = $9::text)`, 1)
+			`pc.partition_id = (SELECT p2.id FROM queen.partitions p2 WHERE p2.queue_id = $1 AND p2.name = $10::text)`, 1)
 	}
 	if canary.On("claim-unfair") {
 		sql = claimUnfairPick.apply(claimUnfairOrder.apply(sql))
@@ -239,6 +258,7 @@ type popParams struct {
 	LeaseSeconds int
 	AutoAck      bool
 	Now          *time.Time
+	MaxBytes     int64
 	Partition    string
 }
 
@@ -268,10 +288,13 @@ func (s *Store) Pop(ctx context.Context, req PopRequest) (PopResult, error) {
 		return res, err
 	}
 	p := popParams{QueueID: qid, Group: req.Group, Partitions: req.Partitions, Batch: req.Batch, LeaseID: s.ids.New(),
-		LeaseSeconds: req.LeaseSeconds, AutoAck: req.AutoAck, Now: s.dbNow(), Partition: req.Partition}
+		LeaseSeconds: req.LeaseSeconds, AutoAck: req.AutoAck, Now: s.dbNow(), MaxBytes: req.MaxBytes, Partition: req.Partition}
+	if p.MaxBytes <= 0 {
+		p.MaxBytes = math.MaxInt64
+	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	args := []any{p.QueueID, p.Group, p.Partitions, p.Batch, p.LeaseID, p.LeaseSeconds, p.AutoAck, p.Now}
+	args := []any{p.QueueID, p.Group, p.Partitions, p.Batch, p.LeaseID, p.LeaseSeconds, p.AutoAck, p.Now, p.MaxBytes}
 	if p.Partition != "" {
 		args = append(args, p.Partition)
 	}

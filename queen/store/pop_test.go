@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"reflect"
 	"testing"
 	"time"
@@ -59,9 +60,12 @@ func TestOnePartitionPopAgreesWithTheGeneralPop(t *testing.T) {
 				now = now.Add(time.Duration(rapid.IntRange(1, 40).Draw(rt, "seconds")) * time.Second)
 			case 3:
 				req := store.PopRequest{Tenant: tenant, Queue: queue, Partitions: 1,
-					Batch:   rapid.IntRange(1, 4).Draw(rt, "batch"),
-					AutoAck: rapid.Bool().Draw(rt, "autoAck"),
-					Group:   rapid.SampledFrom([]string{"", "g"}).Draw(rt, "group")}
+					Batch: rapid.IntRange(1, 4).Draw(rt, "batch"),
+					// A budget of a message, of two, or none (each null
+					// payload costs 8: "null" as data and as payload).
+					MaxBytes: rapid.SampledFrom([]int64{8, 16, 20, math.MaxInt64}).Draw(rt, "maxBytes"),
+					AutoAck:  rapid.Bool().Draw(rt, "autoAck"),
+					Group:    rapid.SampledFrom([]string{"", "g"}).Draw(rt, "group")}
 				if rapid.Bool().Draw(rt, "specific") {
 					req.Partition = fmt.Sprintf("p%d", rapid.IntRange(0, 2).Draw(rt, "popPartition"))
 				}
@@ -111,7 +115,7 @@ func comparePops(rt *rapid.T, pool *pgxpool.Pool, queue string, req store.PopReq
 	if group == "" {
 		group = store.QueueModeGroup
 	}
-	args := []any{qid, group, 1, req.Batch, "00000000-0000-7000-8000-0000000000aa", 0, req.AutoAck, now}
+	args := []any{qid, group, 1, req.Batch, "00000000-0000-7000-8000-0000000000aa", 0, req.AutoAck, now, req.MaxBytes}
 	if req.Partition != "" {
 		args = append(args, req.Partition)
 	}
