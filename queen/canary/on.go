@@ -35,7 +35,10 @@ import "os"
 // read-only-permanent (SQLSTATE 25006, a read-only server, is bad data
 // again rather than an outage), poll-waits-for-wake (a parked long poll
 // checks again only when woken, or at its timeout), delete-keeps-cache (a
-// queue's delete leaves this process's cached ids of it), claim-after-leave
+// queue's delete leaves this process's cached ids of it, and a pop trusts
+// its cached subscription), claim-after-leave
 // (a pop does not look at its client before it claims; the release after
-// the claim still gives the claim back).
+// the claim still gives the claim back), stale-ids-trusted (a cached id
+// found stale is not forgotten and retried: the path fails, or a pop finds
+// nothing, until the entry's ttl, as before issue 28 item 12).
 func On(name string) bool { return os.Getenv("QUEEN_CANARY") == name }

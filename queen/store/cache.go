@@ -14,10 +14,11 @@ import (
 //
 // Entries live for ttl (QUEEN_CACHE_REFRESH_INTERVAL_MS), at most
 // maxCacheEntries per map (the oldest goes first), and are dropped at
-// once on a local configure or delete, and on a foreign-key miss (a push into
-// a partition another broker deleted). A stale entry costs at most one retry
-// or, for a queue deleted and recreated on another broker, empty pops until
-// the entry expires.
+// once on a local configure or delete. An entry another broker made stale
+// (it deleted the queue or the group, and this broker did not hear of it)
+// costs one retry: every path that resolves an id here runs under
+// freshRetry (stale.go), which forgets the entries its stale answer names
+// and runs the path once more.
 type cache struct {
 	clock clock.Clock
 	ttl   time.Duration
@@ -165,6 +166,14 @@ func (c *cache) forgetPartitionIDs(ids map[string]bool) {
 		if ids[e.id] {
 			c.parts.delete(k)
 		}
+	}
+}
+
+// forgetStale drops the entries a path found stale (freshRetry).
+func (c *cache) forgetStale(e *staleIDs) {
+	c.forgetPartitionIDs(e.partitions)
+	if e.sub != nil {
+		c.forgetGroup(e.sub.tenant, e.sub.queue, e.sub.group)
 	}
 }
 

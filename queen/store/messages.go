@@ -196,8 +196,14 @@ type Retried struct {
 // RetryMessage gives a dead-lettered message another life, in one
 // transaction: its newest DLQ row is deleted and a copy of the message is
 // pushed to the end of its partition under transactionId "dlq:<row id>", so
-// a repeated retry of that row dedups. ErrNotFound: no DLQ row.
+// a repeated retry of that row dedups. ErrNotFound: no DLQ row. A stale
+// cached partition id is forgotten and the retry run again (freshRetry).
 func (s *Store) RetryMessage(ctx context.Context, tenant, partitionID, txid string) (Retried, error) {
+	return freshRetry(s, func() (Retried, error) { return s.retryMessageOnce(ctx, tenant, partitionID, txid) })
+}
+
+// retryMessageOnce is one attempt of RetryMessage.
+func (s *Store) retryMessageOnce(ctx context.Context, tenant, partitionID, txid string) (Retried, error) {
 	var r Retried
 	var dlqID int64
 	var payload []byte
@@ -239,8 +245,8 @@ func (s *Store) RetryMessage(ctx context.Context, tenant, partitionID, txid stri
 		if err != nil {
 			return err
 		}
-		if out[0].gone {
-			return fmt.Errorf("the message's partition was deleted during the retry")
+		if gone := goneIDs(rows, out); len(gone) > 0 {
+			return &staleIDs{partitions: gone, err: fmt.Errorf("the message's partition was deleted during the retry")}
 		}
 		r.MessageID, r.Duplicate, r.PartitionID = out[0].messageID, !out[0].queued, rows[0].pid
 		return nil

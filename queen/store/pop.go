@@ -262,10 +262,11 @@ type popParams struct {
 	Partition    string
 }
 
-// Pop claims up to req.Partitions partitions for the group and returns up
-// to req.Batch messages after the group's cursor, in seq order. The first
-// pop of a group on a queue subscribes it (subscribe).
-func (s *Store) Pop(ctx context.Context, req PopRequest) (PopResult, error) {
+// popOnce is one attempt of Pop (stale.go): it claims up to req.Partitions
+// partitions for the group and returns up to req.Batch messages after the
+// group's cursor, in seq order. The first pop of a group on a queue
+// subscribes it (subscribe).
+func (s *Store) popOnce(ctx context.Context, req PopRequest) (PopResult, error) {
 	if req.Group == "" {
 		req.Group = QueueModeGroup
 	}

@@ -204,42 +204,52 @@ func (s *Store) Push(ctx context.Context, tenant string, items []PushItem, produ
 	for i := range todo {
 		todo[i] = i
 	}
-	for attempt := 0; len(todo) > 0; attempt++ {
-		if attempt == 2 {
-			return nil, fmt.Errorf("push: partitions deleted while pushing into them")
-		}
-		sub := make([]PushItem, len(todo))
-		for j, i := range todo {
-			sub[j] = items[i]
-		}
-		rows, err := s.pushRows(ctx, tenant, sub, producerSub)
-		if err != nil {
-			return nil, err
-		}
-		res, err := s.pushes.do(ctx, rows)
-		if err != nil {
-			return nil, err
-		}
-		var again []int
-		gone := map[string]bool{}
-		for j, i := range todo {
-			if res[j].gone {
-				// A partition this process had cached was deleted: forget
-				// it and resolve the name again.
-				gone[rows[j].pid] = true
-				again = append(again, i)
-				continue
-			}
-			out[i] = PushResult{Index: i, Status: "duplicate", MessageID: res[j].messageID, TransactionID: rows[j].txid,
-				PartitionID: rows[j].pid, QueueName: items[i].Queue, TraceID: items[i].TraceID}
-			if res[j].queued {
-				out[i].Status = "queued"
-			}
-		}
-		s.cache.forgetPartitionIDs(gone)
-		todo = again
+	// Rows in partitions that exist commit whatever others do, so a retry
+	// (freshRetry: a cached partition was deleted through another broker)
+	// pushes only the items whose partition was gone.
+	_, err := freshRetry(s, func() (struct{}, error) {
+		var err error
+		todo, err = s.pushSome(ctx, tenant, items, todo, producerSub, out)
+		return struct{}{}, err
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
+}
+
+// pushSome pushes items[todo] and answers each stored one in out. The items
+// whose partition was gone come back, with a *staleIDs naming it.
+func (s *Store) pushSome(ctx context.Context, tenant string, items []PushItem, todo []int, producerSub string,
+	out []PushResult) ([]int, error) {
+	sub := make([]PushItem, len(todo))
+	for j, i := range todo {
+		sub[j] = items[i]
+	}
+	rows, err := s.pushRows(ctx, tenant, sub, producerSub)
+	if err != nil {
+		return todo, err
+	}
+	res, err := s.pushes.do(ctx, rows)
+	if err != nil {
+		return todo, err
+	}
+	var again []int
+	for j, i := range todo {
+		if res[j].gone {
+			again = append(again, i)
+			continue
+		}
+		out[i] = PushResult{Index: i, Status: "duplicate", MessageID: res[j].messageID, TransactionID: rows[j].txid,
+			PartitionID: rows[j].pid, QueueName: items[i].Queue, TraceID: items[i].TraceID}
+		if res[j].queued {
+			out[i].Status = "queued"
+		}
+	}
+	if gone := goneIDs(rows, res); len(gone) > 0 {
+		return again, &staleIDs{partitions: gone, err: fmt.Errorf("push: partitions deleted while pushing into them")}
+	}
+	return nil, nil
 }
 
 // pushRows resolves the items' partitions and mints their message ids.

@@ -104,6 +104,7 @@ type Store struct {
 	cipher    *crypt.Cipher
 	marks     *watermarkThrottle
 	popMarks  *popMarkThrottle
+	subChecks *popMarkThrottle // spaces Pop's checks of cached subscriptions (stale.go)
 	log       *slog.Logger
 	readOnly  *ReadOnlyWatch
 }
@@ -133,7 +134,7 @@ func New(pool *pgxpool.Pool, o Options) *Store {
 	}
 	s := &Store{pool: pool, dbNow: o.DBNow, ids: o.IDs, txTimeout: o.TxTimeout, cache: newCache(o.Clock, o.CacheTTL), cipher: o.Cipher,
 		marks: &watermarkThrottle{clock: o.Clock, last: map[[3]string]time.Time{}}, log: o.Log,
-		popMarks: newPopMarkThrottle(o.Clock, o.PopMarkEvery),
+		popMarks: newPopMarkThrottle(o.Clock, o.PopMarkEvery), subChecks: newPopMarkThrottle(o.Clock, o.PopMarkEvery),
 		readOnly: o.ReadOnly}
 	s.pushes = &combiner[appendRow, appendOut]{run: s.appendCombined, maxInFlight: o.PushStatements, maxRows: o.PushBatchRows}
 	s.acks = &combiner[ackRow, AckResult]{run: s.ackCombined, maxInFlight: o.AckStatements, maxRows: o.PushBatchRows}

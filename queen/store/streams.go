@@ -236,8 +236,15 @@ WHERE m.partition_id = $1 AND m.transaction_id = $2 AND pc.partition_id = $1 AND
 
 // Cycle commits one cycle, or nothing: a business failure (unknown query
 // or partition, the acked message missing, a lease that is not held) is
-// an error IsRollback recognises, with the text the SDKs show.
+// an error IsRollback recognises, with the text the SDKs show. A sink push
+// into a partition whose cached id went stale (deleted through another
+// broker) rolls back and runs once more, resolved afresh (freshRetry).
 func (s *Store) Cycle(ctx context.Context, p CycleParams) (CycleResult, error) {
+	return freshRetry(s, func() (CycleResult, error) { return s.cycleOnce(ctx, p) })
+}
+
+// cycleOnce is one attempt of Cycle.
+func (s *Store) cycleOnce(ctx context.Context, p CycleParams) (CycleResult, error) {
 	var res CycleResult
 	// Sink names resolve (queues and partitions are created) before the
 	// transaction: creating them is harmless if it rolls back.

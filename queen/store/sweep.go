@@ -120,11 +120,19 @@ type FiredTimer struct {
 // FireTimers turns claimed timers into messages in one transaction: it
 // deletes the rows still held by token and pushes one message each under
 // its txn and promised message id. A timer no longer held is skipped.
-// Nothing is delivered twice: the delete and the push commit together.
+// Nothing is delivered twice: the delete and the push commit together. A
+// timer into a partition whose cached id went stale (deleted through
+// another broker) fires at once, resolved afresh (freshRetry), not after
+// its claim's lease.
 func (s *Store) FireTimers(ctx context.Context, token string, claimed []ClaimedTimer) ([]FiredTimer, error) {
 	if len(claimed) == 0 {
 		return nil, nil
 	}
+	return freshRetry(s, func() ([]FiredTimer, error) { return s.fireTimersOnce(ctx, token, claimed) })
+}
+
+// fireTimersOnce is one attempt of FireTimers.
+func (s *Store) fireTimersOnce(ctx context.Context, token string, claimed []ClaimedTimer) ([]FiredTimer, error) {
 	// Names resolve (partitions are created) outside the transaction, as
 	// for any push: harmless if it rolls back.
 	rows := make([]appendRow, len(claimed))
@@ -169,12 +177,10 @@ func (s *Store) FireTimers(ctx context.Context, token string, claimed []ClaimedT
 		if err != nil {
 			return err
 		}
+		if gone := goneIDs(push, outs); len(gone) > 0 {
+			return &staleIDs{partitions: gone, err: fmt.Errorf("a partition was deleted while timers fired into it")}
+		}
 		for k, o := range outs {
-			if o.gone {
-				// The next claim, after the lease, resolves afresh.
-				s.cache.forgetPartitionIDs(map[string]bool{push[k].pid: true})
-				return fmt.Errorf("a partition was deleted while timers fired into it")
-			}
 			fired = append(fired, FiredTimer{ClaimedTimer: claimed[which[k]], PartitionID: push[k].pid, Duplicate: !o.queued})
 		}
 		return nil

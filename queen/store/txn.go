@@ -86,8 +86,24 @@ type TxnExtrasResult struct {
 
 // TransactionWith is Transaction with timers and KV operations. A KV op
 // marked Required that loses its precondition rolls everything back, with a
-// *KVPrecondition error.
+// *KVPrecondition error. A push into a partition whose cached id went stale
+// (deleted through another broker) rolls back and runs once more with the
+// names resolved afresh (freshRetry).
 func (s *Store) TransactionWith(ctx context.Context, tenant string, ops []TxnOp, requiredLeases []string, producerSub string,
+	extras TxnExtras) ([]TxnResult, TxnExtrasResult, error) {
+	type answer struct {
+		res  []TxnResult
+		more TxnExtrasResult
+	}
+	a, err := freshRetry(s, func() (answer, error) {
+		res, more, err := s.transactionOnce(ctx, tenant, ops, requiredLeases, producerSub, extras)
+		return answer{res, more}, err
+	})
+	return a.res, a.more, err
+}
+
+// transactionOnce is one attempt of TransactionWith.
+func (s *Store) transactionOnce(ctx context.Context, tenant string, ops []TxnOp, requiredLeases []string, producerSub string,
 	extras TxnExtras) ([]TxnResult, TxnExtrasResult, error) {
 	var more TxnExtrasResult
 	pushTenant := tenant
@@ -219,7 +235,8 @@ func (s *Store) lockForTxn(ctx context.Context, tx pgx.Tx, p txnLockParams, requ
 }
 
 // appendInTx appends rows inside tx; a partition deleted meanwhile (its
-// cached id is stale) rolls the whole transaction back.
+// cached id is stale) rolls the whole transaction back with a *staleIDs
+// naming the gone ids, for freshRetry.
 func (s *Store) appendInTx(ctx context.Context, tx pgx.Tx, rows []appendRow) ([]appendOut, error) {
 	if len(rows) == 0 {
 		return nil, nil
@@ -228,10 +245,8 @@ func (s *Store) appendInTx(ctx context.Context, tx pgx.Tx, rows []appendRow) ([]
 	if err != nil {
 		return nil, err
 	}
-	for _, o := range out {
-		if o.gone {
-			return nil, rejected("push_rejected", "a partition was deleted during the transaction")
-		}
+	if gone := goneIDs(rows, out); len(gone) > 0 {
+		return nil, &staleIDs{partitions: gone, err: rejected("push_rejected", "a partition was deleted during the transaction")}
 	}
 	return out, nil
 }

@@ -1,0 +1,194 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/queen-go/queen/queen/clock"
+	"github.com/queen-go/queen/queen/crypt"
+	"github.com/queen-go/queen/queen/ids"
+	"github.com/queen-go/queen/queen/store"
+	"github.com/queen-go/queen/queen/store/storetest"
+)
+
+// Issue 28 item 12: two brokers on one database, without the mesh that
+// would tell one of the other's deletes. Broker a's cache names a queue (or
+// a group's subscription) that broker b deleted and that exists again
+// under its name; every path of a that resolves the name must work at once,
+// not after the cache's 60 s ttl or a timer claim's 30 s lease.
+
+// twoBrokers are two stores, each with its own name cache, on one database.
+func twoBrokers(t *testing.T) (a, b *store.Store) {
+	t.Helper()
+	pool := storetest.Pool(t)
+	o := store.Options{IDs: ids.NewSource(clock.Real{}, nil), CacheTTL: time.Hour}
+	return store.New(pool, o), store.New(pool, o)
+}
+
+// recreatedElsewhere warms a's cache with queue q, then deletes it through
+// b and creates it again there with a push (b's own cache forgets at its
+// delete, as a local delete does).
+func recreatedElsewhere(t *testing.T, a, b *store.Store, q string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := a.Push(ctx, tenant, []store.PushItem{{Queue: q, Payload: crypt.Plain(json.RawMessage(`"warm"`))}}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := b.DeleteQueue(ctx, tenant, q); err != nil || !ok {
+		t.Fatalf("delete through b: %v %v", ok, err)
+	}
+	if _, err := b.Push(ctx, tenant, []store.PushItem{{Queue: q, Payload: crypt.Plain(json.RawMessage(`"again"`))}}, ""); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// popAll pops every message of q's queue-mode group through s.
+func popAll(t *testing.T, s *store.Store, q string) []store.Message {
+	t.Helper()
+	res, err := s.Pop(context.Background(), store.PopRequest{Tenant: tenant, Queue: q, Batch: 100, AutoAck: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.Messages
+}
+
+func TestTransactionIntoAQueueRecreatedElsewhere(t *testing.T) {
+	t.Parallel()
+	a, b := twoBrokers(t)
+	recreatedElsewhere(t, a, b, "stale-txn")
+	res, err := a.Transaction(context.Background(), tenant, []store.TxnOp{{Type: "push",
+		Items: []store.PushItem{{Queue: "stale-txn", TransactionID: "in-txn", Payload: crypt.Plain(json.RawMessage(`1`))}}}}, nil, "")
+	if err != nil || len(res) != 1 || !res[0].Success || res[0].Duplicate {
+		t.Fatalf("transaction through the broker that did not delete: %+v %v", res, err)
+	}
+	if got := popAll(t, b, "stale-txn"); len(got) != 2 || got[1].TransactionID != "in-txn" {
+		t.Fatalf("stored: %+v", got)
+	}
+}
+
+func TestStreamsCycleIntoAQueueRecreatedElsewhere(t *testing.T) {
+	t.Parallel()
+	a, b := twoBrokers(t)
+	ctx := context.Background()
+	src, err := a.Push(ctx, tenant, []store.PushItem{{Queue: "stale-src", Payload: crypt.Plain(json.RawMessage(`1`))}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := a.RegisterQuery(ctx, store.RegisterParams{Tenant: tenant, Name: "stale-query", SourceQueue: "stale-src",
+		SinkQueue: "stale-sink", ConfigHash: "h"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recreatedElsewhere(t, a, b, "stale-sink")
+	res, err := a.Cycle(ctx, store.CycleParams{Tenant: tenant, QueryID: q.ID, PartitionID: src[0].PartitionID,
+		State: []store.StateOp{{Key: "k", Value: json.RawMessage(`{"n":1}`)}},
+		Push:  []store.PushItem{{Queue: "stale-sink", TransactionID: "from-cycle", Payload: crypt.Plain(json.RawMessage(`2`))}}})
+	if err != nil || len(res.Pushed) != 1 || res.Pushed[0].Status != "queued" || res.StateOpsApplied != 1 {
+		t.Fatalf("cycle through the broker that did not delete: %+v %v", res, err)
+	}
+	if got := popAll(t, b, "stale-sink"); len(got) != 2 || got[1].TransactionID != "from-cycle" {
+		t.Fatalf("stored: %+v", got)
+	}
+}
+
+// The fire runs with the claim just taken: before, it failed and the timer
+// waited out the claim's lease.
+func TestTimerIntoAQueueRecreatedElsewhereFiresAtOnce(t *testing.T) {
+	t.Parallel()
+	a, b := twoBrokers(t)
+	ctx := context.Background()
+	recreatedElsewhere(t, a, b, "stale-timer")
+	if _, err := a.ApplyTimers(ctx, tenant, "", []store.TimerOp{{Op: "schedule", Queue: "stale-timer", TimerKey: "k", Txn: "timed"}}); err != nil {
+		t.Fatal(err)
+	}
+	token := "00000000-0000-0000-0000-0000000000f1"
+	claimed, err := a.ClaimTimers(ctx, token, time.Hour, 10)
+	if err != nil || len(claimed) != 1 {
+		t.Fatalf("claim: %+v %v", claimed, err)
+	}
+	fired, err := a.FireTimers(ctx, token, claimed)
+	if err != nil || len(fired) != 1 || fired[0].Duplicate {
+		t.Fatalf("fire through the broker that did not delete: %+v %v", fired, err)
+	}
+	if got := popAll(t, b, "stale-timer"); len(got) != 2 || got[1].TransactionID != "timed" {
+		t.Fatalf("stored: %+v", got)
+	}
+}
+
+func TestDLQRetryIntoAQueueRecreatedElsewhere(t *testing.T) {
+	t.Parallel()
+	a, b := twoBrokers(t)
+	ctx := context.Background()
+	recreatedElsewhere(t, a, b, "stale-dlq")
+	p, err := b.Pop(ctx, store.PopRequest{Tenant: tenant, Queue: "stale-dlq", Batch: 1})
+	if err != nil || len(p.Messages) != 1 {
+		t.Fatalf("pop through b: %+v %v", p, err)
+	}
+	m := p.Messages[0]
+	if r, err := b.Ack(ctx, tenant, "", []store.AckItem{{TransactionID: m.TransactionID, PartitionID: m.PartitionID,
+		Status: "dlq", LeaseID: m.LeaseID}}); err != nil || !r[0].Success {
+		t.Fatalf("dead-letter through b: %+v %v", r, err)
+	}
+	r, err := a.RetryMessage(ctx, tenant, m.PartitionID, m.TransactionID)
+	if err != nil || r.MessageID == "" || r.PartitionID != m.PartitionID {
+		t.Fatalf("DLQ retry through the broker that did not delete: %+v %v", r, err)
+	}
+}
+
+// A plain push already forgot and retried; it now does so through the same
+// helper as every other path.
+func TestPushIntoAQueueRecreatedElsewhere(t *testing.T) {
+	t.Parallel()
+	a, b := twoBrokers(t)
+	recreatedElsewhere(t, a, b, "stale-push")
+	res, err := a.Push(context.Background(), tenant, []store.PushItem{{Queue: "stale-push", TransactionID: "pushed"}}, "")
+	if err != nil || len(res) != 1 || res[0].Status != "queued" {
+		t.Fatalf("push: %+v %v", res, err)
+	}
+}
+
+// A group whose cursors another broker deleted pops what its queue holds
+// at once: before, this broker trusted its cached subscription and popped
+// nothing until the entry expired.
+func TestGroupDeletedElsewherePopsAtOnce(t *testing.T) {
+	t.Parallel()
+	a, b := twoBrokers(t)
+	ctx := context.Background()
+	for _, txn := range []string{"m1", "m2"} {
+		if _, err := a.Push(ctx, tenant, []store.PushItem{{Queue: "stale-group", TransactionID: txn}}, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	req := store.PopRequest{Tenant: tenant, Queue: "stale-group", Group: "g", Batch: 1, AutoAck: true}
+	if p, err := a.Pop(ctx, req); err != nil || len(p.Messages) != 1 {
+		t.Fatalf("first pop: %+v %v", p, err)
+	}
+	if n, _, err := b.DeleteGroup(ctx, tenant, "g", nil, true); err != nil || n == 0 {
+		t.Fatalf("group delete through b: %d %v", n, err)
+	}
+	req.Batch = 10
+	p, err := a.Pop(ctx, req)
+	if err != nil || len(p.Messages) != 2 || p.Messages[0].TransactionID != "m1" {
+		t.Fatalf("pop of the group deleted through b (subscribed afresh, from the start): %+v %v", p, err)
+	}
+}
+
+// Likewise a queue another broker deleted and created again: the cached
+// subscription names the old queue's id.
+func TestPopOfAQueueRecreatedElsewhere(t *testing.T) {
+	t.Parallel()
+	a, b := twoBrokers(t)
+	ctx := context.Background()
+	if _, err := a.Push(ctx, tenant, []store.PushItem{{Queue: "stale-popq", TransactionID: "old"}}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if got := popAll(t, a, "stale-popq"); len(got) != 1 {
+		t.Fatalf("first pop: %+v", got)
+	}
+	recreatedElsewhere(t, a, b, "stale-popq")
+	if got := popAll(t, a, "stale-popq"); len(got) != 1 || string(got[0].Data) != `"again"` {
+		t.Fatalf("pop of the queue recreated through b: %+v", got)
+	}
+}
