@@ -27,11 +27,11 @@ const queueIDsAfterSQL = `SELECT id::text FROM queen.queues WHERE id > $1::uuid 
 // was pushed past each partition's furthest cursor, capped by what the
 // partition stores: exact but for messages deleted unconsumed (retention,
 // eviction, the delete route) and seqs a deduplicated row left unused,
-// which count until a cursor passes them, as in the depth route. The
-// other figures are the lists' (queueSummariesSQL), with the queue-mode
-// depth by the sequence, the partitions holding dead letters and the live
-// leases. A queue with no partition gets a row of zeros; a queue deleted
-// meanwhile gets none.
+// which count until a cursor passes them, as in the depth route and the
+// lists (seqPendingSQL). The other figures are the lists'
+// (queueSummariesSQL), with the queue-mode depth by the sequence, the
+// partitions holding dead letters and the live leases. A queue with no
+// partition gets a row of zeros; a queue deleted meanwhile gets none.
 const refreshQueueStatsSQL = `
 INSERT INTO queen.queue_stats AS t (queue_id, partitions, messages, pending, processing, dlq, queue_dlq, depth,
 	dlq_partitions, leases, leased_partitions, lease_batch, lease_acked, refreshed_at)
@@ -43,7 +43,7 @@ FROM queen.queues q
 LEFT JOIN (` + queueCountsWithSQL + `
 	SELECT p.queue_id, count(*)::int AS partitions,
 		coalesce(sum(p.appended - coalesce(d.n, 0)), 0)::bigint AS messages,
-		coalesce(sum(least(greatest(p.last_seq - coalesce(f.last_consumed_seq, 0), 0), p.appended - coalesce(d.n, 0))), 0)::bigint AS pending,
+		coalesce(sum(` + seqPendingSQL + `), 0)::bigint AS pending,
 		` + queueProcessingSQL + ` AS processing,
 		coalesce(sum(da.n), 0)::bigint AS dlq, coalesce(sum(df.n), 0)::bigint AS queue_dlq,
 		coalesce(sum(p.last_seq - coalesce(pc.last_consumed_seq, 0)), 0)::bigint AS depth,
