@@ -37,28 +37,29 @@ type kvResultWire struct {
 	ExpiresAt any             `json:"expiresAt,omitempty"`
 	UpdatedAt string          `json:"updatedAt,omitempty"`
 	Applied   *bool           `json:"applied,omitempty"`
-	Rows      []kvRowWire     `json:"rows,omitempty"`
-	Missing   []string        `json:"missing,omitempty"`
-	Truncated *bool           `json:"truncated,omitempty"`
-	NextAfter string          `json:"nextAfter,omitempty"`
-	Reason    string          `json:"reason,omitempty"`
+	// Rows (getMany, getPrefix) and Missing (getMany) are pointers so that
+	// an empty list is sent as [] (SPEC: always there) while the ops
+	// without them leave them out: omitempty drops an empty slice.
+	Rows      *[]kvRowWire `json:"rows,omitempty"`
+	Missing   *[]string    `json:"missing,omitempty"`
+	Truncated *bool        `json:"truncated,omitempty"`
+	NextAfter string       `json:"nextAfter,omitempty"`
+	Reason    string       `json:"reason,omitempty"`
 }
 
 func kvResult(r store.KVResult) kvResultWire {
 	w := kvResultWire{Op: r.Op, Key: r.Key, Reason: r.Reason}
 	switch r.Op {
 	case "getMany", "getPrefix":
-		w.Rows = make([]kvRowWire, len(r.Rows))
+		rows := make([]kvRowWire, len(r.Rows))
 		for i, row := range r.Rows {
-			w.Rows[i] = kvRowWire{Key: row.Key, Value: row.Value, Version: row.Version,
+			rows[i] = kvRowWire{Key: row.Key, Value: row.Value, Version: row.Version,
 				ExpiresAt: timestampPtr(row.ExpiresAt), UpdatedAt: timestamp(row.UpdatedAt)}
 		}
-		w.Truncated, w.NextAfter = &r.Truncated, r.NextAfter
+		w.Rows, w.Truncated, w.NextAfter = &rows, &r.Truncated, r.NextAfter
 		if r.Op == "getMany" {
-			w.Missing = r.Missing
-			if w.Missing == nil {
-				w.Missing = []string{}
-			}
+			missing := append([]string{}, r.Missing...)
+			w.Missing = &missing
 		}
 		return w
 	case "get":
@@ -303,6 +304,14 @@ func (s *Server) kv(w http.ResponseWriter, r *http.Request) {
 	ops, err := s.parseKVOps(body)
 	if err != nil {
 		writeCodedErr(w, err)
+		return
+	}
+	names := make([]string, len(ops))
+	for i, op := range ops {
+		names[i] = op.Op
+	}
+	if denied := s.opsAllowed(r, names); denied != nil {
+		writeBad(w, denied)
 		return
 	}
 	res, ok := s.applyKV(w, r, ops)
