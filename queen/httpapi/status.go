@@ -238,9 +238,16 @@ func (s *Server) statusQueue(w http.ResponseWriter, r *http.Request) {
 		"partitions": parts, "totals": totals})
 }
 
+// analyticsPointLimit bounds the points of one status/analytics answer: a
+// minute interval over a long window would otherwise answer (and count)
+// a point per minute of it.
+const analyticsPointLimit = 10000
+
 // statusAnalytics is GET /api/v1/status/analytics: messages stored per
 // minute, hour (default) or day over the window (default 24 h), zero-filled,
-// oldest first.
+// oldest first. A window longer than analyticsPointLimit buckets is cut
+// after the first ones, and the answer says so (truncated, pointLimit and
+// nextFrom, where the next page starts): before, the cut was silent.
 func (s *Server) statusAnalytics(w http.ResponseWriter, r *http.Request) {
 	from, to, ok := s.window(w, r, 24*time.Hour)
 	if !ok {
@@ -256,17 +263,28 @@ func (s *Server) statusAnalytics(w http.ResponseWriter, r *http.Request) {
 	default:
 		interval = "hour"
 	}
-	counts, err := s.store.MessagesPerBucket(r.Context(), tenantOf(r), q.Get("queue"), q.Get("namespace"), q.Get("task"), from, to, step)
+	start := from.Truncate(step)
+	end, truncated := to, false
+	if limit := start.Add(analyticsPointLimit * step); limit.Before(to) {
+		end, truncated = limit, true
+	}
+	// Only the buckets answered are counted.
+	counts, err := s.store.MessagesPerBucket(r.Context(), tenantOf(r), q.Get("queue"), q.Get("namespace"), q.Get("task"), from, end, step)
 	if err != nil {
 		s.storeError(w, r, "analytics", err)
 		return
 	}
 	points := []map[string]any{}
-	for at := from.Truncate(step); at.Before(to) && len(points) < 10000; at = at.Add(step) {
+	for at := start; at.Before(end); at = at.Add(step) {
 		points = append(points, map[string]any{"timestamp": at.Format(time.RFC3339), "messages": counts[at]})
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"dataPoints": points, "interval": interval,
-		"from": from.Format(time.RFC3339), "to": to.Format(time.RFC3339)})
+	body := map[string]any{"dataPoints": points, "interval": interval,
+		"from": from.Format(time.RFC3339), "to": to.Format(time.RFC3339),
+		"truncated": truncated, "pointLimit": analyticsPointLimit}
+	if truncated {
+		body["nextFrom"] = end.Format(time.RFC3339)
+	}
+	writeJSON(w, http.StatusOK, body)
 }
 
 // groupedResources is GET /api/v1/resources/namespaces and .../tasks,
