@@ -81,6 +81,7 @@ func TestKVTTLExpiresOnTheClock(t *testing.T) {
 	a, _ := meshPair(t, "s", "s")
 	base := "http://" + a.Addr() + "/api/v1/kv/"
 	req, _ := http.NewRequest(http.MethodPut, base+"sess/u1", jsonBody(`{"value":{"user":1},"ttlSeconds":1}`))
+	req.Header.Set("Content-Type", "application/json") // a body of another type is 415
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("put: %v %v", resp, err)

@@ -11,10 +11,12 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/queen-go/queen/queen/auth"
@@ -60,6 +62,7 @@ type Config struct {
 	DefaultTimeout          time.Duration // DEFAULT_TIMEOUT / POP_DEFAULT_TIMEOUT_MS (ms), default 30000
 	DefaultBatchSize        int           // DEFAULT_BATCH_SIZE, default 1
 	MaxPopBatch             int           // QUEEN_MAX_POP_BATCH, default 10000: the largest batch (and partitions) one pop may ask for
+	MaxPopBytes             int64         // QUEEN_MAX_POP_BYTES, default 16 MiB: one pop answer's payload bytes (as written; always one message)
 	DefaultSubscriptionMode string        // DEFAULT_SUBSCRIPTION_MODE: all|new, default all
 
 	PopWaitInitial   time.Duration // POP_WAIT_INITIAL_INTERVAL_MS, default 100
@@ -155,6 +158,19 @@ type Config struct {
 	ApplySchema       bool       // QUEEN_APPLY_SCHEMA, default true
 	LogLevel          slog.Level // LOG_LEVEL: debug|info|warn|error, default info
 	LogJSON           bool       // QUEEN_LOG_JSON, default false
+
+	// CORSOrigins (QUEEN_CORS_ORIGINS, comma-separated) are the browser
+	// origins allowed to call the API cross-origin; "*" only when listed.
+	// Empty, the default: no CORS headers, and cross-site browser requests
+	// are refused.
+	CORSOrigins []string
+	// HTTPIdleTimeout (QUEEN_HTTP_IDLE_TIMEOUT_MS, default 60000) closes a
+	// keep-alive connection idle this long.
+	HTTPIdleTimeout time.Duration
+	// MaxConnections (QUEEN_MAX_CONNECTIONS) bounds open HTTP connections;
+	// default min(10000, RLIMIT_NOFILE/2). At the bound the oldest idle
+	// connection is closed to make room; with none idle the new one is.
+	MaxConnections int
 }
 
 // Default returns the configuration with every default applied.
@@ -169,6 +185,7 @@ func Default() Config {
 		DefaultTimeout:          30 * time.Second,
 		DefaultBatchSize:        1,
 		MaxPopBatch:             10000,
+		MaxPopBytes:             16 << 20,
 		DefaultSubscriptionMode: "all",
 		PopWaitInitial:          100 * time.Millisecond,
 		PopWaitThreshold:        3,
@@ -220,9 +237,22 @@ func Default() Config {
 		JWT: auth.Config{Algorithm: "HS256", JWKSRefresh: time.Hour, JWKSTimeout: 5 * time.Second, ClockSkew: 30 * time.Second,
 			SkipPaths: []string{"/health", "/"}, RolesClaim: "role", RolesArrayClaim: "roles", TenantClaim: "tenant",
 			RoleAdmin: "admin", RoleReadWrite: "read-write", RoleReadOnly: "read-only", RoleWriteOnly: "write-only"},
-		ApplySchema: true,
-		LogLevel:    slog.LevelInfo,
+		ApplySchema:     true,
+		LogLevel:        slog.LevelInfo,
+		HTTPIdleTimeout: 60 * time.Second,
+		MaxConnections:  DefaultMaxConnections(),
 	}
+}
+
+// DefaultMaxConnections is min(10000, half the process's open-file limit):
+// the other half stays for the database pool, the spool and the mesh, so
+// idle HTTP clients cannot starve them of descriptors.
+func DefaultMaxConnections() int {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil || lim.Cur == 0 {
+		return 10000
+	}
+	return int(max(16, min(10000, lim.Cur/2)))
 }
 
 // FromEnv parses the configuration. getenv is os.Getenv in production; tests
@@ -250,6 +280,10 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	p.millis("DEFAULT_TIMEOUT", &c.DefaultTimeout)
 	p.intRange("DEFAULT_BATCH_SIZE", &c.DefaultBatchSize, 1, 100000)
 	p.intRange("QUEEN_MAX_POP_BATCH", &c.MaxPopBatch, 1, 1000000)
+	var popBytes int
+	if p.intRange("QUEEN_MAX_POP_BYTES", &popBytes, 1, 1<<40) {
+		c.MaxPopBytes = int64(popBytes)
+	}
 	if v := strings.TrimSpace(getenv("DEFAULT_SUBSCRIPTION_MODE")); v != "" {
 		if m, ok := NormalizeSubscriptionMode(v); ok {
 			c.DefaultSubscriptionMode = m
@@ -355,6 +389,9 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		c.MaxBodyBytes = int64(body)
 	}
 	p.boolean("QUEEN_APPLY_SCHEMA", &c.ApplySchema)
+	p.corsOrigins("QUEEN_CORS_ORIGINS", &c.CORSOrigins)
+	p.millis("QUEEN_HTTP_IDLE_TIMEOUT_MS", &c.HTTPIdleTimeout)
+	p.intRange("QUEEN_MAX_CONNECTIONS", &c.MaxConnections, 1, 1<<24)
 	p.boolean("QUEEN_LOG_JSON", &c.LogJSON)
 	if v := strings.TrimSpace(getenv("LOG_LEVEL")); v != "" {
 		var lvl slog.Level
@@ -380,6 +417,9 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	}
 	if c.BodyReadTimeout <= 0 {
 		p.fail("QUEEN_BODY_READ_TIMEOUT_MS", getenv("QUEEN_BODY_READ_TIMEOUT_MS"), "must be positive")
+	}
+	if c.HTTPIdleTimeout <= 0 {
+		p.fail("QUEEN_HTTP_IDLE_TIMEOUT_MS", getenv("QUEEN_HTTP_IDLE_TIMEOUT_MS"), "must be positive")
 	}
 	if c.ShutdownTimeout <= 0 {
 		p.fail("QUEEN_SHUTDOWN_TIMEOUT_MS", getenv("QUEEN_SHUTDOWN_TIMEOUT_MS"), "must be positive")
@@ -615,6 +655,26 @@ func (p *parser) ports(name string, c *Config) {
 	c.PGPort = ports[0]
 	if len(ports) > 1 {
 		c.PGPorts = ports
+	}
+}
+
+// corsOrigins reads a comma list of browser origins (scheme://host[:port],
+// as a browser sends them in Origin), or "*".
+func (p *parser) corsOrigins(name string, dst *[]string) {
+	for _, v := range strings.Split(p.getenv(name), ",") {
+		if v = strings.TrimSpace(v); v == "" {
+			continue
+		}
+		if v != "*" {
+			u, err := url.Parse(v)
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") ||
+				u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+				p.fail(name, v, "want origins scheme://host[:port], comma-separated (https://ops.example.com), or *")
+				continue
+			}
+			v = strings.ToLower(u.Scheme + "://" + u.Host)
+		}
+		*dst = append(*dst, v)
 	}
 }
 

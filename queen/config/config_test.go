@@ -40,7 +40,7 @@ func TestBadValuesNameTheVariable(t *testing.T) {
 		"QUEEN_PUSH_STATEMENTS": "0", "QUEEN_PUSH_BATCH_ROWS": "many", "QUEEN_SHUTDOWN_TIMEOUT_MS": "0",
 		"QUEEN_BODY_READ_TIMEOUT_MS": "-5", "QUEEN_MAX_POP_BATCH": "50", "DEFAULT_BATCH_SIZE": "51",
 		"QUEEN_ANALYTICS": "sometimes", "QUEEN_ANALYTICS_RETENTION_HOURS": "0", "QUEEN_ANALYTICS_MAX_QUEUES": "x",
-		"QUEEN_DASHBOARD_DIR": "/nonexistent/dashboard", "STATS_INTERVAL_MS": "often",
+		"QUEEN_DASHBOARD_DIR": "/nonexistent/dashboard", "STATS_INTERVAL_MS": "often", "QUEEN_MAX_POP_BYTES": "0",
 	}))
 	if err == nil {
 		t.Fatal("want an error")
@@ -48,7 +48,7 @@ func TestBadValuesNameTheVariable(t *testing.T) {
 	for _, name := range []string{"PORT", "DB_POOL_SIZE", "QUEEN_TENANCY_HEADER", "DEFAULT_SUBSCRIPTION_MODE", "LOG_LEVEL",
 		"POP_WAIT_BACKOFF_MULTIPLIER", "QUEEN_PUSH_STATEMENTS", "QUEEN_PUSH_BATCH_ROWS", "QUEEN_SHUTDOWN_TIMEOUT_MS",
 		"QUEEN_BODY_READ_TIMEOUT_MS", "DEFAULT_BATCH_SIZE", "QUEEN_ANALYTICS", "QUEEN_ANALYTICS_RETENTION_HOURS",
-		"QUEEN_ANALYTICS_MAX_QUEUES", "QUEEN_DASHBOARD_DIR", "STATS_INTERVAL_MS"} {
+		"QUEEN_ANALYTICS_MAX_QUEUES", "QUEEN_DASHBOARD_DIR", "STATS_INTERVAL_MS", "QUEEN_MAX_POP_BYTES"} {
 		if !strings.Contains(err.Error(), name) {
 			t.Errorf("error does not name %s: %v", name, err)
 		}
@@ -141,6 +141,35 @@ func TestSecurityKnobs(t *testing.T) {
 	_, err = FromEnv(env(map[string]string{"QUEEN_METRICS_ALLOW_CIDRS": "10.0.0.0/8,office", "QUEEN_METRICS_MAX_QUEUES": "0",
 		"QUEEN_MESH_MAX_PENDING": "none", "QUEEN_TENANT_TRUST_HEADER": "perhaps"}))
 	for _, name := range []string{"QUEEN_METRICS_ALLOW_CIDRS", "QUEEN_METRICS_MAX_QUEUES", "QUEEN_MESH_MAX_PENDING", "QUEEN_TENANT_TRUST_HEADER"} {
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("error does not name %s: %v", name, err)
+		}
+	}
+}
+
+// TestHTTPEdgeKnobs: QUEEN_CORS_ORIGINS, QUEEN_HTTP_IDLE_TIMEOUT_MS and
+// QUEEN_MAX_CONNECTIONS parse, default safely, and a bad value names its
+// variable.
+func TestHTTPEdgeKnobs(t *testing.T) {
+	c, err := FromEnv(env(map[string]string{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.CORSOrigins) != 0 || c.HTTPIdleTimeout != 60*time.Second || c.MaxConnections < 16 || c.MaxConnections > 10000 {
+		t.Fatalf("defaults: cors %v idle %v max %d", c.CORSOrigins, c.HTTPIdleTimeout, c.MaxConnections)
+	}
+	c, err = FromEnv(env(map[string]string{"QUEEN_CORS_ORIGINS": " https://Ops.Example.com/ , http://localhost:3000,*",
+		"QUEEN_HTTP_IDLE_TIMEOUT_MS": "5000", "QUEEN_MAX_CONNECTIONS": "64"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(c.CORSOrigins, " "); got != "https://ops.example.com http://localhost:3000 *" ||
+		c.HTTPIdleTimeout != 5*time.Second || c.MaxConnections != 64 {
+		t.Fatalf("parsed: cors %q idle %v max %d", got, c.HTTPIdleTimeout, c.MaxConnections)
+	}
+	_, err = FromEnv(env(map[string]string{"QUEEN_CORS_ORIGINS": "ops.example.com", "QUEEN_HTTP_IDLE_TIMEOUT_MS": "0",
+		"QUEEN_MAX_CONNECTIONS": "0"}))
+	for _, name := range []string{"QUEEN_CORS_ORIGINS", "QUEEN_HTTP_IDLE_TIMEOUT_MS", "QUEEN_MAX_CONNECTIONS"} {
 		if err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("error does not name %s: %v", name, err)
 		}

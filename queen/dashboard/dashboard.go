@@ -32,9 +32,22 @@ func Handler(prefix string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// Every page loads the same files: a new broker's are fetched again.
 		w.Header().Set("Cache-Control", "no-cache")
-		w.Header().Set("Content-Security-Policy", "default-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'")
+		w.Header().Set("Content-Security-Policy", "default-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'")
+		noFraming(w)
 		files.ServeHTTP(w, r)
 	})
+}
+
+// noFraming forbids every page from framing the dashboard: its token lives
+// in localStorage, and a framed dashboard could be clicked through actions
+// by a page on top (clickjacking). X-Frame-Options for browsers without CSP
+// frame-ancestors; Dir adds the directive alone since another build's own
+// policy is not known here.
+func noFraming(w http.ResponseWriter) {
+	w.Header().Set("X-Frame-Options", "DENY")
+	if w.Header().Get("Content-Security-Policy") == "" {
+		w.Header().Set("Content-Security-Policy", "frame-ancestors 'none'")
+	}
 }
 
 // Dir serves the static build in dir with history-mode fallback. It
@@ -47,6 +60,7 @@ func Dir(dir string) http.Handler {
 		if name == "" {
 			name = "index.html"
 		}
+		noFraming(w)
 		if st, err := fs.Stat(root, name); err != nil || st.IsDir() {
 			r = r.Clone(r.Context())
 			r.URL.Path = "/"

@@ -55,3 +55,29 @@ func TestEmbeddedDashboard(t *testing.T) {
 		t.Errorf("a missing file: %d", code)
 	}
 }
+
+// TestDashboardCannotBeFramed: the dashboard keeps its token in
+// localStorage, so no page may frame it (clickjacking): CSP
+// frame-ancestors 'none' and X-Frame-Options DENY, on the embedded one and
+// on a QUEEN_DASHBOARD_DIR build. Its API calls declare their JSON bodies
+// (the API refuses other types with 415).
+func TestDashboardCannotBeFramed(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "index.html"), []byte("<html>app</html>"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for name, h := range map[string]http.Handler{"embedded": dashboard.Handler("/dashboard/"), "dir": dashboard.Dir(dir)} {
+		for _, path := range []string{"/dashboard/", "/dashboard/app.js", "/"} {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+			if !strings.Contains(rec.Header().Get("Content-Security-Policy"), "frame-ancestors 'none'") ||
+				rec.Header().Get("X-Frame-Options") != "DENY" {
+				t.Errorf("%s %s: %v", name, path, rec.Header())
+			}
+		}
+	}
+	_, app := get(t, dashboard.Handler("/dashboard/"), "/dashboard/app.js")
+	if strings.Count(app, "fetch(") != 1 || !strings.Contains(app, "headers['Content-Type'] = 'application/json'") {
+		t.Error("the dashboard's API calls (one fetch, in api()) no longer declare application/json bodies")
+	}
+}

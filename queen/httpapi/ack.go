@@ -255,11 +255,17 @@ func (s *Server) transaction(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	ops := make([]store.TxnOp, len(rawOps))
+	names := make([]string, len(rawOps))
 	for i, raw := range rawOps {
 		if ops[i], err = parseTxnOp(raw, i); err != nil {
 			writeBad(w, err)
 			return
 		}
+		names[i] = ops[i].Type
+	}
+	if denied := s.opsAllowed(r, names); denied != nil {
+		writeBad(w, denied)
+		return
 	}
 	txnID := s.ids.New()
 	s.stats.transactions.Add(1)

@@ -21,6 +21,7 @@ import (
 	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/httpapi"
 	"github.com/queen-go/queen/queen/ids"
+	"github.com/queen-go/queen/queen/spool"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/store/storetest"
 	"github.com/queen-go/queen/queen/waker"
@@ -43,6 +44,12 @@ type env struct {
 type envOption func(*config.Config)
 
 func newEnv(t *testing.T, opts ...envOption) *env {
+	t.Helper()
+	return newEnvSpool(t, nil, opts...)
+}
+
+// newEnvSpool is newEnv with a spool (nil: none).
+func newEnvSpool(t *testing.T, sp *spool.Spool, opts ...envOption) *env {
 	t.Helper()
 	cfg := config.Default()
 	cfg.ServerID = "test"
@@ -73,7 +80,7 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 		e.rec = analytics.NewRecorder(cfg.AnalyticsMaxQueues)
 	}
 	srv := httpapi.New(httpapi.Options{Config: cfg, Store: e.store, Analytics: e.rec, Clock: clock.Real{}, Waker: waker.New(),
-		IDs: idSrc, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Auth: authn, Cipher: cipher})
+		IDs: idSrc, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Auth: authn, Cipher: cipher, Spool: sp})
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)
 	e.url = ts.URL

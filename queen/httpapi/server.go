@@ -12,10 +12,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -66,6 +68,8 @@ type Server struct {
 	meshRefusals func() MeshRefusals
 	// sweeperStats reports the sweeper for the metrics; nil: none.
 	sweeperStats func() SweeperStats
+	// connections reports the HTTP connection bound; nil: none.
+	connections func() ConnectionStats
 	// registry is this server's Prometheus registry; queueMessages counts
 	// messages pushed and popped per queue.
 	registry      *prometheus.Registry
@@ -120,11 +124,19 @@ type Options struct {
 	// Push is the push path (commit or spool); nil: one is made from the
 	// options above.
 	Push *pushpath.Path
+	// Connections reports the HTTP connection bound (QUEEN_MAX_CONNECTIONS)
+	// for /metrics/prometheus; nil when the server has none.
+	Connections func() ConnectionStats
 	// PopClaims, when set, is told of every claim a pop made, and
 	// whether its client was already gone when the claim began (the
 	// simulator's view of claims that delivery cannot show: one given
 	// back at once still hid its partition meanwhile).
 	PopClaims func(PopClaim)
+}
+
+// ConnectionStats are the HTTP connection bound's figures (connlimit.Stats).
+type ConnectionStats struct {
+	Max, Open, Evicted, Refused int64
 }
 
 // MeshRefusals are the mesh's counts of what it refused (mesh.Stats).
@@ -173,7 +185,7 @@ func New(o Options) *Server {
 		o.Maintenance = maintenance.New(o.Store, o.Spool, o.Logger)
 	}
 	s := &Server{cfg: o.Config, store: o.Store, spool: o.Spool, drainer: o.Drainer, maint: o.Maintenance,
-		arbiter: o.Arbiter, clock: o.Clock, wake: o.Waker, peers: o.Peers, ids: o.IDs, sharedState: o.SharedState, meshRefusals: o.MeshRefusals, timerHint: o.TimerHint, popClaims: o.PopClaims, sweeperStats: o.SweeperStats, auth: o.Auth, cipher: o.Cipher, log: o.Logger, started: o.Clock.Now(),
+		arbiter: o.Arbiter, clock: o.Clock, wake: o.Waker, peers: o.Peers, ids: o.IDs, sharedState: o.SharedState, meshRefusals: o.MeshRefusals, timerHint: o.TimerHint, popClaims: o.PopClaims, sweeperStats: o.SweeperStats, connections: o.Connections, auth: o.Auth, cipher: o.Cipher, log: o.Logger, started: o.Clock.Now(),
 		draining: make(chan struct{})}
 	s.pushes = o.Push
 	if s.pushes == nil {
@@ -361,6 +373,8 @@ type ctxKey int
 const (
 	tenantKey ctxKey = iota
 	principalKey
+	// patternKey is the route's pattern, for the op levels of batch routes.
+	patternKey
 )
 
 // subOf is the authenticated producer identity of r: the token's sub, or
@@ -370,18 +384,15 @@ func subOf(r *http.Request) string {
 	return p.Sub
 }
 
-// middleware adds CORS headers, answers preflight, resolves the tenant,
-// caps the body, and turns unrouted requests into JSON 404s.
+// middleware answers CORS (QUEEN_CORS_ORIGINS only), refuses HEAD where a
+// GET has effects and cross-site browser requests, checks the level,
+// resolves the tenant, caps the body and refuses one that is not JSON, and
+// turns unrouted requests into JSON 404s.
 func (s *Server) middleware(mux *http.ServeMux, levels map[string]auth.Level) http.Handler {
+	allow := allowedMethods(slices.Collect(maps.Keys(levels)))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.stats.requests.Add(1)
-		h := w.Header()
-		h.Set("Access-Control-Allow-Origin", "*")
-		h.Set("Access-Control-Allow-Methods", "GET, POST, PUT, DELETE, OPTIONS")
-		h.Set("Access-Control-Allow-Headers", "Content-Type, Authorization, x-queen-tenant")
-		h.Set("Access-Control-Max-Age", "86400")
-		if r.Method == http.MethodOptions {
-			w.WriteHeader(http.StatusNoContent)
+		if s.cors(w, r) {
 			return
 		}
 		_, pattern := mux.Handler(r)
@@ -392,6 +403,10 @@ func (s *Server) middleware(mux *http.ServeMux, levels map[string]auth.Level) ht
 				"code": "no_such_route"})
 			return
 		}
+		if r.Method == http.MethodHead && !headSafe[pattern] {
+			refuseHead(w, pattern, allow)
+			return
+		}
 		if err := urlText(r); err != nil {
 			writeBad(w, err)
 			return
@@ -399,6 +414,10 @@ func (s *Server) middleware(mux *http.ServeMux, levels map[string]auth.Level) ht
 		level := levels[pattern]
 		if level == auth.Unset {
 			writeError(w, http.StatusInternalServerError, "route declares no access level")
+			return
+		}
+		if level != auth.Public && s.crossSiteRefused(r) {
+			writeError(w, http.StatusForbidden, "cross-origin browser request refused: its origin is not in QUEEN_CORS_ORIGINS")
 			return
 		}
 		var who auth.Principal
@@ -418,7 +437,16 @@ func (s *Server) middleware(mux *http.ServeMux, levels map[string]auth.Level) ht
 		if r.ContentLength != 0 {
 			r.Body = s.bodyDeadline(w, r.Body)
 		}
+		var err error
+		if r.Body, err = jsonBodyOnly(r); errors.Is(err, errNotJSON) {
+			writeNotJSON(w, r)
+			return
+		} else if err != nil {
+			writeBad(w, err)
+			return
+		}
 		ctx := context.WithValue(context.WithValue(r.Context(), tenantKey, tenant), principalKey, who)
+		ctx = context.WithValue(ctx, patternKey, pattern)
 		debug := s.log.Enabled(ctx, slog.LevelDebug)
 		if !debug && s.rec == nil {
 			mux.ServeHTTP(w, r.WithContext(ctx))

@@ -139,14 +139,18 @@ func (s *Server) setPopMaintenance(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"popMaintenanceMode": on, "message": popMessage(on)})
 }
 
+// bufferStatus is GET /api/v1/status/buffers. The spool is the broker's,
+// shared by every tenant: a read-only token gets the counts only; the
+// directory, the quarantined files and their reasons (other tenants'
+// queues, partitions and transactionIds) are an admin's (always there
+// without auth).
 func (s *Server) bufferStatus(w http.ResponseWriter, r *http.Request) {
 	body := map[string]any{"pending": s.spoolPending(), "failed": s.spoolFailed(),
 		"dbHealthy": s.dbHealthy(r.Context()), "worker": 0, "enabled": s.spool != nil,
 		"maintenanceMode": s.maint.Push()}
-	if s.spool != nil {
+	p, _ := r.Context().Value(principalKey).(auth.Principal)
+	if s.spool != nil && s.auth.Allows(p, auth.Admin) {
 		body["dir"] = s.spool.Dir()
-	}
-	if s.spool != nil {
 		if q, err := s.spool.Quarantined(); err == nil {
 			body["quarantined"] = q
 		}

@@ -276,6 +276,14 @@ func (s *Server) timers(w http.ResponseWriter, r *http.Request) {
 		writeCodedErr(w, err)
 		return
 	}
+	names := make([]string, len(ops))
+	for i, op := range ops {
+		names[i] = op.Op
+	}
+	if denied := s.opsAllowed(r, names); denied != nil {
+		writeBad(w, denied)
+		return
+	}
 	if res, ok := s.applyTimers(w, r, ops); ok {
 		writeJSON(w, http.StatusOK, map[string]any{"results": timerResults(res)})
 	}
