@@ -29,6 +29,7 @@ import (
 	"github.com/queen-go/queen/queen/canary"
 	"github.com/queen-go/queen/queen/clock"
 	"github.com/queen-go/queen/queen/config"
+	"github.com/queen-go/queen/queen/connlimit"
 	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/dbprobe"
 	"github.com/queen-go/queen/queen/httpapi"
@@ -90,6 +91,7 @@ type Broker struct {
 	api      *httpapi.Server
 	handler  http.Handler
 	http     *http.Server
+	conns    *connlimit.Limiter // QUEEN_MAX_CONNECTIONS
 	listener net.Listener
 	services []background.Service
 	spool    *spool.Spool
@@ -257,6 +259,11 @@ func (b *Broker) Start(ctx context.Context) error {
 		apiOpts.TimerHint = sw.Hint
 		apiOpts.SweeperStats = func() httpapi.SweeperStats { return sweeperStats(sw) }
 	}
+	b.conns = connlimit.New(b.cfg.MaxConnections, b.log, b.opts.Clock.Now)
+	apiOpts.Connections = func() httpapi.ConnectionStats {
+		c := b.conns.Stats()
+		return httpapi.ConnectionStats{Max: c.Max, Open: c.Open, Evicted: c.Evicted, Refused: c.Refused}
+	}
 	b.api = httpapi.New(apiOpts)
 	if b.hints != nil {
 		forget := b.api.ForgetQueueSeries
@@ -304,12 +311,15 @@ func (b *Broker) Start(ctx context.Context) error {
 			return fmt.Errorf("listen %s: %w", b.cfg.Addr(), err)
 		}
 	}
+	// Idle keep-alive connections close after QUEEN_HTTP_IDLE_TIMEOUT_MS,
+	// and at QUEEN_MAX_CONNECTIONS the idlest makes room (b.conns): idle
+	// clients cannot take the descriptors the pool, spool and mesh need.
 	b.http = &http.Server{Handler: b.handler, BaseContext: func(net.Listener) context.Context { return base },
-		ReadHeaderTimeout: 10 * time.Second}
+		ReadHeaderTimeout: 10 * time.Second, IdleTimeout: b.cfg.HTTPIdleTimeout, ConnState: b.conns.ConnState}
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
-		if err := b.http.Serve(b.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := b.http.Serve(b.conns.Listen(b.listener)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			b.log.Error("http server stopped", "err", err)
 		}
 	}()

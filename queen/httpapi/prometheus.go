@@ -64,6 +64,9 @@ func (s *Server) metricsRegistry() *prometheus.Registry {
 			Help: "Minutes of recorded analytics dropped unwritten: PostgreSQL refused their writes for an hour."},
 			func() float64 { return float64(s.rec.DroppedMinutes()) }))
 	}
+	if s.connections != nil {
+		s.connectionMetrics(reg)
+	}
 	if s.meshRefusals != nil {
 		for _, m := range []struct {
 			name, help string
@@ -161,4 +164,27 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 		buckets[le] = uint64(st.LatenessCumulative[i])
 	}
 	ch <- prometheus.MustNewConstHistogram(timersLateness, uint64(st.LatenessCount), st.LatenessSum, buckets)
+}
+
+// connectionMetrics exposes the HTTP connection bound (QUEEN_MAX_CONNECTIONS).
+func (s *Server) connectionMetrics(reg *prometheus.Registry) {
+	for _, m := range []struct {
+		name, help string
+		counter    bool
+		f          func(ConnectionStats) int64
+	}{
+		{"queen_http_connections_open", "Open HTTP connections.", false, func(c ConnectionStats) int64 { return c.Open }},
+		{"queen_http_connections_max", "The bound on open HTTP connections (QUEEN_MAX_CONNECTIONS).", false, func(c ConnectionStats) int64 { return c.Max }},
+		{"queen_http_connections_evicted_total", "Idle HTTP connections closed to make room for a new one at the bound.", true,
+			func(c ConnectionStats) int64 { return c.Evicted }},
+		{"queen_http_connections_refused_total", "New HTTP connections closed unread: the bound was reached and every open one was busy.", true,
+			func(c ConnectionStats) int64 { return c.Refused }},
+	} {
+		f := func() float64 { return float64(m.f(s.connections())) }
+		if m.counter {
+			reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: m.name, Help: m.help}, f))
+		} else {
+			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: m.name, Help: m.help}, f))
+		}
+	}
 }
