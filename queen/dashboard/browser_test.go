@@ -193,7 +193,8 @@ var pages = []string{"overview", "queue/orders", "dlq", "groups", "maintenance",
 // page renders without a console error; the charts have points after
 // traffic; a DLQ retry through the UI moves the message back; a read-only
 // token sees no action button, and the route refuses the action anyway.
-// A screenshot of each page is written for review.
+// A token typed into Settings survives refresh ticks. A screenshot of each
+// page is written for review.
 func TestDashboardInABrowser(t *testing.T) {
 	exe := chromium(t)
 	b := newBroker(t)
@@ -348,6 +349,29 @@ func TestDashboardInABrowser(t *testing.T) {
 	pid, tx := between(out, `"partitionId":"`, `"`)[0], between(out, `"transactionId":"`, `"`)[0]
 	if code, body := b.call("POST", "/api/v1/messages/"+pid+"/"+tx+"/retry", `{}`, ro); code != 403 {
 		t.Fatalf("a read-only retry: %d %s", code, body)
+	}
+
+	// A token half typed into Settings survives the refresh ticks: the
+	// page polls every 200 ms here (?refresh=200), and the Settings form
+	// is not re-rendered under the user's fingers (it was, every 5 s,
+	// wiping the field).
+	if err := chromedp.Do(ctx, chromedp.Navigate(b.url+"/dashboard/?refresh=200#/settings")); err != nil {
+		t.Fatal(err)
+	}
+	wait("the settings page", `document.body.dataset.page === 'settings' && +(document.body.dataset.renders || 0) > 0`)
+	const typed = "half-typed-token"
+	eval(`document.getElementById('token').value = '', 1`)
+	if err := chromedp.Do(ctx, chromedp.SendKeys(chromedp.CSS("#token"), typed)); err != nil {
+		t.Fatal(err)
+	}
+	renders, ticks := count(`+document.body.dataset.renders`), count(`+(document.body.dataset.ticks || 0)`)
+	wait("three refresh ticks", fmt.Sprintf(`+(document.body.dataset.ticks || 0) >= %d`, ticks+3))
+	if n := count(fmt.Sprintf(`document.getElementById('token').value === %q && document.activeElement.id === 'token' ? 1 : 0`, typed)); n != 1 {
+		value, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById('token').value + ' (focus: ' + document.activeElement.id + ')'`))
+		t.Fatalf("the token being typed did not survive the refresh: the field holds %q, not %q", value, typed)
+	}
+	if n := count(`+document.body.dataset.renders`); n != renders {
+		t.Errorf("the settings page re-rendered %d times on refresh ticks", n-renders)
 	}
 	mu.Lock()
 	defer mu.Unlock()

@@ -1,10 +1,17 @@
 // queen's dashboard: plain JavaScript, no build step, no library. Each page
 // reads the broker's HTTP API and renders into <main>; the page re-renders
-// every REFRESH_MS (live). Actions are shown only when GET /api/v1/session
-// says the token may take them; the routes check again.
+// every REFRESH_MS (live), but for a form (FORM_PAGES). Actions are shown
+// only when GET /api/v1/session says the token may take them; the routes
+// check again.
 'use strict';
 
-const REFRESH_MS = 5000;
+// REFRESH_MS is 5 s; ?refresh=<ms> (at least 100) changes it, for the
+// browser test that types through refresh ticks.
+const REFRESH_MS = Math.max(100, Number(new URLSearchParams(location.search).get('refresh')) || 5000);
+// FORM_PAGES hold inputs the user types into: the refresh tick leaves them
+// alone (a re-render replaced the Settings form every 5 s and wiped a
+// token half typed). They render on navigation and after their own save.
+const FORM_PAGES = new Set(['settings']);
 const Q = {
   token: localStorage.getItem('queen.token') || '',
   tenant: localStorage.getItem('queen.tenant') || '',
@@ -301,7 +308,7 @@ async function spoolPage() {
   return [
     h('h1', { text: 'Spool' }),
     h('div', { class: 'tiles' }, tile('pending events', b.pending), tile('quarantined files', b.failed), tile('replayed files', b.replayedFiles || 0)),
-    card('State', table(['', ''], [['Spool', b.enabled ? (b.dir || 'on') : 'off (no QUEEN_SPOOL_DIR)'], ['Database', b.dbHealthy ? badge('healthy', 'ok') : badge('unreachable', 'bad')],
+    card('State', table(['', ''], [['Spool', b.enabled ? (b.dir || 'on') : 'off (FILE_BUFFER_DIR=off)'], ['Database', b.dbHealthy ? badge('healthy', 'ok') : badge('unreachable', 'bad')],
       ['Push maintenance', b.maintenanceMode ? badge('ON', 'warn') : badge('off', 'ok')]])),
     card('Quarantined files', q.length ? q.map((f) => h('div', { class: 'quarantined' }, h('h2', {}, h('code', { text: f.name })),
       table(['Queue', 'Partition', 'Transaction', 'SQLSTATE', 'Reason'], f.reasons.map((r) => [r.queue || '—', r.partition || '—', h('code', { text: r.transactionId || '—' }), r.sqlstate || '—', r.reason]), 'No reasons recorded.')))
@@ -372,7 +379,8 @@ async function render() {
     const nodes = await fn(r.arg);
     const fl = Q.state.flash && Date.now() - Q.state.flash.at < 8000 ? Q.state.flash : null;
     main.replaceChildren(...(fl ? [h('p', { class: fl.bad ? 'error flash' : 'muted flash', text: fl.text })] : []), ...nodes);
-    document.getElementById('updated').textContent = 'Updated ' + new Date().toISOString().slice(11, 19) + ' UTC, every ' + REFRESH_MS / 1000 + ' s';
+    document.getElementById('updated').textContent = 'Updated ' + new Date().toISOString().slice(11, 19) + ' UTC' +
+      (FORM_PAGES.has(r.page) ? ' (not refreshed while this form is open)' : ', every ' + REFRESH_MS / 1000 + ' s');
     document.body.dataset.page = r.page;
     document.body.dataset.renders = String(Number(document.body.dataset.renders || 0) + 1);
   } catch (e) {
@@ -397,10 +405,18 @@ async function loadSession() {
   document.body.dataset.level = Q.session.level;
 }
 
+// tick is the refresh: the live pages re-render, a form page does not.
+// body.dataset.ticks counts the ticks, so a test can wait for them.
+function tick() {
+  document.body.dataset.ticks = String(Number(document.body.dataset.ticks || 0) + 1);
+  if (document.hidden || FORM_PAGES.has(parseRoute().page)) return;
+  render();
+}
+
 window.addEventListener('hashchange', () => { Q.state.armed = null; render(); });
 
 (async function start() {
   await loadSession();
   await render();
-  Q.timer = setInterval(() => { if (!document.hidden) render(); }, REFRESH_MS);
+  Q.timer = setInterval(tick, REFRESH_MS);
 })();
