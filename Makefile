@@ -46,6 +46,10 @@ sim-replay: ## rerun one run and keep its history in sim-out/: make sim-replay S
 sim-canaries: ## run the simulator once per planted bug; passes only if every canary is caught
 	$(GO) test -count=1 -tags canary -timeout 20m -v -run 'TestCanariesAreCaught|TestStrandedIsCaught|TestShutdownCutsIsCaught|TestCombinerSwapsIsCaught|TestAckCombinerSwapsIsCaught|TestTimerClaimIgnoresLeaseIsCaught|TestPollWaitsForWakeIsCaught|TestDeleteKeepsCacheIsCaught' ./scenarios/
 
+attack: ## the attack suite (attack/): builds bin, starts real brokers on loopback and attacks them black-box; prints a table and "attack: N passed, M failed"
+	@$(ENSURE_PG)
+	$(GO) test -tags attack -count=1 -timeout 20m -v ./attack/
+
 # A count budget (N x), not a duration: with go1.26 a -fuzztime duration can end a
 # clean run with a spurious "context deadline exceeded" (golang/go#75804, fixed in 1.27).
 FUZZTIME ?= 20000x
@@ -81,4 +85,4 @@ build: ## build bin/queen
 help: ## list targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-.PHONY: run cluster ha-pg failover-async fuzz test test-race bench bench-scale sim sim-replay sim-canaries lint build help
+.PHONY: run cluster ha-pg failover-async fuzz test test-race bench bench-scale sim sim-replay sim-canaries attack lint build help
