@@ -113,6 +113,11 @@ func allCompletedAndDistinct(items []AckItem) bool {
 // worker_id keeps the ended lease's token, which every reader of it
 // (extend, release, transactions, the listings) ignores without a live
 // expiry.
+//
+// Lock wait ($8, the combiner's rowLockWait; NULL keeps the session's): set in
+// the CTE that locks, as appendSQL does, so a cursor row held elsewhere
+// fails this statement (55P03, nothing written) instead of holding its
+// combiner slot.
 const ackCompletedSQL = `
 WITH input AS (
 	SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::uuid[])
@@ -130,6 +135,7 @@ cur AS (
 	SELECT pc.partition_id, pc.consumer_group, pc.last_consumed_seq, pc.worker_id, pc.lease_expires_at, pc.lease_max_seq
 	FROM queen.partition_consumers pc
 	WHERE (pc.partition_id, pc.consumer_group) IN (SELECT pid, grp FROM found WHERE owned)
+		AND (SELECT $8::text IS NULL OR set_config('lock_timeout', $8, true) <> '')
 	ORDER BY pc.partition_id, pc.consumer_group
 	FOR UPDATE
 ),
@@ -175,6 +181,7 @@ type ackCompletedParams struct {
 	PartitionIDs, TransactionIDs, LeaseIDs, Groups, Tenants []string
 	Now                                                     *time.Time
 	IgnoreLease                                             bool
+	LockWait                                                string
 }
 
 var ackVerdicts = map[string]string{
@@ -209,7 +216,14 @@ func (s *Store) ackCompleted(ctx context.Context, tenant, group string, items []
 // one ackCompletedSQL. Calls that would repeat an item of another (a
 // client's retried ack), and every call after a permanent error, run alone.
 func (s *Store) ackCombined(ctx context.Context, batch []*combined[ackRow, AckResult]) {
-	statement := func(rows []ackRow) ([]AckResult, error) { return s.ackStatement(ctx, rows) }
+	statement := func(rows []ackRow) ([]AckResult, error) {
+		var out []AckResult
+		err := s.retryContention(ctx, false, func(ctx context.Context) (err error) {
+			out, err = s.ackStatement(ctx, rows)
+			return err
+		})
+		return out, err
+	}
 	type key struct{ pid, txid, group string }
 	seen := map[key]bool{}
 	var joint, repeats []*combined[ackRow, AckResult]
@@ -229,16 +243,28 @@ func (s *Store) ackCombined(ctx context.Context, batch []*combined[ackRow, AckRe
 	}
 	runJoint(joint, statement, "ack-combiner-swaps")
 	for _, b := range repeats {
-		b.out, b.err = statement(b.rows)
+		runCall(b, statement)
 	}
 }
+
+// ackAlone is the ack combiner's alone: one call's completions, tried again
+// while a cursor lock keeps them out, until the call's bound.
+func (s *Store) ackAlone(ctx context.Context, rows []ackRow) ([]AckResult, error) {
+	var out []AckResult
+	err := s.retryContention(ctx, true, func(ctx context.Context) (err error) {
+		out, err = s.ackStatement(ctx, rows)
+		return err
+	})
+	return out, err
+}
+
+// ackKey is the cursor row an ack row locks.
+func ackKey(r ackRow) string { return r.PartitionID + "/" + r.Group }
 
 // ackStatement runs ackCompletedSQL over rows and answers one result per
 // row, in order.
 func (s *Store) ackStatement(ctx context.Context, rows []ackRow) ([]AckResult, error) {
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
-	p := ackCompletedParams{Now: s.dbNow(), IgnoreLease: canary.On("ack-ignores-lease")}
+	p := ackCompletedParams{Now: s.dbNow(), IgnoreLease: canary.On("ack-ignores-lease"), LockWait: rowLockWait}
 	for _, r := range rows {
 		p.PartitionIDs = append(p.PartitionIDs, r.PartitionID)
 		p.TransactionIDs = append(p.TransactionIDs, r.TransactionID)
@@ -247,7 +273,7 @@ func (s *Store) ackStatement(ctx context.Context, rows []ackRow) ([]AckResult, e
 		p.Tenants = append(p.Tenants, r.Tenant)
 	}
 	res, err := s.pool.Query(ctx, ackCompletedSQL, p.PartitionIDs, p.TransactionIDs, p.LeaseIDs, p.Groups, p.Tenants,
-		p.Now, p.IgnoreLease)
+		p.Now, p.IgnoreLease, p.LockWait)
 	if err != nil {
 		return nil, err
 	}

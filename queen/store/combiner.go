@@ -2,8 +2,12 @@ package store
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/queen-go/queen/queen/canary"
 )
@@ -19,14 +23,32 @@ import (
 // runs the statement, and a finishing statement hands its slot, with the
 // waiting calls, to the first of them. A single caller (the lockstep
 // simulator) therefore always runs its own call alone, at once.
+//
+// A row lock held elsewhere (a session holding a partition or cursor row, a
+// queue being deleted) must delay that row's writers only, never the slots:
+// a statement in a slot waits at most rowLockWait for a row lock. When it
+// waited longer it rolled back whole (SQLSTATE 55P03: nothing was written),
+// its slot goes on to the waiting calls, and each of its calls runs alone,
+// outside the slots, in its own caller's goroutine, waiting for its locks as
+// long as its own call allows (alone). While a call runs alone, the rows it
+// names (key) are held: a new call naming one of them goes alone at once,
+// so a locked row's writers never take a slot again while it stays locked.
 type combiner[In, Out any] struct {
-	run         func(ctx context.Context, batch []*combined[In, Out])
+	run func(ctx context.Context, batch []*combined[In, Out])
+	// alone runs one call outside the slots, after its combined statement
+	// met a row lock held past rowLockWait.
+	alone func(ctx context.Context, rows []In) ([]Out, error)
+	// key names the row lock a row waits for: its partition (a push), its
+	// cursor (an ack).
+	key         func(In) string
 	maxInFlight int
 	maxRows     int
 
 	mu       sync.Mutex
 	inFlight int
 	waiting  []*combined[In, Out]
+	// held counts, per key, the calls running alone on it.
+	held map[string]int
 }
 
 // combined is one call waiting in or running through a combiner: its rows
@@ -36,7 +58,10 @@ type combined[In, Out any] struct {
 	rows []In
 	out  []Out
 	err  error
-	done chan struct{}
+	// locked: the statement that carried this call waited past
+	// rowLockWait for a row lock and rolled back; the call runs alone.
+	locked bool
+	done   chan struct{}
 	// lead receives the batch this call must run, when a finishing
 	// statement hands it the slot.
 	lead chan []*combined[In, Out]
@@ -49,21 +74,26 @@ type pushCall = combined[appendRow, appendOut]
 func (c *combiner[In, Out]) do(ctx context.Context, rows []In) ([]Out, error) {
 	call := &combined[In, Out]{ctx: ctx, rows: rows, done: make(chan struct{}), lead: make(chan []*combined[In, Out], 1)}
 	c.mu.Lock()
+	if c.namesHeld(rows) {
+		// A row it names is locked elsewhere: it would only block a slot.
+		c.mu.Unlock()
+		return c.runAlone(ctx, rows)
+	}
 	if c.inFlight < c.maxInFlight {
 		// A free slot means nobody is waiting: run alone, now.
 		c.inFlight++
 		c.mu.Unlock()
 		c.runLead([]*combined[In, Out]{call})
-		return call.out, call.err
+		return c.answer(ctx, call)
 	}
 	c.waiting = append(c.waiting, call)
 	c.mu.Unlock()
 	select {
 	case <-call.done:
-		return call.out, call.err
+		return c.answer(ctx, call)
 	case batch := <-call.lead:
 		c.runLead(batch)
-		return call.out, call.err
+		return c.answer(ctx, call)
 	case <-ctx.Done():
 	}
 	c.mu.Lock()
@@ -82,7 +112,59 @@ func (c *combiner[In, Out]) do(ctx context.Context, rows []In) ([]Out, error) {
 	case batch := <-call.lead:
 		c.runLead(batch)
 	}
+	return c.answer(ctx, call)
+}
+
+// answer is a finished call's outcome; a call whose statement met a lock
+// held past rowLockWait (nothing was written for it) runs alone first.
+func (c *combiner[In, Out]) answer(ctx context.Context, call *combined[In, Out]) ([]Out, error) {
+	if call.locked {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		return c.runAlone(ctx, call.rows)
+	}
 	return call.out, call.err
+}
+
+// runAlone runs rows outside the slots, their keys held meanwhile.
+func (c *combiner[In, Out]) runAlone(ctx context.Context, rows []In) ([]Out, error) {
+	keys := make(map[string]bool, len(rows))
+	for _, r := range rows {
+		keys[c.key(r)] = true
+	}
+	c.mu.Lock()
+	if c.held == nil {
+		c.held = map[string]int{}
+	}
+	for k := range keys {
+		c.held[k]++
+	}
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for k := range keys {
+			if c.held[k]--; c.held[k] == 0 {
+				delete(c.held, k)
+			}
+		}
+	}()
+	return c.alone(ctx, rows)
+}
+
+// namesHeld reports whether a row of rows names a key a call running alone
+// holds. Called with mu held; free while nothing runs alone.
+func (c *combiner[In, Out]) namesHeld(rows []In) bool {
+	if len(c.held) == 0 {
+		return false
+	}
+	for _, r := range rows {
+		if c.held[c.key(r)] > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // runLead runs batch, then hands the slot, with the next batch, to the
@@ -115,24 +197,50 @@ func (c *combiner[In, Out]) take() []*combined[In, Out] {
 	return batch
 }
 
+// rowLockWait is how long a combined statement (and each try of a call run
+// alone) waits for a row lock before PostgreSQL gives up with 55P03 (a
+// lock_timeout value): far above a combined statement's own hold of a
+// partition (milliseconds), far below what stalls the broker. Not a knob.
+// The statement sets it itself (set_config(..., true) in the CTE that
+// locks, before its first row lock), so it costs no round trip and ends with
+// the statement.
+const rowLockWait = "200ms"
+
 // appendCombined is the combiner's statement: every call's rows in one
 // appendSQL. A permanent error (a row PostgreSQL refuses) re-runs the calls
 // one by one, so one bad push never fails another's.
 func (s *Store) appendCombined(ctx context.Context, batch []*pushCall) {
-	runJoint(batch, func(rows []appendRow) ([]appendOut, error) { return s.appendRetrying(ctx, rows) }, "combiner-swaps")
+	runJoint(batch, func(rows []appendRow) ([]appendOut, error) {
+		var out []appendOut
+		err := s.retryContention(ctx, false, func(ctx context.Context) (err error) {
+			out, err = s.appendDistinctWaiting(ctx, s.pool, rows, rowLockWait)
+			return err
+		})
+		return out, err
+	}, "combiner-swaps")
+}
+
+// appendAlone is the push combiner's alone: one call's rows, tried again
+// while a lock keeps them out, until the call's bound.
+func (s *Store) appendAlone(ctx context.Context, rows []appendRow) ([]appendOut, error) {
+	var out []appendOut
+	err := s.retryContention(ctx, true, func(ctx context.Context) (err error) {
+		out, err = s.appendDistinctWaiting(ctx, s.pool, rows, rowLockWait)
+		return err
+	})
+	return out, err
 }
 
 // runJoint runs every call's rows of batch as one statement and hands each
 // call its own outcomes. After a permanent error (a row PostgreSQL
 // refuses) each call runs alone, so one bad call never fails another's;
-// any other error is every call's. swapCanary names the canary that hands
-// the outcomes back reversed.
+// after a lock held past rowLockWait every call is marked locked (the
+// combiner runs it alone, outside the slots); any other error is every
+// call's. swapCanary names the canary that hands the outcomes back
+// reversed.
 func runJoint[In, Out any](batch []*combined[In, Out], statement func([]In) ([]Out, error), swapCanary string) {
-	runOne := func(b *combined[In, Out]) {
-		b.out, b.err = statement(b.rows)
-	}
 	if len(batch) == 1 {
-		runOne(batch[0])
+		runCall(batch[0], statement)
 		return
 	}
 	var rows []In
@@ -148,15 +256,25 @@ func runJoint[In, Out any](batch []*combined[In, Out], statement func([]In) ([]O
 		if canary.On(swapCanary) {
 			swapAnswers(batch)
 		}
+	case lockTimedOut(err):
+		for _, b := range batch {
+			b.locked = true
+		}
 	case Classify(err) == Permanent:
 		for _, b := range batch {
-			runOne(b)
+			runCall(b, statement)
 		}
 	default:
 		for _, b := range batch {
 			b.err = err
 		}
 	}
+}
+
+// runCall runs one call's rows as its own statement.
+func runCall[In, Out any](b *combined[In, Out], statement func([]In) ([]Out, error)) {
+	b.out, b.err = statement(b.rows)
+	b.locked = lockTimedOut(b.err)
 }
 
 // swapAnswers is the combiner-swaps and ack-combiner-swaps canary: the
@@ -171,26 +289,53 @@ func swapAnswers[In, Out any](batch []*combined[In, Out]) {
 }
 
 // contentionRetries is how often a push statement that lost a lock race
-// (deadlock, serialization failure, lock timeout) runs again at once,
-// before its error reaches the caller.
+// (deadlock, serialization failure) runs again at once, before its error
+// reaches the caller.
 const contentionRetries = 3
 
-// appendRetrying runs one append statement, again after a short jittered
-// pause when it lost a lock race: contention is not an outage.
-func (s *Store) appendRetrying(ctx context.Context, rows []appendRow) ([]appendOut, error) {
-	for attempt := 0; ; attempt++ {
+// lockTimedOut reports whether err is a lock wait that ran out (55P03):
+// the statement rolled back whole, so running its rows again is safe.
+func lockTimedOut(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.LockNotAvailable
+}
+
+// retryContention runs statement, again after a short jittered pause when
+// it lost a lock race: contention is not an outage. A lock wait that ran out
+// (rowLockWait) returns at once in a slot (!alone: the combiner splits the
+// batch); alone, it is tried again, the pause growing to a second, for as
+// long as the call's bound allows (TxTimeout and its context), so a call on
+// a locked row holds a connection only while it tries. Any other lock race
+// is tried contentionRetries times more.
+func (s *Store) retryContention(ctx context.Context, alone bool, statement func(ctx context.Context) error) error {
+	if alone {
+		var cancel context.CancelFunc
+		ctx, cancel = s.bound(ctx)
+		defer cancel()
+	}
+	for attempt, races := 0, 0; ; attempt++ {
 		bctx, cancel := s.bound(ctx)
-		out, err := s.appendDistinct(bctx, s.pool, rows)
+		err := statement(bctx)
 		cancel()
-		if err == nil || !Contention(err) || attempt == contentionRetries {
-			return out, err
+		switch {
+		case err == nil || !Contention(err):
+			return err
+		case lockTimedOut(err) && !alone:
+			return err
+		case !lockTimedOut(err):
+			if races++; races > contentionRetries {
+				return err
+			}
 		}
-		pause := time.Duration(5+s.ids.Jitter(20)) * time.Millisecond * time.Duration(attempt+1)
+		pause := time.Duration(5+s.ids.Jitter(20)) * time.Millisecond * time.Duration(races)
+		if lockTimedOut(err) {
+			pause = min(20*time.Millisecond<<min(attempt, 6), time.Second) + time.Duration(s.ids.Jitter(20))*time.Millisecond
+		}
 		t := s.cache.clock.NewTimer(pause)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, err
+			return err
 		case <-t.C():
 		}
 	}

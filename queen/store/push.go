@@ -69,6 +69,12 @@ type PushResult struct {
 // the batch again, or refuses it without a key. Only the partition rows are
 // locked (OF p): the queue row is read, so concurrent pushes to one queue do
 // not queue behind each other.
+//
+// Lock wait ($9, the combiner's rowLockWait; NULL in a transaction, which keeps
+// its own): set in the CTE that locks, as a one-time filter evaluated
+// before its first row lock, so a partition held elsewhere fails this
+// statement (55P03, nothing written) instead of holding it, and its
+// combiner slot, for as long as the holder likes.
 const appendSQL = `
 WITH input AS (
 	SELECT v.id, v.pid, v.txid, v.trace, v.payload, v.sub, v.enc, v.ord
@@ -77,7 +83,7 @@ WITH input AS (
 ),
 locked AS (
 	SELECT p.id, p.last_seq, q.encryption_enabled AS seal FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
-	WHERE p.id IN (SELECT pid FROM input)
+	WHERE p.id IN (SELECT pid FROM input) AND (SELECT $9::text IS NULL OR set_config('lock_timeout', $9, true) <> '')
 	ORDER BY p.id
 	FOR NO KEY UPDATE OF p
 ),
@@ -112,6 +118,7 @@ type appendParams struct {
 	IDs, PartitionIDs, TransactionIDs, TraceIDs, Payloads, ProducerSubs []string
 	Now                                                                 *time.Time
 	Encrypted                                                           []bool
+	LockWait                                                            *string
 }
 
 // dupLookupSQL finds the stored rows of the rows appendSQL did not insert:
@@ -130,10 +137,10 @@ JOIN queen.messages m ON m.partition_id = v.pid AND m.transaction_id = v.txid`
 // database takes: the simulator's pg.hold fault widens it.
 func strandedSQL(sql string) string {
 	out := strings.Replace(sql, `SELECT p.id, p.last_seq, q.encryption_enabled AS seal FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
-	WHERE p.id IN (SELECT pid FROM input)
+	WHERE p.id IN (SELECT pid FROM input) AND (SELECT $9::text IS NULL OR set_config('lock_timeout', $9, true) <> '')
 	ORDER BY p.id
 	FOR NO KEY UPDATE OF p`, `SELECT p.id, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS last_seq, q.encryption_enabled AS seal
-		FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE p.id IN (SELECT pid FROM input)`, 1)
+		FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE p.id IN (SELECT pid FROM input) AND ($9::text IS NULL OR true)`, 1)
 	from, to := strings.Index(out, "advanced AS ("), strings.Index(out, "RETURNING p.id\n)")
 	if out == sql || from < 0 || to < from {
 		panic("store: the stranded canary no longer matches appendSQL")
@@ -287,7 +294,16 @@ func (s *Store) pushRows(ctx context.Context, tenant string, items []PushItem, p
 // appendRows runs appendSQL on q for rows whose (partition, transactionId)
 // pairs are distinct, and answers one outcome per row.
 func (s *Store) appendRows(ctx context.Context, q querier, rows []appendRow) ([]appendOut, error) {
+	return s.appendRowsWaiting(ctx, q, rows, "")
+}
+
+// appendRowsWaiting is appendRows waiting at most lockWait for a partition's
+// lock ("": the session's lock_timeout).
+func (s *Store) appendRowsWaiting(ctx context.Context, q querier, rows []appendRow, lockWait string) ([]appendOut, error) {
 	p := appendParams{Now: s.dbNow()}
+	if lockWait != "" {
+		p.LockWait = &lockWait
+	}
 	for _, r := range rows {
 		p.IDs = append(p.IDs, r.id)
 		p.PartitionIDs = append(p.PartitionIDs, r.pid)
@@ -310,7 +326,8 @@ func (s *Store) appendRows(ctx context.Context, q querier, rows []appendRow) ([]
 	if canary.On(sealCacheTrusted.canary) {
 		sql = sealCacheTrustedFlag.apply(sealCacheTrusted.apply(sql))
 	}
-	res, err := q.Query(ctx, sql, p.IDs, p.PartitionIDs, p.TransactionIDs, p.TraceIDs, p.Payloads, p.ProducerSubs, p.Now, p.Encrypted)
+	res, err := q.Query(ctx, sql, p.IDs, p.PartitionIDs, p.TransactionIDs, p.TraceIDs, p.Payloads, p.ProducerSubs, p.Now, p.Encrypted,
+		p.LockWait)
 	if err != nil {
 		return nil, err
 	}
@@ -337,7 +354,7 @@ func (s *Store) appendRows(ctx context.Context, q querier, rows []appendRow) ([]
 	if len(unsealed) > 0 {
 		// Nothing was written: seal what must be and run the whole batch
 		// again.
-		return s.appendSealed(ctx, q, rows, unsealed)
+		return s.appendSealed(ctx, q, rows, unsealed, lockWait)
 	}
 	if len(raced) > 0 {
 		if err := s.lookupDuplicates(ctx, q, rows, raced, out); err != nil {
@@ -357,7 +374,7 @@ func (s *Store) appendRows(ctx context.Context, q querier, rows []appendRow) ([]
 // turned on from another broker) and appends the whole batch again; the first
 // statement wrote nothing. A broker without a key cannot: the write is
 // refused, never stored in the clear.
-func (s *Store) appendSealed(ctx context.Context, q querier, rows []appendRow, idx []int) ([]appendOut, error) {
+func (s *Store) appendSealed(ctx context.Context, q querier, rows []appendRow, idx []int, lockWait string) ([]appendOut, error) {
 	if s.cipher == nil {
 		r := rows[idx[0]]
 		return nil, &RefusedError{Reason: fmt.Sprintf("partition %s (transactionId %s): the queue has encryptionEnabled and this broker has no QUEEN_ENCRYPTION_KEY", r.pid, r.txid)}
@@ -371,7 +388,7 @@ func (s *Store) appendSealed(ctx context.Context, q querier, rows []appendRow, i
 		again[i].payload = sealed
 	}
 	s.cache.forgetSealed()
-	return s.appendRows(ctx, q, again)
+	return s.appendRowsWaiting(ctx, q, again, lockWait)
 }
 
 // payloadText is a payload as appendSQL takes it: an empty one is JSON null.
@@ -413,6 +430,12 @@ func (s *Store) lookupDuplicates(ctx context.Context, q querier, rows []appendRo
 // appendDistinct runs appendRows over rows that may repeat a (partition,
 // transactionId) pair: a repeat is answered as a duplicate of the first.
 func (s *Store) appendDistinct(ctx context.Context, q querier, rows []appendRow) ([]appendOut, error) {
+	return s.appendDistinctWaiting(ctx, q, rows, "")
+}
+
+// appendDistinctWaiting is appendDistinct waiting at most lockWait for a
+// partition's lock ("": the session's lock_timeout).
+func (s *Store) appendDistinctWaiting(ctx context.Context, q querier, rows []appendRow, lockWait string) ([]appendOut, error) {
 	type key struct{ pid, txid string }
 	first := make(map[key]int, len(rows))
 	alias := make([]int, len(rows))
@@ -427,7 +450,7 @@ func (s *Store) appendDistinct(ctx context.Context, q querier, rows []appendRow)
 		alias[i] = len(uniq)
 		uniq = append(uniq, r)
 	}
-	res, err := s.appendRows(ctx, q, uniq)
+	res, err := s.appendRowsWaiting(ctx, q, uniq, lockWait)
 	if err != nil {
 		return nil, err
 	}

@@ -136,8 +136,10 @@ func New(pool *pgxpool.Pool, o Options) *Store {
 		marks: &watermarkThrottle{clock: o.Clock, last: map[[3]string]time.Time{}}, log: o.Log,
 		popMarks: newPopMarkThrottle(o.Clock, o.PopMarkEvery), subChecks: newPopMarkThrottle(o.Clock, o.PopMarkEvery),
 		readOnly: o.ReadOnly}
-	s.pushes = &combiner[appendRow, appendOut]{run: s.appendCombined, maxInFlight: o.PushStatements, maxRows: o.PushBatchRows}
-	s.acks = &combiner[ackRow, AckResult]{run: s.ackCombined, maxInFlight: o.AckStatements, maxRows: o.PushBatchRows}
+	s.pushes = &combiner[appendRow, appendOut]{run: s.appendCombined, alone: s.appendAlone,
+		key: func(r appendRow) string { return r.pid }, maxInFlight: o.PushStatements, maxRows: o.PushBatchRows}
+	s.acks = &combiner[ackRow, AckResult]{run: s.ackCombined, alone: s.ackAlone, key: ackKey,
+		maxInFlight: o.AckStatements, maxRows: o.PushBatchRows}
 	return s
 }
 
