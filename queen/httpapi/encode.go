@@ -15,14 +15,7 @@ import (
 
 // appendJSON appends the pop answer.
 func (p popWire) appendJSON(b []byte) []byte {
-	b = append(b, `{"success":`...)
-	b = strconv.AppendBool(b, p.Success)
-	b = appendField(b, "queue", p.Queue)
-	b = appendField(b, "partition", p.Partition)
-	b = appendField(b, "partitionId", p.PartitionID)
-	b = appendField(b, "leaseId", p.LeaseID)
-	b = appendField(b, "consumerGroup", p.ConsumerGroup)
-	b = append(b, `,"messages":`...)
+	b = p.appendHead(b)
 	if p.Messages == nil {
 		b = append(b, "null"...)
 	} else {
@@ -35,6 +28,54 @@ func (p popWire) appendJSON(b []byte) []byte {
 		}
 		b = append(b, ']')
 	}
+	return p.appendTail(b)
+}
+
+// popChunk is how much of a pop answer is gathered before it is written:
+// big enough that a batch of small messages is a few writes, small next to
+// an answer of big ones.
+const popChunk = 64 << 10
+
+// writePop streams the pop answer (a 200), a message at a time, so what the
+// broker holds for it is one message's encoding (its payload compacted
+// once, then copied as data and as payload) and a chunk, never the whole
+// answer again beside the claimed messages. The error is the first write's.
+func writePop(w http.ResponseWriter, p popWire) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	b := p.appendHead(make([]byte, 0, min(popChunk, 1024+768*len(p.Messages))))
+	b = append(b, '[')
+	for i, m := range p.Messages {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = m.appendJSON(b)
+		if len(b) >= popChunk {
+			if _, err := w.Write(b); err != nil {
+				return err
+			}
+			b = b[:0]
+		}
+	}
+	b = append(p.appendTail(append(b, ']')), '\n')
+	_, err := w.Write(b)
+	return err
+}
+
+// appendHead appends the pop answer up to its messages.
+func (p popWire) appendHead(b []byte) []byte {
+	b = append(b, `{"success":`...)
+	b = strconv.AppendBool(b, p.Success)
+	b = appendField(b, "queue", p.Queue)
+	b = appendField(b, "partition", p.Partition)
+	b = appendField(b, "partitionId", p.PartitionID)
+	b = appendField(b, "leaseId", p.LeaseID)
+	b = appendField(b, "consumerGroup", p.ConsumerGroup)
+	return append(b, `,"messages":`...)
+}
+
+// appendTail appends the pop answer after its messages.
+func (p popWire) appendTail(b []byte) []byte {
 	b = append(b, `,"partitionsClaimed":`...)
 	b = strconv.AppendInt(b, int64(p.PartitionsClaimed), 10)
 	if p.Autopilot != nil {

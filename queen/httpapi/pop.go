@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -26,6 +27,11 @@ type popParams struct {
 	req     store.PopRequest
 	wait    bool
 	timeout time.Duration
+	// autoAck is the client's autoAck. The claim itself is always leased
+	// (req.AutoAck stays false): an autoAck pop completes its messages
+	// only once its answer is written (deliver), so an answer nobody
+	// received leaves them where they were.
+	autoAck bool
 	// autopilot is set when the client left batch or partitions to the
 	// broker (autopilot=true): the sizes chosen are echoed back.
 	autopilot *autopilotWire
@@ -55,6 +61,7 @@ func (s *Server) parsePop(r *http.Request) (popParams, error) {
 	q := r.URL.Query()
 	p := popParams{
 		wait:    queryBool(q, "wait"),
+		autoAck: queryBool(q, "autoAck"),
 		timeout: time.Duration(queryInt(q, "timeout", int(s.cfg.DefaultTimeout/time.Millisecond))) * time.Millisecond,
 	}
 	p.req = store.PopRequest{
@@ -64,8 +71,8 @@ func (s *Server) parsePop(r *http.Request) (popParams, error) {
 		Group:        q.Get("consumerGroup"),
 		Batch:        queryInt(q, "batch", s.cfg.DefaultBatchSize),
 		Partitions:   queryInt(q, "partitions", 1),
-		AutoAck:      queryBool(q, "autoAck"),
 		LeaseSeconds: queryInt(q, "leaseSeconds", 0),
+		MaxBytes:     s.cfg.MaxPopBytes,
 	}
 	if queryBool(q, "autopilot") {
 		if !q.Has("batch") {
@@ -227,10 +234,8 @@ func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, p popParams, k
 			for _, m := range res.Messages {
 				s.queueMessages.add(p.req.Tenant, m.Queue, "pop", 1)
 			}
-			s.recordPopped(p.req.Tenant, res, p.req.AutoAck)
-			body := popBody(res)
-			body.Autopilot = p.autopilot
-			writeJSONBytes(w, http.StatusOK, body.appendJSON(make([]byte, 0, 512*len(res.Messages))))
+			s.recordPopped(p.req.Tenant, res, p.autoAck)
+			s.deliver(w, p, res)
 			return
 		}
 		left := deadline.Sub(s.clock.Now())
@@ -268,6 +273,62 @@ func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, p popParams, k
 			return
 		}
 		withdraw(false) // this pop re-checks itself
+	}
+}
+
+// deliver writes a claim's answer. A normal pop's messages stay leased to
+// the client; an autoAck pop's are completed only after the answer was
+// written and flushed, and before the handler returns, so the client reads
+// the end of the answer only once they are (its next pop finds the
+// partition free). An answer that could not be written gives the claim
+// back: its messages were delivered to nobody.
+func (s *Server) deliver(w http.ResponseWriter, p popParams, res store.PopResult) {
+	body := popBody(res)
+	body.Autopilot = p.autopilot
+	if p.autoAck {
+		// The lease is the broker's own: the client has nothing to ack.
+		body.LeaseID = ""
+		for i := range body.Messages {
+			body.Messages[i].LeaseID = ""
+		}
+	}
+	err := writePop(w, body)
+	if err == nil && p.autoAck {
+		err = http.NewResponseController(w).Flush()
+	}
+	if err != nil {
+		s.log.Debug("pop answer not delivered; claim released", "queue", res.Queue, "err", err)
+		s.releaseAbandoned(res.LeaseID)
+		return
+	}
+	if p.autoAck {
+		s.completeAutoAck(p.req.Tenant, res)
+	}
+}
+
+// completeAutoAck completes an autoAck pop's messages under its lease, as
+// the client's own ack would (through the ack combiner). Should it fail,
+// the lease expires and the messages are delivered again: at least once,
+// as a broker crash between the answer and this ack also gives.
+func (s *Server) completeAutoAck(tenant string, res store.PopResult) {
+	items := make([]store.AckItem, len(res.Messages))
+	for i, m := range res.Messages {
+		items[i] = store.AckItem{TransactionID: m.TransactionID, PartitionID: m.PartitionID, LeaseID: res.LeaseID, Status: "completed"}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := s.store.Ack(ctx, tenant, res.Group, items)
+	if err == nil {
+		for _, r := range out {
+			if !r.Success {
+				err = fmt.Errorf("%s: %s", r.TransactionID, r.Error)
+				break
+			}
+		}
+	}
+	if err != nil {
+		s.log.Warn("autoAck completion failed; the messages are redelivered when the lease ends",
+			"queue", res.Queue, "lease", res.LeaseID, "err", err)
 	}
 }
 
