@@ -24,12 +24,29 @@ const fastMaxDepth = 64
 type pushScan struct {
 	b []byte
 	i int
+	// max > 0 stops the items array at max+1 items (over): the body is
+	// refused for its count, so the rest need not be decoded.
+	max  int
+	over bool
 }
 
 // decodePushFast decodes body into the items' wire structs, or reports
 // ok=false, having decided nothing, for a body it does not take.
 func decodePushFast(body []byte) (items []pushItemWire, ok bool) {
-	s := &pushScan{b: body}
+	items, ok, _ = decodePushFastMax(body, 0)
+	return items, ok
+}
+
+// decodePushFastMax is decodePushFast that gives up at the (max+1)th item
+// with over set, whatever the rest of the body holds (max 0: no bound).
+func decodePushFastMax(body []byte, max int) (items []pushItemWire, ok, over bool) {
+	s := &pushScan{b: body, max: max}
+	items, ok = s.body()
+	return items, ok, s.over
+}
+
+// body reads the push body.
+func (s *pushScan) body() (items []pushItemWire, ok bool) {
 	found := false
 	if !s.open() {
 		return nil, false
@@ -69,6 +86,10 @@ func (s *pushScan) items() ([]pushItemWire, bool) {
 			return nil, false
 		}
 		items = append(items, it)
+		if s.max > 0 && len(items) > s.max {
+			s.over = true
+			return items, false
+		}
 		s.space()
 		if s.take(']') {
 			return items, true

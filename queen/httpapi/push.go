@@ -55,9 +55,9 @@ func parsePushItem(raw json.RawMessage, path string) (store.PushItem, error) {
 // field by field to name the bad field). Field-level rules that the types
 // cannot express answer their own 400 here.
 func parsePushTyped(body []byte) (items []store.PushItem, ok bool, err error) {
-	wires, ok := decodePushWires(body)
-	if !ok {
-		return nil, false, nil
+	wires, ok, err := decodePushWires(body)
+	if !ok || err != nil {
+		return nil, ok, err
 	}
 	items = make([]store.PushItem, len(wires))
 	for i, w := range wires {
@@ -89,15 +89,30 @@ func parsePushTyped(body []byte) (items []store.PushItem, ok bool, err error) {
 // decodePushWires decodes a push body into its items' wire structs: by
 // hand when the body is the common kind (decodePushFast), else with
 // encoding/json; ok is false when the body does not fit the typed shape.
-func decodePushWires(body []byte) ([]pushItemWire, bool) {
-	if wires, ok := decodePushFast(body); ok {
-		return wires, true
+// More items than limits.PushItems is a 413 (the hand-written decoder
+// stops reading there).
+func decodePushWires(body []byte) ([]pushItemWire, bool, error) {
+	wires, ok, over := decodePushFastMax(body, limits.PushItems.Max)
+	if over {
+		return nil, true, tooManyItems(limits.PushItems.Max + 1)
+	}
+	if ok {
+		return wires, true, nil
 	}
 	var b pushBody
 	if json.Unmarshal(body, &b) != nil || b.Items == nil {
-		return nil, false
+		return nil, false, nil
 	}
-	return *b.Items, true
+	return *b.Items, true, tooManyItems(len(*b.Items))
+}
+
+// tooManyItems refuses a push of more items than limits.PushItems allows:
+// 413, the request is too large, naming the field; nothing is written.
+func tooManyItems(n int) error {
+	if err := limits.PushItems.Check("", n); err != nil {
+		return &badRequest{http.StatusRequestEntityTooLarge, err.Error()}
+	}
+	return nil
 }
 
 // checkPushItem applies the rules both parsers share: every field within
@@ -129,6 +144,9 @@ func (s *Server) parsePush(r *http.Request) ([]store.PushItem, error) {
 	rawItems, ok, err := body.array("items", "")
 	if err != nil || !ok {
 		return nil, bad("items array is required")
+	}
+	if err := tooManyItems(len(rawItems)); err != nil {
+		return nil, err
 	}
 	items := make([]store.PushItem, len(rawItems))
 	for i, raw := range rawItems {

@@ -96,6 +96,32 @@ func (n Number) Check(path string, v float64) error {
 // Numbers lists every bounded number, for SPEC.
 func Numbers() []Number { return []Number{TTLSeconds, DelayMs} }
 
+// Count bounds how many entries one request's array may hold: what a
+// request costs (its statement's arrays, its answer, the broker's memory)
+// follows its count, which the body's byte bound alone leaves to the
+// entries' size (a 64 MiB push of empty items is a million of them).
+type Count struct {
+	Name string
+	Max  int
+	Why  string
+}
+
+// PushItems bounds a push's items.
+var PushItems = Count{Name: "items", Max: 10000,
+	Why: "one push is one statement's arrays and an answer of an entry per item; a million items took 2.5 GB"}
+
+// Check refuses n entries past the bound; path prefixes the name. n may be
+// max+1 from a reader that stopped there, so the error says "more than".
+func (c Count) Check(path string, n int) error {
+	if n > c.Max {
+		return &Error{path + c.Name, fmt.Sprintf("holds more than %d entries, the limit per request", c.Max)}
+	}
+	return nil
+}
+
+// Counts lists every bounded count, for SPEC.
+func Counts() []Count { return []Count{PushItems} }
+
 // Table lists every field, for SPEC and its test.
 func Table() []Field {
 	return []Field{Queue, Partition, ConsumerGroup, Namespace, Task, TransactionID, TraceID, TraceName, EventType,

@@ -121,3 +121,14 @@ func clipped(s string) string {
 	}
 	return s
 }
+
+// A count is taken up to its bound and refused past it, naming the field.
+func TestCountCheck(t *testing.T) {
+	if err := limits.PushItems.Check("", limits.PushItems.Max); err != nil {
+		t.Fatalf("at the bound: %v", err)
+	}
+	err := limits.PushItems.Check("", limits.PushItems.Max+1)
+	if err == nil || !strings.HasPrefix(err.Error(), "items ") {
+		t.Fatalf("past the bound: %v", err)
+	}
+}
