@@ -94,10 +94,11 @@ func probeConnections(p *probe) {
 	}
 	conns = nil
 
-	b := p.start(db, filepath.Join(p.t.TempDir(), "spool2"), "QUEEN_HTTP_IDLE_TIMEOUT_MS=1000")
-	p.triedf("idle timeout 1 s: an idle connection, a slowloris header, a 3 s long poll, a long poll woken by a push")
+	b := p.start(db, filepath.Join(p.t.TempDir(), "spool2"), "QUEEN_HTTP_IDLE_TIMEOUT_MS=1000", "QUEEN_BODY_READ_TIMEOUT_MS=1000")
+	p.triedf("idle timeout 1 s: an idle connection, a slowloris header, a stalled body, a 3 s long poll, a long poll woken by a push")
 	var wg sync.WaitGroup
-	wg.Add(4)
+	wg.Add(5)
+	go func() { defer wg.Done(); p.stalledBodyIsCut(b) }()
 	go func() { defer wg.Done(); p.idleIsClosed(b) }()
 	go func() { defer wg.Done(); p.slowlorisIsCut(b) }()
 	go func() { defer wg.Done(); p.longPollOutlivesIdleTimeout(b) }()
@@ -190,6 +191,21 @@ func (p *probe) slowlorisIsCut(b *broker) {
 		}
 	}
 	p.failf("a header trickled for 40 s was never cut (ReadHeaderTimeout)")
+}
+
+// stalledBodyIsCut: a body that stops mid-way is cut after
+// QUEEN_BODY_READ_TIMEOUT_MS (1 s here).
+func (p *probe) stalledBodyIsCut(b *broker) {
+	c, err := dialRaw(b.url)
+	if err != nil {
+		p.failf("stalled body dial: %v", err)
+		return
+	}
+	defer c.Close()
+	_, _ = io.WriteString(c, "POST /api/v1/push HTTP/1.1\r\nHost: attack\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"items\":")
+	if !c.closedWithin(15 * time.Second) {
+		p.failf("a body stalled after 10 of 1000 bytes was not cut within 15 s (QUEEN_BODY_READ_TIMEOUT_MS=1000)")
+	}
 }
 
 func (p *probe) longPollOutlivesIdleTimeout(b *broker) {
@@ -318,6 +334,27 @@ func probeHostileInput(p *probe) {
 	}
 }
 
+// maxPopGrowth bounds how much the pops of probePopBytes may raise the
+// broker's peak RSS: a budgeted pop holds about two answers of 12 MiB
+// (the issue measured +790 MB for one unbounded pop of 100 MB).
+const maxPopGrowth = 300 << 20
+
+// peakRSS is pid's peak resident set (VmHWM) in bytes, 0 when unknown.
+func peakRSS(pid int) int64 {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			var kb int64
+			fmt.Sscanf(strings.TrimSpace(rest), "%d", &kb)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
 // probePopBytes (item 10): 20 messages of 5 MB, one pop of batch=20: the
 // answer stays near QUEEN_MAX_POP_BYTES, and the rest pop later, none lost.
 func probePopBytes(p *probe) {
@@ -331,6 +368,7 @@ func probePopBytes(p *probe) {
 		}
 	}
 	p.triedf("20 messages of 5 MB, pops of batch=20 with autoAck (QUEEN_MAX_POP_BYTES=12 MiB) until empty")
+	peak := peakRSS(b.cmd.Process.Pid)
 	seen := map[string]int{}
 	for i := 0; i < 40; i++ {
 		a := p.do("GET", b.url+"/api/v1/pop/queue/big?batch=20&autoAck=true", "")
@@ -350,6 +388,11 @@ func probePopBytes(p *probe) {
 		for _, m := range res.Messages {
 			seen[m.TransactionID]++
 		}
+	}
+	grew := peakRSS(b.cmd.Process.Pid) - peak
+	p.triedf("peak RSS grew %d MiB over the pops", grew>>20)
+	if grew > maxPopGrowth {
+		p.failf("the pops raised the broker's peak RSS by %d MiB (bound %d MiB)", grew>>20, maxPopGrowth>>20)
 	}
 	for i := 0; i < 20; i++ {
 		if id := fmt.Sprintf("big-%02d", i); seen[id] != 1 {

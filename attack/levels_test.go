@@ -307,3 +307,63 @@ func (p *probe) checkVictimUnchanged(url string, before levelsState) {
 		p.failf("after the denied calls the victim queue pops %s, want exactly v1", a)
 	}
 }
+
+const (
+	tenantA = "aaaaaaaa-aaaa-4aaa-8aaa-aaaaaaaaaaaa"
+	tenantB = "bbbbbbbb-bbbb-4bbb-8bbb-bbbbbbbbbbbb"
+)
+
+// tenantBearer is a token of role for tenant.
+func tenantBearer(role, tenant string) []string {
+	c := jwt.MapClaims{"sub": "attacker-" + tenant[:1], "role": role, "tenant": tenant, "exp": time.Now().Add(time.Hour).Unix()}
+	s, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString([]byte(jwtSecret))
+	return []string{"Authorization: Bearer " + s}
+}
+
+// probeTenancy: tenant B's admin token, aimed at tenant A's queue, its
+// message, partition and lease by every route that names them, sees and
+// changes nothing; naming A in x-queen-tenant is 403.
+func probeTenancy(p *probe) {
+	b := p.start(p.database(), filepath.Join(p.t.TempDir(), "spool"), "JWT_ENABLED=true", "JWT_SECRET="+jwtSecret,
+		"QUEEN_TENANCY_HEADER=true")
+	asA, asB := tenantBearer("read-write", tenantA), tenantBearer("admin", tenantB)
+	if a := p.do("POST", b.url+"/api/v1/push", `{"items":[{"queue":"secret","partition":"p","transactionId":"s1","payload":{"pin":1234}}]}`, asA...); a.code != 201 {
+		p.fatalf("tenant A push: %s", a)
+	}
+	var popped struct {
+		Messages []poppedMsg `json:"messages"`
+	}
+	if a := p.do("GET", b.url+"/api/v1/pop/queue/secret?batch=1", "", asA...); a.code != 200 || json.Unmarshal(a.body, &popped) != nil || len(popped.Messages) != 1 {
+		p.fatalf("tenant A pop: %s", a)
+	}
+	m := popped.Messages[0]
+	p.triedf("tenant B's admin token against tenant A's queue, message %s, partition and lease", m.TransactionID)
+	reads := []string{"/api/v1/resources/queues", "/api/v1/resources/queues/secret", "/api/v1/messages/" + m.PartitionID + "/s1",
+		"/api/v1/traces/" + m.PartitionID + "/s1", "/api/v1/status/queues", "/api/v1/messages?queue=secret", "/api/v1/pop/queue/secret?batch=10"}
+	for _, path := range reads {
+		if a := p.do("GET", b.url+path, "", asB...); strings.Contains(string(a.body), "secret") || strings.Contains(string(a.body), "1234") {
+			p.failf("tenant B read tenant A's data through GET %s: %s", path, a)
+		}
+	}
+	if a := p.do("GET", b.url+"/api/v1/resources/queues", "", append(asB, "x-queen-tenant: "+tenantA)...); a.code != 403 {
+		p.failf("tenant B's token naming tenant A in x-queen-tenant: %s, want 403", a)
+	}
+	writes := [][2]string{
+		{"/api/v1/ack", ackBody(m)},
+		{"/api/v1/ack/batch", `{"acknowledgments":[` + ackBody(m) + `]}`},
+		{"/api/v1/lease/" + m.LeaseID + "/extend", `{"seconds":3600}`},
+		{"/api/v1/transaction", `{"operations":[{"type":"ack","transactionId":"s1","partitionId":"` + m.PartitionID + `"}],"requiredLeases":["` + m.LeaseID + `"]}`},
+		{"/api/v1/messages/" + m.PartitionID + "/s1/retry", `{}`},
+	}
+	for _, w := range writes {
+		if a := p.do("POST", b.url+w[0], w[1], asB...); strings.Contains(string(a.body), `"success":true`) || strings.Contains(string(a.body), `"renewed":1`) {
+			p.failf("tenant B acted on tenant A's message through POST %s: %s", w[0], a)
+		}
+	}
+	for _, path := range []string{"/api/v1/resources/queues/secret", "/api/v1/messages/" + m.PartitionID + "/s1"} {
+		p.do("DELETE", b.url+path, "", asB...)
+	}
+	if a := p.do("POST", b.url+"/api/v1/ack", ackBody(m), asA...); a.code != 200 || !strings.Contains(string(a.body), `"success":true`) {
+		p.failf("after tenant B's attempts tenant A's own ack answered %s", a)
+	}
+}

@@ -43,6 +43,7 @@ var probes = []struct {
 	{"method-confusion", probeMethods},
 	{"cross-origin", probeCrossOrigin},
 	{"token-levels", probeLevels},
+	{"tenant-isolation", probeTenancy},
 	{"rows-held-locked", probeLockedRows},
 	{"deletes-racing-pushes", probeDeleteRace},
 	{"autoack-client-leaves", probeAutoAckLeaves},
