@@ -185,7 +185,7 @@ func probeDeleteRace(p *probe) {
 // transaction push, plain push, timer and consumer-group pop must work at
 // once.
 func (p *probe) staleAfterDelete(a, b *broker) {
-	p.triedf("A deletes queues B has cached: B's transaction, push, timer and group pop right after")
+	p.triedf("A deletes queues B has cached: B's transaction, push, timer, group pop and streams cycle right after")
 	txn := func(txid string) answer {
 		return p.do("POST", b.url+"/api/v1/transaction",
 			fmt.Sprintf(`{"operations":[{"type":"push","items":[{"queue":"stale","partition":"p","transactionId":%q}]}]}`, txid))
@@ -209,6 +209,39 @@ func (p *probe) staleAfterDelete(a, b *broker) {
 	deleted("stale")
 	p.timerAfterDelete(b)
 	p.groupAfterDelete(a, b)
+	p.cycleAfterDelete(a, b)
+}
+
+// cycleAfterDelete: a streams cycle on B pushing into a sink queue A
+// deleted must commit at once.
+func (p *probe) cycleAfterDelete(a, b *broker) {
+	src := p.pushItems(b.url, item("src", "p", "src-1"))
+	var pushed []struct {
+		PartitionID string `json:"partitionId"`
+	}
+	if src.code != 201 || json.Unmarshal(src.body, &pushed) != nil || len(pushed) != 1 {
+		p.fatalf("push to the source: %s", src)
+	}
+	reg := p.do("POST", b.url+"/streams/v1/queries", `{"name":"attack-q","source_queue":"src","sink_queue":"sink","config_hash":"h1"}`)
+	var q struct {
+		QueryID string `json:"query_id"`
+	}
+	if reg.code != 200 || json.Unmarshal(reg.body, &q) != nil || q.QueryID == "" {
+		p.fatalf("register a streams query: %s", reg)
+	}
+	cycle := func(txid string) answer {
+		return p.do("POST", b.url+"/streams/v1/cycle", fmt.Sprintf(`{"query_id":%q,"partition_id":%q,"ack":null,"push_items":[{"queue":"sink","partition":"p","transactionId":%q}]}`,
+			q.QueryID, pushed[0].PartitionID, txid))
+	}
+	if ans := cycle("sink-warm"); !strings.Contains(string(ans.body), `"success":true`) {
+		p.fatalf("streams cycle before the delete: %s", ans)
+	}
+	if ans := p.do("DELETE", a.url+"/api/v1/resources/queues/sink", ""); ans.code != 200 {
+		p.fatalf("delete sink through A: %s", ans)
+	}
+	if ans := cycle("sink-after-delete"); ans.code != 200 || !strings.Contains(string(ans.body), `"success":true`) {
+		p.failf("B's streams cycle into a sink A deleted: %s", ans)
+	}
 }
 
 // timerAfterDelete: a timer due at once into a queue B had cached before

@@ -300,6 +300,11 @@ func hostileCases() []hostile {
 		{"timers ops an object", "POST", "/api/v1/timers", `{"operations":{"op":"schedule"}}`, true, nil},
 		{"KV ttlSeconds -1", "POST", "/api/v1/kv", `[{"op":"put","ns":"n","key":"k","value":1,"ttlSeconds":-1}]`, true, nil},
 		{"KV 5,000-byte key", "POST", "/api/v1/kv", `[{"op":"put","ns":"n","key":"` + strings.Repeat("k", 5000) + `","value":1,"forever":true}]`, true, nil},
+		{"timer payload nested 100,000 deep", "POST", "/api/v1/timers", `[{"op":"schedule","queue":"h","timerKey":"n","txn":"n","delayMs":1000,"payload":` + nest + `}]`, true, nil},
+		{"KV value nested 100,000 deep", "POST", "/api/v1/kv", `[{"op":"put","ns":"n","key":"k","value":` + nest + `,"forever":true}]`, true, nil},
+		{"transaction payload nested 100,000 deep", "POST", "/api/v1/transaction", `{"operations":[{"type":"push","items":[{"queue":"h","payload":` + nest + `}]}]}`, true, nil},
+		{"trace data nested 100,000 deep", "POST", "/api/v1/traces", `{"transactionId":"t","partitionId":"00000000-0000-4000-8000-000000000000","data":` + nest + `}`, false, nil},
+		{"2 MiB header", "GET", "/api/v1/resources/queues", "", true, []string{"X-Big: " + strings.Repeat("b", 2<<20)}},
 		{"DLQ limit=-1", "GET", "/api/v1/dlq?limit=-1", "", true, nil},
 		{"status/queues limit=-1", "GET", "/api/v1/status/queues?limit=-1", "", true, nil},
 		{"messages from=garbage", "GET", "/api/v1/messages?from=garbage", "", true, nil},
@@ -510,5 +515,21 @@ func probeCrossOrigin(p *probe) {
 	a = p.do("GET", b.url+"/dashboard/", "")
 	if csp := a.header.Get("Content-Security-Policy"); !strings.Contains(csp, "frame-ancestors 'none'") {
 		p.failf("the dashboard answers Content-Security-Policy %q, want frame-ancestors 'none'", csp)
+	}
+	p.listedOriginOnly()
+}
+
+// listedOriginOnly: with QUEEN_CORS_ORIGINS naming one origin, that origin
+// gets itself back (never *), and another origin still gets nothing.
+func (p *probe) listedOriginOnly() {
+	b := p.start(p.database(), filepath.Join(p.t.TempDir(), "spool2"), "QUEEN_CORS_ORIGINS=https://ops.example")
+	p.triedf("QUEEN_CORS_ORIGINS=https://ops.example: GET from it and from https://evil.example")
+	a := p.do("GET", b.url+"/api/v1/resources/queues", "", "Origin: https://ops.example")
+	if v := a.header.Get("Access-Control-Allow-Origin"); v != "https://ops.example" {
+		p.failf("GET from the listed origin answered Access-Control-Allow-Origin %q, want https://ops.example", v)
+	}
+	a = p.do("GET", b.url+"/api/v1/resources/queues", "", "Origin: https://evil.example")
+	if v := a.header.Get("Access-Control-Allow-Origin"); v != "" {
+		p.failf("GET from an unlisted origin answered Access-Control-Allow-Origin: %s", v)
 	}
 }

@@ -224,6 +224,9 @@ func probeLevels(p *probe) {
 			}
 		}
 	}
+	if a := p.do("GET", b.url+"/api/v1/resources/queues", "", "Authorization: Bearer "); a.code != 401 || !strings.Contains(string(a.body), "Empty token") {
+		p.failf("an empty bearer token answered %s, want 401 Empty token", a)
+	}
 	ops := p.checkOps(b.url, before.pid)
 	p.triedf("%d denied (route, token) pairs over %d routes, %d denied (op, token) pairs", tried, len(routes), ops)
 	p.checkVictimUnchanged(b.url, before)
