@@ -64,7 +64,7 @@ const maxEvidence = 8
 // failf records evidence that a property did not hold; the probe goes on.
 func (p *probe) failf(format string, args ...any) {
 	p.t.Helper()
-	msg := fmt.Sprintf(format, args...)
+	msg := strings.Join(strings.Fields(fmt.Sprintf(format, args...)), " ") // one line in the table
 	p.failed = true
 	p.t.Error(msg)
 	p.failures++
