@@ -13,6 +13,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/queen-go/queen/queen/clock"
+	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/store/storetest"
@@ -167,4 +168,58 @@ func collect(rt *rapid.T, tx pgx.Tx, sql string, args ...any) []string {
 		rt.Fatal(err)
 	}
 	return out
+}
+
+// A wildcard pop of two partitions stops at its byte budget across them:
+// it gets a prefix of each partition in claim order, at least one
+// message, and what it did not get is neither leased nor consumed: the
+// next pops get exactly the rest, in order. Each payload "aaaa" costs 12
+// bytes (its text, 6 bytes, written twice).
+func TestPopByteBudgetSpansPartitionsAndLeavesTheRest(t *testing.T) {
+	t.Parallel()
+	s, _ := newStoreWithPool(t)
+	ctx := context.Background()
+	for _, part := range []string{"p0", "p1"} {
+		for i := 0; i < 2; i++ {
+			if _, err := s.Push(ctx, tenant, []store.PushItem{{Queue: "budget", Partition: part,
+				TransactionID: fmt.Sprintf("%s-%d", part, i), Payload: crypt.Plain([]byte(`"aaaa"`))}}, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	got := map[string][]string{}
+	take := func(res store.PopResult) {
+		for _, m := range res.Messages {
+			got[m.Partition] = append(got[m.Partition], m.TransactionID)
+		}
+	}
+	// autoAck, a budget below one message: the first message alone.
+	res, err := s.Pop(ctx, store.PopRequest{Tenant: tenant, Queue: "budget", Partitions: 2, Batch: 10, AutoAck: true, MaxBytes: 5})
+	if err != nil || len(res.Messages) != 1 {
+		t.Fatalf("autoAck pop under a tiny budget: %v, %d messages", err, len(res.Messages))
+	}
+	take(res)
+	// Leased, a budget of two messages: two, across whatever it claimed.
+	res, err = s.Pop(ctx, store.PopRequest{Tenant: tenant, Queue: "budget", Partitions: 2, Batch: 10, MaxBytes: 24})
+	if err != nil || len(res.Messages) != 2 {
+		t.Fatalf("pop with a budget of two messages: %v, %d messages", err, len(res.Messages))
+	}
+	take(res)
+	items := make([]store.AckItem, len(res.Messages))
+	for i, m := range res.Messages {
+		items[i] = store.AckItem{TransactionID: m.TransactionID, PartitionID: m.PartitionID, LeaseID: res.LeaseID}
+	}
+	if out, err := s.Ack(ctx, tenant, "", items); err != nil || !out[0].Success || !out[len(out)-1].Success {
+		t.Fatalf("ack: %v %+v", err, out)
+	}
+	res, err = s.Pop(ctx, store.PopRequest{Tenant: tenant, Queue: "budget", Partitions: 2, Batch: 10, AutoAck: true})
+	if err != nil || len(res.Messages) != 1 {
+		t.Fatalf("the pop after the budgeted ones: %v, %d messages, want the one left", err, len(res.Messages))
+	}
+	take(res)
+	for _, part := range []string{"p0", "p1"} {
+		if want := []string{part + "-0", part + "-1"}; !reflect.DeepEqual(got[part], want) {
+			t.Fatalf("partition %s delivered %v, want %v (all: %v)", part, got[part], want, got)
+		}
+	}
 }
