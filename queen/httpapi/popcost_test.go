@@ -153,9 +153,8 @@ func TestPopAnswerObeysTheByteBudget(t *testing.T) {
 	e := newEnv(t)
 	budget := config.Default().MaxPopBytes
 	const n, size = 20, 5 << 20
-	// Incompressible text, as most big payloads are: a compressed one is
-	// measured through more of the batch (see popPickSQL), not answered
-	// bigger.
+	// Incompressible text, as most big payloads are (the budget counts
+	// the text, so a compressed one is answered no bigger).
 	raw := make([]byte, size*3/4)
 	if _, err := rand.Read(raw); err != nil {
 		t.Fatal(err)
