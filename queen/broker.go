@@ -155,7 +155,12 @@ func PoolConfig(cfg config.Config) (*pgxpool.Config, error) {
 // services and begins serving. A database that is not up yet is retried
 // until ctx ends; a permanent error (bad password, missing database) fails
 // at once.
-func (b *Broker) Start(ctx context.Context) error {
+func (b *Broker) Start(ctx context.Context) (err error) {
+	defer func() {
+		if err != nil && b.spool != nil {
+			b.spool.Abandon() // its directory's lock: a retry (or another broker) may start on it
+		}
+	}()
 	pc, err := PoolConfig(b.cfg)
 	if err != nil {
 		return err
@@ -205,8 +210,12 @@ func (b *Broker) Start(ctx context.Context) error {
 	}
 	arbiter := admission.New(b.cfg.DBPoolSize, b.cfg.AdmissionMaintShare)
 	if b.cfg.FileBufferDir != "" && b.cfg.FileBufferDir != "off" {
+		listen := b.cfg.Addr()
+		if b.opts.Listener != nil {
+			listen = b.opts.Listener.Addr().String()
+		}
 		b.spool, err = spool.Open(spool.Options{Dir: b.cfg.FileBufferDir, FS: b.opts.SpoolFS, Clock: b.opts.Clock,
-			EventsPerFile: b.cfg.FileBufferEventsPerFile, Log: b.log})
+			EventsPerFile: b.cfg.FileBufferEventsPerFile, Log: b.log, Holder: "serverId=" + b.cfg.ServerID + " listen=" + listen})
 		if err != nil {
 			b.pool.Close()
 			return fmt.Errorf("FILE_BUFFER_DIR: %w", err)
@@ -492,6 +501,11 @@ func (b *Broker) Crash() {
 		b.wg.Wait()
 		if b.mesh != nil {
 			b.mesh.Close()
+		}
+		if b.spool != nil {
+			// As a killed process: the active file stays .tmp, the lock
+			// on the directory goes.
+			b.spool.Abandon()
 		}
 		if b.pool != nil {
 			b.pool.Close()

@@ -62,6 +62,15 @@ func doSettled(t *testing.T, method, url, tenant, body string) (int, []byte) {
 // when given, adjusts its configuration.
 func brokerBehindProxy(t *testing.T, tune ...func(*config.Config)) (*queen.Broker, *faults.PGProxy) {
 	t.Helper()
+	cfg, proxy := proxiedConfig(t, tune...)
+	b := start(t, cfg)
+	t.Cleanup(func() { b.Shutdown(context.Background()) })
+	return b, proxy
+}
+
+// proxiedConfig is brokerBehindProxy's configuration and proxy.
+func proxiedConfig(t *testing.T, tune ...func(*config.Config)) (config.Config, *faults.PGProxy) {
+	t.Helper()
 	dsn := storetest.DSN(t)
 	pc, _ := pgx.ParseConfig(dsn)
 	proxy, err := faults.NewPGProxy(fmt.Sprintf("%s:%d", pc.Host, pc.Port))
@@ -79,9 +88,7 @@ func brokerBehindProxy(t *testing.T, tune ...func(*config.Config)) (*queen.Broke
 	for _, f := range tune {
 		f(&cfg)
 	}
-	b := start(t, cfg)
-	t.Cleanup(func() { b.Shutdown(context.Background()) })
-	return b, proxy
+	return cfg, proxy
 }
 
 func pushOne(t *testing.T, base, tenant, txid string) string {

@@ -1,16 +1,19 @@
 package spool
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 )
 
 // FS is the small filesystem surface the spool needs; it is a seam so the
 // simulator can inject ENOSPC, EIO, torn writes and the loss of unsynced
 // data on a crash.
 type FS interface {
+	// MkdirAll creates dir, private to the broker's user.
 	MkdirAll(dir string) error
 	// Create opens name for appending, creating it if needed.
 	Create(name string) (File, error)
@@ -24,6 +27,21 @@ type FS interface {
 	SyncDir(dir string) error
 }
 
+// Locker is an optional FS capability: Lock takes an exclusive lock on dir,
+// held until the returned Closer is closed (or the process dies), and
+// fails at once with an error wrapping ErrLocked, naming the holder, when
+// another process or another Spool of this one holds it. holder is what
+// the lock records about its taker for that error. An FS without it gets
+// no lock: the simulator's fault FS, whose brokers each have their own
+// directory.
+type Locker interface {
+	Lock(dir, holder string) (io.Closer, error)
+}
+
+// LockFile is the file in the spool directory whose lock a broker holds for
+// its life; it holds the holder's pid, host, start time and address.
+const LockFile = "LOCK"
+
 // File is an open spool file.
 type File interface {
 	Write(p []byte) (int, error)
@@ -32,11 +50,73 @@ type File interface {
 	Name() string
 }
 
+// Modes: the spool holds pushes not yet committed and the reasons of
+// quarantined ones, readable by the broker's user only, as PostgreSQL's
+// data directory.
+const (
+	dirMode  os.FileMode = 0o700
+	fileMode os.FileMode = 0o600
+)
+
 // OSFS is the real filesystem.
 type OSFS struct{}
 
-// MkdirAll implements FS.
-func (OSFS) MkdirAll(dir string) error { return os.MkdirAll(dir, 0o755) }
+// MkdirAll implements FS. A directory that already exists (made by an
+// older broker, 0755 with 0644 files) is tightened to 0700 and its files to
+// 0600, so an upgrade does not leave buffered payloads readable; but only a
+// directory holding nothing but the spool's own entries: one shared with
+// other files (FILE_BUFFER_DIR=/tmp) is refused rather than changed.
+func (OSFS) MkdirAll(dir string) error {
+	if err := os.MkdirAll(dir, dirMode); err != nil {
+		return err
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	if fi.Mode().Perm() != dirMode {
+		for _, e := range entries {
+			if !spoolEntry(e.Name(), e.IsDir()) {
+				return fmt.Errorf("%s is open to other users (mode %04o) and holds %q, which is not the spool's: give the spool a directory of its own, or make this one 0700",
+					dir, fi.Mode().Perm(), e.Name())
+			}
+		}
+		if err := os.Chmod(dir, dirMode); err != nil {
+			return err
+		}
+	}
+	for _, e := range entries {
+		if !e.Type().IsRegular() || !spoolEntry(e.Name(), false) {
+			continue
+		}
+		if info, err := e.Info(); err == nil && info.Mode().Perm()&0o077 != 0 {
+			if err := os.Chmod(filepath.Join(dir, e.Name()), fileMode); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// spoolEntry reports whether a directory entry is one the spool makes.
+func spoolEntry(name string, dir bool) bool {
+	if dir {
+		return name == "failed"
+	}
+	if name == LockFile {
+		return true
+	}
+	for _, suffix := range []string{".tmp", ".buf", ".split", reasonsSuffix, corruptSuffix} {
+		if strings.HasSuffix(name, suffix) {
+			return true
+		}
+	}
+	return false
+}
 
 // SyncDir implements FS.
 func (OSFS) SyncDir(dir string) error {
@@ -50,7 +130,7 @@ func (OSFS) SyncDir(dir string) error {
 
 // Create implements FS.
 func (OSFS) Create(name string) (File, error) {
-	return os.OpenFile(name, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	return os.OpenFile(name, os.O_CREATE|os.O_WRONLY|os.O_APPEND, fileMode)
 }
 
 // Open implements FS.

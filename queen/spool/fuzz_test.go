@@ -5,52 +5,70 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"sort"
 	"testing"
 )
 
 // FuzzRecordReader: any bytes, as a spool file, read without a panic and
-// without allocating what a damaged header claims; every record returned
-// carries a matching checksum, and a file of records written by Encode
-// reads back whole.
+// without allocating more than the file holds; the records returned, the
+// damaged runs and the torn tail cover the file exactly, each byte once;
+// and a good record appended after any input is read back (damage never
+// hides what follows it).
 func FuzzRecordReader(f *testing.F) {
 	good, _ := Encode([]Event{{Queue: "q", Partition: "p", TransactionID: "t", Payload: json.RawMessage(`{"a":1}`)}})
 	f.Add(good)
 	f.Add(good[:len(good)-3])
+	f.Add(append(append([]byte{}, good...), good...))
+	flipped := append(append([]byte{}, good...), good...)
+	flipped[12] ^= 1
+	f.Add(flipped)
 	f.Add([]byte{0xff, 0xff, 0xff, 0x00, 0, 0, 0, 0})
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		rr := newRecordReader(bytes.NewReader(data))
-		read := 0
-		for {
-			rec, err := rr.next()
-			if errors.Is(err, io.EOF) {
-				break
+		spans, _ := readAll(t, data)
+		sort.Slice(spans, func(i, j int) bool { return spans[i][0] < spans[j][0] })
+		at := int64(0)
+		for _, s := range spans {
+			if s[0] != at || s[1] <= 0 {
+				t.Fatalf("spans %v do not cover %d bytes exactly once (at %d)", spans, len(data), at)
 			}
-			if err != nil {
-				t.Fatalf("reading from memory cannot fail otherwise: %v", err)
-			}
-			read += headerLen + len(rec)
-			var e Event
-			_ = json.Unmarshal(rec, &e) // a record that does not decode is the drain's to refuse
+			at += s[1]
 		}
-		if read > len(data) {
-			t.Fatalf("read %d bytes of records from %d bytes", read, len(data))
+		if at != int64(len(data)) {
+			t.Fatalf("spans %v cover %d of %d bytes", spans, at, len(data))
 		}
-		// Appending a good record after the input changes nothing about
-		// the input's own records: readers never resynchronise past a
-		// torn record.
-		if !rr.torn && read == len(data) {
-			rr = newRecordReader(bytes.NewReader(append(append([]byte{}, data...), good...)))
-			n := 0
-			for {
-				if _, err := rr.next(); err != nil {
-					break
-				}
-				n++
-			}
-			if n == 0 {
-				t.Fatal("a good record after intact ones was not read")
-			}
+		_, last := readAll(t, append(append([]byte{}, data...), good...))
+		if last != int64(len(data)) {
+			t.Fatalf("the good record appended at %d was not read back last (last record at %d)", len(data), last)
 		}
 	})
+}
+
+// readAll reads data as a spool file: the [offset, length] of every
+// record, damaged run and torn tail, and the offset of the last record.
+func readAll(t *testing.T, data []byte) ([][2]int64, int64) {
+	t.Helper()
+	rr := newRecordReader(bytes.NewReader(data), int64(len(data)))
+	var spans [][2]int64
+	last := int64(-1)
+	for {
+		rec, off, err := rr.next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("reading from memory cannot fail otherwise: %v", err)
+		}
+		spans = append(spans, [2]int64{off, headerLen + int64(len(rec))})
+		last = off
+		var e Event
+		_ = json.Unmarshal(rec, &e) // a record that does not decode is the drain's to quarantine
+	}
+	for _, d := range rr.damaged {
+		spans = append(spans, [2]int64{d.Offset, d.Length})
+	}
+	if rr.torn {
+		spans = append(spans, [2]int64{rr.tornAt, int64(len(data)) - rr.tornAt})
+	}
+	return spans, last
 }

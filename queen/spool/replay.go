@@ -29,14 +29,20 @@ type Rejected struct {
 }
 
 // replayFile replays one file in batches, holding a maint slot, and removes
-// it when every record is stored. A batch that committed before a later one
-// failed replays as duplicates next time: the transactionIds are original.
+// it when every record is stored or quarantined. A batch that committed
+// before a later one failed replays as duplicates next time: the
+// transactionIds are original.
 //
 // A batch PostgreSQL refuses permanently is split: each of its records is
 // written alone, so one client's poison record never takes the others with
 // it. The records stored are dropped from the file (it is rewritten to hold
 // only the refused ones) and the error is permanent, carrying the refused
 // records and their SQLSTATEs for the quarantine.
+//
+// Damaged records are skipped by the reader (the records after them still
+// replay) and their bytes quarantined before the file is removed or
+// rewritten. A file that cannot be read is a spool fault, not a permanent
+// failure: it stays and is retried.
 func (d *Drainer) replayFile(ctx context.Context, name string) error {
 	if d.Arbiter != nil {
 		release, err := d.Arbiter.Acquire(ctx, admission.Maint)
@@ -49,7 +55,7 @@ func (d *Drainer) replayFile(ctx context.Context, name string) error {
 	if r.maxBytes <= 0 {
 		r.maxBytes = DefaultReplayBytes
 	}
-	total, torn, err := d.Spool.scan(name, r.add)
+	sc, err := d.Spool.scan(name, r.add)
 	if err == nil {
 		err = r.flushAll()
 	}
@@ -58,20 +64,52 @@ func (d *Drainer) replayFile(ctx context.Context, name string) error {
 		if errors.As(err, &perm) || r.transient {
 			return err
 		}
-		// The file itself cannot be read: nothing in it can replay.
-		return &permanentError{err: err}
+		// Neither the database nor a record: the file could not be read.
+		return &spoolFault{err: err}
 	}
-	if torn {
-		d.Spool.o.Log.Warn("spool drain: ignored a torn tail", "file", name)
+	if sc.torn {
+		d.Spool.o.Log.Warn("spool drain: dropped a torn tail (a write that failed, never answered buffered)",
+			"file", name, "offset", sc.tornAt)
 	}
-	if len(r.rejected) > 0 {
-		return d.keepRejected(name, total, r.rejected)
+	return d.finish(name, storedFile{total: sc.events, damaged: sc.damaged, rejected: r.rejected})
+}
+
+// storedFile is what is left to do for a file whose records were written:
+// total intact ones, of which rejected were refused, and damaged runs.
+type storedFile struct {
+	total    int
+	damaged  []damage
+	rejected []rejectedEvent
+}
+
+// finish quarantines a replayed file's damaged bytes, then rewrites it to
+// its refused records or removes it. When the filesystem refuses, the file
+// stays whole, and (unless records were refused, which replay again anyway)
+// later cycles retry only this step: nothing is stored twice.
+func (d *Drainer) finish(name string, f storedFile) error {
+	if len(f.damaged) > 0 {
+		dst, err := d.Spool.quarantineDamage(name, f.damaged)
+		if err != nil {
+			if len(f.rejected) == 0 {
+				d.remember(name, func() error { return d.finish(name, f) })
+			}
+			return &spoolFault{err: fmt.Errorf("spool drain: quarantine the damaged bytes of %s: %w", name, err), stored: true}
+		}
+		d.Spool.o.Log.Error("spool drain: quarantined damaged records; the records around them are stored",
+			"file", name, "to", dst, "runs", len(f.damaged), "first", f.damaged[0].Reason)
+		d.Corrupt.Add(int64(len(f.damaged)))
+		f.damaged = nil
+	}
+	if len(f.rejected) > 0 {
+		delete(d.unfinished, name)
+		return d.keepRejected(name, f.total, f.rejected)
 	}
 	if err := d.Spool.o.FS.Remove(name); err != nil {
-		// It stays and replays again next cycle, as duplicates.
-		return fmt.Errorf("spool drain remove %s: %w", name, err)
+		d.remember(name, func() error { return d.finish(name, f) })
+		return &spoolFault{err: fmt.Errorf("spool drain: remove %s (its records are stored): %w", name, err), stored: true}
 	}
-	d.Spool.pending.Add(-int64(total))
+	delete(d.unfinished, name)
+	d.Spool.pending.Add(-int64(f.total))
 	d.Replayed.Add(1)
 	return nil
 }

@@ -15,12 +15,29 @@
 // (SQLSTATE and message). A replay holds at most one batch per partition and
 // DefaultReplayBytes of payload in memory, whatever the file's size.
 //
+// A record that fails its checksum with data after it is corruption, not a
+// torn tail: the records after it are read on and stored, and the damaged
+// bytes go to <dir>/failed/<name>.corrupt with a reason line each (see
+// record.go). A file is never deleted while it holds a record that was
+// neither stored nor quarantined.
+//
+// A failure of the spool's own filesystem (a file that cannot be read,
+// renamed or removed) is the spool's, never the database's: it does not
+// make the spool unhealthy (which would send every push to that same disk),
+// and the drain backs off instead of replaying the same file again.
+//
+// The directory is the broker's alone: Open takes an exclusive lock on
+// <dir>/LOCK for the process's life, so a second broker on the same
+// directory refuses to start, naming the holder; the directory is 0700 and
+// every file in it 0600.
+//
 // The spool is node-local and unreplicated: a broker drains only its own
 // directory, there is no size cap and no maximum age, and replay is
 // idempotent only as far back as deduplication reaches (the message rows).
 package spool
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,6 +50,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/queen-go/queen/queen/clock"
 	"github.com/queen-go/queen/queen/crypt"
@@ -83,7 +101,15 @@ type Options struct {
 	Clock         clock.Clock
 	EventsPerFile int
 	Log           *slog.Logger
+	// Holder says who this spool belongs to (server id, listen address),
+	// for the error a second broker on the same directory gets; the lock
+	// adds the pid, host and start time.
+	Holder string
 }
+
+// ErrLocked: another broker (or another Spool in this process) holds the
+// directory.
+var ErrLocked = errors.New("spool: directory in use by another broker")
 
 // Spool is one broker's buffer directory.
 type Spool struct {
@@ -94,14 +120,21 @@ type Spool struct {
 	activeName  string
 	activeCount int
 	seq         int
+	// unfinalized are closed .tmp files a rename to .buf failed for (the
+	// filesystem refused); each Finalize retries them.
+	unfinalized []string
+	lock        io.Closer // the directory's lock; nil without a Locker
+	closed      bool
 
 	pending atomic.Int64 // events written and not yet replayed
 	healthy atomic.Bool  // false from a database failure until a replay or ping succeeds
 	paused  atomic.Bool  // push maintenance: the drain waits
 }
 
-// Open prepares dir (and dir/failed), finalizes any .tmp left by a crash,
-// and counts the events waiting to replay.
+// Open locks dir, prepares it (and dir/failed) private to this user,
+// finalizes any .tmp left by a crash, and counts the events waiting to
+// replay. The lock is taken before any file is touched: a .tmp another
+// live broker is appending to is never finalized under it.
 func Open(o Options) (*Spool, error) {
 	if o.FS == nil {
 		o.FS = OSFS{}
@@ -114,37 +147,72 @@ func Open(o Options) (*Spool, error) {
 	}
 	s := &Spool{o: o}
 	s.healthy.Store(true)
-	if err := o.FS.MkdirAll(s.FailedDir()); err != nil {
+	if err := o.FS.MkdirAll(o.Dir); err != nil {
 		return nil, fmt.Errorf("spool %s: %w", o.Dir, err)
+	}
+	if l, ok := o.FS.(Locker); ok {
+		lock, err := l.Lock(o.Dir, s.holder())
+		if err != nil {
+			return nil, err
+		}
+		s.lock = lock
+	}
+	if err := s.recover(); err != nil {
+		s.unlock()
+		return nil, err
+	}
+	return s, nil
+}
+
+// holder is what the lock file says about this spool's process.
+func (s *Spool) holder() string {
+	host, _ := os.Hostname()
+	h := fmt.Sprintf("pid=%d host=%s started=%s", os.Getpid(), host, time.Now().UTC().Format(time.RFC3339))
+	if s.o.Holder != "" {
+		h += " " + s.o.Holder
+	}
+	return h
+}
+
+// recover runs at Open, under the lock: failed/ is made, files left by a
+// crash are finalized or removed, and the sequence and pending count pick
+// up from what is on disk.
+func (s *Spool) recover() error {
+	o := s.o
+	if err := o.FS.MkdirAll(s.FailedDir()); err != nil {
+		return fmt.Errorf("spool %s: %w", s.FailedDir(), err)
 	}
 	names, err := o.FS.List(o.Dir)
 	if err != nil {
-		return nil, fmt.Errorf("spool %s: %w", o.Dir, err)
+		return fmt.Errorf("spool %s: %w", o.Dir, err)
 	}
 	for _, name := range names {
 		if strings.HasSuffix(name, ".tmp") {
 			if err := o.FS.Rename(name, strings.TrimSuffix(name, ".tmp")+".buf"); err != nil {
-				return nil, fmt.Errorf("spool finalize leftover %s: %w", name, err)
+				return fmt.Errorf("spool finalize leftover %s: %w", name, err)
 			}
 			o.Log.Info("spool: finalized a file left by a previous run", "file", name)
 		}
 		if strings.HasSuffix(name, ".split") {
 			// A rewrite cut short by a crash: the .buf beside it is whole.
 			if err := o.FS.Remove(name); err != nil {
-				return nil, fmt.Errorf("spool remove leftover %s: %w", name, err)
+				return fmt.Errorf("spool remove leftover %s: %w", name, err)
 			}
 		}
 	}
 	if err := o.FS.SyncDir(o.Dir); err != nil {
-		return nil, fmt.Errorf("spool sync dir %s: %w", o.Dir, err)
+		return fmt.Errorf("spool sync dir %s: %w", o.Dir, err)
 	}
 	files, err := s.Buffers()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	// New files continue the sequence of the names already there, so replay
-	// order (by name) is write order whatever the wall clock does.
-	for _, f := range files {
+	// order (by name) is write order whatever the wall clock does; the
+	// quarantined ones count too, so a new file never takes the name of
+	// one in failed/.
+	failed, _ := o.FS.List(s.FailedDir())
+	for _, f := range append(failed, files...) {
 		if n := fileSeq(f); n > s.seq {
 			s.seq = n
 		}
@@ -155,7 +223,7 @@ func Open(o Options) (*Spool, error) {
 	if n := s.pending.Load(); n > 0 {
 		o.Log.Info("spool: events waiting to replay", "events", n, "files", len(files))
 	}
-	return s, nil
+	return nil
 }
 
 // fileSeq is the number a spool file's name starts with: the write
@@ -188,6 +256,9 @@ func (s *Spool) Append(events []Event) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("spool %s: closed", s.o.Dir)
+	}
 	if s.active == nil {
 		s.seq++
 		name := filepath.Join(s.o.Dir, fmt.Sprintf("%020d.tmp", s.seq))
@@ -202,13 +273,16 @@ func (s *Spool) Append(events []Event) error {
 		}
 		s.active, s.activeName, s.activeCount = f, name, 0
 	}
+	// The name is taken first: abandoning the file forgets it, and the
+	// error (which the push answers with) must say which file failed.
+	name := s.activeName
 	if _, err := s.active.Write(buf); err != nil {
 		s.abandonLocked()
-		return fmt.Errorf("spool append %s: %w", s.activeName, err)
+		return fmt.Errorf("spool append %s: %w", name, err)
 	}
 	if err := s.active.Sync(); err != nil {
 		s.abandonLocked()
-		return fmt.Errorf("spool sync %s: %w", s.activeName, err)
+		return fmt.Errorf("spool sync %s: %w", name, err)
 	}
 	s.activeCount += len(events)
 	s.pending.Add(int64(len(events)))
@@ -231,20 +305,35 @@ func (s *Spool) Finalize() error {
 	return s.finalizeLocked()
 }
 
+// finalizeLocked closes the active file and renames it, and any file an
+// earlier rename failed for, to .buf. A file whose rename fails stays .tmp
+// (its records are safe) and is retried by the next Finalize, so a
+// filesystem that refused for a while does not strand it until a restart.
 func (s *Spool) finalizeLocked() error {
-	if s.active == nil {
+	if s.active != nil {
+		_ = s.active.Close()
+		s.unfinalized = append(s.unfinalized, s.activeName)
+		s.active, s.activeName, s.activeCount = nil, "", 0
+	}
+	if len(s.unfinalized) == 0 {
 		return nil
 	}
-	f, name := s.active, s.activeName
-	s.active, s.activeName, s.activeCount = nil, "", 0
-	_ = f.Close()
-	if err := s.o.FS.Rename(name, strings.TrimSuffix(name, ".tmp")+".buf"); err != nil {
-		return fmt.Errorf("spool finalize %s: %w", name, err)
+	var errs []error
+	left := s.unfinalized[:0]
+	for _, name := range s.unfinalized {
+		if err := s.o.FS.Rename(name, strings.TrimSuffix(name, ".tmp")+".buf"); err != nil {
+			left = append(left, name)
+			errs = append(errs, fmt.Errorf("spool finalize %s: %w", name, err))
+		}
 	}
-	if err := s.o.FS.SyncDir(s.o.Dir); err != nil {
-		return fmt.Errorf("spool sync dir %s: %w", s.o.Dir, err)
+	renamed := len(left) < len(s.unfinalized)
+	s.unfinalized = left
+	if renamed {
+		if err := s.o.FS.SyncDir(s.o.Dir); err != nil {
+			errs = append(errs, fmt.Errorf("spool sync dir %s: %w", s.o.Dir, err))
+		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // Buffers lists finalized files, oldest first.
@@ -262,42 +351,77 @@ func (s *Spool) Buffers() ([]string, error) {
 	return out, nil
 }
 
+// scanned is what reading one spool file found.
+type scanned struct {
+	events  int      // intact events, each passed to fn
+	torn    bool     // it ended in a record cut short, which was dropped
+	tornAt  int64    // where that record started
+	damaged []damage // bytes holding no intact event: to quarantine
+}
+
 // scan decodes a file's events one at a time, in order, calling fn for
-// each; memory is one record, whatever the file's size. A torn tail ends the
-// file (torn=true); an unreadable file or an undecodable record is an error,
-// as is any error fn returns.
-func (s *Spool) scan(name string, fn func(Event) error) (n int, torn bool, err error) {
+// each; memory is one record, whatever the file's size. Damaged records
+// (and records that do not decode) are skipped and reported, never the end
+// of the file; a torn tail is. An error is the file's opening or reading
+// failing, or fn's.
+func (s *Spool) scan(name string, fn func(Event) error) (scanned, error) {
+	var sc scanned
 	r, err := s.o.FS.Open(name)
 	if err != nil {
-		return 0, false, fmt.Errorf("spool open %s: %w", name, err)
+		return sc, fmt.Errorf("spool open %s: %w", name, err)
 	}
 	defer r.Close()
-	rr := newRecordReader(r)
+	ra, size, err := randomAccess(r)
+	if err != nil {
+		return sc, fmt.Errorf("spool read %s: %w", name, err)
+	}
+	rr := newRecordReader(ra, size)
 	for {
-		rec, err := rr.next()
+		rec, off, err := rr.next()
 		if err == io.EOF {
-			return n, rr.torn, nil
+			break
 		}
 		if err != nil {
-			return n, false, fmt.Errorf("spool read %s: %w", name, err)
+			return sc, fmt.Errorf("spool read %s: %w", name, err)
 		}
 		var e Event
 		if err := json.Unmarshal(rec, &e); err != nil {
-			return n, false, fmt.Errorf("spool decode %s record %d: %w", name, n, err)
+			rr.reject(off, headerLen+int64(len(rec)), fmt.Sprintf("record at offset %d does not decode: %v", off, err))
+			continue
 		}
 		if fn != nil {
 			if err := fn(e); err != nil {
-				return n, false, err
+				return sc, err
 			}
 		}
-		n++
+		sc.events++
 	}
+	sc.torn, sc.tornAt, sc.damaged = rr.torn, rr.tornAt, rr.damaged
+	return sc, nil
+}
+
+// randomAccess gives the reader the random access resynchronising needs:
+// the file itself when it has it (OSFS, and the fault FS over it), else its
+// bytes read into memory.
+func randomAccess(r io.Reader) (io.ReaderAt, int64, error) {
+	if f, ok := r.(interface {
+		io.ReaderAt
+		Stat() (fs.FileInfo, error)
+	}); ok {
+		fi, err := f.Stat()
+		if err != nil {
+			return nil, 0, err
+		}
+		return f, fi.Size(), nil
+	}
+	data, err := io.ReadAll(r)
+	return bytes.NewReader(data), int64(len(data)), err
 }
 
 // count is the number of intact events in a file (0 if it cannot be read).
 func (s *Spool) count(name string) int {
-	n, _, _ := s.scan(name, nil)
-	return n
+	sc, _ := s.scan(name, nil)
+	return sc.events
 }
 
 // Encode is the bytes Append writes for events: one record each, the
@@ -320,6 +444,11 @@ func Encode(events []Event) ([]byte, error) {
 // writeFile writes data to a new file name durably: created fresh (a
 // leftover of a crash is removed first), synced, closed, directory synced.
 func (s *Spool) writeFile(name string, data []byte) error {
+	return s.writeFileFrom(name, bytes.NewReader(data))
+}
+
+// writeFileFrom is writeFile for content streamed from r.
+func (s *Spool) writeFileFrom(name string, r io.Reader) error {
 	if err := s.o.FS.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("spool remove leftover %s: %w", name, err)
 	}
@@ -327,7 +456,7 @@ func (s *Spool) writeFile(name string, data []byte) error {
 	if err != nil {
 		return fmt.Errorf("spool create %s: %w", name, err)
 	}
-	_, werr := f.Write(data)
+	_, werr := io.Copy(f, r)
 	if werr == nil {
 		werr = f.Sync()
 	}
@@ -338,7 +467,10 @@ func (s *Spool) writeFile(name string, data []byte) error {
 		_ = s.o.FS.Remove(name)
 		return fmt.Errorf("spool write %s: %w", name, werr)
 	}
-	return s.o.FS.SyncDir(filepath.Dir(name))
+	if err := s.o.FS.SyncDir(filepath.Dir(name)); err != nil {
+		return fmt.Errorf("spool sync dir %s (after writing %s): %w", filepath.Dir(name), name, err)
+	}
+	return nil
 }
 
 // rewrite replaces a finalized file by one holding only events (the records
@@ -356,7 +488,10 @@ func (s *Spool) rewrite(name string, events []Event) error {
 	if err := s.o.FS.Rename(tmp, name); err != nil {
 		return fmt.Errorf("spool rewrite %s: %w", name, err)
 	}
-	return s.o.FS.SyncDir(s.o.Dir)
+	if err := s.o.FS.SyncDir(s.o.Dir); err != nil {
+		return fmt.Errorf("spool sync dir %s (after rewriting %s): %w", s.o.Dir, name, err)
+	}
+	return nil
 }
 
 // Pending is the number of events waiting to replay, as counted by appends
@@ -397,8 +532,44 @@ func (s *Spool) settle() {
 }
 
 // reasonsSuffix names the file beside a quarantined one that says, per
-// record, why PostgreSQL refused it.
+// record, why PostgreSQL refused it (or, beside a .corrupt file, what was
+// damaged where).
 const reasonsSuffix = ".reasons.jsonl"
+
+// corruptSuffix names the file in failed/ that holds a spool file's
+// damaged bytes, raw and in file order.
+const corruptSuffix = ".corrupt"
+
+// quarantineDamage copies a file's damaged bytes to failed/<stem>.corrupt
+// and writes a reasons line per damaged run (what was wrong, at which
+// offset of the original file, how many bytes), durably: only then may the
+// file be removed or rewritten without them.
+func (s *Spool) quarantineDamage(name string, dmg []damage) (string, error) {
+	dst := filepath.Join(s.FailedDir(), strings.TrimSuffix(filepath.Base(name), ".buf")+corruptSuffix)
+	r, err := s.o.FS.Open(name)
+	if err != nil {
+		return dst, fmt.Errorf("spool open %s: %w", name, err)
+	}
+	defer r.Close()
+	ra, _, err := randomAccess(r)
+	if err != nil {
+		return dst, fmt.Errorf("spool read %s: %w", name, err)
+	}
+	parts := make([]io.Reader, len(dmg))
+	var why []byte
+	for i, d := range dmg {
+		parts[i] = io.NewSectionReader(ra, d.Offset, d.Length)
+		line, err := json.Marshal(Rejected{Reason: fmt.Sprintf("%s (%d bytes of %s)", d.Reason, d.Length, filepath.Base(name))})
+		if err != nil {
+			return dst, err
+		}
+		why = append(append(why, line...), '\n')
+	}
+	if err := s.writeFileFrom(dst, io.MultiReader(parts...)); err != nil {
+		return dst, err
+	}
+	return dst, s.writeFile(dst+reasonsSuffix, why)
+}
 
 // Failed counts quarantined files.
 func (s *Spool) Failed() int {
@@ -452,11 +623,42 @@ func (s *Spool) SetPaused(p bool) error {
 	return nil
 }
 
-// Close finalizes the active file.
-func (s *Spool) Close() error { return s.Finalize() }
+// Close finalizes the active file and releases the directory's lock; the
+// spool takes no more appends.
+func (s *Spool) Close() error {
+	err := s.Finalize()
+	s.unlock()
+	return err
+}
 
-// QuarantinedFile is a spool file the drain set aside, with what
-// PostgreSQL refused in it (the reasons file the drain wrote beside it).
+// Abandon lets the spool go as a killed process would: the active file is
+// closed but stays .tmp (the next Open finalizes it), and the lock is
+// released. For Broker.Crash and a failed start.
+func (s *Spool) Abandon() {
+	s.mu.Lock()
+	if s.active != nil {
+		_ = s.active.Close()
+		s.active, s.activeName, s.activeCount = nil, "", 0
+	}
+	s.mu.Unlock()
+	s.unlock()
+}
+
+// unlock releases the directory's lock (once) and refuses later appends.
+func (s *Spool) unlock() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	if s.lock != nil {
+		_ = s.lock.Close()
+		s.lock = nil
+	}
+}
+
+// QuarantinedFile is a file the drain set aside in failed/ (its name
+// there): a spool file with what PostgreSQL refused in it, or a .corrupt
+// file of damaged bytes with what was wrong where (the reasons file the
+// drain wrote beside it).
 type QuarantinedFile struct {
 	Name    string     `json:"name"`
 	Reasons []Rejected `json:"reasons"`
@@ -477,8 +679,9 @@ func (s *Spool) Quarantined() ([]QuarantinedFile, error) {
 		if strings.HasSuffix(name, reasonsSuffix) {
 			continue
 		}
-		q := QuarantinedFile{Name: name, Reasons: []Rejected{}}
-		if f, err := s.o.FS.Open(filepath.Join(s.FailedDir(), strings.TrimSuffix(name, ".buf")+reasonsSuffix)); err == nil {
+		q := QuarantinedFile{Name: filepath.Base(name), Reasons: []Rejected{}}
+		// List returns full paths: the reasons file is beside name.
+		if f, err := s.o.FS.Open(strings.TrimSuffix(name, ".buf") + reasonsSuffix); err == nil {
 			dec := json.NewDecoder(f)
 			for len(q.Reasons) < maxReasonsShown {
 				var r Rejected
