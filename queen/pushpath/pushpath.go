@@ -10,7 +10,9 @@
 // send pushes straight to disk; a push that failed because the database is
 // unavailable is spooled, and only an outage turns the spool unhealthy (lock
 // contention, or one broken connection while the database still answers,
-// buffers that push alone). Anything else is the caller's error to answer.
+// buffers that push alone). A spool fault is never an outage: a push the
+// spool's disk refuses while the database answers is committed there.
+// Anything else is the caller's error to answer.
 // httpapi only parses the request and encodes the Outcome.
 package pushpath
 
@@ -80,7 +82,14 @@ func (p *Path) Push(ctx context.Context, tenant, sub string, items []store.PushI
 		}
 	}
 	if p.o.Spool != nil && (p.diverted() || !p.o.Spool.Healthy()) {
-		return p.buffer(tenant, sub, items), nil
+		out := p.buffer(tenant, sub, items)
+		if out.SpoolErr == nil || p.diverted() || !p.databaseAnswers(ctx) {
+			return out, nil
+		}
+		// The spool's disk refused and the database answers (the
+		// unhealthy mark is older than its recovery): a spool fault is
+		// the spool's, so the push goes to PostgreSQL.
+		p.o.Log.Warn("push: the spool could not take this push and the database answers; committing it there", "err", out.SpoolErr)
 	}
 	release, err := p.admit(ctx)
 	if err != nil {

@@ -8,11 +8,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/queen-go/queen/faults"
 	"github.com/queen-go/queen/queen/clock"
 	"github.com/queen-go/queen/queen/config"
 	"github.com/queen-go/queen/queen/crypt"
@@ -135,5 +137,43 @@ func TestAnOutageBuffersAndTurnsTheSpoolUnhealthy(t *testing.T) {
 	p := pushpath.New(pushpath.Options{Store: newStore(down, nil), IDs: ids.NewSource(clock.Real{}, nil), Log: quiet})
 	if _, err := p.Push(context.Background(), config.DefaultTenant, "", items()); err == nil || !store.Unavailable(err) {
 		t.Fatalf("without a spool the outage is the caller's error: %v", err)
+	}
+}
+
+// TestASpoolThatCannotWriteSendsPushesToTheDatabase (issue 28 item 11): the
+// spool is marked unhealthy (an outage that has since passed) and its disk
+// refuses writes (read-only). While the database answers the push is
+// committed there, not answered "failed"; with the database down too it
+// is answered failed, naming the spool file.
+func TestASpoolThatCannotWriteSendsPushesToTheDatabase(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		ping func(context.Context) error
+	}{{"database answers", func(context.Context) error { return nil }}, {"database down", func(context.Context) error { return io.EOF }}} {
+		t.Run(c.name, func(t *testing.T) {
+			ffs := faults.NewFaultyFS(spool.OSFS{})
+			sp, err := spool.Open(spool.Options{Dir: t.TempDir(), FS: ffs, Clock: clock.Real{}, Log: quiet})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(sp.Abandon)
+			sp.SetHealthy(false)
+			ffs.FailNext("create", &os.PathError{Op: "open", Path: "(injected)", Err: syscall.EROFS}, 1)
+			p := pushpath.New(pushpath.Options{Store: newStore(storetest.Pool(t), nil), Spool: sp, Ping: c.ping,
+				IDs: ids.NewSource(clock.Real{}, nil), Log: quiet})
+			out, err := p.Push(context.Background(), config.DefaultTenant, "", items())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.name == "database answers" {
+				if out.SpoolErr != nil || len(out.Results) != 2 || out.Results[0].Status != "queued" {
+					t.Fatalf("push: %+v, want committed", out)
+				}
+				return
+			}
+			if out.SpoolErr == nil || !strings.Contains(out.SpoolErr.Error(), sp.Dir()) || out.Results != nil {
+				t.Fatalf("push: %+v, want failed naming the spool file", out)
+			}
+		})
 	}
 }
