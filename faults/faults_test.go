@@ -152,6 +152,52 @@ func TestFaultyFSInjectsBeforeTheNextAppend(t *testing.T) {
 	}
 }
 
+// A corrupted finalization damages a middle record of a file of several
+// (its checksum fails with records after it), names the event it held,
+// and leaves files of one record alone.
+func TestFaultyFSCorruptsAFinalizedRecord(t *testing.T) {
+	dir := t.TempDir()
+	fs := faults.NewFaultyFS(spool.OSFS{})
+	sp, err := spool.Open(spool.Options{Dir: dir, FS: fs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs.CorruptNextFinalized(1)
+	ev := func(id string) []spool.Event {
+		return []spool.Event{{Queue: "q", Partition: "p", TransactionID: id, Payload: []byte(`{"n":1}`)}}
+	}
+	// A file of one record is not a candidate: the fault waits.
+	if err := sp.Append(ev("alone")); err != nil || sp.Finalize() != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		if err := sp.Append(ev(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := sp.Finalize(); err != nil {
+		t.Fatal(err)
+	}
+	got := fs.TakeCorrupted()
+	if len(got) != 1 || got[0].Index != 1 || got[0].Event.TransactionID != "b" {
+		t.Fatalf("corrupted %+v", got)
+	}
+	raw, err := os.ReadFile(got[0].File)
+	if err != nil {
+		t.Fatal(err)
+	}
+	intact, err := spool.Encode(append(append(ev("a"), ev("b")...), ev("c")...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(raw) != len(intact) || string(raw) == string(intact) {
+		t.Fatalf("file not damaged in place: %d bytes, intact %d", len(raw), len(intact))
+	}
+	if fs.Fired()["spool.corrupted"] != 1 || len(fs.TakeCorrupted()) != 0 {
+		t.Fatalf("fired %v", fs.Fired())
+	}
+}
+
 // A held COMMIT is one a client sent as a simple query; statements that
 // mention the word are not held, and the draw holds some commits, not all.
 func TestPGProxyHoldsCommits(t *testing.T) {

@@ -1,7 +1,10 @@
 package faults
 
 import (
+	"encoding/binary"
+	"encoding/json"
 	"errors"
+	"hash/crc32"
 	"io"
 	"os"
 	"strings"
@@ -29,6 +32,18 @@ type FaultyFS struct {
 	written map[string]int64   // file -> bytes written
 	fired   map[string]int
 	inject  [][]byte // bytes the next appends to active files carry
+	// corrupt is how many more finalized files get a record damaged;
+	// corrupted are the records damaged so far, not yet taken.
+	corrupt   int
+	corrupted []CorruptRecord
+}
+
+// CorruptRecord is a record CorruptNextFinalized damaged: which file, its
+// index there, and the event it held before the damage.
+type CorruptRecord struct {
+	File  string
+	Index int
+	Event spool.Event
 }
 
 type fault struct {
@@ -83,7 +98,7 @@ func (f *FaultyFS) takeInjection(name string) []byte {
 }
 
 // Fired reports the injected faults by name (spool.enospc, spool.eio,
-// spool.torn, spool.lost-unsynced, spool.injected).
+// spool.torn, spool.lost-unsynced, spool.injected, spool.corrupted).
 func (f *FaultyFS) Fired() map[string]int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -179,7 +194,69 @@ func (f *FaultyFS) Rename(oldName, newName string) error {
 		delete(f.written, oldName)
 		delete(f.synced, oldName)
 	}
+	if f.corrupt > 0 && strings.HasSuffix(oldName, ".tmp") && strings.HasSuffix(newName, ".buf") {
+		// Damaged as it becomes drainable, so no drain can read it
+		// before the damage: the disk rotted while it waited.
+		if rec, ok := corruptRecord(newName); ok {
+			f.corrupt--
+			f.corrupted = append(f.corrupted, rec)
+			f.fired["spool.corrupted"]++
+		}
+	}
 	return nil
+}
+
+// CorruptNextFinalized arms the next n finalizations (an active .tmp file
+// renamed to .buf) of a file holding two intact records or more: one bit
+// of one record's payload is flipped, a record with at least one more
+// after it, so its checksum fails with data behind it (corruption, not a
+// torn tail). n = 0 disarms.
+func (f *FaultyFS) CorruptNextFinalized(n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.corrupt = n
+}
+
+// TakeCorrupted returns the records damaged since the last call.
+func (f *FaultyFS) TakeCorrupted() []CorruptRecord {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := f.corrupted
+	f.corrupted = nil
+	return out
+}
+
+// corruptRecord flips a bit in the last payload byte of the middle record
+// of name (spool record format: u32 length | u32 CRC-32C | payload), when
+// it has two intact records or more.
+func corruptRecord(name string) (CorruptRecord, bool) {
+	raw, err := os.ReadFile(name)
+	if err != nil {
+		return CorruptRecord{}, false
+	}
+	type span struct{ start, end int }
+	var recs []span
+	for off := 0; off+8 <= len(raw); {
+		size := int(binary.BigEndian.Uint32(raw[off : off+4]))
+		if size > len(raw)-off-8 || crc32.Checksum(raw[off+8:off+8+size], crc32.MakeTable(crc32.Castagnoli)) != binary.BigEndian.Uint32(raw[off+4:off+8]) {
+			break
+		}
+		recs = append(recs, span{off + 8, off + 8 + size})
+		off += 8 + size
+	}
+	if len(recs) < 2 {
+		return CorruptRecord{}, false
+	}
+	i := (len(recs) - 1) / 2
+	rec := CorruptRecord{File: name, Index: i}
+	if json.Unmarshal(raw[recs[i].start:recs[i].end], &rec.Event) != nil || recs[i].end == recs[i].start {
+		return CorruptRecord{}, false
+	}
+	raw[recs[i].end-1] ^= 0x04
+	if err := os.WriteFile(name, raw, 0o600); err != nil {
+		return CorruptRecord{}, false
+	}
+	return rec, true
 }
 
 // Remove implements spool.FS.

@@ -219,6 +219,15 @@ func TestDeleteKeepsCacheIsCaughtByGeneratedFreeSeeds(t *testing.T) {
 	huntFree(t, "delete-keeps-cache", func(s *scenarios.Scenario) bool { return hasFault(s, "queue.recreate") })
 }
 
+// TestStaleCacheNoRetryIsCaughtByGeneratedFreeSeeds: a transaction that
+// meets a cached partition id deleted through another broker fails, and
+// keeps failing, rather than forget the id and run again (a plain push
+// did); only the stale-cache probe (cache.stale: the deleting broker's
+// mesh frames lost, so the others keep their cached ids) sees it.
+func TestStaleCacheNoRetryIsCaughtByGeneratedFreeSeeds(t *testing.T) {
+	huntFree(t, "stale-cache-no-retry", func(s *scenarios.Scenario) bool { return hasFault(s, "cache.stale") })
+}
+
 // huntFree runs the canary against the first generated free-running seeds
 // that fit; one of four must fail.
 func huntFree(t *testing.T, canary string, fits func(*scenarios.Scenario) bool) {

@@ -119,9 +119,10 @@ func Generate(seed uint64) *Scenario {
 	// A quarter of the leaving pops' clients are gone before the broker
 	// starts on them: it must claim nothing for them.
 	s.Weights.EarlyPct = 25
+	addHostileFaults(s, seed, fired)
 	delete(fired, "broker.start")
 	for _, k := range []string{"pg.refuse", "pg.blackhole", "pg.reset", "broker.crash", "clock.skew", "spool.eio", "spool.enospc", "spool.torn",
-		"spool.poison", "spool.quarantined", "pg.readonly"} {
+		"spool.poison", "spool.quarantined", "pg.readonly", "spool.corrupted"} {
 		if fired[k] || (k == "broker.crash" && fired["broker.start"]) {
 			s.Sometimes = append(s.Sometimes, k)
 		}
@@ -257,8 +258,59 @@ func GenerateFree(seed uint64) *Scenario {
 	// Lease recovery and fairness bound waits in wall time, which a loaded
 	// machine stretches; free-running runs judge what holds whatever the
 	// timing.
-	s.Expect = []string{"no-loss", "no-double-delivery", "fifo", "dedup", "tenant", "answers", "redelivery", "timers", "kv", "stream", "edges", "sealed", "quarantine", "timer-claims", "lost-wake", "recreate"}
+	addHostileFreeFaults(s, seed, at)
+	s.Expect = []string{"no-loss", "no-double-delivery", "fifo", "dedup", "tenant", "answers", "redelivery", "timers", "kv", "stream", "edges", "sealed", "quarantine", "timer-claims", "lost-wake", "recreate",
+		"spool-corrupt", "row-lock"}
 	return s
+}
+
+// addHostileFreeFaults adds the free-running fault classes of issue 28,
+// chosen by the seed's bits, not its stream:
+//   - pg.rowlock, in half the seeds: an outside session holds the hot
+//     partition's row (or, in half of those, its queue-mode cursor row)
+//     FOR UPDATE for 1.5-1.8 s; pushes and acks of every other partition
+//     must not wait for it;
+//   - cache.stale, in half the seeds: a queue deleted through one broker
+//     whose mesh frames are all lost, then created again through another
+//     that had cached it; that broker's transactions and group pops into
+//     it must work at once.
+func addHostileFreeFaults(s *Scenario, seed uint64, at time.Duration) {
+	h := seedBits(seed) ^ seedBits(seed>>7)
+	if h%2 == 0 {
+		s.Faults = append(s.Faults, sim.FaultAt{At: at + time.Duration((h>>3)%300)*time.Millisecond, Kind: "pg.rowlock", Broker: -1,
+			For: time.Duration(1500+(h>>11)%300) * time.Millisecond, Count: int((h >> 21) % 2)})
+		s.Sometimes = append(s.Sometimes, "pg.rowlock")
+	}
+	if (h>>1)%2 == 0 {
+		s.Faults = append(s.Faults, sim.FaultAt{At: at + time.Duration((h>>31)%800)*time.Millisecond, Kind: "cache.stale",
+			Broker: int((h >> 41) % uint64(s.Brokers)), Count: 1})
+		s.Sometimes = append(s.Sometimes, "cache.stale")
+	}
+}
+
+// addHostileFaults adds the lockstep fault classes of issue 28, chosen by
+// the seed's bits, not its stream, so every other choice of every seed
+// stays as it was:
+//   - spool.corrupt, in half the seeds with an outage of every broker's
+//     database path: a second into it, pushes buffered into one spool file
+//     and one of its records rotted on disk, with records after it;
+//   - autoAck on half the leaving pops of consumer groups, in two thirds
+//     of the seeds: the client goes while the claim runs, and the broker
+//     must not consume what nobody will receive.
+func addHostileFaults(s *Scenario, seed uint64, fired map[string]bool) {
+	h := seedBits(seed)
+	if (h>>43)%2 == 0 {
+		for _, f := range s.Faults {
+			if (f.Kind == "pg.refuse" || f.Kind == "pg.blackhole") && f.Broker < 0 && f.For >= 3*time.Second {
+				s.Faults = append(s.Faults, sim.FaultAt{At: f.At + time.Second, Kind: "spool.corrupt", Broker: -1, Count: 6})
+				fired["spool.corrupted"] = true
+				break
+			}
+		}
+	}
+	if (h>>45)%3 != 0 {
+		s.Weights.LeaveAutoAckPct = 50
+	}
 }
 
 // addEncryption turns the first queue's encryption on mid-run through one

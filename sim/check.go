@@ -73,6 +73,8 @@ var Checkers = []Checker{
 	{Name: "lost-wake", Check: CheckWakes},
 	{Name: "recreate", Check: CheckRecreates},
 	{Name: "abandoned-claims", Check: CheckAbandonedClaims},
+	{Name: "spool-corrupt", Check: CheckSpoolCorrupt},
+	{Name: "row-lock", Check: CheckRowLocks},
 }
 
 // Judge runs the checker on h with re-inserted transactionIds told apart

@@ -43,10 +43,12 @@ func CheckNoLoss(h []Event, s Spec) []Violation {
 	// An autoAck pop whose answer was lost (a reset after its commit) may
 	// have taken, and completed, messages nobody saw: at-most-once is what
 	// autoAck means. Messages of its queue pushed before its answer came
-	// may have gone that way.
+	// may have gone that way. Not a pop whose client left while it claimed
+	// (Cancelled): the broker knew nobody would receive its answer, and
+	// must leave the messages where they were.
 	lostAutoAck := map[string]map[[2]string]int{} // group -> (tenant, queue) -> latest answer index
 	for _, c := range calls(h) {
-		if c.in.Op == "pop" && c.in.Status == "autoack" && c.done != nil && c.done.K == KInfo {
+		if c.in.Op == "pop" && c.in.Status == "autoack" && c.done != nil && c.done.K == KInfo && c.done.Err != Cancelled {
 			g := groupOf(c.in.G)
 			if lostAutoAck[g] == nil {
 				lostAutoAck[g] = map[[2]string]int{}
@@ -70,7 +72,11 @@ func CheckNoLoss(h []Event, s Spec) []Violation {
 			}
 		}
 	}
+	corrupted := corruptedKeys(h)
 	for _, k := range sortedKeys(t.acked) {
+		if corrupted[k] {
+			continue // its record rotted on disk: the spool-corrupt rule judges it
+		}
 		groups := s.Groups[k.Q]
 		if len(groups) == 0 {
 			groups = []string{QueueMode}

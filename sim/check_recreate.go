@@ -16,9 +16,18 @@ const recreateSlackMS = 8000
 // the slack, and nothing pushed before it. A cache the delete did not
 // reach shows as pops that find nothing, or pushes into a partition that
 // is gone.
+//
+// A stale-cache probe (What "stale") holds a broker that never heard of
+// the delete (its mesh frames lost) to the same: a transaction into the
+// re-created queue commits, and a consumer group it had cached gets
+// every message pushed after the delete, within the slack.
 func CheckRecreates(h []Event, _ Spec) []Violation {
 	var out []Violation
 	for _, e := range h {
+		if e.K == KProbe && e.What == "stale" {
+			out = append(out, checkStale(e)...)
+			continue
+		}
 		if e.K != KProbe || e.What != "recreate" {
 			continue
 		}
@@ -30,6 +39,23 @@ func CheckRecreates(h []Event, _ Spec) []Violation {
 			out = append(out, Violation{"recreate", fmt.Sprintf("%s, deleted and created again through broker %d, took %d ms to deliver [%s] there (slack %d ms)",
 				e.Q, e.B, e.Until, strings.ReplaceAll(e.Status, ",", " "), recreateSlackMS)})
 		}
+	}
+	return out
+}
+
+// checkStale judges one stale-cache probe.
+func checkStale(e Event) []Violation {
+	var out []Violation
+	if e.Bad != "" {
+		out = append(out, Violation{"recreate", fmt.Sprintf("%s, deleted through another broker with the mesh down: broker %d refused a valid transaction into it: %s", e.Q, e.B, e.Bad)})
+	}
+	switch {
+	case e.Status != e.Txid:
+		out = append(out, Violation{"recreate", fmt.Sprintf("%s, deleted through another broker with the mesh down, gave group %s [%s] on broker %d in %d ms; pushed there after the delete: [%s]",
+			e.Q, e.G, e.Status, e.B, e.Until, e.Txid)})
+	case e.Until > recreateSlackMS:
+		out = append(out, Violation{"recreate", fmt.Sprintf("%s, deleted through another broker with the mesh down, took %d ms to reach group %s on broker %d (slack %d ms)",
+			e.Q, e.Until, e.G, e.B, recreateSlackMS)})
 	}
 	return out
 }

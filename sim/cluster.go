@@ -532,7 +532,7 @@ func (c *Cluster) Stall(i int, d time.Duration) { c.nodes[i].stall.Store(int64(d
 // unreadable has none).
 func (c *Cluster) Quarantined() ([]Quarantined, error) {
 	var out []Quarantined
-	for _, n := range c.nodes {
+	for b, n := range c.nodes {
 		files, _ := filepath.Glob(filepath.Join(n.spoolDir, "failed", "*.reasons.jsonl"))
 		for _, f := range files {
 			raw, err := os.ReadFile(f)
@@ -548,7 +548,7 @@ func (c *Cluster) Quarantined() ([]Quarantined, error) {
 				if tenant == "" {
 					tenant = spool.DefaultTenant
 				}
-				out = append(out, Quarantined{Key{tenant, r.Queue, r.Partition, r.TransactionID}, r.Reason})
+				out = append(out, Quarantined{Key{tenant, r.Queue, r.Partition, r.TransactionID}, r.Reason, b})
 			}
 		}
 	}
@@ -588,6 +588,10 @@ func (c *Cluster) Fired() map[string]int {
 	}
 	return out
 }
+
+// DSN is the run's database, reached directly (not through a broker's
+// proxy), as an outside session would.
+func (c *Cluster) DSN() string { return c.opts.DSN }
 
 // Mesh is the network joining free-running brokers (nil in lockstep mode
 // or with one broker).

@@ -131,7 +131,7 @@ func (r *runner) scheduleFaults(workStart time.Time, stop <-chan struct{}) {
 				}
 			}
 			for _, f := range fs {
-				if f.Kind == "wake.probe" || f.Kind == "queue.recreate" {
+				if f.Kind == "wake.probe" || f.Kind == "queue.recreate" || f.Kind == "cache.stale" {
 					if err := r.inject(f); err != nil {
 						r.hist.Add(Event{K: KFault, F: f.Kind, What: "error: " + err.Error(), VT: r.vt()})
 					}

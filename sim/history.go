@@ -100,6 +100,8 @@ type Event struct {
 type Quarantined struct {
 	Key
 	Reason string `json:"reason"`
+	// B is the broker whose failed/ directory holds it.
+	B int `json:"b,omitempty"`
 }
 
 // PendingTimer is a timer row found by the final read.

@@ -131,15 +131,26 @@ func (a *actor) pop(ctx context.Context, c, b int, tenant string, q QueueSpec, g
 // broker must give back whatever it claimed at once, so the partition is
 // claimable again within the slack counted from the cancel, not from the
 // end of a lease nobody knows.
-func (a *actor) popLeaving(ctx context.Context, c, b int, tenant string, q QueueSpec, g string, batch int, wait time.Duration) {
+//
+// With autoAck there is no lease to give back: the broker must not
+// consume what it cannot deliver (no-loss holds it to that, since a
+// cancelled pop is not an answer merely lost on the way).
+func (a *actor) popLeaving(ctx context.Context, c, b int, tenant string, q QueueSpec, g string, batch int, wait time.Duration, autoAck bool) {
 	grp := g
 	if g == QueueMode {
 		grp = ""
 	}
-	call := a.hist.Invoke(Event{Op: "pop", C: c, B: b, VT: a.vt(), Tenant: tenant, Q: q.Name, G: grp, LeaseSecs: q.LeaseSecs})
+	status := ""
+	if autoAck {
+		status = "autoack"
+	}
+	call := a.hist.Invoke(Event{Op: "pop", C: c, B: b, VT: a.vt(), Tenant: tenant, Q: q.Name, G: grp, LeaseSecs: q.LeaseSecs, Status: status})
 	v := url.Values{"batch": {strconv.Itoa(batch)}}
 	if grp != "" {
 		v.Set("consumerGroup", grp)
+	}
+	if autoAck {
+		v.Set("autoAck", "true")
 	}
 	code, raw, left, err := a.cluster.DoLeaving(ctx, b, "GET", "/api/v1/pop/queue/"+url.PathEscape(q.Name)+"?"+v.Encode(), tenant, wait)
 	if left {
@@ -148,7 +159,7 @@ func (a *actor) popLeaving(ctx context.Context, c, b int, tenant string, q Queue
 	}
 	// It answered before the client left; whatever it got, the client
 	// walks away from.
-	if h := a.finishPop(call, b, code, raw, err, tenant, q, grp, false); h != nil {
+	if h := a.finishPop(call, b, code, raw, err, tenant, q, grp, autoAck); h != nil {
 		a.hist.Add(Event{K: KClient, What: "abandon", C: c, VT: a.vt(), Lease: h.lease})
 	}
 }

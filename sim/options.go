@@ -45,6 +45,10 @@ type Weights struct {
 	// before the broker starts on them (lockstep: the request's context
 	// is done when it is served; free-running: cancelled once written).
 	EarlyPct int
+	// LeaveAutoAckPct is the percentage of leaving pops of a consumer
+	// group that ask for autoAck (lockstep only): nobody receives what
+	// they claim, so the broker must leave it where it was.
+	LeaveAutoAckPct int
 	// PollPct is the percentage of pops that long-poll (free-running
 	// only): a push on another broker wakes them through the mesh.
 	PollPct int
@@ -69,11 +73,11 @@ var DefaultWeights = Weights{Push: 45, Pop: 30, Ack: 18, Extend: 2, Txn: 3, Aban
 // FaultAt is one scheduled fault.
 type FaultAt struct {
 	At     time.Duration // from the start of the safety phase
-	Kind   string        // pg.blackhole pg.refuse pg.delay pg.hold pg.reset broker.crash broker.stop broker.start clock.skew spool.eio spool.enospc spool.torn spool.poison mesh.drop mesh.delay mesh.reorder leader.double pg.readonly leader.kill
+	Kind   string        // pg.blackhole pg.refuse pg.delay pg.hold pg.reset broker.crash broker.stop broker.start clock.skew spool.eio spool.enospc spool.torn spool.poison spool.corrupt mesh.drop mesh.delay mesh.reorder leader.double pg.readonly leader.kill pg.rowlock wake.probe queue.recreate
 	Broker int           // -1: every broker
 	For    time.Duration // how long a pg.* fault lasts
 	By     time.Duration // clock.skew offset, pg.delay and mesh.delay delay, pg.hold longest hold
-	Count  int           // spool.eio, spool.enospc, spool.torn: how many writes fail
+	Count  int           // spool.eio, spool.enospc, spool.torn: how many writes fail; spool.corrupt: records pushed into the file it damages
 }
 
 // Options describe one simulator run. Everything random derives from Seed.

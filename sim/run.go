@@ -121,8 +121,12 @@ type runner struct {
 	probes sync.WaitGroup
 	// recreateProbes counts the re-create probes judged (queue.recreate).
 	recreateProbes atomic.Int64
-	pmu            sync.Mutex
-	probeStarved   []string
+	// rowLocks counts the row locks an outside session held (pg.rowlock).
+	rowLocks atomic.Int64
+	// staleProbes counts the stale-cache probes judged (cache.stale).
+	staleProbes  atomic.Int64
+	pmu          sync.Mutex
+	probeStarved []string
 	// streamQueries is the counting query's id per tenant.
 	streamQueries map[string]string
 	// edges are the keys pushed past a limit (queen/limits), and how.
@@ -137,6 +141,8 @@ type runner struct {
 	// starved says, per fault, why it could not do what it was scheduled
 	// for; a missing "sometimes" event is reported with these.
 	starved []string
+	// leaves counts the leaving pops that could ask for autoAck.
+	leaves int
 }
 
 type activeFault struct {
@@ -526,8 +532,30 @@ func (r *runner) step(rng *rand.Rand, c *client) {
 		if w.EarlyPct > 0 && pick(100) < w.EarlyPct {
 			wait = LeaveAtOnce
 		}
-		r.act.popLeaving(r.ctx, c.id, b, tenant, q, g, batch, wait)
+		r.act.popLeaving(r.ctx, c.id, b, tenant, q, g, batch, wait, r.leaveAutoAck(g))
 	}
+}
+
+// leaveAutoAck decides whether a leaving pop asks for autoAck
+// (Weights.LeaveAutoAckPct; lockstep only, where the client leaves while
+// the claim runs, before any answer could have been written). A counter
+// mixed with the seed decides, not the workload's stream, so seeds
+// without it draw exactly what they drew before.
+func (r *runner) leaveAutoAck(g string) bool {
+	if r.pg == nil || g == QueueMode || r.o.Weights.LeaveAutoAckPct == 0 {
+		return false
+	}
+	r.leaves++
+	return mix64(r.o.Seed^uint64(r.leaves)*0x9e3779b97f4a7c15)%100 < uint64(r.o.Weights.LeaveAutoAckPct)
+}
+
+// mix64 scrambles x (splitmix64's finalizer).
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
 }
 
 // strangerTenant is a tenant that owns nothing in any run.
@@ -739,7 +767,7 @@ func (r *runner) inject(f FaultAt) error {
 		return nil
 	case "queue.encrypt":
 		return r.encryptQueue(f)
-	case "wake.probe", "queue.recreate":
+	case "wake.probe", "queue.recreate", "cache.stale":
 		if r.cluster.Mesh() == nil {
 			return fmt.Errorf("%s needs a free-running run of two brokers or more", f.Kind)
 		}
@@ -749,10 +777,13 @@ func (r *runner) inject(f FaultAt) error {
 		r.probes.Add(1)
 		go func() {
 			defer r.probes.Done()
-			if f.Kind == "wake.probe" {
+			switch f.Kind {
+			case "wake.probe":
 				r.probeWakes(f)
-			} else {
+			case "queue.recreate":
 				r.probeRecreates(f)
+			default:
+				r.probeStales(f)
 			}
 		}()
 	case "sweeper.stall":
@@ -826,6 +857,21 @@ func (r *runner) inject(f FaultAt) error {
 				}
 			}
 		}
+		e.Until = e.VT
+	case "pg.rowlock":
+		// An outside session holds one row locked for For, beside the
+		// workload (free-running: lockstep serves one request at a time,
+		// so it could only stall itself); heal waits for it.
+		if r.pg != nil {
+			return fmt.Errorf("%s needs a free-running run", f.Kind)
+		}
+		r.jobs.Add(1)
+		go func() {
+			defer r.jobs.Done()
+			r.holdRow(f)
+		}()
+	case "spool.corrupt":
+		r.corruptSpools(f)
 		e.Until = e.VT
 	case "mesh.drop", "mesh.delay", "mesh.reorder":
 		m := r.cluster.Mesh()
@@ -982,6 +1028,12 @@ func (r *runner) heal() error {
 	}
 	if n := r.recreateProbes.Swap(0); n > 0 {
 		r.fired["queue.recreate"] += int(n)
+	}
+	if n := r.rowLocks.Swap(0); n > 0 {
+		r.fired["pg.rowlock"] += int(n)
+	}
+	if n := r.staleProbes.Swap(0); n > 0 {
+		r.fired["cache.stale"] += int(n)
 	}
 	r.pmu.Lock()
 	r.starved = append(r.starved, r.probeStarved...)

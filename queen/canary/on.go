@@ -40,5 +40,8 @@ import "os"
 // (a pop does not look at its client before it claims; the release after
 // the claim still gives the claim back), stale-ids-trusted (a cached id
 // found stale is not forgotten and retried: the path fails, or a pop finds
-// nothing, until the entry's ttl, as before issue 28 item 12).
+// nothing, until the entry's ttl, as before issue 28 item 12),
+// stale-cache-no-retry (a transaction that meets a stale cached partition
+// id fails without forgetting it, until the entry's ttl; plain pushes
+// still retry).
 func On(name string) bool { return os.Getenv("QUEEN_CANARY") == name }

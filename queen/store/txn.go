@@ -95,10 +95,17 @@ func (s *Store) TransactionWith(ctx context.Context, tenant string, ops []TxnOp,
 		res  []TxnResult
 		more TxnExtrasResult
 	}
-	a, err := freshRetry(s, func() (answer, error) {
+	once := func() (answer, error) {
 		res, more, err := s.transactionOnce(ctx, tenant, ops, requiredLeases, producerSub, extras)
 		return answer{res, more}, err
-	})
+	}
+	if canary.On("stale-cache-no-retry") {
+		// As before issue 28 item 12: the stale id stays cached, and
+		// the transaction fails until the entry's ttl.
+		a, err := once()
+		return a.res, a.more, err
+	}
+	a, err := freshRetry(s, once)
 	return a.res, a.more, err
 }
 

@@ -1,0 +1,180 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// FRowLockHeld is the fault event of a row lock an outside session held
+// (pg.rowlock): VT when it was granted, Until when it was let go, the
+// locked partition's key, What "partition" or "cursor" (G the cursor's
+// group).
+const FRowLockHeld = "pg.rowlock.held"
+
+// rowLockBoundMS is how long a push or ack of another partition may take,
+// when invoked while a row was held locked, if it answered only once the
+// lock was let go: what a combined statement waiting on the lock costs the
+// requests it carried. Generous against a loaded machine's latency, well
+// short of the hold (the generator's holds are 1.5-1.8 s, under the
+// simulated brokers' 2 s statement timeout, so a stalled request waits
+// for the release, not for its timeout).
+const rowLockBoundMS = 1000
+
+// holdRow (pg.rowlock, free-running) is an outside session, as an
+// operator's psql or a runaway job would be, holding one row of the run's
+// first tenant and queue FOR UPDATE for f.For: partition p0's row, or
+// (Count 1) its queue-mode cursor row. Only that partition's writers may
+// wait for it; the row-lock rule judges everyone else's pushes and acks.
+func (r *runner) holdRow(f FaultAt) {
+	what := "partition"
+	if f.Count == 1 {
+		what = "cursor"
+	}
+	e := Event{K: KFault, F: FRowLockHeld, What: what, Tenant: r.o.Tenants[0], Q: r.o.Queues[0].Name, P: "p0"}
+	if what == "cursor" {
+		e.G = QueueMode
+	}
+	ctx, cancel := context.WithTimeout(r.ctx, f.For+10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, r.cluster.DSN())
+	if err != nil {
+		r.starveRowLock(f, err)
+		return
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	lock := `SELECT count(*) FROM (SELECT 1 FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+		WHERE q.tenant_id = $1 AND q.name = $2 AND p.name = $3 FOR UPDATE OF p) t`
+	if what == "cursor" {
+		lock = `SELECT count(*) FROM (SELECT 1 FROM queen.partition_consumers pc JOIN queen.partitions p ON p.id = pc.partition_id
+			JOIN queen.queues q ON q.id = p.queue_id
+			WHERE q.tenant_id = $1 AND q.name = $2 AND p.name = $3 AND pc.consumer_group = $4 FOR UPDATE OF pc) t`
+	}
+	// A cursor row's lock bites acks: the session holds one batch of the
+	// partition's, popped just before, whose ack goes in while the row
+	// is held (it may wait; the acks of every other cursor may not).
+	var h *held
+	hb := 0
+	if what == "cursor" {
+		h, hb = r.popPartition(e.Tenant, r.o.Queues[0], e.P)
+	}
+	// The row exists once the workload pushed (or popped) it: wait for
+	// that, within a second.
+	for try := 0; ; try++ {
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			r.starveRowLock(f, err)
+			return
+		}
+		var n int
+		args := []any{e.Tenant, e.Q, e.P}
+		if what == "cursor" {
+			args = append(args, QueueMode)
+		}
+		if err := tx.QueryRow(ctx, lock, args...).Scan(&n); err != nil || n == 0 {
+			_ = tx.Rollback(ctx)
+			if err == nil && try < 50 {
+				time.Sleep(20 * time.Millisecond)
+				continue
+			}
+			r.starveRowLock(f, fmt.Errorf("no %s row to lock (%v)", what, err))
+			return
+		}
+		e.VT = r.vt()
+		acked := make(chan struct{})
+		go func() {
+			defer close(acked)
+			if h != nil {
+				r.act.ack(r.ctx, 0, hb, h, []string{"completed"})
+			}
+		}()
+		time.Sleep(f.For)
+		e.Until = r.vt()
+		_ = tx.Rollback(ctx)
+		<-acked
+		break
+	}
+	r.rowLocks.Add(1)
+	r.hist.Add(e)
+}
+
+// popPartition pops one message of one partition in queue mode, under a
+// lease, through the first broker up, recorded as client 0's.
+func (r *runner) popPartition(tenant string, q QueueSpec, p string) (*held, int) {
+	for b := 0; b < r.o.Brokers; b++ {
+		if !r.cluster.Up(b) {
+			continue
+		}
+		call := r.hist.Invoke(Event{Op: "pop", B: b, VT: r.vt(), Tenant: tenant, Q: q.Name, LeaseSecs: q.LeaseSecs})
+		code, raw, err := r.cluster.Do(r.ctx, b, "GET", "/api/v1/pop/queue/"+url.PathEscape(q.Name)+"/partition/"+url.PathEscape(p)+"?batch=1", tenant, nil)
+		return r.act.finishPop(call, b, code, raw, err, tenant, q, "", false), b
+	}
+	return nil, 0
+}
+
+func (r *runner) starveRowLock(f FaultAt, err error) {
+	r.pmu.Lock()
+	defer r.pmu.Unlock()
+	r.probeStarved = append(r.probeStarved, fmt.Sprintf("pg.rowlock at=%v: %v", f.At, err))
+}
+
+// CheckRowLocks: a row held locked by an outside session (pg.rowlock)
+// delays that row's writers only. A push to another partition, or an ack
+// of no message of the locked partition (of its group, for a cursor row),
+// invoked while the row was held, must not answer only after the lock was
+// let go, having taken longer than rowLockBoundMS: it was made to wait
+// behind a statement that waited for the lock (one combined statement at
+// a time, every request behind it).
+func CheckRowLocks(h []Event, _ Spec) []Violation {
+	var out []Violation
+	for _, l := range h {
+		if l.K != KFault || l.F != FRowLockHeld {
+			continue
+		}
+		locked := Key{l.Tenant, l.Q, l.P, ""}
+		for _, c := range calls(h) {
+			if c.done == nil || c.done.K == KInfo && c.done.Err == Cancelled || c.in.VT < l.VT || c.in.VT >= l.Until {
+				continue
+			}
+			took := c.done.VT - c.in.VT
+			if c.done.VT < l.Until || took <= rowLockBoundMS || touches(c.in, locked, l) {
+				continue
+			}
+			out = append(out, Violation{"row-lock", fmt.Sprintf("%s of %s (invoked at vt %d) answered at vt %d, %d ms later, after the %s row of %s/%s/%s held by an outside session from vt %d was let go at vt %d: it waited for another partition's lock",
+				c.in.Op, opTarget(c.in), c.in.VT, c.done.VT, took, l.What, l.Tenant, l.Q, l.P, l.VT, l.Until)})
+		}
+	}
+	return limit(out, 20)
+}
+
+// touches reports whether an operation is one the lock may hold up: a
+// push into the locked partition, an ack of one of its messages (in its
+// group, for a cursor row), anything but a push or an ack.
+func touches(in Event, locked Key, l Event) bool {
+	switch in.Op {
+	case "push":
+		return Key{in.Tenant, in.Q, in.P, ""} == locked
+	case "ack":
+		if in.Foreign {
+			return true
+		}
+		for _, m := range in.Msgs {
+			if (Key{m.Tenant, m.Q, m.P, ""}) == locked && (l.What != "cursor" || groupOf(in.G) == l.G) {
+				return true
+			}
+		}
+		return false
+	}
+	return true
+}
+
+// opTarget names an operation's target for a violation.
+func opTarget(in Event) string {
+	if in.Op == "push" {
+		return Key{in.Tenant, in.Q, in.P, in.Txid}.String()
+	}
+	return fmt.Sprintf("%d message(s) of %s/%s", len(in.Msgs), in.Tenant, in.Q)
+}
