@@ -62,14 +62,11 @@ func (p *probe) waitBlocked(watch *pgx.Conn, what string) {
 // longer than stallBound.
 func (p *probe) timedAll(what string, calls map[string]func() answer, ok func(answer) bool) {
 	var wg sync.WaitGroup
-	var mu sync.Mutex
 	for name, call := range calls {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			a := call()
-			mu.Lock()
-			defer mu.Unlock()
 			if !ok(a) {
 				p.failf("%s %s while a row is held: %s", what, name, a)
 			} else if a.took > stallBound {

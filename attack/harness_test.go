@@ -48,12 +48,15 @@ type probe struct {
 	failures int
 	took     time.Duration
 	client   *http.Client
+	mu       sync.Mutex // failf and triedf run from the probe's goroutines too
 }
 
 func (p *probe) failedAny() bool { return p.failed || (p.t != nil && p.t.Failed()) }
 
 // triedf records one thing the probe did to the broker.
 func (p *probe) triedf(format string, args ...any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	p.tried = append(p.tried, fmt.Sprintf(format, args...))
 }
 
@@ -65,6 +68,8 @@ const maxEvidence = 8
 func (p *probe) failf(format string, args ...any) {
 	p.t.Helper()
 	msg := strings.Join(strings.Fields(fmt.Sprintf(format, args...)), " ") // one line in the table
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	p.failed = true
 	p.t.Error(msg)
 	p.failures++

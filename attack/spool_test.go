@@ -65,6 +65,7 @@ func probeSharedSpool(p *probe) {
 	switch refusedOrServing(p, b) {
 	case "refused":
 		out := b.tail(2000)
+		p.triedf("it exited (%v): %s", b.err, lastLine(out))
 		if !strings.Contains(out, strconv.Itoa(a.cmd.Process.Pid)) && !strings.Contains(out, "attack-holder-a") {
 			p.failf("the second broker exited (%v) without naming the holder (pid %d or attack-holder-a): %s", b.err, a.cmd.Process.Pid, b.tail(300))
 		}
@@ -98,6 +99,16 @@ func probeSharedSpool(p *probe) {
 	if len(repeated) > 0 {
 		p.failf("%d delivered more than once: %s", len(repeated), firstFew(repeated))
 	}
+}
+
+// lastLine is the last line of s, cut to 200 bytes.
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	l := lines[len(lines)-1]
+	if len(l) > 200 {
+		l = l[:200] + "..."
+	}
+	return l
 }
 
 // refusedOrServing waits up to 30 s for b to exit non-zero or to answer
