@@ -118,6 +118,9 @@ var generatedCanaries = map[string]func(*scenarios.Scenario) bool{
 	"read-only-permanent": func(s *scenarios.Scenario) bool { return hasFault(s, "pg.readonly") },
 	// A refused batch quarantines its whole file, clients' records with it.
 	"spool-poison-whole-file": func(s *scenarios.Scenario) bool { return hasFault(s, "spool.poison") },
+	// A record failing its checksum with records after it is read as a
+	// torn tail: the rest of its file is dropped, nothing quarantined.
+	"spool-corrupt-drops-rest": func(s *scenarios.Scenario) bool { return hasFault(s, "spool.corrupt") },
 }
 
 func hasFault(s *scenarios.Scenario, kind string) bool {

@@ -43,5 +43,7 @@ import "os"
 // nothing, until the entry's ttl, as before issue 28 item 12),
 // stale-cache-no-retry (a transaction that meets a stale cached partition
 // id fails without forgetting it, until the entry's ttl; plain pushes
-// still retry).
+// still retry), spool-corrupt-drops-rest (a spool record failing its
+// checksum is read as a torn tail: the records after it are dropped and
+// nothing is quarantined, as before issue 28 item 2).
 func On(name string) bool { return os.Getenv("QUEEN_CANARY") == name }
