@@ -358,12 +358,12 @@ type poppedMsg struct {
 	Partition     string `json:"partition"`
 }
 
-// drain pops queue with autoAck until it answers 204 and counts each
+// drain pops queue with autoAck (headers: a token, say) until it answers 204 and counts each
 // transactionId delivered.
-func (p *probe) drain(url, queue string) map[string]int {
+func (p *probe) drain(url, queue string, headers ...string) map[string]int {
 	seen := map[string]int{}
 	for i := 0; i < 10000; i++ {
-		a := p.do("GET", url+"/api/v1/pop/queue/"+queue+"?batch=1000&partitions=100&autoAck=true", "")
+		a := p.do("GET", url+"/api/v1/pop/queue/"+queue+"?batch=1000&partitions=100&autoAck=true", "", headers...)
 		if a.code == 204 {
 			return seen
 		}

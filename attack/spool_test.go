@@ -201,10 +201,13 @@ func probeCorruptedSpool(p *probe) {
 	db, proxy := p.proxied(p.database())
 	dir := filepath.Join(p.t.TempDir(), "spool")
 	// A long drain cycle keeps the 50 records in one file.
-	b := p.start(db, dir, "FILE_BUFFER_FLUSH_MS=600000", "DB_STATEMENT_TIMEOUT=2000")
+	jwtOn := []string{"JWT_ENABLED=true", "JWT_SECRET=" + jwtSecret}
+	asA := tenantBearer("read-write", tenantA)
+	b := p.start(db, dir, append(jwtOn, "FILE_BUFFER_FLUSH_MS=600000", "DB_STATEMENT_TIMEOUT=2000")...)
 	proxy.SetMode(faults.Refuse, 0)
 	for i := 0; i < 50; i++ {
-		if a := p.pushItems(b.url, item("corrupt", "p", fmt.Sprintf("c%02d", i))); pushStatus(a) != "buffered" {
+		body := `{"items":[` + item("corrupt", "p", fmt.Sprintf("c%02d", i)) + `]}`
+		if a := p.do("POST", b.url+"/api/v1/push", body, asA...); pushStatus(a) != "buffered" {
 			p.fatalf("push %d with PostgreSQL unreachable answered %s, want buffered", i, a)
 		}
 	}
@@ -217,14 +220,14 @@ func probeCorruptedSpool(p *probe) {
 	if err := flipBit(victim); err != nil {
 		p.fatalf("flip a bit: %v", err)
 	}
-	p.triedf("50 pushes buffered, one bit flipped in record 10 (%s) of %s, restarted with PostgreSQL up",
+	p.triedf("tenant A's 50 pushes buffered, one bit flipped in record 10 (%s) of %s, restarted with PostgreSQL up; status/buffers as admin and as tenant B",
 		victim.transactionID, filepath.Base(victim.file))
 	proxy.SetMode(faults.Pass, 0)
-	b = p.start(db, dir)
+	b = p.start(db, dir, jwtOn...)
 	if !eventually(30*time.Second, func() bool { return len(spoolFiles(dir)) == 0 }) {
 		p.failf("spool files still there after 30 s: %v", spoolFiles(dir))
 	}
-	seen := p.drain(b.url, "corrupt")
+	seen := p.drain(b.url, "corrupt", asA...)
 	var want []string
 	for i := 0; i < 50; i++ {
 		if id := fmt.Sprintf("c%02d", i); id != victim.transactionID {
@@ -236,10 +239,16 @@ func probeCorruptedSpool(p *probe) {
 		p.failf("%d stored, want the 49 intact records once each (missing %s; repeated %s)", len(seen), firstFew(missing), firstFew(repeated))
 	}
 	p.checkQuarantineReason(b, dir)
+	for _, role := range []string{"read-write", "read-only"} {
+		a := p.do("GET", b.url+"/api/v1/status/buffers", "", tenantBearer(role, tenantB)...)
+		if body := string(a.body); strings.Contains(body, "corrupt") || strings.Contains(body, dir) {
+			p.failf("a %s token of tenant B sees tenant A's quarantined record or the spool's path: %s", role, a)
+		}
+	}
 }
 
 // checkQuarantineReason wants the corrupt record kept under failed/ and a
-// reason for it in GET /api/v1/status/buffers.
+// reason for it in GET /api/v1/status/buffers (read as admin).
 func (p *probe) checkQuarantineReason(b *broker, dir string) {
 	if kept, _ := os.ReadDir(filepath.Join(dir, "failed")); len(kept) == 0 {
 		p.failf("nothing kept under %s/failed: the corrupt record is gone", dir)
@@ -250,7 +259,7 @@ func (p *probe) checkQuarantineReason(b *broker, dir string) {
 			Reasons []map[string]any `json:"reasons"`
 		} `json:"quarantined"`
 	}
-	a := p.do("GET", b.url+"/api/v1/status/buffers", "")
+	a := p.do("GET", b.url+"/api/v1/status/buffers", "", bearer("admin")...)
 	if a.code != 200 || json.Unmarshal(a.body, &st) != nil {
 		p.fatalf("status/buffers: %s", a)
 	}
