@@ -34,6 +34,7 @@ var probes = []struct {
 	run  func(p *probe)
 }{
 	{"shared-spool-dir", probeSharedSpool},
+	{"kill-9-and-restart", probeKillRestart},
 	{"corrupted-spool-record", probeCorruptedSpool},
 	{"spool-permissions", probeSpoolPermissions},
 	{"spool-fs-full-or-read-only", probeSpoolFilesystem},

@@ -432,3 +432,38 @@ func (p *probe) pushExpectQueued(b *broker, queue, prefix string, n int, want *[
 		}
 	}
 }
+
+// probeKillRestart: a broker killed (SIGKILL) while it buffers pushes
+// during an outage, restarted on the same directory once PostgreSQL is
+// back: it must start (a dead broker holds no lock on the directory) and
+// store every push it acknowledged exactly once.
+func probeKillRestart(p *probe) {
+	db, proxy := p.proxied(p.database())
+	dir := filepath.Join(p.t.TempDir(), "spool")
+	a := p.start(db, dir, "DB_STATEMENT_TIMEOUT=2000")
+	p.triedf("4 pushers; PostgreSQL cut; the broker killed with SIGKILL 2 s into the outage; restarted on its directory with PostgreSQL back")
+	stop := make(chan struct{})
+	result := p.load([]func() string{func() string { return a.url }}, "k9", 4, stop)
+	time.Sleep(time.Second)
+	proxy.SetMode(faults.Refuse, 0)
+	time.Sleep(2 * time.Second)
+	_ = a.cmd.Process.Kill()
+	<-a.done
+	close(stop)
+	acked := result()
+	proxy.SetMode(faults.Pass, 0)
+	b := p.start(db, dir)
+	drained := p.waitSpoolDrained(b, 60*time.Second) && eventually(30*time.Second, func() bool { return len(spoolFiles(dir)) == 0 })
+	if !drained {
+		p.failf("spool not drained within 60 s of the restart: %v, files %v", p.bufferStatus(b.url), spoolFiles(dir))
+	}
+	seen := p.drain(b.url, "k9")
+	missing, repeated := missingOrRepeated(acked, seen)
+	p.triedf("%d pushes acknowledged, %d distinct stored", len(acked), len(seen))
+	if len(missing) > 0 {
+		p.failf("%d of %d acknowledged pushes lost: %s", len(missing), len(acked), firstFew(missing))
+	}
+	if len(repeated) > 0 {
+		p.failf("%d delivered more than once: %s", len(repeated), firstFew(repeated))
+	}
+}
