@@ -84,7 +84,7 @@ func opTable() map[string]map[string]string {
 				if !ok {
 					continue
 				}
-				if sel, ok := op.Value.(*ast.SelectorExpr); ok && stringLit(op.Key) != "" {
+				if sel, ok := op.Value.(*ast.SelectorExpr); ok && stringLit(op.Key) != "" && isIdent(sel.X, "auth") {
 					if out[route] == nil {
 						out[route] = map[string]string{}
 					}
@@ -98,6 +98,11 @@ func opTable() map[string]map[string]string {
 		out["POST /api/v1/timers"] = map[string]string{"schedule": "Produce", "reschedule": "ReadWrite", "cancel": "ReadWrite"}
 	}
 	return out
+}
+
+func isIdent(e ast.Expr, name string) bool {
+	id, ok := e.(*ast.Ident)
+	return ok && id.Name == name
 }
 
 func stringLit(e ast.Expr) string {
