@@ -1,10 +1,12 @@
 package httpapi_test
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
+	"net"
 	"runtime"
 	"strings"
 	"testing"
@@ -233,5 +235,45 @@ func TestPushItemCountIsBounded(t *testing.T) {
 	}
 	if r := e.do("POST", "/api/v1/push", body("many", 10000)); r.status != 201 {
 		t.Fatalf("push of 10000 items: %d %.200s", r.status, r.body)
+	}
+}
+
+// A pop whose answer cannot be written (the client read the status line
+// and hung up, here with 10 MB unread) gives its claim back: the message
+// is delivered to the next pop at once, not after the 300 s lease
+// (leased) nor never (autoAck, which completed it before).
+func TestPopWhoseAnswerCannotBeWrittenIsReleased(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	raw := make([]byte, 5<<20*3/4)
+	if _, err := rand.Read(raw); err != nil {
+		t.Fatal(err)
+	}
+	payload := base64.StdEncoding.EncodeToString(raw)
+	addr := strings.TrimPrefix(e.url, "http://")
+	for _, mode := range []string{"autoAck=true", "autoAck=false"} {
+		queue := "unwritten-" + mode[len("autoAck="):]
+		e.expect(e.do("POST", "/api/v1/configure", map[string]any{"queue": queue, "options": map[string]any{"leaseTime": 300}}), 200)
+		e.push(item{"queue": queue, "transactionId": "big", "payload": payload})
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(conn, "GET /api/v1/pop/queue/%s?%s HTTP/1.1\r\nHost: x\r\n\r\n", queue, mode)
+		status, err := bufio.NewReader(conn).ReadString('\n')
+		if err != nil || !strings.Contains(status, "200") {
+			t.Fatalf("%s: status line %q %v", mode, status, err)
+		}
+		_ = conn.Close() // megabytes unread: the broker's writes fail
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			if p := e.pop("/api/v1/pop/queue/" + queue + "?autoAck=true"); p != nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the answer nobody received kept its message (leased for 300 s, or consumed)", mode)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 	}
 }
