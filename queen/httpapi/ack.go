@@ -263,6 +263,10 @@ func (s *Server) transaction(w http.ResponseWriter, r *http.Request) {
 		}
 		names[i] = ops[i].Type
 	}
+	if err := tooManyTxnItems(ops); err != nil {
+		writeBad(w, err)
+		return
+	}
 	if denied := s.opsAllowed(r, names); denied != nil {
 		writeBad(w, denied)
 		return

@@ -277,3 +277,24 @@ func TestPopWhoseAnswerCannotBeWrittenIsReleased(t *testing.T) {
 		}
 	}
 }
+
+// A transaction's push operations together are one push: more items than
+// limits.PushItems is 413 naming them, nothing written.
+func TestTransactionPushItemCountIsBounded(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	op := func(n int) map[string]any {
+		items := make([]map[string]any, n)
+		for i := range items {
+			items[i] = map[string]any{"queue": "txn-many"}
+		}
+		return map[string]any{"type": "push", "items": items}
+	}
+	r := e.do("POST", "/api/v1/transaction", map[string]any{"operations": []any{op(6000), op(4001)}})
+	if r.status != 413 || !strings.Contains(string(r.body), "items") {
+		t.Fatalf("transaction pushing 10001 items: %d %.300s", r.status, r.body)
+	}
+	if r := e.do("GET", "/api/v1/resources/queues/txn-many", nil); r.status != 404 {
+		t.Fatalf("the refused transaction wrote something: %d %s", r.status, r.body)
+	}
+}

@@ -106,6 +106,19 @@ func decodePushWires(body []byte) ([]pushItemWire, bool, error) {
 	return *b.Items, true, tooManyItems(len(*b.Items))
 }
 
+// tooManyTxnItems applies limits.PushItems to a transaction: its push
+// operations together are one push.
+func tooManyTxnItems(ops []store.TxnOp) error {
+	n := 0
+	for _, op := range ops {
+		n += len(op.Items)
+	}
+	if err := limits.PushItems.Check("operations[].", n); err != nil {
+		return &badRequest{http.StatusRequestEntityTooLarge, err.Error()}
+	}
+	return nil
+}
+
 // tooManyItems refuses a push of more items than limits.PushItems allows:
 // 413, the request is too large, naming the field; nothing is written.
 func tooManyItems(n int) error {
