@@ -6,6 +6,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -597,7 +598,7 @@ func readBody(r *http.Request, allowEmpty bool) ([]byte, error) {
 		}
 		return nil, bad("reading body: %v", err)
 	}
-	if len(strings.TrimSpace(string(body))) == 0 {
+	if len(bytes.TrimSpace(body)) == 0 {
 		if allowEmpty {
 			return nil, nil
 		}
