@@ -16,10 +16,20 @@ const (
 	maxNumericExponent  = 1<<30 - 1 // INT_MAX / 2
 )
 
+// MaxNumberExpansion bounds how much longer a document's numbers are as
+// PostgreSQL prints them than as written. jsonb keeps a number as numeric
+// and prints it in full: "1e131071" is 8 bytes written and 131,072 digits
+// read back. Unbounded, a small push could store a message whose text
+// exceeds PostgreSQL's 1 GB limit, and every pop of its partition would
+// fail on it for good.
+const MaxNumberExpansion = 1 << 20
+
 // JSON refuses a valid JSON text that jsonb would not store: invalid UTF-8
 // (SQLSTATE 22021), a \u0000 escape or a lone UTF-16 surrogate escape
-// (22P05), or a number outside numeric's range (22003). The decoder has
-// already checked the syntax; name is the field errors say.
+// (22P05), or a number outside numeric's range (22003); and one whose
+// numbers, printed, would be more than MaxNumberExpansion bytes longer than
+// written. The decoder has already checked the syntax; name is the field
+// errors say.
 func JSON(name string, raw []byte) error {
 	if canary.On("limits-off") {
 		return nil
@@ -27,6 +37,7 @@ func JSON(name string, raw []byte) error {
 	if !utf8.Valid(raw) {
 		return &Error{name, "is not valid UTF-8"}
 	}
+	grown := 0
 	for i := 0; i < len(raw); i++ {
 		switch c := raw[i]; {
 		case c == '"':
@@ -37,8 +48,12 @@ func JSON(name string, raw []byte) error {
 			i = end
 		case c == '-' || '0' <= c && c <= '9':
 			end := scanNumber(raw, i)
-			if why := numericRange(raw[i:end]); why != "" {
+			printed, why := numericRange(raw[i:end])
+			if why != "" {
 				return &Error{name, fmt.Sprintf("holds the number %s, which %s", clip(raw[i:end]), why)}
+			}
+			if grown += printed - (end - i); grown > MaxNumberExpansion {
+				return &Error{name, fmt.Sprintf("holds numbers that PostgreSQL prints more than %d bytes longer than written (the number %s is one)", MaxNumberExpansion, clip(raw[i:end]))}
 			}
 			i = end - 1
 		}
@@ -125,13 +140,15 @@ func scanNumber(raw []byte, at int) int {
 	return i
 }
 
-// numericRange says why PostgreSQL's numeric_in refuses a JSON number, or "".
-// It follows numeric_in: digits and exponent give a display scale
-// (fraction digits less the exponent, at least 0) and, for a value that is
-// not zero, the count of digits before the point.
-func numericRange(num []byte) string {
+// numericRange says why PostgreSQL's numeric_in refuses a JSON number, or
+// "" and the length of the number as PostgreSQL prints it. It follows
+// numeric_in: digits and exponent give a display scale (fraction digits less
+// the exponent, at least 0) and, for a value that is not zero, the count of
+// digits before the point.
+func numericRange(num []byte) (printed int, why string) {
+	sign := 0
 	if len(num) > 0 && num[0] == '-' {
-		num = num[1:]
+		num, sign = num[1:], 1
 	}
 	var intPart, frac []byte
 	i := 0
@@ -150,11 +167,16 @@ func numericRange(num []byte) string {
 	if i < len(num) && (num[i] == 'e' || num[i] == 'E') {
 		var ok bool
 		if exp, ok = exponent(num[i+1:]); !ok {
-			return "is beyond the exponent PostgreSQL's numeric takes"
+			return 0, "is beyond the exponent PostgreSQL's numeric takes"
 		}
 	}
-	if scale := len(frac) - exp; scale > maxNumericScale {
-		return fmt.Sprintf("has %d digits after the decimal point; PostgreSQL's numeric holds %d", scale, maxNumericScale)
+	scale := max(len(frac)-exp, 0)
+	if scale > maxNumericScale {
+		return 0, fmt.Sprintf("has %d digits after the decimal point; PostgreSQL's numeric holds %d", scale, maxNumericScale)
+	}
+	fraction := 0
+	if scale > 0 {
+		fraction = 1 + scale // the point and the digits after it
 	}
 	lead := 0
 	digits := len(intPart) + len(frac)
@@ -162,12 +184,13 @@ func numericRange(num []byte) string {
 		lead++
 	}
 	if lead == digits {
-		return "" // zero: only its scale matters
+		return 1 + fraction, "" // zero (printed unsigned): only its scale matters
 	}
-	if before := len(intPart) - lead + exp; before > maxNumericIntDigits {
-		return fmt.Sprintf("has %d digits before the decimal point; PostgreSQL's numeric holds %d", before, maxNumericIntDigits)
+	before := len(intPart) - lead + exp
+	if before > maxNumericIntDigits {
+		return 0, fmt.Sprintf("has %d digits before the decimal point; PostgreSQL's numeric holds %d", before, maxNumericIntDigits)
 	}
-	return ""
+	return sign + max(before, 1) + fraction, ""
 }
 
 func digitAt(intPart, frac []byte, k int) byte {

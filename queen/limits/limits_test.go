@@ -132,3 +132,56 @@ func TestCountCheck(t *testing.T) {
 		t.Fatalf("past the bound: %v", err)
 	}
 }
+
+// TestNumberPrintedLengthAgreesWithPostgreSQL: the length limits.JSON
+// charges a number is the length jsonb prints it at, on numbers drawn with
+// signs, zeros, fractions and exponents of every direction.
+func TestNumberPrintedLengthAgreesWithPostgreSQL(t *testing.T) {
+	pool := storetest.Pool(t)
+	rapid.Check(t, func(t *rapid.T) {
+		num := ""
+		if rapid.Bool().Draw(t, "neg") {
+			num = "-"
+		}
+		num += rapid.SampledFrom([]string{"0", "7", "10", "123", "9007199254740993"}).Draw(t, "int")
+		if f := rapid.SampledFrom([]string{"", ".0", ".5", ".25", ".000", ".0301"}).Draw(t, "frac"); f != "" {
+			num += f
+		}
+		if rapid.Bool().Draw(t, "hasExp") {
+			num += rapid.SampledFrom([]string{"e", "E", "e+", "e-", "E-"}).Draw(t, "e") + strconv.Itoa(rapid.IntRange(0, 3000).Draw(t, "exp"))
+		}
+		got, why := limits.NumericPrinted(num)
+		if why != "" {
+			t.Fatalf("%s refused: %s", num, why)
+		}
+		var want int
+		if err := pool.QueryRow(context.Background(), `SELECT length(($1::text)::jsonb::text)`, num).Scan(&want); err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Fatalf("%s: limits charges %d printed bytes, PostgreSQL prints %d", num, got, want)
+		}
+	})
+}
+
+// TestNumbersThatExpandPastTheBoundAreRefused: a few bytes of exponent
+// notation that PostgreSQL would print as megabytes of digits are refused,
+// naming the field; the same numbers under the bound pass, and PostgreSQL
+// does store what is refused (only the broker's bound refuses it).
+func TestNumbersThatExpandPastTheBoundAreRefused(t *testing.T) {
+	pool := storetest.Pool(t)
+	many := func(n int, num string) string { return "[" + strings.TrimSuffix(strings.Repeat(num+",", n), ",") + "]" }
+	big := many(9, "1e131071") // 9 x 131,072 digits from 81 bytes: past 1 MiB
+	if err := limits.JSON("payload", []byte(big)); err == nil || !strings.Contains(err.Error(), "payload") {
+		t.Fatalf("9 x 1e131071: %v, want a refusal naming payload", err)
+	}
+	if !jsonbTakes(pool, big) {
+		t.Fatal("PostgreSQL refuses the document itself; the test proves nothing")
+	}
+	if err := limits.JSON("payload", []byte(many(7, "1e131071"))); err != nil {
+		t.Fatalf("7 x 1e131071 (under 1 MiB printed): %v", err)
+	}
+	if err := limits.JSON("payload", []byte(many(100, "-1e-16000"))); err == nil {
+		t.Fatal("100 x -1e-16000, past the bound was taken")
+	}
+}
