@@ -222,6 +222,16 @@ func TestDeleteKeepsCacheIsCaughtByGeneratedFreeSeeds(t *testing.T) {
 	huntFree(t, "delete-keeps-cache", func(s *scenarios.Scenario) bool { return hasFault(s, "queue.recreate") })
 }
 
+// TestLockStallsAllIsCaughtByGeneratedFreeSeeds: a combined push or ack
+// statement that waits for a row lock as long as it takes (no lock wait
+// bound, its calls never split out to run alone) holds up every request
+// behind it; only the row-lock rule, which times the other partitions'
+// pushes and acks while an outside session holds one row (pg.rowlock),
+// sees it.
+func TestLockStallsAllIsCaughtByGeneratedFreeSeeds(t *testing.T) {
+	huntFree(t, "lock-stalls-all", func(s *scenarios.Scenario) bool { return hasFault(s, "pg.rowlock") })
+}
+
 // TestStaleCacheNoRetryIsCaughtByGeneratedFreeSeeds: a transaction that
 // meets a cached partition id deleted through another broker fails, and
 // keeps failing, rather than forget the id and run again (a plain push

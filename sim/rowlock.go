@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -56,10 +57,14 @@ func (r *runner) holdRow(f FaultAt) {
 	// A cursor row's lock bites acks: the session holds one batch of the
 	// partition's, popped just before, whose ack goes in while the row
 	// is held (it may wait; the acks of every other cursor may not).
-	var h *held
+	var h, other *held
 	hb := 0
 	if what == "cursor" {
-		h, hb = r.popPartition(e.Tenant, r.o.Queues[0], e.P)
+		h, hb = r.popPartition(e.Tenant, r.o.Queues[0], e.P, -1)
+		other, _ = r.popPartition(e.Tenant, r.o.Queues[0], "p1", hb)
+	}
+	if what == "cursor" && h == nil {
+		r.starveRowLock(f, fmt.Errorf("partition %s had no message to hold an ack of", e.P))
 	}
 	// The row exists once the workload pushed (or popped) it: wait for
 	// that, within a second.
@@ -84,30 +89,83 @@ func (r *runner) holdRow(f FaultAt) {
 			return
 		}
 		e.VT = r.vt()
-		acked := make(chan struct{})
-		go func() {
-			defer close(acked)
-			if h != nil {
-				r.act.ack(r.ctx, 0, hb, h, []string{"completed"})
-			}
-		}()
+		var wg sync.WaitGroup
+		if what == "cursor" {
+			r.ackUnderLock(&wg, hb, h, other)
+		} else {
+			r.pushUnderLock(&wg, e)
+		}
 		time.Sleep(f.For)
 		e.Until = r.vt()
 		_ = tx.Rollback(ctx)
-		<-acked
+		wg.Wait()
 		break
 	}
 	r.rowLocks.Add(1)
 	r.hist.Add(e)
 }
 
-// popPartition pops one message of one partition in queue mode, under a
-// lease, through the first broker up, recorded as client 0's.
-func (r *runner) popPartition(tenant string, q QueueSpec, p string) (*held, int) {
+// underLockPushes is how many pushes into the locked partition each
+// broker is sent at once while the row is held: more than the simulated
+// brokers' push statements in flight (4), so a combiner that lets a
+// statement wait for the lock has every slot taken by one.
+const underLockPushes = 6
+
+// pushUnderLock sends, through every broker up, underLockPushes pushes
+// into the locked partition at once (they may wait for the lock), and
+// then, one after another, three pushes into another partition of the
+// same queue (they may not): client 0's, recorded like any.
+func (r *runner) pushUnderLock(wg *sync.WaitGroup, l Event) {
 	for b := 0; b < r.o.Brokers; b++ {
 		if !r.cluster.Up(b) {
 			continue
 		}
+		for i := 0; i < underLockPushes; i++ {
+			k := Key{Tenant: l.Tenant, Q: l.Q, P: l.P, Txid: fmt.Sprintf("s%x-locked-b%d-%d-%d", r.o.Seed&0xffff, b, l.VT, i)}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r.act.push(r.ctx, 0, b, k)
+			}()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 3; i++ {
+				time.Sleep(100 * time.Millisecond)
+				r.act.push(r.ctx, 0, b, Key{Tenant: l.Tenant, Q: l.Q, P: "p1", Txid: fmt.Sprintf("s%x-unlocked-b%d-%d-%d", r.o.Seed&0xffff, b, l.VT, i)})
+			}
+		}()
+	}
+}
+
+// ackUnderLock acks h (a message of the locked cursor's partition: it may
+// wait for the lock) through broker b, and a moment later other (one of
+// another partition: it may not).
+func (r *runner) ackUnderLock(wg *sync.WaitGroup, b int, h, other *held) {
+	for i, x := range []*held{h, other} {
+		if x == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			time.Sleep(time.Duration(i) * 100 * time.Millisecond)
+			r.act.ack(r.ctx, 0, b, x, []string{"completed"})
+		}()
+	}
+}
+
+// popPartition pops one message of one partition in queue mode, under a
+// lease, through broker only (or, when only is -1, the first broker up),
+// recorded as client 0's.
+func (r *runner) popPartition(tenant string, q QueueSpec, p string, only int) (*held, int) {
+	for b := 0; b < r.o.Brokers; b++ {
+		if !r.cluster.Up(b) || (only >= 0 && b != only) {
+			continue
+		}
+		// One message at least to pop (any of the partition's may come).
+		r.act.push(r.ctx, 0, b, Key{Tenant: tenant, Q: q.Name, P: p, Txid: fmt.Sprintf("s%x-held-%s-%d", r.o.Seed&0xffff, p, r.vt())})
 		call := r.hist.Invoke(Event{Op: "pop", B: b, VT: r.vt(), Tenant: tenant, Q: q.Name, LeaseSecs: q.LeaseSecs})
 		code, raw, err := r.cluster.Do(r.ctx, b, "GET", "/api/v1/pop/queue/"+url.PathEscape(q.Name)+"/partition/"+url.PathEscape(p)+"?batch=1", tenant, nil)
 		return r.act.finishPop(call, b, code, raw, err, tenant, q, "", false), b

@@ -45,5 +45,7 @@ import "os"
 // id fails without forgetting it, until the entry's ttl; plain pushes
 // still retry), spool-corrupt-drops-rest (a spool record failing its
 // checksum is read as a torn tail: the records after it are dropped and
-// nothing is quarantined, as before issue 28 item 2).
+// nothing is quarantined, as before issue 28 item 2), lock-stalls-all (a
+// combined push or ack statement waits for a row lock with no bound, so
+// every request behind it waits too, as before issue 28 item 8).
 func On(name string) bool { return os.Getenv("QUEEN_CANARY") == name }

@@ -264,7 +264,7 @@ func ackKey(r ackRow) string { return r.PartitionID + "/" + r.Group }
 // ackStatement runs ackCompletedSQL over rows and answers one result per
 // row, in order.
 func (s *Store) ackStatement(ctx context.Context, rows []ackRow) ([]AckResult, error) {
-	p := ackCompletedParams{Now: s.dbNow(), IgnoreLease: canary.On("ack-ignores-lease"), LockWait: rowLockWait}
+	p := ackCompletedParams{Now: s.dbNow(), IgnoreLease: canary.On("ack-ignores-lease"), LockWait: lockWait()}
 	for _, r := range rows {
 		p.PartitionIDs = append(p.PartitionIDs, r.PartitionID)
 		p.TransactionIDs = append(p.TransactionIDs, r.TransactionID)

@@ -206,6 +206,16 @@ func (c *combiner[In, Out]) take() []*combined[In, Out] {
 // the statement.
 const rowLockWait = "200ms"
 
+// lockWait is rowLockWait; under the lock-stalls-all canary "0" (no bound),
+// as before issue 28 item 8: a combined statement waits for a row lock as
+// long as it takes, with every request behind it.
+func lockWait() string {
+	if canary.On("lock-stalls-all") {
+		return "0"
+	}
+	return rowLockWait
+}
+
 // appendCombined is the combiner's statement: every call's rows in one
 // appendSQL. A permanent error (a row PostgreSQL refuses) re-runs the calls
 // one by one, so one bad push never fails another's.
@@ -213,7 +223,7 @@ func (s *Store) appendCombined(ctx context.Context, batch []*pushCall) {
 	runJoint(batch, func(rows []appendRow) ([]appendOut, error) {
 		var out []appendOut
 		err := s.retryContention(ctx, false, func(ctx context.Context) (err error) {
-			out, err = s.appendDistinctWaiting(ctx, s.pool, rows, rowLockWait)
+			out, err = s.appendDistinctWaiting(ctx, s.pool, rows, lockWait())
 			return err
 		})
 		return out, err
@@ -225,7 +235,7 @@ func (s *Store) appendCombined(ctx context.Context, batch []*pushCall) {
 func (s *Store) appendAlone(ctx context.Context, rows []appendRow) ([]appendOut, error) {
 	var out []appendOut
 	err := s.retryContention(ctx, true, func(ctx context.Context) (err error) {
-		out, err = s.appendDistinctWaiting(ctx, s.pool, rows, rowLockWait)
+		out, err = s.appendDistinctWaiting(ctx, s.pool, rows, lockWait())
 		return err
 	})
 	return out, err
