@@ -11,6 +11,7 @@ import (
 
 	"github.com/queen-go/queen/queen/store/storetest"
 	"github.com/queen-go/queen/scenarios"
+	"github.com/queen-go/queen/sim"
 )
 
 // canaries are the bugs planted in queen/store behind the canary build tag.
@@ -121,6 +122,24 @@ var generatedCanaries = map[string]func(*scenarios.Scenario) bool{
 	// A record failing its checksum with records after it is read as a
 	// torn tail: the rest of its file is dropped, nothing quarantined.
 	"spool-corrupt-drops-rest": func(s *scenarios.Scenario) bool { return hasFault(s, "spool.corrupt") },
+	// An autoAck pop whose client left while it claimed consumes what it
+	// claimed: nobody receives it.
+	"autoack-consumes-undelivered": func(s *scenarios.Scenario) bool {
+		return s.Weights.Leave > 0 && s.Weights.LeaveAutoAckPct > 0 && hasGroup(s)
+	},
+}
+
+// hasGroup reports whether a queue of s is read by a consumer group (the
+// leaving pops ask for autoAck only in groups).
+func hasGroup(s *scenarios.Scenario) bool {
+	for _, q := range s.Queues {
+		for _, g := range q.Groups {
+			if g != sim.QueueMode {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func hasFault(s *scenarios.Scenario, kind string) bool {

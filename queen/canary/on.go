@@ -47,5 +47,8 @@ import "os"
 // checksum is read as a torn tail: the records after it are dropped and
 // nothing is quarantined, as before issue 28 item 2), lock-stalls-all (a
 // combined push or ack statement waits for a row lock with no bound, so
-// every request behind it waits too, as before issue 28 item 8).
+// every request behind it waits too, as before issue 28 item 8),
+// autoack-consumes-undelivered (an autoAck pop's claim completes what it
+// claims, so an answer its client never got loses it, as before issue 28
+// item 3).
 func On(name string) bool { return os.Getenv("QUEEN_CANARY") == name }

@@ -74,6 +74,11 @@ func (s *Server) parsePop(r *http.Request) (popParams, error) {
 		LeaseSeconds: queryInt(q, "leaseSeconds", 0),
 		MaxBytes:     s.cfg.MaxPopBytes,
 	}
+	if canary.On("autoack-consumes-undelivered") {
+		// As before issue 28 item 3: the claim itself completes, so an
+		// answer nobody receives loses what it claimed.
+		p.req.AutoAck, p.autoAck = p.autoAck, false
+	}
 	if queryBool(q, "autopilot") {
 		if !q.Has("batch") {
 			p.req.Batch = min(autopilotBatch, s.cfg.MaxPopBatch)
