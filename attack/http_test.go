@@ -255,6 +255,7 @@ func hostileCases() []hostile {
 	return []hostile{
 		{"body beyond QUEEN_MAX_BODY_BYTES (2 MiB)", "POST", "/api/v1/push", `{"items":[{"queue":"h","payload":"` + strings.Repeat("x", 2<<20) + `"}]}`, true, nil},
 		{"10,001 items beyond the per-push limit", "POST", "/api/v1/push", `{"items":[` + strings.Join(many, ",") + `]}`, true, nil},
+		{"a transaction of 10,001 pushed items", "POST", "/api/v1/transaction", `{"operations":[{"type":"push","items":[` + strings.Join(many, ",") + `]}]}`, true, nil},
 		{"payload nested 100,000 deep", "POST", "/api/v1/push", `{"items":[{"queue":"h","payload":` + nest + `}]}`, true, nil},
 		{"items nested 100,000 deep", "POST", "/api/v1/push", `{"items":` + nest + `}`, true, nil},
 		{"invalid UTF-8 payload", "POST", "/api/v1/push", "{\"items\":[{\"queue\":\"h\",\"payload\":\"\xff\xfe\"}]}", true, nil},
