@@ -116,14 +116,15 @@ func (a *Arbiter) Acquire(ctx context.Context, l Lane) (func(), error) {
 
 func (a *Arbiter) releaser(l Lane) func() {
 	var once sync.Once
-	return func() {
-		once.Do(func() {
-			a.mu.Lock()
-			defer a.mu.Unlock()
-			a.inflight[l]--
-			a.wake()
-		})
-	}
+	return func() { once.Do(func() { a.free(l) }) }
+}
+
+// free gives a slot of lane l back and grants it on.
+func (a *Arbiter) free(l Lane) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.inflight[l]--
+	a.wake()
 }
 
 // wake grants free slots by the grant rule. Caller holds mu.

@@ -149,3 +149,52 @@ func TestDrainGetsItsShareUnderSaturation(t *testing.T) {
 		g.rel()
 	}
 }
+
+// TestAwayGivesTheSlotBackWhileItWaits: a slot taken with Hold is free for
+// others while its holder waits in Away, taken again after, and released
+// once; when it cannot be had again (the context ended) the holder's
+// release gives back nothing it does not hold.
+func TestAwayGivesTheSlotBackWhileItWaits(t *testing.T) {
+	a := New(1, 0)
+	ctx, release, err := a.Hold(context.Background(), Push)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Away(ctx, func() {
+		other, err := a.Acquire(context.Background(), Ack)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		other()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if s := a.Stats(); s.Inflight[Push] != 1 {
+		t.Fatalf("after Away: %+v, want the push slot taken again", s)
+	}
+	release()
+	release()
+	if s := a.Stats(); s.Inflight[Push] != 0 {
+		t.Fatalf("after release: %+v", s)
+	}
+
+	cctx, cancel := context.WithCancel(context.Background())
+	ctx, release, err = a.Hold(cctx, Push)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var blocker func()
+	err = Away(ctx, func() {
+		blocker, _ = a.Acquire(context.Background(), Ack) // takes the freed slot
+		cancel()
+	})
+	if err == nil {
+		t.Fatal("Away took a slot the budget does not have")
+	}
+	release()
+	blocker()
+	if s := a.Stats(); s.Inflight[Push] != 0 || s.Inflight[Ack] != 0 {
+		t.Fatalf("a slot leaked or went negative: %+v", s)
+	}
+}

@@ -167,11 +167,11 @@ func (s *Server) applyAcks(w http.ResponseWriter, r *http.Request, group string,
 			items[i].PartitionID = "00000000-0000-0000-0000-000000000000"
 		}
 	}
-	release, err := s.admit(r, admission.Ack)
+	ctx, release, err := s.hold(r, admission.Ack)
 	if err != nil {
 		return
 	}
-	results, err := s.store.Ack(r.Context(), tenantOf(r), group, items)
+	results, err := s.store.Ack(ctx, tenantOf(r), group, items)
 	release()
 	if err != nil {
 		s.storeError(w, r, "ack", err)

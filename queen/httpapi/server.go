@@ -767,6 +767,16 @@ func (s *Server) admit(r *http.Request, lane admission.Lane) (func(), error) {
 	return s.arbiter.Acquire(r.Context(), lane)
 }
 
+// hold is admit for work that may wait on a row locked elsewhere: the
+// context it returns carries the slot, which the store gives back while it
+// waits (admission.Away).
+func (s *Server) hold(r *http.Request, lane admission.Lane) (context.Context, func(), error) {
+	if s.arbiter == nil {
+		return r.Context(), func() {}, nil
+	}
+	return s.arbiter.Hold(r.Context(), lane)
+}
+
 // statusRecorder notes the status a handler answered, for the access log.
 type statusRecorder struct {
 	http.ResponseWriter

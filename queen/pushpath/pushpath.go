@@ -91,7 +91,7 @@ func (p *Path) Push(ctx context.Context, tenant, sub string, items []store.PushI
 		// the spool's, so the push goes to PostgreSQL.
 		p.o.Log.Warn("push: the spool could not take this push and the database answers; committing it there", "err", out.SpoolErr)
 	}
-	release, err := p.admit(ctx)
+	ctx, release, err := p.admit(ctx)
 	if err != nil {
 		return Outcome{}, ErrCancelled
 	}
@@ -131,11 +131,13 @@ func (p *Path) Replay(ctx context.Context, tenant string, items []store.PushItem
 
 func (p *Path) diverted() bool { return p.o.Diverted != nil && p.o.Diverted() }
 
-func (p *Path) admit(ctx context.Context) (func(), error) {
+// admit takes a push slot; the context returned carries it, so a push
+// waiting on a row locked elsewhere gives it back meanwhile.
+func (p *Path) admit(ctx context.Context) (context.Context, func(), error) {
 	if p.o.Arbiter == nil {
-		return func() {}, nil
+		return ctx, func() {}, nil
 	}
-	return p.o.Arbiter.Acquire(ctx, admission.Push)
+	return p.o.Arbiter.Hold(ctx, admission.Push)
 }
 
 // databaseAnswers asks the drain's probe (its own connection) whether the

@@ -3,12 +3,14 @@ package store
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/queen-go/queen/queen/admission"
 	"github.com/queen-go/queen/queen/canary"
 )
 
@@ -47,8 +49,8 @@ type combiner[In, Out any] struct {
 	mu       sync.Mutex
 	inFlight int
 	waiting  []*combined[In, Out]
-	// held counts, per key, the calls running alone on it.
-	held map[string]int
+	// held is, per key, the calls running alone on it.
+	held map[string]*turn
 }
 
 // combined is one call waiting in or running through a combiner: its rows
@@ -127,30 +129,83 @@ func (c *combiner[In, Out]) answer(ctx context.Context, call *combined[In, Out])
 	return call.out, call.err
 }
 
-// runAlone runs rows outside the slots, their keys held meanwhile.
+// runAlone runs rows outside the slots, their keys held meanwhile. Calls
+// on one key run alone one at a time (their turn, keys taken in order): a
+// locked row costs one connection trying it, not one per writer waiting.
+// A call waiting for its turn gives its admission slot back meanwhile
+// (admission.Away), so the writers of a locked row never hold the budget
+// everyone else needs.
 func (c *combiner[In, Out]) runAlone(ctx context.Context, rows []In) ([]Out, error) {
-	keys := make(map[string]bool, len(rows))
+	keys := make([]string, 0, len(rows))
 	for _, r := range rows {
-		keys[c.key(r)] = true
+		keys = append(keys, c.key(r))
 	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
 	c.mu.Lock()
 	if c.held == nil {
-		c.held = map[string]int{}
+		c.held = map[string]*turn{}
 	}
-	for k := range keys {
-		c.held[k]++
+	turns := make([]*turn, len(keys))
+	for i, k := range keys {
+		if c.held[k] == nil {
+			c.held[k] = &turn{ch: make(chan struct{}, 1)}
+		}
+		turns[i] = c.held[k]
+		turns[i].n++
 	}
 	c.mu.Unlock()
+	taken := 0
 	defer func() {
+		for _, t := range turns[:taken] {
+			<-t.ch
+		}
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		for k := range keys {
-			if c.held[k]--; c.held[k] == 0 {
+		for i, k := range keys {
+			if turns[i].n--; turns[i].n == 0 {
 				delete(c.held, k)
 			}
 		}
 	}()
+	for _, t := range turns {
+		if err := t.take(ctx); err != nil {
+			return nil, err
+		}
+		taken++
+	}
 	return c.alone(ctx, rows)
+}
+
+// turn orders the calls running alone on one key.
+type turn struct {
+	n  int           // calls running alone on the key, waiting or not; under mu
+	ch chan struct{} // holds a token while one of them runs
+}
+
+// take waits for the key's turn, away from its admission slot if it must
+// wait at all.
+func (t *turn) take(ctx context.Context) error {
+	select {
+	case t.ch <- struct{}{}:
+		return nil
+	default:
+	}
+	got := false
+	err := admission.Away(ctx, func() {
+		select {
+		case t.ch <- struct{}{}:
+			got = true
+		case <-ctx.Done():
+		}
+	})
+	if err != nil && got {
+		<-t.ch // the turn came, the slot did not: pass the turn on
+	}
+	if err == nil && !got {
+		err = ctx.Err()
+	}
+	return err
 }
 
 // namesHeld reports whether a row of rows names a key a call running alone
@@ -160,7 +215,7 @@ func (c *combiner[In, Out]) namesHeld(rows []In) bool {
 		return false
 	}
 	for _, r := range rows {
-		if c.held[c.key(r)] > 0 {
+		if c.held[c.key(r)] != nil {
 			return true
 		}
 	}
@@ -298,6 +353,24 @@ func swapAnswers[In, Out any](batch []*combined[In, Out]) {
 	}
 }
 
+// pause waits d or until ctx ends (its error), away from the caller's
+// admission slot when away is admission.Away.
+func (s *Store) pause(ctx context.Context, d time.Duration, away func(context.Context, func()) error) error {
+	wait := func() {
+		t := s.cache.clock.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+		case <-t.C():
+		}
+	}
+	if away == nil {
+		wait()
+		return ctx.Err()
+	}
+	return away(ctx, wait)
+}
+
 // contentionRetries is how often a push statement that lost a lock race
 // (deadlock, serialization failure) runs again at once, before its error
 // reaches the caller.
@@ -341,12 +414,14 @@ func (s *Store) retryContention(ctx context.Context, alone bool, statement func(
 		if lockTimedOut(err) {
 			pause = min(20*time.Millisecond<<min(attempt, 6), time.Second) + time.Duration(s.ids.Jitter(20))*time.Millisecond
 		}
-		t := s.cache.clock.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if alone {
+			// The pause holds no connection: nor does it hold an
+			// admission slot.
+			if s.pause(ctx, pause, admission.Away) != nil {
+				return err
+			}
+		} else if s.pause(ctx, pause, nil) != nil {
 			return err
-		case <-t.C():
 		}
 	}
 }
