@@ -174,14 +174,9 @@ func (c *Cluster) Start(ctx context.Context, i int) error {
 	cfg.Host, cfg.Port = "127.0.0.1", 0
 	cfg.PGHost, cfg.PGPort, cfg.PGUser, cfg.PGPassword, cfg.PGDatabase = "127.0.0.1", n.proxy.Port(), "postgres", "", c.dbName()
 	cfg.DBPoolSize = 8
-	if !c.opts.Lockstep {
-		// More connections than requests in flight on one broker: a
-		// row held locked (pg.rowlock) must cost its own writers only,
-		// and with a pool smaller than them the writers waiting for it
-		// would hold every connection (production's pool is 160). The
-		// row-lock rule judges the combiner, not the pool's size.
-		cfg.DBPoolSize = 32
-	}
+	// A row held locked (pg.rowlock) costs its own writers only, with
+	// this small pool too: its writers take turns on one connection and
+	// wait without an admission slot.
 	// Several push statements in flight per broker: more concurrent
 	// commits for free-running runs to race (production defaults to one).
 	cfg.PushStatements = 4
