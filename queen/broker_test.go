@@ -95,6 +95,8 @@ func TestBrokersMigrateConcurrentlyAndServe(t *testing.T) {
 	brokers := make([]*queen.Broker, 2)
 	for i := range brokers {
 		wg.Add(1)
+		cfg := cfg
+		cfg.FileBufferDir = t.TempDir() // a spool directory is one broker's
 		go func() { defer wg.Done(); brokers[i] = start(t, cfg) }()
 	}
 	wg.Wait()

@@ -145,6 +145,9 @@ func Open(o Options) (*Spool, error) {
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
 	s := &Spool{o: o}
 	s.healthy.Store(true)
 	if err := o.FS.MkdirAll(o.Dir); err != nil {
@@ -167,7 +170,7 @@ func Open(o Options) (*Spool, error) {
 // holder is what the lock file says about this spool's process.
 func (s *Spool) holder() string {
 	host, _ := os.Hostname()
-	h := fmt.Sprintf("pid=%d host=%s started=%s", os.Getpid(), host, time.Now().UTC().Format(time.RFC3339))
+	h := fmt.Sprintf("pid=%d host=%s started=%s", os.Getpid(), host, s.o.Clock.Now().UTC().Format(time.RFC3339))
 	if s.o.Holder != "" {
 		h += " " + s.o.Holder
 	}
