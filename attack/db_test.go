@@ -60,7 +60,7 @@ func (p *probe) waitBlocked(watch *pgx.Conn, what string) {
 
 // timedAll runs calls at once and fails each one that errs or takes
 // longer than stallBound.
-func (p *probe) timedAll(what string, calls map[string]func() answer, ok func(answer) bool) {
+func (p *probe) timedAll(calls map[string]func() answer, ok func(answer) bool) {
 	var wg sync.WaitGroup
 	for name, call := range calls {
 		wg.Add(1)
@@ -68,9 +68,9 @@ func (p *probe) timedAll(what string, calls map[string]func() answer, ok func(an
 			defer wg.Done()
 			a := call()
 			if !ok(a) {
-				p.failf("%s %s while a row is held: %s", what, name, a)
+				p.failf("%s while a row is held: %s", name, a)
 			} else if a.took > stallBound {
-				p.failf("%s %s while an unrelated row is held took %v (bound %v)", what, name, a.took.Round(time.Millisecond), stallBound)
+				p.failf("%s while an unrelated row is held took %v (bound %v)", name, a.took.Round(time.Millisecond), stallBound)
 			}
 		}()
 	}
@@ -92,18 +92,29 @@ func probeLockedRows(p *probe) {
 			}
 		}
 	}
-	p.triedf("partition row of one queue held FOR UPDATE: pushes to 5 others")
+	p.triedf("partition row of one queue held FOR UPDATE, 30 pushers waiting on it (DB_POOL_SIZE=20): pushes to 5 others")
 	release := p.holdRow(hold, `SELECT 1 FROM queen.partitions WHERE name = 'p-hot' FOR UPDATE`)
 	held := inBackground(func() answer { return p.pushItems(b.url, item("hot", "p-hot", "hot-held")) })
 	p.waitBlocked(watch, "a push to the held partition")
+	var waiting []<-chan answer
+	for i := 0; i < 30; i++ {
+		waiting = append(waiting, inBackground(func() answer { return p.pushItems(b.url, item("hot", "p-hot", fmt.Sprintf("hot-wait-%d", i))) }))
+	}
+	time.Sleep(500 * time.Millisecond) // they reach the broker and queue behind the lock
 	calls := map[string]func() answer{}
 	for i, q := range cold {
 		calls["push "+q] = func() answer { return p.pushItems(b.url, item(q, "p-"+q, fmt.Sprintf("cold-push-%d", i))) }
 	}
-	p.timedAll("push", calls, func(a answer) bool { return a.code == 201 && pushStatus(a) == "queued" })
+	p.timedAll(calls, func(a answer) bool { return a.code == 201 && pushStatus(a) == "queued" })
 	release()
 	if a := <-held; a.code != 201 {
 		p.failf("the push to the held partition answered %s once released", a)
+	}
+	for _, w := range waiting {
+		if a := <-w; a.code != 201 {
+			p.failf("a push waiting on the held partition answered %s once released", a)
+			break
+		}
 	}
 
 	p.triedf("cursor row of one queue held FOR UPDATE: acks of 5 others")
@@ -119,7 +130,7 @@ func probeLockedRows(p *probe) {
 	for q, m := range colds {
 		calls["ack "+q] = func() answer { return p.do("POST", b.url+"/api/v1/ack", ackBody(m)) }
 	}
-	p.timedAll("ack", calls, func(a answer) bool { return a.code == 200 && strings.Contains(string(a.body), `"success":true`) })
+	p.timedAll(calls, func(a answer) bool { return a.code == 200 && strings.Contains(string(a.body), `"success":true`) })
 	release()
 	if a := <-held; a.code != 200 || !strings.Contains(string(a.body), `"success":true`) {
 		p.failf("the ack on the held cursor answered %s once released", a)
