@@ -117,7 +117,7 @@ func probeLockedRows(p *probe) {
 		}
 	}
 
-	p.triedf("cursor row of one queue held FOR UPDATE: acks of 5 others")
+	p.triedf("cursor row of one queue held FOR UPDATE, 30 acks waiting on it: acks of 5 others")
 	hot := p.popLeased(b.url, "ackhot")
 	colds := map[string]poppedMsg{}
 	for _, q := range cold {
@@ -126,6 +126,11 @@ func probeLockedRows(p *probe) {
 	release = p.holdRow(hold, `SELECT 1 FROM queen.partition_consumers WHERE partition_id = $1::uuid FOR UPDATE`, hot[0].PartitionID)
 	held = inBackground(func() answer { return p.do("POST", b.url+"/api/v1/ack", ackBody(hot[0])) })
 	p.waitBlocked(watch, "an ack on the held cursor")
+	waiting = nil
+	for i := 0; i < 30; i++ {
+		waiting = append(waiting, inBackground(func() answer { return p.do("POST", b.url+"/api/v1/ack", ackBody(hot[len(hot)-1])) }))
+	}
+	time.Sleep(500 * time.Millisecond)
 	calls = map[string]func() answer{}
 	for q, m := range colds {
 		calls["ack "+q] = func() answer { return p.do("POST", b.url+"/api/v1/ack", ackBody(m)) }
@@ -134,6 +139,12 @@ func probeLockedRows(p *probe) {
 	release()
 	if a := <-held; a.code != 200 || !strings.Contains(string(a.body), `"success":true`) {
 		p.failf("the ack on the held cursor answered %s once released", a)
+	}
+	for _, w := range waiting {
+		if a := <-w; a.code != 200 {
+			p.failf("an ack waiting on the held cursor answered %s once released", a)
+			break
+		}
 	}
 }
 
