@@ -312,7 +312,7 @@ async function spoolPage() {
       ['Push maintenance', b.maintenanceMode ? badge('ON', 'warn') : badge('off', 'ok')]])),
     card('Quarantined files', q.length ? q.map((f) => h('div', { class: 'quarantined' }, h('h2', {}, h('code', { text: f.name })),
       table(['Queue', 'Partition', 'Transaction', 'SQLSTATE', 'Reason'], f.reasons.map((r) => [r.queue || '—', r.partition || '—', h('code', { text: r.transactionId || '—' }), r.sqlstate || '—', r.reason]), 'No reasons recorded.')))
-      : h('p', { class: 'muted', text: 'No file is quarantined.' })),
+      : h('p', { class: 'muted', text: b.failed && !b.quarantined ? 'The quarantined files and their reasons are shown to an admin token only.' : 'No file is quarantined.' })),
   ];
 }
 
