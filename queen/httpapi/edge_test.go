@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"os"
@@ -219,6 +220,17 @@ func TestWriteOnlyTokenSchedulesButCannotCancelTimers(t *testing.T) {
 			t.Fatalf("write-only %v: %d %s", batch, r.status, r.body)
 		}
 	}
+	// schedule on a taken key is a reschedule by another name: it
+	// changes nothing for a write-only token and echoes nothing of it.
+	before := e.expect(e.do("GET", "/api/v1/timers/tq/a", nil, "Authorization", rw), 200).obj(t)
+	over := map[string]any{"op": "schedule", "queue": "tq", "timerKey": "a", "txn": "mine", "delayMs": 1}
+	res := e.expect(timers(wo, over), 200).obj(t)["results"].([]any)[0].(map[string]any)
+	if res["status"] != "exists" || res["ok"] == true || res["messageId"] != nil && res["messageId"] != "" {
+		t.Fatalf("write-only schedule over timer a: %v", res)
+	}
+	if after := e.expect(e.do("GET", "/api/v1/timers/tq/a", nil, "Authorization", rw), 200).obj(t); after["deliverAt"] != before["deliverAt"] || after["txn"] != before["txn"] {
+		t.Fatalf("a write-only schedule replaced timer a: %v, was %v", after, before)
+	}
 	if r := e.do("DELETE", "/api/v1/timers/tq/a", nil, "Authorization", wo); r.status != 403 {
 		t.Fatalf("DELETE with a write-only token: %d", r.status)
 	}
@@ -264,5 +276,34 @@ func TestBufferStatusDetailsNeedAdmin(t *testing.T) {
 	admin := e.expect(e.do("GET", "/api/v1/status/buffers", nil, "Authorization", token(t, "root", "admin")), 200)
 	if !strings.Contains(string(admin.body), dir) || !strings.Contains(string(admin.body), "other-tenant-secret") {
 		t.Fatalf("admin does not see the details: %s", admin.body)
+	}
+}
+
+// TestInvalidUTF8BodiesAreRefused: a JSON body with a byte that is not
+// UTF-8 answers 400 on every body route and writes nothing. Before,
+// encoding/json (the push decoder's fallback, and every other route's
+// decoder) replaced the byte with U+FFFD and stored a queue, timer or key
+// named by something the client never sent.
+func TestInvalidUTF8BodiesAreRefused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for _, c := range []struct{ method, path, body string }{
+		{"POST", "/api/v1/push", "{\"items\":[{\"queue\":\"h\xff\",\"payload\":1}]}"},
+		{"POST", "/api/v1/configure", "{\"queue\":\"h\xff\"}"},
+		{"POST", "/api/v1/timers", "{\"operations\":[{\"op\":\"schedule\",\"queue\":\"h\xff\",\"timerKey\":\"k\",\"txn\":\"t\",\"delayMs\":1}]}"},
+		{"PUT", "/api/v1/kv/ns/k", "{\"value\":\"v\xff\"}"},
+		{"POST", "/api/v1/transaction", "{\"operations\":[{\"type\":\"push\",\"items\":[{\"queue\":\"h\xff\",\"payload\":1}]}]}"},
+	} {
+		r := e.do(c.method, c.path, []byte(c.body))
+		if r.status != 400 || !strings.Contains(string(r.body), "UTF-8") {
+			t.Errorf("%s %s with a byte that is not UTF-8: %d %s", c.method, c.path, r.status, r.body)
+		}
+	}
+	var queues int
+	if err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM queen.queues`).Scan(&queues); err != nil {
+		t.Fatal(err)
+	}
+	if queues != 0 {
+		t.Fatalf("%d queues created by refused bodies", queues)
 	}
 }

@@ -604,6 +604,11 @@ func readBody(r *http.Request, allowEmpty bool) ([]byte, error) {
 		}
 		return nil, bad("Empty request body")
 	}
+	// JSON text is UTF-8. encoding/json would store U+FFFD for each bad
+	// byte: a name or key the client never sent.
+	if field, ok := invalidUTF8(body); !ok {
+		return nil, bad("%s is not valid UTF-8", field)
+	}
 	return body, nil
 }
 

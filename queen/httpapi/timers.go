@@ -284,6 +284,12 @@ func (s *Server) timers(w http.ResponseWriter, r *http.Request) {
 		writeBad(w, denied)
 		return
 	}
+	// schedule creates or replaces: replacing is a reschedule, which
+	// needs reschedule's level.
+	replace := s.opsAllowed(r, []string{"reschedule"}) == nil
+	for i := range ops {
+		ops[i].NoReplace = !replace
+	}
 	if res, ok := s.applyTimers(w, r, ops); ok {
 		writeJSON(w, http.StatusOK, map[string]any{"results": timerResults(res)})
 	}

@@ -25,6 +25,11 @@ type TimerOp struct {
 	DelayMs   float64
 	Txn       string          // the fired message's transactionId (schedule)
 	Payload   json.RawMessage // the message's payload; nil keeps it (reschedule)
+	// NoReplace: a schedule that finds the key taken changes nothing and
+	// answers exists, echoing nothing of the timer there. A caller allowed
+	// to schedule but not to reschedule or cancel (a write-only token)
+	// must not do either under the name of schedule.
+	NoReplace bool
 }
 
 // TimerResult is one operation's outcome. Status is scheduled,
@@ -70,7 +75,7 @@ ON CONFLICT (tenant_id, queue, timer_key) DO UPDATE SET partition = excluded.par
 	txn = excluded.txn, message_id = excluded.message_id, payload = excluded.payload, producer_sub = excluded.producer_sub,
 	encrypted = excluded.encrypted,
 	attempts = 0, last_error = NULL, claimed_until = NULL, claim_token = NULL, updated_at = excluded.updated_at
-WHERE t.claimed_until IS NULL OR t.claimed_until <= coalesce($10::timestamptz, now()) OR t.claim_token IS NULL
+WHERE $13::boolean AND (t.claimed_until IS NULL OR t.claimed_until <= coalesce($10::timestamptz, now()) OR t.claim_token IS NULL)
 RETURNING deliver_at, xmax = 0`
 
 	rescheduleTimerSQL = `
@@ -159,7 +164,11 @@ func (s *Store) applyTimer(ctx context.Context, q querier, tenant, producerSub s
 		}
 		var inserted bool
 		err = q.QueryRow(ctx, scheduleTimerSQL, tenant, op.Queue, op.TimerKey, part, op.DeliverAt, op.DelayMs,
-			op.Txn, r.MessageID, string(payload), now, producerSub, sealed).Scan(&at, &inserted)
+			op.Txn, r.MessageID, string(payload), now, producerSub, sealed, !op.NoReplace).Scan(&at, &inserted)
+		if errors.Is(err, pgx.ErrNoRows) && op.NoReplace {
+			r.Status, r.MessageID = "exists", ""
+			return r, nil
+		}
 		if errors.Is(err, pgx.ErrNoRows) {
 			return s.timerMiss(ctx, q, tenant, op, r)
 		}
