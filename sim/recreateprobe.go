@@ -103,13 +103,23 @@ func (r *runner) probePush(tenant string, b int, queue, txid string) error {
 // when wait, a long poll of at most a second for up to ten, acknowledged
 // on delivery; otherwise one, under a lease.
 func (r *runner) probePop(tenant string, b int, queue string, wait bool) ([]string, error) {
+	return r.probePopAs(tenant, b, queue, "", wait)
+}
+
+// probePopAs is probePop as consumer group group ("": queue mode).
+func (r *runner) probePopAs(tenant string, b int, queue, group string, wait bool) ([]string, error) {
 	v := url.Values{"batch": {"1"}}
 	if wait {
 		v = url.Values{"batch": {"10"}, "autoAck": {"true"}, "wait": {"true"}, "timeout": {"1000"}}
 	}
+	who := ""
+	if group != "" {
+		v.Set("consumerGroup", group)
+		who = " by " + group
+	}
 	code, raw, err := r.cluster.Do(r.ctx, b, "GET", "/api/v1/pop/queue/"+url.PathEscape(queue)+"?"+v.Encode(), tenant, nil)
 	if err != nil || (code != 200 && code != 204) {
-		return nil, fmt.Errorf("pop of %s on broker %d answered %d %s %v", queue, b, code, clip(raw), err)
+		return nil, fmt.Errorf("pop of %s%s on broker %d answered %d %s %v", queue, who, b, code, clip(raw), err)
 	}
 	var res struct {
 		Messages []struct {

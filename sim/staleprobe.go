@@ -118,27 +118,5 @@ func (r *runner) probeTxn(tenant string, b int, queue, txid string) (bad string,
 // of at most a second for up to ten, acknowledged on delivery; otherwise
 // one, under a lease (which subscribes the group and caches it).
 func (r *runner) probeGroupPop(tenant string, b int, queue string, wait bool) ([]string, error) {
-	v := url.Values{"batch": {"1"}, "consumerGroup": {staleGroup}}
-	if wait {
-		v = url.Values{"batch": {"10"}, "consumerGroup": {staleGroup}, "autoAck": {"true"}, "wait": {"true"}, "timeout": {"1000"}}
-	}
-	code, raw, err := r.cluster.Do(r.ctx, b, "GET", "/api/v1/pop/queue/"+url.PathEscape(queue)+"?"+v.Encode(), tenant, nil)
-	if err != nil || (code != 200 && code != 204) {
-		return nil, fmt.Errorf("pop of %s by %s on broker %d answered %d %s %v", queue, staleGroup, b, code, clip(raw), err)
-	}
-	var res struct {
-		Messages []struct {
-			TransactionID string `json:"transactionId"`
-		} `json:"messages"`
-	}
-	if code == 200 {
-		if err := json.Unmarshal(raw, &res); err != nil {
-			return nil, fmt.Errorf("pop of %s on broker %d answered %d %s", queue, b, code, clip(raw))
-		}
-	}
-	var out []string
-	for _, m := range res.Messages {
-		out = append(out, m.TransactionID)
-	}
-	return out, nil
+	return r.probePopAs(tenant, b, queue, staleGroup, wait)
 }
