@@ -239,7 +239,7 @@ func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, p popParams, k
 			for _, m := range res.Messages {
 				s.queueMessages.add(p.req.Tenant, m.Queue, "pop", 1)
 			}
-			s.recordPopped(p.req.Tenant, res, p.autoAck)
+			s.recordPopped(p.req.Tenant, res)
 			s.deliver(w, p, res)
 			return
 		}
@@ -334,7 +334,9 @@ func (s *Server) completeAutoAck(tenant string, res store.PopResult) {
 	if err != nil {
 		s.log.Warn("autoAck completion failed; the messages are redelivered when the lease ends",
 			"queue", res.Queue, "lease", res.LeaseID, "err", err)
+		return
 	}
+	s.recordAutoAcked(tenant, res)
 }
 
 func (s *Server) releaseAbandoned(leaseID string) {

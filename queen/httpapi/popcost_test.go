@@ -276,6 +276,19 @@ func TestPopWhoseAnswerCannotBeWrittenIsReleased(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
+	// The released autoAck claim consumed nothing, and analytics says so:
+	// each queue's one autoAcked message is the pop that was answered.
+	e.flushAnalytics()
+	window := "?from=" + time.Now().Add(-10*time.Minute).UTC().Format(time.RFC3339) + "&to=" + time.Now().Add(2*time.Minute).UTC().Format(time.RFC3339)
+	ops := e.expect(e.do("GET", "/api/v1/analytics/queue-ops"+window, nil), 200).obj(t)
+	acked := map[string]float64{}
+	for _, row := range ops["series"].([]any) {
+		r := row.(map[string]any)
+		acked[r["queueName"].(string)] += r["autoAcked"].(float64)
+	}
+	if acked["unwritten-true"] != 1 || acked["unwritten-false"] != 1 {
+		t.Fatalf("autoAcked per queue %v, want 1 each (the released claim counted none)", acked)
+	}
 }
 
 // A transaction's push operations together are one push: more items than

@@ -43,7 +43,7 @@ func (s *Server) recordPushed(tenant string, results []store.PushResult) {
 
 // recordPopped counts a pop's messages per queue and how old each was;
 // an autoAck pop completes them too.
-func (s *Server) recordPopped(tenant string, res store.PopResult, autoAck bool) {
+func (s *Server) recordPopped(tenant string, res store.PopResult) {
 	if s.rec == nil {
 		return
 	}
@@ -64,9 +64,23 @@ func (s *Server) recordPopped(tenant string, res store.PopResult, autoAck bool) 
 	}
 	for q, a := range per {
 		s.rec.Popped(now, tenant, q, a.n, a.sumMs, a.maxMs)
-		if autoAck {
-			s.rec.AutoAcked(now, tenant, q, a.n)
-		}
+	}
+}
+
+// recordAutoAcked counts an autoAck pop's messages once they are completed:
+// an answer that could not be written gave its claim back, and nothing of
+// it was consumed.
+func (s *Server) recordAutoAcked(tenant string, res store.PopResult) {
+	if s.rec == nil {
+		return
+	}
+	now := s.clock.Now()
+	per := map[string]int{}
+	for _, m := range res.Messages {
+		per[m.Queue]++
+	}
+	for q, n := range per {
+		s.rec.AutoAcked(now, tenant, q, n)
 	}
 }
 
