@@ -91,14 +91,7 @@ func probeSharedSpool(p *probe) {
 		}
 	}
 	seen := p.drain(a.url, "shared")
-	missing, repeated := missingOrRepeated(acked, seen)
-	p.triedf("%d pushes acknowledged, %d distinct stored", len(acked), len(seen))
-	if len(missing) > 0 {
-		p.failf("%d of %d acknowledged pushes lost: %s", len(missing), len(acked), firstFew(missing))
-	}
-	if len(repeated) > 0 {
-		p.failf("%d delivered more than once: %s", len(repeated), firstFew(repeated))
-	}
+	p.exactlyOnce(acked, seen)
 }
 
 // lastLine is the last line of s, cut to 200 bytes.
@@ -458,6 +451,12 @@ func probeKillRestart(p *probe) {
 		p.failf("spool not drained within 60 s of the restart: %v, files %v", p.bufferStatus(b.url), spoolFiles(dir))
 	}
 	seen := p.drain(b.url, "k9")
+	p.exactlyOnce(acked, seen)
+}
+
+// exactlyOnce fails the probe unless every acknowledged push was stored
+// and delivered once (seen is what a drain of the queue got).
+func (p *probe) exactlyOnce(acked []string, seen map[string]int) {
 	missing, repeated := missingOrRepeated(acked, seen)
 	p.triedf("%d pushes acknowledged, %d distinct stored", len(acked), len(seen))
 	if len(missing) > 0 {

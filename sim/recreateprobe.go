@@ -29,10 +29,7 @@ const recreateWait = 10 * time.Second
 // it); one that met a stopped broker or an outage is starved and tried
 // again, like a wake probe.
 func (r *runner) probeRecreates(f FaultAt) {
-	tenant := ""
-	if len(r.o.Tenants) > 0 {
-		tenant = r.o.Tenants[len(r.o.Tenants)-1]
-	}
+	tenant := r.probeTenant()
 	r.retryProbe(f, &r.recreateProbes, func(try, deleter, other int) (Event, bool) {
 		return r.probeRecreate(tenant, deleter, other, fmt.Sprintf("%s-%d", RecreateProbeQueue, try))
 	})
@@ -136,4 +133,13 @@ func (r *runner) probePopAs(tenant string, b int, queue, group string, wait bool
 		out = append(out, m.TransactionID)
 	}
 	return out, nil
+}
+
+// probeTenant is the tenant probes run under: the last of the run's
+// tenants, or the default one.
+func (r *runner) probeTenant() string {
+	if len(r.o.Tenants) == 0 {
+		return ""
+	}
+	return r.o.Tenants[len(r.o.Tenants)-1]
 }

@@ -28,10 +28,7 @@ const staleGroup = "sim-stale-g"
 // retry, never a failure or a wait for the cache's lifetime. Each judged
 // probe is a KProbe event (What "stale"; CheckRecreates judges it).
 func (r *runner) probeStales(f FaultAt) {
-	tenant := ""
-	if len(r.o.Tenants) > 0 {
-		tenant = r.o.Tenants[len(r.o.Tenants)-1]
-	}
+	tenant := r.probeTenant()
 	r.retryProbe(f, &r.staleProbes, func(try, deleter, stale int) (Event, bool) {
 		return r.probeStale(tenant, deleter, stale, fmt.Sprintf("%s-%d", StaleProbeQueue, try))
 	})
