@@ -38,9 +38,7 @@ import "os"
 // queue's delete leaves this process's cached ids of it, and a pop trusts
 // its cached subscription), claim-after-leave
 // (a pop does not look at its client before it claims; the release after
-// the claim still gives the claim back), stale-ids-trusted (a cached id
-// found stale is not forgotten and retried: the path fails, or a pop finds
-// nothing, until the entry's ttl, as before issue 28 item 12),
+// the claim still gives the claim back),
 // stale-cache-no-retry (a transaction that meets a stale cached partition
 // id fails without forgetting it, until the entry's ttl; plain pushes
 // still retry), spool-corrupt-drops-rest (a spool record failing its

@@ -53,10 +53,6 @@ func freshRetry[T any](s *Store, op func() (T, error)) (T, error) {
 	if !errors.As(err, &stale) {
 		return out, err
 	}
-	if canary.On("stale-ids-trusted") {
-		// As before: the stale entry stays until its ttl.
-		return out, stale.err
-	}
 	s.cache.forgetStale(stale)
 	out, err = op()
 	if errors.As(err, &stale) {
