@@ -15,6 +15,7 @@ import (
 
 	"github.com/queen-go/queen/queen/store/storetest"
 	"github.com/queen-go/queen/scenarios"
+	"github.com/queen-go/queen/sim"
 )
 
 func TestMain(m *testing.M) { storetest.Main(m) }
@@ -103,10 +104,32 @@ func splitmix(x uint64) uint64 {
 
 // TestRandomSeeds runs generated scenarios; a failure writes the scenario
 // file and prints the one command that replays it.
+//
+// It adds up the coverage matrix of its seeds and prints it; with
+// scenarios.Rows seeds or more (make sim runs 16), every row of the
+// generator's matrix plan ran once, and a cell SPEC.md requires that no
+// seed reached fails the test, naming it.
 func TestRandomSeeds(t *testing.T) {
-	for _, seed := range seeds(t) {
-		s := scenarios.Generate(seed)
-		t.Run(s.Name, func(t *testing.T) { run(t, s, "") })
+	required, err := scenarios.RequiredCells(filepath.Join(root, "SPEC.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := seeds(t)
+	cov := sim.Coverage{}
+	for i, seed := range list {
+		s := scenarios.Generate(scenarios.WithRow(seed, i))
+		t.Run(s.Name, func(t *testing.T) {
+			if o := run(t, s, ""); o != nil {
+				cov.Add(o.Coverage)
+			}
+		})
+	}
+	t.Log(cov.Table(len(list)))
+	if len(list) < scenarios.Rows || t.Failed() {
+		return
+	}
+	for _, c := range scenarios.Unreached(cov, required) {
+		t.Errorf("coverage: required cell %q was reached by none of %d seeds (SPEC.md, \"Coverage matrix\")", c, len(list))
 	}
 }
 

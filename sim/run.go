@@ -41,6 +41,8 @@ type Result struct {
 	// workload had ended, its broker was not up): why a Missing event
 	// is missing.
 	Starved []string
+	// Coverage is the cells of the coverage matrix the run reached.
+	Coverage Coverage
 }
 
 // Failed reports whether the run broke a property or missed coverage.
@@ -294,6 +296,7 @@ func finish(res *Result, o Options) {
 		_ = enc.Encode(e)
 	}
 	res.Hash = hex.EncodeToString(sum.Sum(nil))
+	res.Coverage = Cover(h)
 }
 
 // recovered counts abandoned deliveries that were delivered again.
@@ -399,6 +402,7 @@ func (r *runner) configure() error {
 			if err != nil || code != 200 {
 				return fmt.Errorf("configure %s: %d %s %v", q.Name, code, raw, err)
 			}
+			r.noteQueue(t, q.Name, q.options())
 			if q.CompletedRetentionSecs > 0 || q.MaxWaitSecs > 0 {
 				if err := r.subscribe(t, q); err != nil {
 					return err
@@ -963,6 +967,7 @@ func (r *runner) encryptQueue(f FaultAt) error {
 		}
 		r.sealedSince[[2]string{t, q.Name}] = at
 		r.fired["queue.encrypt"]++
+		r.noteQueue(t, q.Name, append(q.options(), "encrypted"))
 	}
 	return nil
 }
