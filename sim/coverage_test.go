@@ -1,0 +1,55 @@
+package sim_test
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/queen-go/queen/sim"
+)
+
+// Cover reads a history's cells from its events alone: the queue's
+// options when a message was written, the path that wrote it, how it was
+// consumed, and the faults active meanwhile.
+func TestCoverReadsCellsFromTheHistory(t *testing.T) {
+	m := sim.Msg{Tenant: "t1", Q: "q", P: "p0", Txid: "a", Lease: "L1"}
+	h := []sim.Event{
+		{K: sim.KQueue, Tenant: "t1", Q: "q", VT: 0},
+		{K: sim.KInvoke, Call: 1, Op: "push", VT: 10, Tenant: "t1", Q: "q", P: "p0", Txid: "a"},
+		{K: sim.KOK, Call: 1, Op: "push", VT: 11, Code: 201, Status: "queued"},
+		{K: sim.KQueue, Tenant: "t1", Q: "q", VT: 20, What: "retention,encrypted"},
+		{K: sim.KFault, F: "pg.reset", VT: 25, B: -1},
+		{K: sim.KInvoke, Call: 2, Op: "push", VT: 30, Tenant: "t1", Q: "q", P: "p0", Txid: "b"},
+		{K: sim.KOK, Call: 2, Op: "push", VT: 31, Code: 201, Status: "queued"},
+		{K: sim.KInvoke, Call: 3, Op: "pop", VT: 40, Tenant: "t1", Q: "q", G: "g", LeaseSecs: 5},
+		{K: sim.KOK, Call: 3, Op: "pop", VT: 41, Code: 200, Msgs: []sim.Msg{m, {Tenant: "t1", Q: "q", P: "p0", Txid: "b", Lease: "L1"}}},
+		{K: sim.KInvoke, Call: 4, Op: "extend", VT: 9000, Tenant: "t1", Lease: "L1", LeaseSecs: 30},
+		{K: sim.KOK, Call: 4, Op: "extend", VT: 9001, Code: 200},
+		{K: sim.KInvoke, Call: 5, Op: "ack", VT: 9100, Tenant: "t1", Q: "q", G: "g", Msgs: []sim.Msg{m}},
+		{K: sim.KOK, Call: 5, Op: "ack", VT: 9101, Code: 200, Msgs: []sim.Msg{{Tenant: "t1", Q: "q", P: "p0", Txid: "a", OK: true, DLQ: true}}},
+	}
+	cov := sim.Cover(h)
+	want := []string{
+		"write=push x queue=plain", "write=push x queue=retention", "write=push x queue=encrypted",
+		"consume=group x queue=plain", "consume=group x queue=encrypted", "consume=extend-late x queue=retention",
+		"write=push x queue=dlq", "fault=pg.reset x write=push", "fault=pg.reset x consume=pop",
+	}
+	for _, c := range want {
+		if cov[c] == 0 {
+			t.Errorf("cell %q not reached; got %v", c, cellNames(cov))
+		}
+	}
+	for _, c := range []string{"consume=queue-mode x queue=plain", "consume=extend-early x queue=plain", "fault=pg.reset x write=txn"} {
+		if cov[c] != 0 {
+			t.Errorf("cell %q reached, but the history never did it", c)
+		}
+	}
+}
+
+func cellNames(c sim.Coverage) []string {
+	var out []string
+	for k := range c {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
