@@ -124,6 +124,9 @@ var generatedCanaries = map[string]func(*scenarios.Scenario) bool{
 	"spool-corrupt-drops-rest": func(s *scenarios.Scenario) bool { return hasFault(s, "spool.corrupt") },
 	// An autoAck pop whose client left while it claimed consumes what it
 	// claimed: nobody receives it.
+	// The first retention rule that fails ends the pass: the rules
+	// after it stop too (the retention probe makes one rule fail).
+	"retention-stops-at-failure": func(s *scenarios.Scenario) bool { return hasFault(s, "retention.fail") },
 	"autoack-consumes-undelivered": func(s *scenarios.Scenario) bool {
 		return s.Weights.Leave > 0 && s.Weights.LeaveAutoAckPct > 0 && hasGroup(s)
 	},

@@ -120,6 +120,7 @@ func Generate(seed uint64) *Scenario {
 	// starts on them: it must claim nothing for them.
 	s.Weights.EarlyPct = 25
 	addHostileFaults(s, seed, fired)
+	addRetentionProbe(s, seed)
 	delete(fired, "broker.start")
 	for _, k := range []string{"pg.refuse", "pg.blackhole", "pg.reset", "broker.crash", "clock.skew", "spool.eio", "spool.enospc", "spool.torn",
 		"spool.poison", "spool.quarantined", "pg.readonly", "spool.corrupted"} {
@@ -311,6 +312,19 @@ func addHostileFaults(s *Scenario, seed uint64, fired map[string]bool) {
 	if (h>>45)%3 != 0 {
 		s.Weights.LeaveAutoAckPct = 50
 	}
+}
+
+// addRetentionProbe schedules the retention probe (retention.fail) in
+// every seed (it costs about 0.2 s of a run's real time): after the drain,
+// one retention rule (expired or completed, each before a rule with due
+// work in the pass order) fails for 20 s while the others must go on
+// deleting what is due. The seed's bits (mixed apart from the other
+// choices') choose which rule fails, not its stream.
+func addRetentionProbe(s *Scenario, seed uint64) {
+	h := seedBits(seed ^ 0x726574656e74696f)
+	s.Faults = append(s.Faults, sim.FaultAt{At: time.Duration(5+(h>>8)%60) * time.Second, Kind: "retention.fail", Broker: -1,
+		For: 20 * time.Second, Count: int((h >> 1) % 2)})
+	s.Sometimes = append(s.Sometimes, "retention.fail")
 }
 
 // addEncryption turns the first queue's encryption on mid-run through one

@@ -93,3 +93,22 @@ func TestCheckersKnowRetentionAndEviction(t *testing.T) {
 		}
 	}
 }
+
+// The retention-progress rule excuses only the rule the fault made fail:
+// the same observations with another rule failing are a violation.
+func TestRetentionProgressExcusesOnlyTheFailingRule(t *testing.T) {
+	h := load(t, "accepted-retention-rule-failing.jsonl")
+	if v := sim.CheckRetention(h, spec); len(v) > 0 {
+		t.Fatalf("rejects the completed rule's message kept while that rule fails: %v", v)
+	}
+	for i := range h {
+		if h[i].K == sim.KFault && h[i].F == "retention.fail" {
+			h[i].Rule = "expired"
+		}
+	}
+	v := sim.CheckRetention(h, spec)
+	if len(v) == 0 {
+		t.Fatal("accepts the completed rule's message kept while another rule fails")
+	}
+	t.Logf("rejected as expected: %v", v[0])
+}

@@ -94,6 +94,13 @@ type Event struct {
 	// Quarantined are the spooled records the drains quarantined, with
 	// PostgreSQL's reason, from every broker's failed/ directory.
 	Quarantined []Quarantined `json:"quarantined,omitempty"`
+
+	// The retention probe (retention.fail, CheckRetention): Rule is the
+	// retention rule (expired, completed, evicted) a probe message is
+	// under, or the one the fault makes fail; Due is when (vt) a probe
+	// message became due under its rule.
+	Rule string `json:"rule,omitempty"`
+	Due  int64  `json:"due,omitempty"`
 }
 
 // Quarantined is one record a spool drain gave up on.

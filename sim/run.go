@@ -145,6 +145,9 @@ type runner struct {
 	starved []string
 	// leaves counts the leaving pops that could ask for autoAck.
 	leaves int
+	// retentionFaults are the retention.fail faults scheduled; each runs
+	// after the drain (probeRetention).
+	retentionFaults []FaultAt
 }
 
 type activeFault struct {
@@ -230,6 +233,7 @@ func (r *runner) conclude(dsn string, ops int) (*Result, error) {
 	}
 	r.drain()
 	r.drainStreams()
+	r.probeRetentions(dsn)
 	res := &Result{History: r.hist, Ops: ops, Faults: len(r.o.Faults), Fired: r.fired, Starved: r.starved}
 	var dbNow *time.Time
 	if r.pg != nil {
@@ -874,6 +878,15 @@ func (r *runner) inject(f FaultAt) error {
 			defer r.jobs.Done()
 			r.holdRow(f)
 		}()
+	case "retention.fail":
+		// Lockstep: the retention probe runs after the heal and the
+		// drain, when no other fault is active (probeRetention), and
+		// records the fault itself then.
+		if r.pg == nil {
+			return fmt.Errorf("%s needs a lockstep run", f.Kind)
+		}
+		r.retentionFaults = append(r.retentionFaults, f)
+		return nil
 	case "spool.corrupt":
 		r.corruptSpools(f)
 		e.Until = e.VT

@@ -189,6 +189,9 @@ func (s *Store) retentionPass(ctx context.Context, q querier, batch int) (Retent
 			n, err := s.retentionRound(ctx, q, sql, batch, rule.kind)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("retention %s: %w", rule.name, err))
+				if canary.On("retention-stops-at-failure") {
+					return r, errors.Join(errs...)
+				}
 				break
 			}
 			*counts[rule.name] += n
