@@ -48,5 +48,7 @@ import "os"
 // every request behind it waits too, as before issue 28 item 8),
 // autoack-consumes-undelivered (an autoAck pop's claim completes what it
 // claims, so an answer its client never got loses it, as before issue 28
-// item 3).
+// item 3), retention-on-pool (the retention leader's statements run on
+// the pool, not on the session holding the advisory lock, so a leader
+// whose lock session died keeps acting).
 func On(name string) bool { return os.Getenv("QUEEN_CANARY") == name }
