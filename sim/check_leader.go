@@ -7,6 +7,9 @@ import "fmt"
 // the server's pids wrapped, never within a second.
 const killWindowMS = 1000
 
+// endSlackMS widens the span of an event that may have ended sessions.
+const endSlackMS = 1000
+
 // CheckLeaderPasses judges the leader passes (KLeader): no pass may act
 // after its lock session died, and no two passes of a role may overlap.
 //
@@ -20,8 +23,9 @@ const killWindowMS = 1000
 //     lock) before the earlier one ended (its end is told before the lock
 //     is released): only a pass running without its lock can. An earlier
 //     pass that failed, or during which any session was cut or a fault
-//     that ends sessions struck, may have lost its session after its
-//     last statement and is not judged: that race cannot be ordered.
+//     that ends sessions struck (by its times, within endSlackMS), may
+//     have lost its session after its last statement and is not judged:
+//     that race cannot be ordered.
 func CheckLeaderPasses(h []Event, _ Spec) []Violation {
 	// Positions in h (at, endAt, cutAt) order the events, not their I.
 	type pass struct {
@@ -77,16 +81,26 @@ func CheckLeaderPasses(h []Event, _ Spec) []Violation {
 			}
 		}
 	}
-	// sessionsEnd: an event after which a session may have died unseen.
-	sessionsEnd := func(e Event) bool {
-		switch e.K {
-		case KLeader:
-			return e.What == "cut"
-		case KBroker:
-			return true
-		case KFault:
+	// ends are the events after which a session may have died unseen: a
+	// cut, a broker event, a fault that ends or stalls sessions. A fault
+	// is recorded after it acted (a session it ended may free the lock
+	// before that), so these are placed by their times, which are taken
+	// before they act, widened by endSlackMS.
+	var ends []Event
+	for _, e := range h {
+		switch {
+		case e.K == KLeader && e.What == "cut", e.K == KBroker:
+			ends = append(ends, e)
+		case e.K == KFault:
 			switch e.F {
 			case "pg.reset", "pg.readonly", "pg.blackhole", "pg.refuse", "pg.delay", "leader.kill", "leader.cut", "broker.crash", "broker.stop", "key.rotate":
+				ends = append(ends, e)
+			}
+		}
+	}
+	excused := func(p *pass) bool {
+		for _, e := range ends {
+			if e.VT <= p.end.VT+endSlackMS && max(e.VT, e.Until)+endSlackMS >= p.start.VT {
 				return true
 			}
 		}
@@ -103,14 +117,7 @@ func CheckLeaderPasses(h []Event, _ Spec) []Violation {
 			if q.start.Role != p.start.Role {
 				continue
 			}
-			excused := false
-			for _, e := range h[p.at:p.endAt] {
-				if sessionsEnd(e) {
-					excused = true
-					break
-				}
-			}
-			if !excused {
+			if !excused(p) {
 				out = append(out, Violation{"leader-passes", fmt.Sprintf("%s overlaps %s pass %d (broker %d, session %d), which took the lock at vt %d before it ended",
 					name(p), q.start.Role, q.start.Pass, q.start.B, q.start.Session, q.start.VT)})
 			}
