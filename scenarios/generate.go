@@ -320,8 +320,9 @@ func addHostileFaults(s *Scenario, seed uint64, fired map[string]bool) {
 // quarters of the seeds: every such pass must fail, a pass on a dead lock
 // session acting on another session is a deposed leader. Lockstep: from
 // 5-60 s in, when every broker leads a retention pass each 5 s; free
-// running: from the start, not required to happen. Chosen by the seed's own mix of bits, not its
-// stream, so every other choice of every seed stays as it was.
+// running: from the start, not required to happen. Chosen by the seed's
+// own mix of bits, not its stream, so every other choice of every seed
+// stays as it was.
 func addLeaderCuts(s *Scenario, seed uint64) {
 	h := seedBits(seed ^ 0x6c6561646572) // "leader"
 	if h%4 == 0 {

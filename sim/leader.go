@@ -16,7 +16,8 @@ type leaderPasses struct {
 	n      int // passes so far
 	cuts   int // passes still to cut at their start
 	broker int // whose passes: -1 any
-	// fired counts the sessions cut; starved, cuts that could not be made.
+	// fired counts the sessions cut (a cut that could not be made is
+	// reported as starved).
 	fired atomic.Int64
 }
 
