@@ -78,6 +78,9 @@ type Options struct {
 	// broker led began and ended (the failover test checks no two
 	// brokers' passes overlap).
 	RetentionPasses func(start, end time.Time)
+	// LeaderPasses, when set, is told of every pass of every leader role
+	// this broker leads, and of its end (leader.Lead.Passes).
+	LeaderPasses func(role string, session uint32) (end func(error))
 }
 
 // Broker is one queen process.
@@ -472,7 +475,7 @@ func (b *Broker) Shutdown(ctx context.Context) error {
 // lead is what a leader service of this broker shares with the others: the
 // store, clock and log, and its passes every interval.
 func (b *Broker) lead(every time.Duration) leader.Lead {
-	return leader.Lead{Store: b.store, Clock: b.opts.Clock, Log: b.log, Every: background.Every{Interval: every}}
+	return leader.Lead{Store: b.store, Clock: b.opts.Clock, Log: b.log, Every: background.Every{Interval: every}, Passes: b.opts.LeaderPasses}
 }
 
 func (b *Broker) newFlusher() *analytics.Flusher {

@@ -122,6 +122,10 @@ var generatedCanaries = map[string]func(*scenarios.Scenario) bool{
 	// A record failing its checksum with records after it is read as a
 	// torn tail: the rest of its file is dropped, nothing quarantined.
 	"spool-corrupt-drops-rest": func(s *scenarios.Scenario) bool { return hasFault(s, "spool.corrupt") },
+	// The retention leader's statements run on the pool, not on the
+	// session holding its lock: a pass whose lock session was cut as it
+	// started (leader.cut) still deletes, and ends without error.
+	"retention-on-pool": func(s *scenarios.Scenario) bool { return hasFault(s, "leader.cut") },
 	// An autoAck pop whose client left while it claimed consumes what it
 	// claimed: nobody receives it.
 	// The first retention rule that fails ends the pass: the rules

@@ -121,6 +121,7 @@ func Generate(seed uint64) *Scenario {
 	s.Weights.EarlyPct = 25
 	addHostileFaults(s, seed, fired)
 	addRetentionProbe(s, seed)
+	addLeaderCuts(s, seed)
 	delete(fired, "broker.start")
 	for _, k := range []string{"pg.refuse", "pg.blackhole", "pg.reset", "broker.crash", "clock.skew", "spool.eio", "spool.enospc", "spool.torn",
 		"spool.poison", "spool.quarantined", "pg.readonly", "spool.corrupted"} {
@@ -260,7 +261,8 @@ func GenerateFree(seed uint64) *Scenario {
 	// machine stretches; free-running runs judge what holds whatever the
 	// timing.
 	addHostileFreeFaults(s, seed, at)
-	s.Expect = []string{"no-loss", "no-double-delivery", "fifo", "dedup", "tenant", "answers", "redelivery", "timers", "kv", "stream", "edges", "sealed", "quarantine", "timer-claims", "lost-wake", "recreate",
+	addLeaderCuts(s, seed)
+	s.Expect = []string{"leader-passes", "no-loss", "no-double-delivery", "fifo", "dedup", "tenant", "answers", "redelivery", "timers", "kv", "stream", "edges", "sealed", "quarantine", "timer-claims", "lost-wake", "recreate",
 		"spool-corrupt", "row-lock"}
 	return s
 }
@@ -325,6 +327,30 @@ func addRetentionProbe(s *Scenario, seed uint64) {
 	s.Faults = append(s.Faults, sim.FaultAt{At: time.Duration(5+(h>>8)%60) * time.Second, Kind: "retention.fail", Broker: -1,
 		For: 20 * time.Second, Count: int((h >> 1) % 2)})
 	s.Sometimes = append(s.Sometimes, "retention.fail")
+}
+
+// addLeaderCuts cuts the lock sessions of one to three leader passes as
+// they start, before any statement of theirs (leader.cut), in three
+// quarters of the seeds: every such pass must fail, a pass on a dead lock
+// session acting on another session is a deposed leader. Lockstep: from
+// 5-60 s in, when every broker leads a retention pass each 5 s; free
+// running: from the start, not required to happen. Chosen by the seed's
+// own mix of bits, not its stream, so every other choice of every seed
+// stays as it was.
+func addLeaderCuts(s *Scenario, seed uint64) {
+	h := seedBits(seed ^ 0x6c6561646572) // "leader"
+	if h%4 == 0 {
+		return
+	}
+	if s.Mode == "free" {
+		// A free run lasts seconds: its brokers may lead no pass after
+		// the workload starts, so the cut is not required to happen.
+		s.Faults = append(s.Faults, sim.FaultAt{At: 0, Kind: "leader.cut", Broker: -1, Count: 1 + int((h>>8)%3)})
+		return
+	}
+	at := time.Duration(5+(h>>2)%56) * time.Second
+	s.Faults = append(s.Faults, sim.FaultAt{At: at, Kind: "leader.cut", Broker: -1, Count: 1 + int((h>>8)%3)})
+	s.Sometimes = append(s.Sometimes, "leader.cut")
 }
 
 // addEncryption turns the first queue's encryption on mid-run through one

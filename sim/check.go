@@ -76,6 +76,7 @@ var Checkers = []Checker{
 	{Name: "spool-corrupt", Check: CheckSpoolCorrupt},
 	{Name: "row-lock", Check: CheckRowLocks},
 	{Name: "retention-progress", Check: CheckRetention, Lockstep: true},
+	{Name: "leader-passes", Check: CheckLeaderPasses},
 }
 
 // Judge runs the checker on h with re-inserted transactionIds told apart

@@ -99,7 +99,7 @@ func answeredIDs(h []Event) []Violation {
 // so that every answer must still be a real one.
 func benign(fault string) bool {
 	switch fault {
-	case "pg.hold", "clock.skew", "leader.double", "mesh.drop", "mesh.delay", "mesh.reorder", "sweeper.stall", "leader.kill":
+	case "pg.hold", "clock.skew", "leader.double", "mesh.drop", "mesh.delay", "mesh.reorder", "sweeper.stall", "leader.kill", "leader.cut":
 		return true
 	case "pg.readonly":
 		// A read-only server refuses at once with 25006, an outage the

@@ -50,6 +50,9 @@ type ClusterOptions struct {
 	OnTimerClaim func(b int, kind, token string, t store.ClaimedTimer)
 	// OnPopClaim is told of every claim a pop made.
 	OnPopClaim func(b int, c httpapi.PopClaim)
+	// OnLeaderPass is told of every leader pass a broker leads; what it
+	// returns, of the pass's end.
+	OnLeaderPass func(b int, role string, session uint32) (end func(error))
 }
 
 // Cluster is a set of brokers in this process sharing one database.
@@ -233,6 +236,9 @@ func (c *Cluster) Start(ctx context.Context, i int) error {
 	}
 	if c.opts.OnPopClaim != nil {
 		opts.PopClaims = func(pc httpapi.PopClaim) { c.opts.OnPopClaim(i, pc) }
+	}
+	if c.opts.OnLeaderPass != nil {
+		opts.LeaderPasses = func(role string, session uint32) func(error) { return c.opts.OnLeaderPass(i, role, session) }
 	}
 	if c.opts.Lockstep {
 		skewed := &nodeClock{base: c.opts.PG, off: &n.offset}
@@ -635,14 +641,6 @@ func newClient() *http.Client {
 // run's database but the migration lock's: the retention leader's, when a
 // pass is running. It reports how many it ended.
 func (c *Cluster) KillLockSessions(ctx context.Context) (int, error) {
-	conn, err := pgx.Connect(ctx, c.opts.DSN)
-	if err != nil {
-		return 0, fmt.Errorf("leader.kill: %w", err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	var n int
-	err = conn.QueryRow(ctx, `SELECT count(*) FROM (SELECT pg_terminate_backend(l.pid) FROM pg_locks l
-		JOIN pg_stat_activity a ON a.pid = l.pid
-		WHERE l.locktype = 'advisory' AND l.granted AND a.datname = $1 AND l.objid <> 737000) t`, c.dbName()).Scan(&n)
-	return n, err
+	pids, err := c.killLockSessions(ctx)
+	return len(pids), err
 }

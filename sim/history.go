@@ -38,6 +38,13 @@ const (
 	// KClaim is a pop's claim that began after its client had gone (What
 	// "client-gone"), as the broker saw it (httpapi.PopClaim).
 	KClaim = "claim"
+	// KLeader is a leader pass (What "start", then "end" with Err when it
+	// failed) of Role on broker B, on the lock session Session (a backend
+	// pid), numbered Pass; or the termination of a session, confirmed
+	// gone (What "cut"): Pass names the pass in whose start it was made,
+	// before any statement of it (leader.cut), 0 when made from outside
+	// (leader.kill).
+	KLeader = "leader"
 )
 
 // Event is one line of a history.
@@ -101,6 +108,11 @@ type Event struct {
 	// message became due under its rule.
 	Rule string `json:"rule,omitempty"`
 	Due  int64  `json:"due,omitempty"`
+	// Leader passes (KLeader). Session is a backend pid: left out of a
+	// lockstep run's hash (pids differ between replays).
+	Role    string `json:"role,omitempty"`
+	Session uint32 `json:"session,omitempty"`
+	Pass    int    `json:"pass,omitempty"`
 }
 
 // Quarantined is one record a spool drain gave up on.

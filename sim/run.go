@@ -148,6 +148,9 @@ type runner struct {
 	// retentionFaults are the retention.fail faults scheduled; each runs
 	// after the drain (probeRetention).
 	retentionFaults []FaultAt
+	// lead numbers the leader passes and holds the cuts still to make
+	// (leader.cut).
+	lead leaderPasses
 }
 
 type activeFault struct {
@@ -197,7 +200,8 @@ func (r *runner) setup(dsn string, log io.Writer) error {
 	var err error
 	for try := 0; ; try++ {
 		r.cluster, err = NewCluster(r.ctx, ClusterOptions{DSN: dsn, Brokers: r.o.Brokers, Seed: r.o.Seed,
-			Lockstep: r.pg != nil, PG: r.pg, Log: log, OnTimerClaim: r.noteClaim, OnPopClaim: r.notePopClaim})
+			Lockstep: r.pg != nil, PG: r.pg, Log: log, OnTimerClaim: r.noteClaim, OnPopClaim: r.notePopClaim,
+			OnLeaderPass: r.noteLeaderPass})
 		// The mesh ports are picked free and then bound by the brokers: on
 		// a busy machine another process can take one in between. That is
 		// the harness's race, not the broker's: pick again.
@@ -297,6 +301,7 @@ func finish(res *Result, o Options) {
 	sum := sha256.New()
 	enc := json.NewEncoder(sum)
 	for _, e := range h {
+		e.Session = 0 // a backend pid: not replayable
 		_ = enc.Encode(e)
 	}
 	res.Hash = hex.EncodeToString(sum.Sum(nil))
@@ -719,8 +724,9 @@ func (r *runner) inject(f FaultAt) error {
 		go func() {
 			defer r.jobs.Done()
 			for ctx := r.ctx; ctx.Err() == nil; time.Sleep(20 * time.Millisecond) {
-				if n, err := r.cluster.KillLockSessions(ctx); err == nil {
-					r.leaderKills.Add(int64(n))
+				if pids, err := r.cluster.killLockSessions(ctx); err == nil {
+					r.leaderKills.Add(int64(len(pids)))
+					r.noteKills(pids)
 				}
 				if !time.Now().Before(deadline) {
 					return
@@ -728,6 +734,8 @@ func (r *runner) inject(f FaultAt) error {
 			}
 		}()
 		r.fired["leader.kill"]++
+	case "leader.cut":
+		r.cutPasses(f)
 	case "pg.hold":
 		// COMMITs on the broker's database path are held up to By each,
 		// so transactions commit out of the order they wrote in.
@@ -1040,6 +1048,10 @@ func (r *runner) heal() error {
 	}
 	if n := r.leaderKills.Swap(0); n > 0 {
 		r.fired["leader.killed"] += int(n)
+	}
+	r.endCuts()
+	if n := r.lead.fired.Swap(0); n > 0 {
+		r.fired["leader.cut"] += int(n)
 	}
 	if n := r.wakeProbes.Swap(0); n > 0 {
 		r.fired["wake.probe"] += int(n)

@@ -49,5 +49,7 @@ import "os"
 // autoack-consumes-undelivered (an autoAck pop's claim completes what it
 // claims, so an answer its client never got loses it, as before issue 28
 // item 3), retention-stops-at-failure (the first retention rule that fails
-// ends the pass: the rules after it do not run).
+// ends the pass: the rules after it do not run), retention-on-pool (the retention leader's statements run on
+// the pool, not on the session holding the advisory lock, so a leader
+// whose lock session died keeps acting).
 func On(name string) bool { return os.Getenv("QUEEN_CANARY") == name }

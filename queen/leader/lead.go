@@ -17,6 +17,12 @@ type Lead struct {
 	Clock clock.Clock
 	Log   *slog.Logger
 	Every background.Every
+	// Passes, when set, is told of every pass this broker leads: its role
+	// (the service's name) and the backend pid of the session holding the
+	// lock, after the lock is taken and before any statement of the pass;
+	// the function it returns is told how the pass ended, before the lock
+	// is released. The simulator records passes with it.
+	Passes func(role string, session uint32) (end func(error))
 
 	leading bool // whether the last pass held the lock, to log changes
 }
@@ -40,5 +46,11 @@ func (l *Lead) pass(ctx context.Context, id int64, name string, fn func(*store.L
 		return err
 	}
 	defer lead.Release()
+	if l.Passes != nil {
+		end := l.Passes(name, lead.Session())
+		err = fn(lead)
+		end(err)
+		return err
+	}
 	return fn(lead)
 }
