@@ -48,5 +48,7 @@ import "os"
 // every request behind it waits too, as before issue 28 item 8),
 // autoack-consumes-undelivered (an autoAck pop's claim completes what it
 // claims, so an answer its client never got loses it, as before issue 28
-// item 3).
+// item 3), timer-seals-twice (a timer's fire reads its sealed payload as
+// plain and seals it again: a pop of an encrypted queue delivers an
+// envelope).
 func On(name string) bool { return os.Getenv("QUEEN_CANARY") == name }
