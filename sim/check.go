@@ -75,6 +75,7 @@ var Checkers = []Checker{
 	{Name: "abandoned-claims", Check: CheckAbandonedClaims},
 	{Name: "spool-corrupt", Check: CheckSpoolCorrupt},
 	{Name: "row-lock", Check: CheckRowLocks},
+	{Name: "payloads", Check: CheckPayloads},
 }
 
 // Judge runs the checker on h with re-inserted transactionIds told apart
