@@ -308,6 +308,7 @@ func parseFault(f []string) (sim.FaultAt, error) {
 	case "pg.blackhole", "pg.refuse", "pg.delay", "pg.hold", "pg.reset", "broker.crash", "broker.stop", "broker.start", "clock.skew",
 		"spool.eio", "spool.enospc", "spool.torn", "spool.poison", "mesh.drop", "mesh.delay", "mesh.reorder", "leader.double",
 		"queue.encrypt", "key.rotate", "sweeper.stall", "pg.readonly", "leader.kill", "wake.probe", "queue.recreate", "spool.corrupt", "pg.rowlock", "cache.stale":
+	case "sealed.paths":
 	default:
 		return fa, fmt.Errorf("fault: unknown kind %q", fa.Kind)
 	}
