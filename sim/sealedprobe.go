@@ -18,14 +18,15 @@ import (
 // SealedQueue is the queue of the sealed-paths probe (sealed.paths): it is
 // encrypted from its creation, and every write path that can reach a queue
 // writes into it, so that what each path stores is opened by a pop: no
-// workload queue has timers or DLQ retries.
+// workload queue has timers, DLQ retries or a stream sink that is popped.
 const SealedQueue = "sim-sealed"
 
 // sealedPaths (sealed.paths, lockstep) writes into SealedQueue, for the
 // run's first tenant, through every write path the workload can drive: a
 // push, a transaction's push, two timers (due at once and a second
 // later), and a push that the final drain dead-letters and retries from
-// the DLQ through the route. Every payload is writtenPayload(txid); the
+// the DLQ through the route, and a streaming query's cycle whose sink it
+// is (sealedStream). Every payload is writtenPayload(txid); the
 // final drain (drainSealed) pops them all and records what each delivery
 // carried when it is anything else (the payloads rule).
 func (r *runner) sealedPaths(f FaultAt) error {
@@ -58,6 +59,81 @@ func (r *runner) sealedPaths(f FaultAt) error {
 	r.sealedWrite(b, "push", key(sealedDLQ))
 	r.sealedWrite(b, "timer", key("tm0"))
 	r.sealedWrite(b, "timer", key("tm1"))
+	if err := r.sealedStream(b, key("sink")); err != nil {
+		r.starved = append(r.starved, fmt.Sprintf("sealed.paths at=%v broker=%d: the stream sink path could not be set up: %v", f.At, b, err))
+	}
+	return nil
+}
+
+// sealedStream writes k into SealedQueue as a streaming query's sink: a
+// query over a plain source queue of its own (granted, configured and
+// registered here, one source message pushed and popped by the query's
+// group, none of it recorded) commits one cycle whose push item is k
+// (recorded as a "sealed-write" of What "stream").
+func (r *runner) sealedStream(b int, k Key) error {
+	const src, query = SealedQueue + "-src", "sim-sealed-sink"
+	br := r.cluster.Broker(b)
+	if br == nil {
+		return fmt.Errorf("broker %d is down", b)
+	}
+	if _, err := br.Store().Pool().Exec(r.ctx, `INSERT INTO queen_streams.quota (tenant_id) VALUES ($1::uuid) ON CONFLICT DO NOTHING`, k.Tenant); err != nil {
+		return err
+	}
+	do := func(method, path string, body any) ([]byte, error) {
+		raw, _ := json.Marshal(body)
+		code, out, err := r.cluster.Do(r.ctx, b, method, path, k.Tenant, raw)
+		if err != nil || code/100 != 2 {
+			return nil, fmt.Errorf("%s %s answered %d %s %v", method, path, code, clip(out), err)
+		}
+		return out, nil
+	}
+	raw, err := do("POST", "/streams/v1/queries", map[string]any{"name": query, "source_queue": src, "sink_queue": SealedQueue,
+		"config_hash": "sim-v1", "reset": false})
+	if err != nil {
+		return err
+	}
+	var reg struct {
+		QueryID string `json:"query_id"`
+	}
+	if json.Unmarshal(raw, &reg) != nil || reg.QueryID == "" {
+		return fmt.Errorf("register answered %s", clip(raw))
+	}
+	if _, err := do("POST", "/api/v1/push", map[string]any{"items": []any{map[string]any{"queue": src, "partition": "p", "transactionId": "sealed-src",
+		"payload": json.RawMessage(writtenPayload("sealed-src"))}}}); err != nil {
+		return err
+	}
+	if raw, err = do("GET", "/api/v1/pop/queue/"+src+"?batch=1&consumerGroup=streams."+query, nil); err != nil {
+		return err
+	}
+	var pop struct {
+		LeaseID  string `json:"leaseId"`
+		Messages []struct {
+			TransactionID string `json:"transactionId"`
+			PartitionID   string `json:"partitionId"`
+			LeaseID       string `json:"leaseId"`
+		} `json:"messages"`
+	}
+	if json.Unmarshal(raw, &pop) != nil || len(pop.Messages) != 1 {
+		return fmt.Errorf("pop of %s answered %s", src, clip(raw))
+	}
+	m := pop.Messages[0]
+	if m.LeaseID == "" {
+		m.LeaseID = pop.LeaseID
+	}
+	call := r.hist.Invoke(Event{Op: "sealed-write", What: "stream", B: b, VT: r.vt(), Tenant: k.Tenant, Q: k.Q, P: k.P, Txid: k.Txid})
+	body, _ := json.Marshal(map[string]any{"query_id": reg.QueryID, "partition_id": m.PartitionID, "consumer_group": "streams." + query,
+		"push_items":    []any{map[string]any{"queue": k.Q, "partition": k.P, "transactionId": k.Txid, "payload": json.RawMessage(writtenPayload(k.Txid))}},
+		"ack":           map[string]any{"transactionId": m.TransactionID, "leaseId": m.LeaseID, "status": "completed", "count": 1},
+		"release_lease": true})
+	code, out, err := r.cluster.Do(r.ctx, b, "POST", "/streams/v1/cycle", k.Tenant, body)
+	r.act.finish(call, "sealed-write", b, code, err, func(e *Event) {
+		var res struct {
+			Success *bool `json:"success"`
+		}
+		if json.Unmarshal(out, &res) != nil || res.Success == nil || !*res.Success {
+			e.Bad = "stream cycle into " + k.Q + " answered " + clip(out)
+		}
+	})
 	return nil
 }
 
