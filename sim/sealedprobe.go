@@ -251,7 +251,9 @@ func (r *runner) drainSealed() {
 		msgs, lease := r.sealedPop(tenant)
 		if len(msgs) == 0 {
 			r.wait(500 * time.Millisecond)
-			r.stepServices()
+			if r.pg != nil {
+				r.stepServices() // free-running, the sweepers run on their own
+			}
 			continue
 		}
 		for _, m := range msgs {
