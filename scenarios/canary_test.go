@@ -134,6 +134,15 @@ var generatedCanaries = map[string]func(*scenarios.Scenario) bool{
 	"autoack-consumes-undelivered": func(s *scenarios.Scenario) bool {
 		return s.Weights.Leave > 0 && s.Weights.LeaveAutoAckPct > 0 && hasGroup(s)
 	},
+	// A timer's fire seals its stored envelope again: a pop of the
+	// encrypted queue (sealed.paths) hands out an envelope.
+	"timer-seals-twice": func(s *scenarios.Scenario) bool { return hasFault(s, "sealed.paths") },
+}
+
+// canaryProperty names, for a generated canary, the property that must
+// catch it: a seed failing only through another one does not count.
+var canaryProperty = map[string]string{
+	"timer-seals-twice": "payloads",
 }
 
 // hasGroup reports whether a queue of s is read by a consumer group (the
@@ -181,6 +190,10 @@ func TestCanariesAreCaughtByGeneratedSeeds(t *testing.T) {
 					caught := map[string]bool{}
 					for _, v := range o.Violations {
 						caught[v.Property] = true
+					}
+					if p := canaryProperty[c]; p != "" && !caught[p] {
+						t.Logf("canary %s: generated seed %#x failed through %v, not %s", c, s.Seed, caught, p)
+						continue
 					}
 					t.Logf("canary %s caught by generated seed %#x (%s) through %v", c, s.Seed, s.Name, caught)
 					return

@@ -309,6 +309,7 @@ func parseFault(f []string) (sim.FaultAt, error) {
 		"spool.eio", "spool.enospc", "spool.torn", "spool.poison", "mesh.drop", "mesh.delay", "mesh.reorder", "leader.double",
 		"queue.encrypt", "key.rotate", "sweeper.stall", "pg.readonly", "leader.kill", "wake.probe", "queue.recreate", "spool.corrupt", "pg.rowlock", "cache.stale",
 		"retention.fail", "leader.cut":
+	case "sealed.paths":
 	default:
 		return fa, fmt.Errorf("fault: unknown kind %q", fa.Kind)
 	}

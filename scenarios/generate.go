@@ -122,6 +122,7 @@ func Generate(seed uint64) *Scenario {
 	addHostileFaults(s, seed, fired)
 	addRetentionProbe(s, seed)
 	addLeaderCuts(s, seed)
+	addSealedPaths(s, seed)
 	delete(fired, "broker.start")
 	for _, k := range []string{"pg.refuse", "pg.blackhole", "pg.reset", "broker.crash", "clock.skew", "spool.eio", "spool.enospc", "spool.torn",
 		"spool.poison", "spool.quarantined", "pg.readonly", "spool.corrupted"} {
@@ -368,6 +369,18 @@ func addEncryption(s *Scenario, seed uint64, from time.Duration, spread uint64) 
 		at := from + time.Duration((h>>17)%spread)*time.Second + 500*time.Millisecond
 		s.Faults = append(s.Faults, sim.FaultAt{At: at, Kind: "key.rotate", Broker: -1})
 	}
+}
+
+// addSealedPaths writes into an encrypted queue through every write path
+// (push, transaction, timer fire, DLQ retry; sealed.paths), in every
+// lockstep seed, 1-4 s in (before the generated outages), through a
+// broker the seed's bits choose; the final drain pops it all and the
+// payloads rule holds every delivery to the payload written.
+func addSealedPaths(s *Scenario, seed uint64) {
+	h := seedBits(seed)
+	s.Faults = append(s.Faults, sim.FaultAt{At: time.Second + time.Duration((h>>53)%3000)*time.Millisecond, Kind: "sealed.paths",
+		Broker: int((h >> 50) % uint64(s.Brokers))})
+	s.Sometimes = append(s.Sometimes, "sealed.paths")
 }
 
 // seedBits mixes a seed into bits that differ between neighbouring seeds

@@ -77,6 +77,7 @@ var Checkers = []Checker{
 	{Name: "row-lock", Check: CheckRowLocks},
 	{Name: "retention-progress", Check: CheckRetention, Lockstep: true},
 	{Name: "leader-passes", Check: CheckLeaderPasses},
+	{Name: "payloads", Check: CheckPayloads},
 }
 
 // Judge runs the checker on h with re-inserted transactionIds told apart

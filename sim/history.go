@@ -98,6 +98,9 @@ type Event struct {
 	// Plain are the rows the final read found stored in the clear in a
 	// queue after its encryption was turned on.
 	Plain []Key `json:"plain,omitempty"`
+	// Twice are the rows the final read found sealed twice: the stored
+	// envelope opens to another envelope (sealed rule).
+	Twice []Key `json:"twice,omitempty"`
 	// Quarantined are the spooled records the drains quarantined, with
 	// PostgreSQL's reason, from every broker's failed/ directory.
 	Quarantined []Quarantined `json:"quarantined,omitempty"`
@@ -144,7 +147,11 @@ type Msg struct {
 	DLQ      bool   `json:"dlq,omitempty"`
 	Err      string `json:"err,omitempty"`
 	PID      string `json:"-"` // partition id, needed to ack; not part of the history
-	ID       string `json:"-"` // message id as delivered; not part of the history
+	// Data is what a delivery carried, recorded only when it is not the
+	// payload written for its transactionId (writtenPayload): the
+	// payloads rule judges it.
+	Data json.RawMessage `json:"data,omitempty"`
+	ID   string          `json:"-"` // message id as delivered; not part of the history
 }
 
 // Row is a message row found by the final database read.

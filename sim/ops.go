@@ -195,11 +195,10 @@ func (a *actor) finishPop(call, b, code int, raw []byte, err error, tenant strin
 		}
 		h = &held{tenant: tenant, q: q.Name, g: grp, lease: res.LeaseID}
 		for _, m := range res.Messages {
-			if sealedEnvelope(m.Data) {
-				e.Bad = fmt.Sprintf("pop delivered %s/%s as its sealed envelope, not its payload: %s", q.Name, m.TransactionID, clip(m.Data))
-			}
-			msg := Msg{Tenant: tenant, Q: q.Name, P: m.Partition, Txid: m.TransactionID, Lease: m.LeaseID, PID: m.PartitionID, ID: m.ID}
+			msg := Msg{Tenant: tenant, Q: q.Name, P: m.Partition, Txid: m.TransactionID, Lease: m.LeaseID, PID: m.PartitionID, ID: m.ID,
+				Data: deliveredAs(m.TransactionID, m.Data)}
 			e.Msgs = append(e.Msgs, msg)
+			msg.Data = nil
 			h.msgs = append(h.msgs, msg)
 		}
 		if autoAck || len(h.msgs) == 0 {
@@ -303,7 +302,7 @@ func (a *actor) txn(ctx context.Context, c, b int, k Key, h *held) {
 		group = h.g
 	}
 	body, _ := json.Marshal(map[string]any{"operations": []any{
-		map[string]any{"type": "push", "items": []any{map[string]any{"queue": k.Q, "partition": k.P, "transactionId": k.Txid, "payload": 1}}},
+		map[string]any{"type": "push", "items": []any{map[string]any{"queue": k.Q, "partition": k.P, "transactionId": k.Txid, "payload": json.RawMessage(writtenPayload(k.Txid))}}},
 		map[string]any{"type": "ack", "transactionId": m.Txid, "partitionId": m.PID, "consumerGroup": group, "leaseId": m.Lease},
 	}, "requiredLeases": []string{m.Lease}})
 	code, raw, err := a.cluster.Do(ctx, b, "POST", "/api/v1/transaction", k.Tenant, body)

@@ -151,6 +151,9 @@ type runner struct {
 	// lead numbers the leader passes and holds the cuts still to make
 	// (leader.cut).
 	lead leaderPasses
+	// sealedProbe: the sealed-paths probe wrote into SealedQueue, which
+	// the final drain empties (drainSealed).
+	sealedProbe bool
 }
 
 type activeFault struct {
@@ -236,6 +239,7 @@ func (r *runner) conclude(dsn string, ops int) (*Result, error) {
 		return nil, err
 	}
 	r.drain()
+	r.drainSealed()
 	r.drainStreams()
 	r.probeRetentions(dsn)
 	res := &Result{History: r.hist, Ops: ops, Faults: len(r.o.Faults), Fired: r.fired, Starved: r.starved}
@@ -783,6 +787,8 @@ func (r *runner) inject(f FaultAt) error {
 		return nil
 	case "queue.encrypt":
 		return r.encryptQueue(f)
+	case "sealed.paths":
+		return r.sealedPaths(f)
 	case "wake.probe", "queue.recreate", "cache.stale":
 		if r.cluster.Mesh() == nil {
 			return fmt.Errorf("%s needs a free-running run of two brokers or more", f.Kind)
@@ -1175,6 +1181,9 @@ func finalRead(ctx context.Context, dsn string, h *History, vt int64, dbNow *tim
 		return err
 	}
 	if final.Plain, err = plainRows(ctx, conn, sealed); err != nil {
+		return err
+	}
+	if final.Twice, err = twiceRows(ctx, conn, sealed); err != nil {
 		return err
 	}
 	h.Add(final)

@@ -51,5 +51,7 @@ import "os"
 // item 3), retention-stops-at-failure (the first retention rule that fails
 // ends the pass: the rules after it do not run), retention-on-pool (the retention leader's statements run on
 // the pool, not on the session holding the advisory lock, so a leader
-// whose lock session died keeps acting).
+// whose lock session died keeps acting), timer-seals-twice (a timer's fire reads its sealed payload as
+// plain and seals it again: a pop of an encrypted queue delivers an
+// envelope).
 func On(name string) bool { return os.Getenv("QUEEN_CANARY") == name }

@@ -151,7 +151,15 @@ func (s *Store) fireTimersOnce(ctx context.Context, token string, claimed []Clai
 		}
 		for j, i := range idx {
 			c := claimed[i]
-			rows[i] = appendRow{id: c.MessageID, pid: pids[keys[j]], txid: c.Txn, payload: c.Payload, sub: c.ProducerSub}
+			payload := c.Payload
+			if canary.On("timer-seals-twice") && s.cipher != nil && payload.Sealed() {
+				// The planted bug: the stored envelope read as plain
+				// and sealed again, so a pop opens it only once.
+				if again, err := s.cipher.SealPayload(crypt.Plain(payload.Raw())); err == nil {
+					payload = again
+				}
+			}
+			rows[i] = appendRow{id: c.MessageID, pid: pids[keys[j]], txid: c.Txn, payload: payload, sub: c.ProducerSub}
 		}
 	}
 	ctx, cancel := s.bound(ctx)
