@@ -120,6 +120,7 @@ func Generate(seed uint64) *Scenario {
 	// starts on them: it must claim nothing for them.
 	s.Weights.EarlyPct = 25
 	addHostileFaults(s, seed, fired)
+	addLateExtendsAndSecondSpool(s, seed)
 	delete(fired, "broker.start")
 	for _, k := range []string{"pg.refuse", "pg.blackhole", "pg.reset", "broker.crash", "clock.skew", "spool.eio", "spool.enospc", "spool.torn",
 		"spool.poison", "spool.quarantined", "pg.readonly", "spool.corrupted"} {
@@ -311,6 +312,30 @@ func addHostileFaults(s *Scenario, seed uint64, fired map[string]bool) {
 	if (h>>45)%3 != 0 {
 		s.Weights.LeaveAutoAckPct = 50
 	}
+}
+
+// addLateExtendsAndSecondSpool adds issue 29's late extends and second
+// spool, chosen by the seed's bits, not its stream:
+//   - in every seed, 20-35% of held batches are extended once more after
+//     their lease ended (a second past its expiry while still held, and
+//     right after their ack): each must be refused (late-extend);
+//   - in every seed, a second spool opens every running broker's spool
+//     directory (spool.second), two seconds into an outage of every
+//     broker's database path if the seed has one (the active spool file
+//     then has pushes in it), else at 5-94 s: it must be refused
+//     (spool-exclusive).
+func addLateExtendsAndSecondSpool(s *Scenario, seed uint64) {
+	h := seedBits(seed ^ 0x29e7)
+	s.Weights.LateExtendPct = 20 + int(h%16)
+	at := time.Duration(5+(h>>4)%90) * time.Second
+	for _, f := range s.Faults {
+		if (f.Kind == "pg.refuse" || f.Kind == "pg.blackhole") && f.Broker < 0 && f.For >= 3*time.Second {
+			at = f.At + 2*time.Second
+			break
+		}
+	}
+	s.Faults = append(s.Faults, sim.FaultAt{At: at, Kind: "spool.second", Broker: -1})
+	s.Sometimes = append(s.Sometimes, "spool.second")
 }
 
 // addEncryption turns the first queue's encryption on mid-run through one

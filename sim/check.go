@@ -75,6 +75,8 @@ var Checkers = []Checker{
 	{Name: "abandoned-claims", Check: CheckAbandonedClaims},
 	{Name: "spool-corrupt", Check: CheckSpoolCorrupt},
 	{Name: "row-lock", Check: CheckRowLocks},
+	{Name: "late-extend", Check: CheckLateExtends, Lockstep: true},
+	{Name: "spool-exclusive", Check: CheckSpoolExclusive},
 }
 
 // Judge runs the checker on h with re-inserted transactionIds told apart

@@ -177,6 +177,7 @@ func Run(ctx context.Context, dsn string, o Options, log io.Writer) (*Result, er
 			}
 			faultsLeft = faultsLeft[1:]
 		}
+		r.lateExtends()
 		r.step(r.rng, r.clients[r.rng.IntN(len(r.clients))])
 		r.stepServices()
 	}
@@ -502,6 +503,7 @@ func (r *runner) step(rng *rand.Rand, c *client) {
 				}
 			}
 			r.act.ack(r.ctx, c.id, b, h, statuses)
+			r.extendAfterAck(c.id, b, h)
 		}
 	case x < w.Push+w.Pop+w.Ack+w.Extend:
 		if len(c.held) > 0 {
@@ -872,6 +874,9 @@ func (r *runner) inject(f FaultAt) error {
 		}()
 	case "spool.corrupt":
 		r.corruptSpools(f)
+		e.Until = e.VT
+	case "spool.second":
+		r.secondSpool(f)
 		e.Until = e.VT
 	case "mesh.drop", "mesh.delay", "mesh.reorder":
 		m := r.cluster.Mesh()
