@@ -127,6 +127,12 @@ var generatedCanaries = map[string]func(*scenarios.Scenario) bool{
 	"autoack-consumes-undelivered": func(s *scenarios.Scenario) bool {
 		return s.Weights.Leave > 0 && s.Weights.LeaveAutoAckPct > 0 && hasGroup(s)
 	},
+	// An extend renews an expired or released lease: only the late-extend
+	// rule, fed by the late extends of held batches, sees it.
+	"extend-revives": func(s *scenarios.Scenario) bool { return s.Weights.LateExtendPct > 0 },
+	// The spool takes no lock on its directory: a second spool opens a
+	// running broker's (spool.second), which spool-exclusive rejects.
+	"spool-lock-off": func(s *scenarios.Scenario) bool { return hasFault(s, "spool.second") },
 }
 
 // hasGroup reports whether a queue of s is read by a consumer group (the

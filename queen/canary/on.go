@@ -48,5 +48,8 @@ import "os"
 // every request behind it waits too, as before issue 28 item 8),
 // autoack-consumes-undelivered (an autoAck pop's claim completes what it
 // claims, so an answer its client never got loses it, as before issue 28
-// item 3).
+// item 3), extend-revives (a lease extend renews its token's lease whether
+// or not it is still live: an expired or released lease comes back),
+// spool-lock-off (spool.Open takes no lock on its directory: a second
+// broker given the same FILE_BUFFER_DIR opens it beside the first).
 func On(name string) bool { return os.Getenv("QUEEN_CANARY") == name }
