@@ -490,6 +490,7 @@ func (r *runner) step(rng *rand.Rand, c *client) {
 		switch {
 		case h != nil && w.HotPct > 0:
 			r.act.ack(r.ctx, c.id, b, h, []string{"completed"})
+			r.extendAfterAck(c.id, b, h)
 		case h != nil:
 			c.held = append(c.held, h)
 		}
