@@ -137,12 +137,22 @@ var generatedCanaries = map[string]func(*scenarios.Scenario) bool{
 	// A timer's fire seals its stored envelope again: a pop of the
 	// encrypted queue (sealed.paths) hands out an envelope.
 	"timer-seals-twice": func(s *scenarios.Scenario) bool { return hasFault(s, "sealed.paths") },
+	// An extend renews an expired or released lease: only the late-extend
+	// rule, fed by the late extends of held batches, sees it.
+	"extend-revives": func(s *scenarios.Scenario) bool { return s.Weights.LateExtendPct > 0 },
+	// The spool takes no lock on its directory: a second spool opens a
+	// running broker's (spool.second), which spool-exclusive rejects.
+	"spool-lock-off": func(s *scenarios.Scenario) bool { return hasFault(s, "spool.second") },
 }
 
 // canaryProperty names, for a generated canary, the property that must
 // catch it: a seed failing only through another one does not count.
 var canaryProperty = map[string]string{
-	"timer-seals-twice": "payloads",
+	"timer-seals-twice":          "payloads",
+	"retention-stops-at-failure": "retention-progress",
+	"retention-on-pool":          "leader-passes",
+	"extend-revives":             "late-extend",
+	"spool-lock-off":             "spool-exclusive",
 }
 
 // hasGroup reports whether a queue of s is read by a consumer group (the

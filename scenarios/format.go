@@ -256,6 +256,8 @@ func (s *Scenario) parseWorkload(f []string) error {
 			w.EarlyPct = n
 		case "leaveack":
 			w.LeaveAutoAckPct = n
+		case "lateextend":
+			w.LateExtendPct = n
 		case "timer":
 			w.Timer = n
 		case "kv":
@@ -308,7 +310,7 @@ func parseFault(f []string) (sim.FaultAt, error) {
 	case "pg.blackhole", "pg.refuse", "pg.delay", "pg.hold", "pg.reset", "broker.crash", "broker.stop", "broker.start", "clock.skew",
 		"spool.eio", "spool.enospc", "spool.torn", "spool.poison", "mesh.drop", "mesh.delay", "mesh.reorder", "leader.double",
 		"queue.encrypt", "key.rotate", "sweeper.stall", "pg.readonly", "leader.kill", "wake.probe", "queue.recreate", "spool.corrupt", "pg.rowlock", "cache.stale",
-		"retention.fail", "leader.cut":
+		"retention.fail", "leader.cut", "spool.second":
 	case "sealed.paths":
 	default:
 		return fa, fmt.Errorf("fault: unknown kind %q", fa.Kind)
@@ -352,7 +354,8 @@ func Print(w io.Writer, s *Scenario) error {
 		key, unit string
 		n         int
 	}{{"hot", "%", w8.HotPct}, {"foreign", "", w8.Foreign}, {"leave", "", w8.Leave}, {"early", "%", w8.EarlyPct}, {"leaveack", "%", w8.LeaveAutoAckPct}, {"poll", "%", w8.PollPct},
-		{"burst", "%", w8.BurstPct}, {"timer", "", w8.Timer}, {"stream", "", w8.Stream}, {"kv", "", w8.KV}} {
+		{"burst", "%", w8.BurstPct}, {"timer", "", w8.Timer}, {"stream", "", w8.Stream}, {"kv", "", w8.KV},
+		{"lateextend", "%", w8.LateExtendPct}} {
 		if o.n > 0 {
 			fmt.Fprintf(b, " %s=%d%s", o.key, o.n, o.unit)
 		}

@@ -123,6 +123,7 @@ func Generate(seed uint64) *Scenario {
 	addRetentionProbe(s, seed)
 	addLeaderCuts(s, seed)
 	addSealedPaths(s, seed)
+	addLateExtendsAndSecondSpool(s, seed)
 	delete(fired, "broker.start")
 	for _, k := range []string{"pg.refuse", "pg.blackhole", "pg.reset", "broker.crash", "clock.skew", "spool.eio", "spool.enospc", "spool.torn",
 		"spool.poison", "spool.quarantined", "pg.readonly", "spool.corrupted"} {
@@ -352,6 +353,30 @@ func addLeaderCuts(s *Scenario, seed uint64) {
 	at := time.Duration(5+(h>>2)%56) * time.Second
 	s.Faults = append(s.Faults, sim.FaultAt{At: at, Kind: "leader.cut", Broker: -1, Count: 1 + int((h>>8)%3)})
 	s.Sometimes = append(s.Sometimes, "leader.cut")
+}
+
+// addLateExtendsAndSecondSpool adds issue 29's late extends and second
+// spool, chosen by the seed's bits, not its stream:
+//   - in every seed, 20-35% of held batches are extended once more after
+//     their lease ended (a second past its expiry while still held, and
+//     right after their ack): each must be refused (late-extend);
+//   - in every seed, a second spool opens every running broker's spool
+//     directory (spool.second), two seconds into an outage of every
+//     broker's database path if the seed has one (the active spool file
+//     then has pushes in it), else at 5-94 s: it must be refused
+//     (spool-exclusive).
+func addLateExtendsAndSecondSpool(s *Scenario, seed uint64) {
+	h := seedBits(seed ^ 0x29e7)
+	s.Weights.LateExtendPct = 20 + int(h%16)
+	at := time.Duration(5+(h>>4)%90) * time.Second
+	for _, f := range s.Faults {
+		if (f.Kind == "pg.refuse" || f.Kind == "pg.blackhole") && f.Broker < 0 && f.For >= 3*time.Second {
+			at = f.At + 2*time.Second
+			break
+		}
+	}
+	s.Faults = append(s.Faults, sim.FaultAt{At: at, Kind: "spool.second", Broker: -1})
+	s.Sometimes = append(s.Sometimes, "spool.second")
 }
 
 // addEncryption turns the first queue's encryption on mid-run through one

@@ -78,6 +78,8 @@ var Checkers = []Checker{
 	{Name: "retention-progress", Check: CheckRetention, Lockstep: true},
 	{Name: "leader-passes", Check: CheckLeaderPasses},
 	{Name: "payloads", Check: CheckPayloads},
+	{Name: "late-extend", Check: CheckLateExtends, Lockstep: true},
+	{Name: "spool-exclusive", Check: CheckSpoolExclusive},
 }
 
 // Judge runs the checker on h with re-inserted transactionIds told apart

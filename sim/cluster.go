@@ -220,7 +220,7 @@ func (c *Cluster) Start(ctx context.Context, i int) error {
 	if logw == nil {
 		logw = io.Discard
 	}
-	opts := queen.Options{Config: cfg, Logger: slog.New(slog.NewTextHandler(logw, nil)), SpoolFS: n.fs}
+	opts := queen.Options{Config: cfg, Logger: slog.New(slog.NewTextHandler(logw, nil)), SpoolFS: lockedFS{n.fs}}
 	opts.TimerClaims = func(kind, token string, t store.ClaimedTimer) {
 		if kind == "firing" {
 			// Every claim of the batch is recorded; now a slow sweeper

@@ -13,6 +13,11 @@ import (
 type held struct {
 	tenant, q, g, lease string
 	msgs                []Msg
+	// until is the latest its lease may end (lockstep: the pop's answer
+	// plus the lease, pushed out by renewals), and lateDone that it had
+	// its late extend (Weights.LateExtendPct).
+	until    int64
+	lateDone bool
 }
 
 // actor performs operations against the cluster and records them.
@@ -193,7 +198,7 @@ func (a *actor) finishPop(call, b, code int, raw []byte, err error, tenant strin
 			e.Bad = fmt.Sprintf("pop answered %d with %q", code, clip(raw))
 			return
 		}
-		h = &held{tenant: tenant, q: q.Name, g: grp, lease: res.LeaseID}
+		h = &held{tenant: tenant, q: q.Name, g: grp, lease: res.LeaseID, until: a.vt() + int64(q.LeaseSecs)*1000}
 		for _, m := range res.Messages {
 			msg := Msg{Tenant: tenant, Q: q.Name, P: m.Partition, Txid: m.TransactionID, Lease: m.LeaseID, PID: m.PartitionID, ID: m.ID,
 				Data: deliveredAs(m.TransactionID, m.Data)}
@@ -288,7 +293,11 @@ func (a *actor) sendAck(ctx context.Context, c, b int, h *held, statuses []strin
 func (a *actor) extend(ctx context.Context, c, b int, h *held, secs int) {
 	call := a.hist.Invoke(Event{Op: "extend", C: c, B: b, VT: a.vt(), Tenant: h.tenant, Lease: h.lease, LeaseSecs: secs})
 	code, raw, err := a.cluster.Do(ctx, b, "POST", "/api/v1/lease/"+h.lease+"/extend", h.tenant, []byte(fmt.Sprintf(`{"seconds":%d}`, secs)))
-	a.finish(call, "extend", b, code, err, func(e *Event) { e.Status = renewed(raw) })
+	a.finish(call, "extend", b, code, err, func(e *Event) {
+		if e.Status = renewed(raw); e.Status != "" {
+			h.until = max(h.until, a.vt()+int64(secs)*1000)
+		}
+	})
 }
 
 // txn pushes k and completes h's first message atomically.

@@ -65,6 +65,12 @@ type Weights struct {
 	// Stream is the weight of streaming operations: source pushes, batch
 	// pops and cycles of a query counting the source per partition.
 	Stream int
+	// LateExtendPct is the percentage of held batches (lockstep only,
+	// chosen by a hash of the lease mixed with the seed, not the
+	// workload's stream) extended once more after their lease ended: a
+	// second past its expiry while still held, and right after the ack
+	// that let them go. Every such extend must be refused (late-extend).
+	LateExtendPct int
 }
 
 // DefaultWeights is the workload mix when a scenario names none.
@@ -73,7 +79,7 @@ var DefaultWeights = Weights{Push: 45, Pop: 30, Ack: 18, Extend: 2, Txn: 3, Aban
 // FaultAt is one scheduled fault.
 type FaultAt struct {
 	At     time.Duration // from the start of the safety phase
-	Kind   string        // pg.blackhole pg.refuse pg.delay pg.hold pg.reset broker.crash broker.stop broker.start clock.skew spool.eio spool.enospc spool.torn spool.poison spool.corrupt mesh.drop mesh.delay mesh.reorder leader.double pg.readonly leader.kill pg.rowlock wake.probe queue.recreate
+	Kind   string        // pg.blackhole pg.refuse pg.delay pg.hold pg.reset broker.crash broker.stop broker.start clock.skew spool.eio spool.enospc spool.torn spool.poison spool.corrupt mesh.drop mesh.delay mesh.reorder leader.double pg.readonly leader.kill pg.rowlock wake.probe queue.recreate spool.second
 	Broker int           // -1: every broker
 	For    time.Duration // how long a pg.* fault lasts
 	By     time.Duration // clock.skew offset, pg.delay and mesh.delay delay, pg.hold longest hold

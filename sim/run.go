@@ -188,6 +188,7 @@ func Run(ctx context.Context, dsn string, o Options, log io.Writer) (*Result, er
 			}
 			faultsLeft = faultsLeft[1:]
 		}
+		r.lateExtends()
 		r.step(r.rng, r.clients[r.rng.IntN(len(r.clients))])
 		r.stepServices()
 	}
@@ -506,6 +507,7 @@ func (r *runner) step(rng *rand.Rand, c *client) {
 		switch {
 		case h != nil && w.HotPct > 0:
 			r.act.ack(r.ctx, c.id, b, h, []string{"completed"})
+			r.extendAfterAck(c.id, b, h)
 		case h != nil:
 			c.held = append(c.held, h)
 		}
@@ -519,6 +521,7 @@ func (r *runner) step(rng *rand.Rand, c *client) {
 				}
 			}
 			r.act.ack(r.ctx, c.id, b, h, statuses)
+			r.extendAfterAck(c.id, b, h)
 		}
 	case x < w.Push+w.Pop+w.Ack+w.Extend:
 		if len(c.held) > 0 {
@@ -903,6 +906,9 @@ func (r *runner) inject(f FaultAt) error {
 		return nil
 	case "spool.corrupt":
 		r.corruptSpools(f)
+		e.Until = e.VT
+	case "spool.second":
+		r.secondSpool(f)
 		e.Until = e.VT
 	case "mesh.drop", "mesh.delay", "mesh.reorder":
 		m := r.cluster.Mesh()

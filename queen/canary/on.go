@@ -49,9 +49,13 @@ import "os"
 // autoack-consumes-undelivered (an autoAck pop's claim completes what it
 // claims, so an answer its client never got loses it, as before issue 28
 // item 3), retention-stops-at-failure (the first retention rule that fails
-// ends the pass: the rules after it do not run), retention-on-pool (the retention leader's statements run on
-// the pool, not on the session holding the advisory lock, so a leader
-// whose lock session died keeps acting), timer-seals-twice (a timer's fire reads its sealed payload as
+// ends the pass: the rules after it do not run), retention-on-pool (the
+// retention leader's statements run on the pool, not on the session
+// holding the advisory lock, so a leader whose lock session died keeps
+// acting), timer-seals-twice (a timer's fire reads its sealed payload as
 // plain and seals it again: a pop of an encrypted queue delivers an
-// envelope).
+// envelope), extend-revives (a lease extend renews its token's lease
+// whether or not it is still live: an expired or released lease comes
+// back), spool-lock-off (spool.Open takes no lock on its directory: a
+// second broker given the same FILE_BUFFER_DIR opens it beside the first).
 func On(name string) bool { return os.Getenv("QUEEN_CANARY") == name }

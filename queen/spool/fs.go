@@ -32,8 +32,8 @@ type FS interface {
 // fails at once with an error wrapping ErrLocked, naming the holder, when
 // another process or another Spool of this one holds it. holder is what
 // the lock records about its taker for that error. An FS without it gets
-// no lock: the simulator's fault FS, whose brokers each have their own
-// directory.
+// no lock: the bare fault FS (faults.FaultyFS) of the unit tests; the
+// simulator gives its brokers the OS lock over it.
 type Locker interface {
 	Lock(dir, holder string) (io.Closer, error)
 }

@@ -46,6 +46,10 @@ var (
 	retentionIgnoresGroupSub = variant{"retention-ignores-group", "/*subscribed*/", "AND false"}
 	// evictEarly: eviction at a tenth of maxWaitTimeSeconds.
 	evictEarly = variant{"evict-early", "secs => q.max_wait_time_seconds", "secs => q.max_wait_time_seconds / 10.0"}
+	// extendRevives: an extend renews its token's lease whether or not it
+	// is still live, so a lease that expired (or was released, its expiry
+	// NULL) comes back to life while nobody else claimed the partition.
+	extendRevives = variant{"extend-revives", " AND pc.lease_expires_at > coalesce($3::timestamptz, now())", ""}
 )
 
 // canaryVariant is one variant and a statement it rewrites.
@@ -69,5 +73,6 @@ func canaryVariants() []canaryVariant {
 		{dedupRaises, appendSQL}, {sealCacheTrusted, appendSQL}, {sealCacheTrustedFlag, appendSQL}, {timerEarly, claimTimersSQL}, {timerClaimIgnoresLease, claimTimersSQL}, {kvTTLIgnored, kvGetSQL}, {kvTTLIgnored, kvGetPrefixSQL}, {kvTTLIgnored, kvGetPrefixOpenSQL}, {kvGetManyTTLIgnored, kvGetSQL},
 		{claimUnfairOrder, popSQL}, {claimUnfairPick, popSQL}, {popIgnoresLease, popSQL}, {claimUnfairOrder, popOneSQL}, {popIgnoresLease, popOneSQL},
 		{retentionIgnoresGroupMin, rule("completed")}, {retentionIgnoresGroupSub, rule("completed")}, {evictEarly, rule("evicted")},
+		{extendRevives, extendSQL},
 	}
 }
