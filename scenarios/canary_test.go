@@ -122,6 +122,9 @@ var generatedCanaries = map[string]func(*scenarios.Scenario) bool{
 	// A record failing its checksum with records after it is read as a
 	// torn tail: the rest of its file is dropped, nothing quarantined.
 	"spool-corrupt-drops-rest": func(s *scenarios.Scenario) bool { return hasFault(s, "spool.corrupt") },
+	// A pop ignores delayedProcessing: messages are delivered before
+	// they are that old (the queue-options rule).
+	"delay-ignored": func(s *scenarios.Scenario) bool { return s.Queues[0].DelayedSecs > 0 },
 	// An autoAck pop whose client left while it claimed consumes what it
 	// claimed: nobody receives it.
 	"autoack-consumes-undelivered": func(s *scenarios.Scenario) bool {

@@ -36,6 +36,10 @@ type Spec struct {
 	// SkewMS is the largest clock skew the run injects: time bounds
 	// between brokers' clocks are loosened by it.
 	SkewMS int64
+	// DelayMS and WindowMS are each queue's delayedProcessing and
+	// windowBuffer (absent: none): what they hide, the checkers do not
+	// expect a pop to find (check_qopts.go).
+	DelayMS, WindowMS map[string]int64
 }
 
 // QueueMode is the consumer group of queue-mode pops.
@@ -75,6 +79,7 @@ var Checkers = []Checker{
 	{Name: "abandoned-claims", Check: CheckAbandonedClaims},
 	{Name: "spool-corrupt", Check: CheckSpoolCorrupt},
 	{Name: "row-lock", Check: CheckRowLocks},
+	{Name: "queue-options", Check: CheckQueueOptions},
 }
 
 // Judge runs the checker on h with re-inserted transactionIds told apart
@@ -172,6 +177,7 @@ type timeline struct {
 	leaseGroup  map[string]string // lease -> group
 	rows        []Row
 	final       bool
+	hide        *hiding // set by the checkers that allow for queue options (check_qopts.go)
 }
 
 type pushRec struct {

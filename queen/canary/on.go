@@ -48,5 +48,6 @@ import "os"
 // every request behind it waits too, as before issue 28 item 8),
 // autoack-consumes-undelivered (an autoAck pop's claim completes what it
 // claims, so an answer its client never got loses it, as before issue 28
-// item 3).
+// item 3), delay-ignored (a pop claims and reads messages delayedProcessing
+// still hides).
 func On(name string) bool { return os.Getenv("QUEEN_CANARY") == name }

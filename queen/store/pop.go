@@ -255,6 +255,9 @@ func popSQLFor(partition, one bool) string {
 	if canary.On("pop-ignores-lease") {
 		sql = popIgnoresLease.apply(sql)
 	}
+	if canary.On(delayIgnoredHead.canary) {
+		sql = delayIgnoredHidden.apply(delayIgnoredHead.apply(sql))
+	}
 	return sql
 }
 
