@@ -338,7 +338,7 @@ func addQueueOptions(s *Scenario, seed uint64) {
 			s.Queues[i].WindowSecs = window
 		}
 		if (h>>7)%2 == 0 {
-			s.Queues[i].Priority = int((h>>(9+4*i))%10) - 2
+			s.Queues[i].Priority = 1 + int((h>>(9+4*i))%9)
 		}
 	}
 }
