@@ -125,6 +125,11 @@ var generatedCanaries = map[string]func(*scenarios.Scenario) bool{
 	// A pop ignores delayedProcessing: messages are delivered before
 	// they are that old (the queue-options rule).
 	"delay-ignored": func(s *scenarios.Scenario) bool { return s.Queues[0].DelayedSecs > 0 },
+	// A pop serves a partition whose newest message is younger than the
+	// queue's windowBuffer (the queue-options rule).
+	"window-ignored": func(s *scenarios.Scenario) bool {
+		return slices.ContainsFunc(s.Queues, func(q sim.QueueSpec) bool { return q.WindowSecs > 0 })
+	},
 	// An autoAck pop whose client left while it claimed consumes what it
 	// claimed: nobody receives it.
 	"autoack-consumes-undelivered": func(s *scenarios.Scenario) bool {

@@ -49,5 +49,6 @@ import "os"
 // autoack-consumes-undelivered (an autoAck pop's claim completes what it
 // claims, so an answer its client never got loses it, as before issue 28
 // item 3), delay-ignored (a pop claims and reads messages delayedProcessing
-// still hides).
+// still hides), window-ignored (a pop serves a partition inside its
+// windowBuffer).
 func On(name string) bool { return os.Getenv("QUEEN_CANARY") == name }

@@ -258,6 +258,9 @@ func popSQLFor(partition, one bool) string {
 	if canary.On(delayIgnoredHead.canary) {
 		sql = delayIgnoredHidden.apply(delayIgnoredHead.apply(sql))
 	}
+	if canary.On(windowIgnored.canary) {
+		sql = windowIgnored.apply(sql)
+	}
 	return sql
 }
 
