@@ -126,6 +126,14 @@ var generatedCanaries = map[string]func(*scenarios.Scenario) bool{
 	// session holding its lock: a pass whose lock session was cut as it
 	// started (leader.cut) still deletes, and ends without error.
 	"retention-on-pool": func(s *scenarios.Scenario) bool { return hasFault(s, "leader.cut") },
+	// A pop ignores delayedProcessing: messages are delivered before
+	// they are that old (the queue-options rule).
+	"delay-ignored": func(s *scenarios.Scenario) bool { return s.Queues[0].DelayedSecs > 0 },
+	// A pop serves a partition whose newest message is younger than the
+	// queue's windowBuffer (the queue-options rule).
+	"window-ignored": func(s *scenarios.Scenario) bool {
+		return slices.ContainsFunc(s.Queues, func(q sim.QueueSpec) bool { return q.WindowSecs > 0 })
+	},
 	// An autoAck pop whose client left while it claimed consumes what it
 	// claimed: nobody receives it.
 	// The first retention rule that fails ends the pass: the rules

@@ -166,7 +166,7 @@ func (s *Scenario) apply(f []string) error {
 	return err
 }
 
-// parseQueue reads name(partitions=N,leaseTime=Ds,groups=a|b,completedRetention=Ds,maxWait=Ds).
+// parseQueue reads name(partitions=N,leaseTime=Ds,groups=a|b,completedRetention=Ds,maxWait=Ds,delayed=Ds,window=Ds,priority=N).
 func parseQueue(s string) (sim.QueueSpec, error) {
 	q := sim.QueueSpec{Name: s}
 	open := strings.IndexByte(s, '(')
@@ -200,6 +200,16 @@ func parseQueue(s string) (sim.QueueSpec, error) {
 			var d time.Duration
 			d, err = time.ParseDuration(v)
 			q.MaxWaitSecs = int(d / time.Second)
+		case "delayed":
+			var d time.Duration
+			d, err = time.ParseDuration(v)
+			q.DelayedSecs = int(d / time.Second)
+		case "window":
+			var d time.Duration
+			d, err = time.ParseDuration(v)
+			q.WindowSecs = int(d / time.Second)
+		case "priority":
+			q.Priority, err = strconv.Atoi(v)
 		default:
 			err = fmt.Errorf("unknown option %q", k)
 		}
@@ -341,6 +351,15 @@ func Print(w io.Writer, s *Scenario) error {
 			}
 			if q.MaxWaitSecs > 0 {
 				spec += fmt.Sprintf(",maxWait=%ds", q.MaxWaitSecs)
+			}
+			if q.DelayedSecs > 0 {
+				spec += fmt.Sprintf(",delayed=%ds", q.DelayedSecs)
+			}
+			if q.WindowSecs > 0 {
+				spec += fmt.Sprintf(",window=%ds", q.WindowSecs)
+			}
+			if q.Priority != 0 {
+				spec += fmt.Sprintf(",priority=%d", q.Priority)
 			}
 			qs = append(qs, spec+")")
 		}

@@ -124,6 +124,7 @@ func Generate(seed uint64) *Scenario {
 	addLeaderCuts(s, seed)
 	addSealedPaths(s, seed)
 	addLateExtendsAndSecondSpool(s, seed)
+	addQueueOptions(s, seed)
 	delete(fired, "broker.start")
 	for _, k := range []string{"pg.refuse", "pg.blackhole", "pg.reset", "broker.crash", "clock.skew", "spool.eio", "spool.enospc", "spool.torn",
 		"spool.poison", "spool.quarantined", "pg.readonly", "spool.corrupted"} {
@@ -377,6 +378,35 @@ func addLateExtendsAndSecondSpool(s *Scenario, seed uint64) {
 	}
 	s.Faults = append(s.Faults, sim.FaultAt{At: at, Kind: "spool.second", Broker: -1})
 	s.Sometimes = append(s.Sometimes, "spool.second")
+}
+
+// addQueueOptions sets the queue options of issue 29 (lockstep), chosen by
+// bits of the seed mixed apart from the other choices' bits, not by its
+// stream, so every other choice of every seed stays as it was:
+//   - delayedProcessing of 1-3 s on orders, in half the seeds: each message
+//     is hidden that long after it is stored;
+//   - windowBuffer of 1-2 s on billing.invoices wherever it exists (half
+//     the seeds), and on orders in a quarter of the others: a partition is
+//     served only once its newest message is that old;
+//   - priorities on every queue, in half the seeds (they order only
+//     namespace/task pops, which the workload does not send yet).
+//
+// They are short beside the run (a step is 0.4-0.8 s of virtual time) and
+// the final drain waits them out, so every message is still delivered.
+func addQueueOptions(s *Scenario, seed uint64) {
+	h := seedBits(seed ^ 0x9a7e5c0ffee)
+	if h%2 == 0 {
+		s.Queues[0].DelayedSecs = 1 + int((h>>1)%3)
+	}
+	window := 1 + int((h>>3)%2)
+	for i := range s.Queues {
+		if s.Queues[i].Name == "billing.invoices" || (len(s.Queues) == 1 && (h>>5)%4 == 0) {
+			s.Queues[i].WindowSecs = window
+		}
+		if (h>>7)%2 == 0 {
+			s.Queues[i].Priority = 1 + int((h>>(9+4*i))%9)
+		}
+	}
 }
 
 // addEncryption turns the first queue's encryption on mid-run through one

@@ -36,6 +36,10 @@ type Spec struct {
 	// SkewMS is the largest clock skew the run injects: time bounds
 	// between brokers' clocks are loosened by it.
 	SkewMS int64
+	// DelayMS and WindowMS are each queue's delayedProcessing and
+	// windowBuffer (absent: none): what they hide, the checkers do not
+	// expect a pop to find (check_qopts.go).
+	DelayMS, WindowMS map[string]int64
 }
 
 // QueueMode is the consumer group of queue-mode pops.
@@ -80,6 +84,7 @@ var Checkers = []Checker{
 	{Name: "payloads", Check: CheckPayloads},
 	{Name: "late-extend", Check: CheckLateExtends, Lockstep: true},
 	{Name: "spool-exclusive", Check: CheckSpoolExclusive},
+	{Name: "queue-options", Check: CheckQueueOptions},
 }
 
 // Judge runs the checker on h with re-inserted transactionIds told apart
@@ -177,6 +182,7 @@ type timeline struct {
 	leaseGroup  map[string]string // lease -> group
 	rows        []Row
 	final       bool
+	hide        *hiding // set by the checkers that allow for queue options (check_qopts.go)
 }
 
 type pushRec struct {

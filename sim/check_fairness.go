@@ -9,10 +9,12 @@ import "fmt"
 // group, at most (partitions of the queue) successful pops of that group
 // and queue in a row may serve other partitions while Y is claimable (no
 // live lease of that group holds it); a pop that serves Y starts the count
-// again. A message that may have been evicted stops waiting. More means Y was starved: with steady traffic into one partition,
+// again. A message that may have been evicted stops waiting; pops while
+// delayedProcessing or windowBuffer may hide it do not count (check_qopts.go). More means Y was starved: with steady traffic into one partition,
 // the others would never be served.
 func CheckFairness(h []Event, s Spec) []Violation {
 	t := build(h)
+	t.hide = newHiding(h, s)
 	type pk struct{ tenant, q, p, g string }
 	// Successful non-empty pops, in order, with the partitions they served.
 	type served struct {
@@ -121,7 +123,7 @@ func CheckFairness(h []Event, s Spec) []Violation {
 				if t.evictable(p.key, sv.vt, s) {
 					break // it may be gone: nothing waits any longer
 				}
-				if sv.suspended || t.partitionLeased(p.key, g, sv.invokeI, sv.vt) {
+				if sv.suspended || t.partitionLeased(p.key, g, sv.invokeI, sv.vt) || t.hide.hidden(p.key, sv.vt, sv.vt) {
 					continue
 				}
 				skipped++

@@ -7,9 +7,11 @@ import "fmt"
 // once its lease ends. It must be delivered again in its group, and no pop
 // of that group and queue may come back empty more than RecoverySlackMS
 // after the lease ended, while no fault is active, before it is, unless it
-// may have been evicted (maxWaitTimeSeconds) by then.
+// may have been evicted (maxWaitTimeSeconds) by then, or its partition may
+// be inside its windowBuffer (check_qopts.go).
 func CheckLeaseRecovery(h []Event, s Spec) []Violation {
 	t := build(h)
+	t.hide = newHiding(h, s)
 	type gk struct {
 		g string
 		k Key
@@ -73,7 +75,7 @@ func CheckLeaseRecovery(h []Event, s Spec) []Violation {
 				if groupOf(c.in.G) != d.group || c.in.Q != d.key.Q || c.in.Tenant != d.key.Tenant || (c.in.P != "" && c.in.P != d.key.P) {
 					continue
 				}
-				if c.in.VT >= end+s.RecoverySlackMS && healthy(c.in.VT) && !t.heldByOther(d, c.in.I, c.in.VT) && !t.evictable(d.key, c.in.VT, s) {
+				if c.in.VT >= end+s.RecoverySlackMS && healthy(c.in.VT) && !t.heldByOther(d, c.in.I, c.in.VT) && !t.evictable(d.key, c.in.VT, s) && !t.hide.hidden(d.key, c.in.VT, c.done.VT) {
 					out = append(out, Violation{"lease-recovery", fmt.Sprintf("%s still hidden at vt %d (pop event %d answered empty), its lease %s ended at vt %d", d.key, c.in.VT, c.in.I, e.Lease, end)})
 					break
 				}

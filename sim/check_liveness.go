@@ -11,12 +11,14 @@ import "fmt"
 // recovery slack only: the broker must give such a claim back at once).
 // Pops during a fault, or within answerGrace of one, are not judged.
 //
-// Messages that may have been evicted (maxWaitTimeSeconds) do not count.
+// Messages that may have been evicted (maxWaitTimeSeconds), or that
+// delayedProcessing or windowBuffer may hide (check_qopts.go), do not count.
 // Only messages never delivered in the group count: a delivered one is the
 // business of the lease-recovery and no-loss checkers, and a later
 // completion may have moved the cursor past it.
 func CheckLiveness(h []Event, s Spec) []Violation {
 	t := build(h)
+	t.hide = newHiding(h, s)
 	calls := calls(h)
 	type window struct{ from, to int64 }
 	var faults []window
@@ -72,7 +74,7 @@ func (t *timeline) waiting(p *call, calls []*call, released map[string]int, mayb
 			k.Tenant != p.in.Tenant || k.Q != p.in.Q || (p.in.P != "" && k.P != p.in.P) {
 			continue
 		}
-		if t.evictable(k, vt, spec) || t.deliveredBefore(k, g, i) || t.maybeCompleted(k, g, i, calls) || t.partitionHeld(k, g, i, vt, slack, released, maybeRenewed) {
+		if t.evictable(k, vt, spec) || t.hide.hidden(k, vt, p.done.VT) || t.deliveredBefore(k, g, i) || t.maybeCompleted(k, g, i, calls) || t.partitionHeld(k, g, i, vt, slack, released, maybeRenewed) {
 			continue
 		}
 		return k, true

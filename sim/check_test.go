@@ -7,7 +7,8 @@ import (
 	"github.com/queen-go/queen/sim"
 )
 
-var spec = sim.Spec{Groups: map[string][]string{"q": {sim.QueueMode}}, Partitions: map[string]int{"q": 2}, RecoverySlackMS: 1000}
+var spec = sim.Spec{Groups: map[string][]string{"q": {sim.QueueMode}}, Partitions: map[string]int{"q": 2}, RecoverySlackMS: 1000,
+	DelayMS: map[string]int64{"delayed": 2000}, WindowMS: map[string]int64{"windowed": 1000}} // queue options only on queues of their own
 
 func load(t *testing.T, name string) []sim.Event {
 	t.Helper()
@@ -111,4 +112,40 @@ func TestRetentionProgressExcusesOnlyTheFailingRule(t *testing.T) {
 		t.Fatal("accepts the completed rule's message kept while another rule fails")
 	}
 	t.Logf("rejected as expected: %v", v[0])
+}
+
+// delayedProcessing and windowBuffer hide messages for a while: the
+// checkers that expect a pop to find something allow for it, and the
+// queue-options rule rejects a delivery they forbid.
+func TestCheckersKnowQueueOptions(t *testing.T) {
+	base := sim.Spec{Groups: map[string][]string{"delayed": {sim.QueueMode}, "windowed": {sim.QueueMode}},
+		Partitions: map[string]int{"delayed": 1, "windowed": 2}, RecoverySlackMS: 1000}
+	opts := base
+	opts.DelayMS = map[string]int64{"delayed": 2000}
+	opts.WindowMS = map[string]int64{"windowed": 1000}
+	for _, tc := range []struct {
+		file string
+		spec sim.Spec
+		bad  string // the checker that must reject it; "" for none
+	}{
+		{"queue-options-accepted.jsonl", opts, ""},
+		{"queue-options-accepted.jsonl", base, "liveness"}, // no options: the empty pops are stalls
+		{"queue-options-bad-delay.jsonl", opts, "queue-options"},
+		{"queue-options-bad-delay.jsonl", base, ""},
+		{"queue-options-bad-window.jsonl", opts, "queue-options"},
+		{"queue-options-bad-window.jsonl", base, ""},
+	} {
+		h := load(t, tc.file)
+		for _, c := range sim.Checkers {
+			v := c.Judge(h, tc.spec)
+			switch {
+			case c.Name == tc.bad && len(v) == 0:
+				t.Errorf("%s: %s accepts it", tc.file, c.Name)
+			case c.Name != tc.bad && len(v) > 0:
+				t.Errorf("%s: %s rejects it: %v", tc.file, c.Name, v[0])
+			case c.Name == tc.bad:
+				t.Logf("%s rejected as expected: %v", tc.file, v[0])
+			}
+		}
+	}
 }

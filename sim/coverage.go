@@ -61,7 +61,7 @@ const faultWindowMS = 2000
 func Cover(h []Event) Coverage {
 	cov := Coverage{}
 	w := writesOf(h)
-	opts := queueOptions(h)
+	opts := optionsOverTime(h)
 	leases := map[string]*call{}
 	for _, c := range calls(h) {
 		coverCall(cov, c, w, opts, leases)
@@ -122,9 +122,9 @@ type queueOpt struct {
 	opts []string
 }
 
-// queueOptions reads the KQueue events: per tenant/queue, its options over
+// optionsOverTime reads the KQueue events: per tenant/queue, its options over
 // time.
-func queueOptions(h []Event) map[[2]string][]queueOpt {
+func optionsOverTime(h []Event) map[[2]string][]queueOpt {
 	out := map[[2]string][]queueOpt{}
 	for _, e := range h {
 		if e.K != KQueue {
@@ -344,6 +344,15 @@ func (q QueueSpec) options() []string {
 	}
 	if q.MaxWaitSecs > 0 {
 		out = append(out, "eviction")
+	}
+	if q.DelayedSecs > 0 {
+		out = append(out, "delayed")
+	}
+	if q.WindowSecs > 0 {
+		out = append(out, "window")
+	}
+	if q.Priority != 0 {
+		out = append(out, "priority")
 	}
 	return out
 }

@@ -20,6 +20,11 @@ type QueueSpec struct {
 	// MaxWaitSecs > 0 turns on eviction: the retention leader deletes
 	// messages that waited longer than this, consumed or not.
 	MaxWaitSecs int
+	// Queue options of issue 29: DelayedSecs > 0 is delayedProcessing (a
+	// message is invisible until that long after it was created);
+	// WindowSecs > 0 is windowBuffer (a partition is served only once its
+	// newest message is that old); Priority orders namespace/task pops.
+	DelayedSecs, WindowSecs, Priority int
 }
 
 // Weights are the relative odds of each workload operation.
@@ -170,6 +175,7 @@ func (o Options) Spec() Spec {
 		if q.MaxWaitSecs > 0 {
 			s.MaxWaitMS[q.Name] = int64(q.MaxWaitSecs) * 1000
 		}
+		s.addQueueOptions(q)
 	}
 	for _, f := range o.Faults {
 		if f.Kind == "clock.skew" {

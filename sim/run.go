@@ -411,6 +411,7 @@ func (r *runner) configure() error {
 			if q.MaxWaitSecs > 0 {
 				opts["maxWaitTimeSeconds"] = q.MaxWaitSecs
 			}
+			queueOptions(opts, q)
 			body, _ := json.Marshal(map[string]any{"queue": q.Name, "options": opts})
 			code, raw, err := r.setupCall("POST", "/api/v1/configure", t, body)
 			if err != nil || code != 200 {

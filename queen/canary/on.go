@@ -57,5 +57,8 @@ import "os"
 // envelope), extend-revives (a lease extend renews its token's lease
 // whether or not it is still live: an expired or released lease comes
 // back), spool-lock-off (spool.Open takes no lock on its directory: a
-// second broker given the same FILE_BUFFER_DIR opens it beside the first).
+// second broker given the same FILE_BUFFER_DIR opens it beside the first),
+// delay-ignored (a pop claims and reads messages delayedProcessing still
+// hides), window-ignored (a pop serves a partition inside its
+// windowBuffer).
 func On(name string) bool { return os.Getenv("QUEEN_CANARY") == name }

@@ -40,6 +40,13 @@ var (
 	claimUnfairPick  = variant{"claim-unfair", `ORDER BY c.acquired ASC NULLS FIRST, c.partition_id`, `ORDER BY c.partition_id`}
 	// popIgnoresLease: a live lease does not keep a partition from a pop.
 	popIgnoresLease = variant{"pop-ignores-lease", `(pc.lease_expires_at IS NULL OR pc.lease_expires_at <= coalesce($8::timestamptz, now()))`, `TRUE`}
+	// delayIgnored: a pop claims and reads messages delayedProcessing
+	// still hides, as if the queue had no delay.
+	delayIgnoredHead   = variant{"delay-ignored", "WHERE (SELECT delayed_processing FROM q) = 0", "WHERE TRUE"}
+	delayIgnoredHidden = variant{"delay-ignored", "CASE WHEN q.delayed_processing = 0 THEN NULL", "CASE WHEN TRUE THEN NULL"}
+	// windowIgnored: a pop serves a partition whose newest message is
+	// younger than the queue's windowBuffer.
+	windowIgnored = variant{"window-ignored", "AND ((SELECT window_buffer FROM q) = 0", "AND (TRUE"}
 	// retentionIgnoresGroup: completed retention deletes what any one
 	// group consumed, whatever the others.
 	retentionIgnoresGroupMin = variant{"retention-ignores-group", "min(pc.last_consumed_seq)", "max(pc.last_consumed_seq)"}
@@ -72,6 +79,8 @@ func canaryVariants() []canaryVariant {
 	return []canaryVariant{
 		{dedupRaises, appendSQL}, {sealCacheTrusted, appendSQL}, {sealCacheTrustedFlag, appendSQL}, {timerEarly, claimTimersSQL}, {timerClaimIgnoresLease, claimTimersSQL}, {kvTTLIgnored, kvGetSQL}, {kvTTLIgnored, kvGetPrefixSQL}, {kvTTLIgnored, kvGetPrefixOpenSQL}, {kvGetManyTTLIgnored, kvGetSQL},
 		{claimUnfairOrder, popSQL}, {claimUnfairPick, popSQL}, {popIgnoresLease, popSQL}, {claimUnfairOrder, popOneSQL}, {popIgnoresLease, popOneSQL},
+		{delayIgnoredHead, popSQL}, {delayIgnoredHidden, popSQL}, {delayIgnoredHead, popOneSQL}, {delayIgnoredHidden, popOneSQL},
+		{windowIgnored, popSQL}, {windowIgnored, popOneSQL},
 		{retentionIgnoresGroupMin, rule("completed")}, {retentionIgnoresGroupSub, rule("completed")}, {evictEarly, rule("evicted")},
 		{extendRevives, extendSQL},
 	}

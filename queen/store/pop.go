@@ -255,6 +255,12 @@ func popSQLFor(partition, one bool) string {
 	if canary.On("pop-ignores-lease") {
 		sql = popIgnoresLease.apply(sql)
 	}
+	if canary.On(delayIgnoredHead.canary) {
+		sql = delayIgnoredHidden.apply(delayIgnoredHead.apply(sql))
+	}
+	if canary.On(windowIgnored.canary) {
+		sql = windowIgnored.apply(sql)
+	}
 	return sql
 }
 
