@@ -26,6 +26,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -316,13 +317,7 @@ func parseFault(f []string) (sim.FaultAt, error) {
 			return fa, fmt.Errorf("fault %s: %w", tok, err)
 		}
 	}
-	switch fa.Kind {
-	case "pg.blackhole", "pg.refuse", "pg.delay", "pg.hold", "pg.reset", "broker.crash", "broker.stop", "broker.start", "clock.skew",
-		"spool.eio", "spool.enospc", "spool.torn", "spool.poison", "mesh.drop", "mesh.delay", "mesh.reorder", "leader.double",
-		"queue.encrypt", "key.rotate", "sweeper.stall", "pg.readonly", "leader.kill", "wake.probe", "queue.recreate", "spool.corrupt", "pg.rowlock", "cache.stale",
-		"retention.fail", "leader.cut", "spool.second":
-	case "sealed.paths":
-	default:
+	if !slices.Contains(sim.FaultKinds, fa.Kind) {
 		return fa, fmt.Errorf("fault: unknown kind %q", fa.Kind)
 	}
 	return fa, nil

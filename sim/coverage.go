@@ -99,6 +99,10 @@ func writesOf(h []Event) map[Key]written {
 			}
 		case in.Op == "timer":
 			note(in.Key(), "timer", in.VT)
+		case in.Op == "sealed-write":
+			note(in.Key(), in.What, in.VT)
+		case in.Op == "sealed-retry" && c.ok() && c.done.Status != "":
+			w[Key{in.Tenant, in.Q, in.P, c.done.Status}] = written{"dlq-retry", c.done.VT}
 		}
 	}
 	for _, e := range h {
@@ -166,7 +170,7 @@ func coverCall(cov Coverage, c *call, w map[Key]written, opts map[[2]string][]qu
 		return
 	}
 	switch in.Op {
-	case "pop":
+	case "pop", "sealed-pop":
 		if c.done.Code != 200 {
 			return
 		}
@@ -176,6 +180,9 @@ func coverCall(cov Coverage, c *call, w map[Key]written, opts map[[2]string][]qu
 		}
 		for _, m := range c.done.Msgs {
 			leases[m.Lease] = c
+			if m.Tenant == "" {
+				m.Tenant = in.Tenant
+			}
 			wr, ok := w[m.Key()]
 			if !ok {
 				continue
@@ -192,9 +199,16 @@ func coverCall(cov Coverage, c *call, w map[Key]written, opts map[[2]string][]qu
 			if !m.DLQ {
 				continue
 			}
+			if m.Tenant == "" {
+				m.Tenant = in.Tenant
+			}
 			if wr, ok := w[m.Key()]; ok {
 				cov[Cell("write="+wr.path, "queue=dlq")]++
 			}
+		}
+	case "sealed-retry":
+		if wr, ok := w[in.Key()]; ok {
+			cov[Cell("write="+wr.path, "queue=dlq")]++
 		}
 	case "extend":
 		pop := leases[in.Lease]
@@ -253,8 +267,8 @@ func coverFaults(cov Coverage, h []Event, w map[Key]written) {
 	}
 	var ws []window
 	for _, e := range h {
-		if e.K != KFault || e.F == "" {
-			continue
+		if e.K != KFault || !slices.Contains(FaultKinds, e.F) {
+			continue // a record a fault made (spool.corrupted, ...), not a fault
 		}
 		to := max(e.Until, e.VT+faultWindowMS)
 		ws = append(ws, window{e.F, e.VT, to})

@@ -46,6 +46,7 @@ func (r *runner) sealedPaths(f FaultAt) error {
 		return nil
 	}
 	r.sealedProbe = true
+	r.noteQueue(tenant, SealedQueue, []string{"encrypted"})
 	if r.sealedSince == nil {
 		r.sealedSince = map[[2]string]time.Time{}
 	}
