@@ -143,6 +143,8 @@ type runner struct {
 	starved []string
 	// leaves counts the leaving pops that could ask for autoAck.
 	leaves int
+	// edgeN counts what the routes' edge inputs are chosen among (edges_routes.go).
+	edgeN edgeRoutes
 }
 
 type activeFault struct {
@@ -488,9 +490,11 @@ func (r *runner) step(rng *rand.Rand, c *client) {
 		h := r.act.pop(r.ctx, c.id, b, tenant, q, g, batch, autoAck, waitMS)
 		switch {
 		case h != nil && w.HotPct > 0:
+			r.edgeTxnAfterPop(c, b, h)
 			r.act.ack(r.ctx, c.id, b, h, []string{"completed"})
 		case h != nil:
 			c.held = append(c.held, h)
+			r.edgeTxnAfterPop(c, b, h)
 		}
 	case x < w.Push+w.Pop+w.Ack:
 		if h := takeHeld(rng, c); h != nil {
@@ -509,7 +513,8 @@ func (r *runner) step(rng *rand.Rand, c *client) {
 		}
 	case x < w.Push+w.Pop+w.Ack+w.Extend+w.Txn:
 		if h := takeHeld(rng, c); h != nil {
-			r.act.txn(r.ctx, c.id, b, r.freshKey(rng), h)
+			k, edge := r.txnEdgeOf(r.freshKey(rng))
+			r.act.txnAs(r.ctx, c.id, b, k, h, edge, "")
 		}
 	case x < w.Push+w.Pop+w.Ack+w.Extend+w.Txn+w.Abandon:
 		if h := takeHeld(rng, c); h != nil {

@@ -48,5 +48,7 @@ import "os"
 // every request behind it waits too, as before issue 28 item 8),
 // autoack-consumes-undelivered (an autoAck pop's claim completes what it
 // claims, so an answer its client never got loses it, as before issue 28
-// item 3).
+// item 3), txn-skips-limits (a transaction's push items are not held to
+// queen/limits, so a field the database cannot index fails the
+// transaction with a 500, as issue 29 found).
 func On(name string) bool { return os.Getenv("QUEEN_CANARY") == name }
