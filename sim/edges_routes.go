@@ -28,7 +28,7 @@ const (
 	// edgeTxnEvery: one pop in edgeTxnEvery that leaves its client holding
 	// a batch is followed by a transaction past a limit acking the batch's
 	// first message (the client keeps holding it).
-	edgeTxnEvery = 3
+	edgeTxnEvery = 5
 	// edgeTimerEvery: one timer schedule in edgeTimerEvery is preceded by
 	// one past a limit, and one in edgeTimerEvery (another) is at the
 	// timerKey limit.
@@ -265,4 +265,21 @@ func (r *runner) cycleEdge(c *client, b int, query string, h *streamBatch) {
 			e.Status = "rejected"
 		}
 	})
+}
+
+// edgesFired counts the requests past a limit, per operation, that were
+// refused (edge.<op>.refused): the run's report shows which routes' edges
+// it reached.
+func edgesFired(h []Event, fired map[string]int) {
+	for _, c := range calls(h) {
+		if refusedEdge(c) {
+			fired["edge."+c.in.Op+".refused"]++
+		}
+	}
+}
+
+// refusedEdge: c was past a limit and refused (4xx), so none of it
+// applied.
+func refusedEdge(c *call) bool {
+	return edgeOps[c.in.Op] && c.in.What != "" && c.in.What != edgeAtLimit && c.done != nil && c.done.K == KFail
 }

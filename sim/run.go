@@ -277,6 +277,7 @@ func finish(res *Result, o Options) {
 			res.Fired["push.reinserted"]++ // maybe stored again after retention or eviction deleted it
 		}
 	}
+	edgesFired(h, res.Fired)
 	if recovered(h) > 0 {
 		res.Fired["lease.recovered"] = recovered(h)
 	}
