@@ -70,7 +70,15 @@ func (r *runner) txnEdgeOf(k Key) (Key, string) {
 		return k, edge
 	}
 	if r.edgeN.txns%2 == 1 && len(k.Txid) < txidLimit-8 {
+		was := k
 		k.Txid = atLimit(k.Txid, r.o.Seed, 1<<20+r.edgeN.txns)
+		// A later push may resend it (ReusePct): the padded key, as sent.
+		for i := len(r.pushed) - 1; i >= 0 && i >= len(r.pushed)-64; i-- {
+			if r.pushed[i] == was {
+				r.pushed[i] = k
+				break
+			}
+		}
 	}
 	return k, ""
 }
