@@ -102,8 +102,8 @@ var edgeOps = map[string]bool{"push": true, "txn": true, "timer": true, "stream-
 // here, since the broker must never have sent its input to the database.
 // And nothing of the refused request is stored: no row of its push, its
 // transaction's or its timer's message.
-func CheckEdges(h []Event, _ Spec) []Violation {
-	var out []Violation
+func CheckEdges(h []Event, s Spec) []Violation {
+	out := refusedTxnAcks(h, s)
 	edge := map[Key]string{}
 	for _, c := range calls(h) {
 		if !edgeOps[c.in.Op] || c.in.What == "" || c.in.What == edgeAtLimit {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/queen-go/queen/queen/store"
 )
 
 // The edges of the routes beside the push (issue 29): transactions, timer
@@ -290,4 +292,79 @@ func edgesFired(h []Event, fired map[string]int) {
 // applied.
 func refusedEdge(c *call) bool {
 	return edgeOps[c.in.Op] && c.in.What != "" && c.in.What != edgeAtLimit && c.done != nil && c.done.K == KFail
+}
+
+// refusedTxnAcks: a transaction refused past a limit is atomic, so its
+// ack did not apply either. Its client still holds the message; the
+// first operation after it that names the message in its group, when it
+// is an ack sent while the lease was still live and answered "already
+// committed" (the group's cursor past it), shows the refused transaction
+// completed it: nothing else could have in between. Queues that evict
+// are left out (eviction moves cursors).
+func refusedTxnAcks(h []Event, s Spec) []Violation {
+	type ref struct {
+		key   Key
+		group string
+		at    int // the refusal's event index
+		what  string
+		until int64 // the lease's end, as first granted, less a second
+	}
+	granted := map[string]int64{} // lease -> its end as its pop was invoked
+	var open []ref
+	var out []Violation
+	names := func(c *call, r ref) bool {
+		if c.in.Foreign || groupOf(c.in.G) != r.group {
+			return false
+		}
+		if c.in.Op == "pop" && c.done != nil {
+			for _, m := range c.done.Msgs {
+				if k := m.Key(); k == r.key || (k.Tenant == "" && Key{c.in.Tenant, k.Q, k.P, k.Txid} == r.key) {
+					return true
+				}
+			}
+			return false
+		}
+		if c.in.Op != "ack" && c.in.Op != "txn" {
+			return false
+		}
+		for _, m := range c.in.Msgs {
+			if m.Op != "push" && m.Key() == r.key {
+				return true
+			}
+		}
+		return false
+	}
+	for _, c := range calls(h) {
+		if c.in.Op == "pop" && c.ok() {
+			for _, m := range c.done.Msgs {
+				if _, ok := granted[m.Lease]; !ok && m.Lease != "" {
+					granted[m.Lease] = c.in.VT + int64(c.in.LeaseSecs)*1000
+				}
+			}
+		}
+		keep := open[:0]
+		for _, r := range open {
+			if c.in.I < r.at || !names(c, r) {
+				keep = append(keep, r)
+				continue
+			}
+			if c.in.Op == "ack" && c.ok() && c.in.VT <= r.until {
+				for _, m := range c.done.Msgs {
+					if m.Key() == r.key && !m.OK && m.Err == store.ErrAlreadyCommitted {
+						out = append(out, Violation{"edges", fmt.Sprintf("a transaction past a limit (%s) was refused (event %d), yet its ack applied: the next ack of %.60s in group %s was answered %q (event %d)",
+							r.what, r.at, r.key, r.group, m.Err, c.done.I)})
+					}
+				}
+			}
+		}
+		open = keep
+		if c.in.Op == "txn" && refusedEdge(c) && !c.in.Foreign {
+			for _, m := range c.in.Msgs {
+				if end, ok := granted[m.Lease]; ok && m.Op == "ack" && s.MaxWaitMS[m.Q] == 0 {
+					open = append(open, ref{m.Key(), groupOf(c.in.G), c.done.I, c.in.What, end - 1000})
+				}
+			}
+		}
+	}
+	return out
 }
