@@ -111,6 +111,11 @@ var generatedCanaries = map[string]func(*scenarios.Scenario) bool{
 	// PostgreSQL refuses answers 500, or is buffered in an outage and
 	// dropped at replay.
 	"limits-off": func(s *scenarios.Scenario) bool { return s.Weights.Push > 0 },
+	// A transaction's push items skip the limits table: a field the
+	// database cannot index fails the transaction with a 500, which the
+	// edges rule counts as a violation (refused input, not an outage).
+	// Every seed's consumers send transactions past a limit.
+	"txn-skips-limits": func(s *scenarios.Scenario) bool { return s.Weights.Pop > 0 },
 	// The append trusts a broker's cached "plain" for a queue whose
 	// encryption was turned on through another broker: plaintext stored.
 	"seal-cache-trusted": func(s *scenarios.Scenario) bool { return hasFault(s, "queue.encrypt") && s.Brokers > 1 },

@@ -122,6 +122,9 @@ func (t *timeline) maybeCompleted(k Key, g string, i int, calls []*call) bool {
 		if (c.in.Op != "ack" && c.in.Op != "txn") || c.in.Foreign || c.in.I >= i || c.ok() || groupOf(c.in.G) != g {
 			continue
 		}
+		if refusedEdge(c) {
+			continue // past a limit and refused: none of it applied (the edges rule)
+		}
 		for _, m := range c.in.Msgs {
 			if m.Key() == k {
 				return true

@@ -232,11 +232,21 @@ func coverCall(cov Coverage, c *call, w map[Key]written, opts map[[2]string][]qu
 // edgeInput reports whether an operation sent an input at or past a limit:
 // its route and "at" or "past".
 func edgeInput(in Event) (route, at string, ok bool) {
+	if !edgeOps[in.Op] {
+		return "", "", false
+	}
 	switch {
-	case in.Op == "push" && in.What != "":
-		return "push", "past", true
-	case in.Op == "push" && len(in.Txid) >= txidLimit:
-		return "push", "at", true
+	case in.What != "" && in.What != edgeAtLimit:
+		return in.Op, "past", true
+	case in.What == edgeAtLimit:
+		return in.Op, "at", true
+	case in.Op == "push" && len(in.Txid) >= txidLimit, in.Op == "timer" && len(in.Txid) >= timerKeyLimit:
+		return in.Op, "at", true
+	}
+	for _, m := range in.Msgs {
+		if in.Op == "txn" && m.Op == "push" && len(m.Txid) >= txidLimit {
+			return in.Op, "at", true
+		}
 	}
 	return "", "", false
 }

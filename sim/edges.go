@@ -80,7 +80,7 @@ func (a *actor) pushEdge(ctx context.Context, c, b int, k Key, edge string) {
 		body = []byte(strings.Replace(string(body), `{"sum":`, `{"n":1e200000,"sum":`, 1))
 	}
 	code, raw, err := a.cluster.Do(ctx, b, "POST", "/api/v1/push", k.Tenant, body)
-	a.finish(call, "push", b, code, err, func(e *Event) {
+	a.finishEdge(call, "push", b, code, raw, err, edge, func(e *Event) {
 		var res []struct {
 			Status string `json:"status"`
 		}
@@ -90,28 +90,54 @@ func (a *actor) pushEdge(ctx context.Context, c, b int, k Key, edge string) {
 	})
 }
 
-// CheckEdges: a push PostgreSQL would refuse is refused at the edge (4xx),
-// never answered queued, duplicate or buffered (a buffered one is dropped
-// at replay after it was acknowledged), and leaves no row.
-func CheckEdges(h []Event, _ Spec) []Violation {
-	var out []Violation
+// edgeOps are the operations whose invoke's What names the limit their
+// input is past (edges.go, edges_routes.go).
+var edgeOps = map[string]bool{"push": true, "txn": true, "timer": true, "stream-cycle": true}
+
+// CheckEdges: an input past a limit of the limits table (a push, a
+// transaction, a timer schedule, a stream cycle) is refused at the edge
+// with a 4xx naming the field, on every route and in an outage alike: a
+// 2xx (a buffered push is dropped at replay after it was acknowledged) or
+// a 5xx is a violation; a transaction's 5xx is no indeterminate answer
+// here, since the broker must never have sent its input to the database.
+// And nothing of the refused request is stored: no row of its push, its
+// transaction's or its timer's message.
+func CheckEdges(h []Event, s Spec) []Violation {
+	out := refusedTxnAcks(h, s)
 	edge := map[Key]string{}
 	for _, c := range calls(h) {
-		if c.in.Op != "push" || c.in.What == "" {
+		if !edgeOps[c.in.Op] || c.in.What == "" || c.in.What == edgeAtLimit {
 			continue
 		}
 		k := c.in.Key()
-		edge[k] = c.in.What
-		if c.done != nil && c.done.K == KOK {
-			out = append(out, Violation{"edges", fmt.Sprintf("a push PostgreSQL refuses (%s) was answered %d %q (event %d), not refused at the edge: %.60s",
-				c.in.What, c.done.Code, c.done.Status, c.done.I, k)})
+		if c.in.Op == "txn" {
+			for _, m := range c.in.Msgs {
+				if m.Op == "push" {
+					k = m.Key()
+				}
+			}
+		}
+		if c.in.Op != "stream-cycle" {
+			edge[k] = c.in.What
+		}
+		switch d := c.done; {
+		case d == nil:
+		case d.K == KOK:
+			out = append(out, Violation{"edges", fmt.Sprintf("a %s past a limit (%s) was answered %d %q (event %d), not refused at the edge: %.60s",
+				c.in.Op, c.in.What, d.Code, d.Status, d.I, k)})
+		case d.Code >= 500:
+			out = append(out, Violation{"edges", fmt.Sprintf("a %s past a limit (%s) was answered %d (event %d), not refused at the edge: %.60s",
+				c.in.Op, c.in.What, d.Code, d.I, k)})
+		case d.K == KFail && d.Status == edgeUnnamed:
+			out = append(out, Violation{"edges", fmt.Sprintf("a %s past a limit (%s) was refused %d without naming the field %s (event %d)",
+				c.in.Op, c.in.What, d.Code, edgeField[c.in.What], d.I)})
 		}
 	}
 	if final := finalEvent(h); final != nil {
 		for _, row := range final.Rows {
 			k := Key{row.Tenant, row.Q, row.P, row.Txid}
 			if why, ok := edge[k]; ok {
-				out = append(out, Violation{"edges", fmt.Sprintf("a refused push (%s) left a row: %.60s", why, k)})
+				out = append(out, Violation{"edges", fmt.Sprintf("a refused request (%s) left a row: %.60s", why, k)})
 			}
 		}
 	}

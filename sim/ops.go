@@ -302,27 +302,5 @@ func (a *actor) extend(ctx context.Context, c, b int, h *held, secs int) {
 
 // txn pushes k and completes h's first message atomically.
 func (a *actor) txn(ctx context.Context, c, b int, k Key, h *held) {
-	m := h.msgs[0]
-	ops := []Msg{{Op: "push", Tenant: k.Tenant, Q: k.Q, P: k.P, Txid: k.Txid},
-		{Op: "ack", Tenant: m.Tenant, Q: m.Q, P: m.P, Txid: m.Txid, Lease: m.Lease, Status: "completed"}}
-	call := a.hist.Invoke(Event{Op: "txn", C: c, B: b, VT: a.vt(), Tenant: k.Tenant, G: h.g, Msgs: ops})
-	var group any
-	if h.g != "" {
-		group = h.g
-	}
-	body, _ := json.Marshal(map[string]any{"operations": []any{
-		map[string]any{"type": "push", "items": []any{map[string]any{"queue": k.Q, "partition": k.P, "transactionId": k.Txid, "payload": json.RawMessage(writtenPayload(k.Txid))}}},
-		map[string]any{"type": "ack", "transactionId": m.Txid, "partitionId": m.PID, "consumerGroup": group, "leaseId": m.Lease},
-	}, "requiredLeases": []string{m.Lease}})
-	code, raw, err := a.cluster.Do(ctx, b, "POST", "/api/v1/transaction", k.Tenant, body)
-	a.finish(call, "txn", b, code, err, func(e *Event) {
-		var res struct {
-			Success bool `json:"success"`
-		}
-		if json.Unmarshal(raw, &res) == nil && res.Success {
-			e.Status = "committed"
-		} else {
-			e.Status = "rolledback"
-		}
-	})
+	a.txnAs(ctx, c, b, k, h, "", "")
 }

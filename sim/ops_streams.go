@@ -282,6 +282,7 @@ func (r *runner) streamStep(pick func(int) int, c *client, b int) {
 	case k == 2 && len(c.streams) > 0:
 		h := c.streams[0]
 		c.streams = c.streams[1:]
+		r.cycleEdge(c, b, r.streamQueries[h.tenant], h)
 		r.act.streamCycle(r.ctx, c.id, b, r.streamQueries[h.tenant], fmt.Sprintf("s%x-cyc%d", r.o.Seed&0xffff, n), h)
 	case k >= 1 && len(c.streams) < 2:
 		if h := r.act.streamPop(r.ctx, c.id, b, tenant, 1+pick(4)); h != nil {

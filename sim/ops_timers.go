@@ -185,6 +185,7 @@ func (r *runner) timerStep(pick func(int) int, c *client, b int, kv bool) {
 		r.act.cancelTimer(r.ctx, c.id, b, c.timers[i])
 		c.timers = append(c.timers[:i], c.timers[i+1:]...)
 	default:
+		key = r.timerEdges(c, b, tenant, key)
 		r.act.scheduleTimer(r.ctx, c.id, b, tenant, key, time.Duration(pick(3000))*time.Millisecond)
 		c.timers = append(c.timers, timerRef{tenant, key})
 	}

@@ -154,6 +154,8 @@ type runner struct {
 	// sealedProbe: the sealed-paths probe wrote into SealedQueue, which
 	// the final drain empties (drainSealed).
 	sealedProbe bool
+	// edgeN counts what the routes' edge inputs are chosen among (edges_routes.go).
+	edgeN edgeRoutes
 }
 
 type activeFault struct {
@@ -290,6 +292,7 @@ func finish(res *Result, o Options) {
 			res.Fired["push.reinserted"]++ // maybe stored again after retention or eviction deleted it
 		}
 	}
+	edgesFired(h, res.Fired)
 	if recovered(h) > 0 {
 		res.Fired["lease.recovered"] = recovered(h)
 	}
@@ -507,10 +510,12 @@ func (r *runner) step(rng *rand.Rand, c *client) {
 		h := r.act.pop(r.ctx, c.id, b, tenant, q, g, batch, autoAck, waitMS)
 		switch {
 		case h != nil && w.HotPct > 0:
+			r.edgeTxnAfterPop(c, b, h)
 			r.act.ack(r.ctx, c.id, b, h, []string{"completed"})
 			r.extendAfterAck(c.id, b, h)
 		case h != nil:
 			c.held = append(c.held, h)
+			r.edgeTxnAfterPop(c, b, h)
 		}
 	case x < w.Push+w.Pop+w.Ack:
 		if h := takeHeld(rng, c); h != nil {
@@ -530,7 +535,8 @@ func (r *runner) step(rng *rand.Rand, c *client) {
 		}
 	case x < w.Push+w.Pop+w.Ack+w.Extend+w.Txn:
 		if h := takeHeld(rng, c); h != nil {
-			r.act.txn(r.ctx, c.id, b, r.freshKey(rng), h)
+			k, edge := r.txnEdgeOf(r.freshKey(rng))
+			r.act.txnAs(r.ctx, c.id, b, k, h, edge, "")
 		}
 	case x < w.Push+w.Pop+w.Ack+w.Extend+w.Txn+w.Abandon:
 		if h := takeHeld(rng, c); h != nil {

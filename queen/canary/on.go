@@ -60,5 +60,7 @@ import "os"
 // second broker given the same FILE_BUFFER_DIR opens it beside the first),
 // delay-ignored (a pop claims and reads messages delayedProcessing still
 // hides), window-ignored (a pop serves a partition inside its
-// windowBuffer).
+// windowBuffer), txn-skips-limits (a transaction's push items are not held
+// to queen/limits, so a field the database cannot index fails the
+// transaction with a 500, as issue 29 found).
 func On(name string) bool { return os.Getenv("QUEEN_CANARY") == name }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"github.com/queen-go/queen/queen/admission"
+	"github.com/queen-go/queen/queen/canary"
 	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/limits"
 	"github.com/queen-go/queen/queen/store"
@@ -377,7 +378,7 @@ func parseTxnOp(raw json.RawMessage, i int) (store.TxnOp, error) {
 			return op, err
 		}
 		if !ok { // the flat form: the op is the item
-			it, err := parsePushItem(raw, path)
+			it, err := parseTxnPushItem(raw, path)
 			if err != nil {
 				return op, err
 			}
@@ -388,7 +389,7 @@ func parseTxnOp(raw json.RawMessage, i int) (store.TxnOp, error) {
 			return op, bad("%sitems must not be empty", path)
 		}
 		for j, rawItem := range items {
-			it, err := parsePushItem(rawItem, fmt.Sprintf("%sitems[%d].", path, j))
+			it, err := parseTxnPushItem(rawItem, fmt.Sprintf("%sitems[%d].", path, j))
 			if err != nil {
 				return op, err
 			}
@@ -408,4 +409,15 @@ func parseTxnOp(raw json.RawMessage, i int) (store.TxnOp, error) {
 		return op, bad("%stype must be push or ack", path)
 	}
 	return op, nil
+}
+
+// parseTxnPushItem is parsePushItem for a transaction's push operation:
+// the same fields, held to the same limits table.
+func parseTxnPushItem(raw json.RawMessage, path string) (store.PushItem, error) {
+	it, err := parsePushItem(raw, path)
+	var refused *limits.Error
+	if canary.On("txn-skips-limits") && errors.As(err, &refused) {
+		return it, nil // the planted bug: the limits table is not consulted
+	}
+	return it, err
 }
