@@ -166,6 +166,9 @@ var canaryProperty = map[string]string{
 	"retention-on-pool":          "leader-passes",
 	"extend-revives":             "late-extend",
 	"spool-lock-off":             "spool-exclusive",
+	"txn-skips-limits":           "edges",
+	"delay-ignored":              "queue-options",
+	"window-ignored":             "queue-options",
 }
 
 // hasGroup reports whether a queue of s is read by a consumer group (the
