@@ -48,5 +48,6 @@ import "os"
 // every request behind it waits too, as before issue 28 item 8),
 // autoack-consumes-undelivered (an autoAck pop's claim completes what it
 // claims, so an answer its client never got loses it, as before issue 28
-// item 3).
+// item 3), subscription-skips-one (a group subscribing with mode new or
+// subscriptionFrom gets its cursor one message past its start point).
 func On(name string) bool { return os.Getenv("QUEEN_CANARY") == name }

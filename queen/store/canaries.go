@@ -46,6 +46,10 @@ var (
 	retentionIgnoresGroupSub = variant{"retention-ignores-group", "/*subscribed*/", "AND false"}
 	// evictEarly: eviction at a tenth of maxWaitTimeSeconds.
 	evictEarly = variant{"evict-early", "secs => q.max_wait_time_seconds", "secs => q.max_wait_time_seconds / 10.0"}
+	// subscriptionSkipsOne: a group subscribing with mode new or from
+	// gets its cursor one message past its start point, so the first
+	// message after it is never delivered to the group.
+	subscriptionSkipsOne = variant{"subscription-skips-one", "x.created_at <= m.subscription_timestamp), 0) END", "x.created_at <= m.subscription_timestamp), 0) + 1 END"}
 )
 
 // canaryVariant is one variant and a statement it rewrites.
@@ -69,5 +73,6 @@ func canaryVariants() []canaryVariant {
 		{dedupRaises, appendSQL}, {sealCacheTrusted, appendSQL}, {sealCacheTrustedFlag, appendSQL}, {timerEarly, claimTimersSQL}, {timerClaimIgnoresLease, claimTimersSQL}, {kvTTLIgnored, kvGetSQL}, {kvTTLIgnored, kvGetPrefixSQL}, {kvTTLIgnored, kvGetPrefixOpenSQL}, {kvGetManyTTLIgnored, kvGetSQL},
 		{claimUnfairOrder, popSQL}, {claimUnfairPick, popSQL}, {popIgnoresLease, popSQL}, {claimUnfairOrder, popOneSQL}, {popIgnoresLease, popOneSQL},
 		{retentionIgnoresGroupMin, rule("completed")}, {retentionIgnoresGroupSub, rule("completed")}, {evictEarly, rule("evicted")},
+		{subscriptionSkipsOne, subscribeSQL},
 	}
 }
