@@ -127,6 +127,19 @@ var generatedCanaries = map[string]func(*scenarios.Scenario) bool{
 	"autoack-consumes-undelivered": func(s *scenarios.Scenario) bool {
 		return s.Weights.Leave > 0 && s.Weights.LeaveAutoAckPct > 0 && hasGroup(s)
 	},
+	// A group subscribing with mode new or subscriptionFrom starts one
+	// message past its start point: its first message never comes.
+	"subscription-skips-one": func(s *scenarios.Scenario) bool { return hasLate(s) },
+}
+
+// hasLate reports whether a queue of s has late subscriptions.
+func hasLate(s *scenarios.Scenario) bool {
+	for _, q := range s.Queues {
+		if len(q.Late) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // hasGroup reports whether a queue of s is read by a consumer group (the

@@ -166,7 +166,7 @@ func (s *Scenario) apply(f []string) error {
 	return err
 }
 
-// parseQueue reads name(partitions=N,leaseTime=Ds,groups=a|b,completedRetention=Ds,maxWait=Ds).
+// parseQueue reads name(partitions=N,leaseTime=Ds,groups=a|b,completedRetention=Ds,maxWait=Ds,late=...).
 func parseQueue(s string) (sim.QueueSpec, error) {
 	q := sim.QueueSpec{Name: s}
 	open := strings.IndexByte(s, '(')
@@ -200,6 +200,8 @@ func parseQueue(s string) (sim.QueueSpec, error) {
 			var d time.Duration
 			d, err = time.ParseDuration(v)
 			q.MaxWaitSecs = int(d / time.Second)
+		case "late":
+			q.Late, err = parseLate(v)
 		default:
 			err = fmt.Errorf("unknown option %q", k)
 		}
@@ -338,6 +340,7 @@ func Print(w io.Writer, s *Scenario) error {
 			if q.MaxWaitSecs > 0 {
 				spec += fmt.Sprintf(",maxWait=%ds", q.MaxWaitSecs)
 			}
+			spec += printLate(q.Late)
 			qs = append(qs, spec+")")
 		}
 		fmt.Fprintf(b, "queues    %s\n", strings.Join(qs, " "))

@@ -120,6 +120,7 @@ func Generate(seed uint64) *Scenario {
 	// starts on them: it must claim nothing for them.
 	s.Weights.EarlyPct = 25
 	addHostileFaults(s, seed, fired)
+	addLateGroups(s, seed)
 	delete(fired, "broker.start")
 	for _, k := range []string{"pg.refuse", "pg.blackhole", "pg.reset", "broker.crash", "clock.skew", "spool.eio", "spool.enospc", "spool.torn",
 		"spool.poison", "spool.quarantined", "pg.readonly", "spool.corrupted"} {

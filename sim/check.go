@@ -75,6 +75,7 @@ var Checkers = []Checker{
 	{Name: "abandoned-claims", Check: CheckAbandonedClaims},
 	{Name: "spool-corrupt", Check: CheckSpoolCorrupt},
 	{Name: "row-lock", Check: CheckRowLocks},
+	{Name: "subscription", Check: CheckSubscription},
 }
 
 // Judge runs the checker on h with re-inserted transactionIds told apart
@@ -172,6 +173,7 @@ type timeline struct {
 	leaseGroup  map[string]string // lease -> group
 	rows        []Row
 	final       bool
+	late        *lateSet // late subscriptions (check_subscription.go)
 }
 
 type pushRec struct {
@@ -311,6 +313,7 @@ func build(h []Event) *timeline {
 			t.rows, t.final = e.Rows, true
 		}
 	}
+	t.late = lateGroups(h)
 	return t
 }
 

@@ -20,6 +20,11 @@ type QueueSpec struct {
 	// MaxWaitSecs > 0 turns on eviction: the retention leader deletes
 	// messages that waited longer than this, consumed or not.
 	MaxWaitSecs int
+	// Late are consumer groups that subscribe after pushes began, with
+	// subscriptionMode new or subscriptionFrom, and may be sought (see
+	// LateGroup). Lockstep only; not in Groups: the subscription rule
+	// judges them from their start point.
+	Late []LateGroup
 }
 
 // Weights are the relative odds of each workload operation.

@@ -143,6 +143,10 @@ type runner struct {
 	starved []string
 	// leaves counts the leaving pops that could ask for autoAck.
 	leaves int
+	// late are the late subscriptions' progress, lateN their decisions
+	// (subs.go).
+	late  []*lateRun
+	lateN int
 }
 
 type activeFault struct {
@@ -178,6 +182,7 @@ func Run(ctx context.Context, dsn string, o Options, log io.Writer) (*Result, er
 			faultsLeft = faultsLeft[1:]
 		}
 		r.step(r.rng, r.clients[r.rng.IntN(len(r.clients))])
+		r.lateStep()
 		r.stepServices()
 	}
 	if err := r.heal(); err != nil {
@@ -1099,6 +1104,7 @@ func (r *runner) drain() {
 				}
 			}
 		}
+		got = r.drainLate() || got
 		if got {
 			empty = 0
 			continue
