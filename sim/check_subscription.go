@@ -14,7 +14,8 @@ import (
 // subscribing pop's invoke and the first one answered), for
 // subscriptionFrom and a seek the timestamp sent. In each epoch:
 //   - no message stored certainly at or before the start point (a push
-//     answered queued by then) is delivered to the group;
+//     answered queued in an earlier millisecond) is delivered to the
+//     group;
 //   - the group's first delivery in each partition is the first message
 //     stored after the start point: no message stored certainly after it
 //     (every push of it invoked later) and certainly before the delivered
@@ -207,14 +208,16 @@ func lateGroups(h []Event) *lateSet {
 }
 
 // storedBy reports whether k was certainly stored at or before vt: a push
-// of it answered queued by then.
+// of it answered queued before then. Strictly before: a history's times
+// are whole milliseconds, cut from the database's finer ones (a push and
+// a start point recorded at the same millisecond may be in either order).
 func (t *timeline) storedBy(k Key, vt int64) bool {
 	at, ok := t.late.queuedVT[k]
-	return ok && at <= vt
+	return ok && at < vt
 }
 
 // storedAfter reports whether k, if stored, was certainly stored after vt:
-// every push of it was invoked later.
+// every push of it was invoked in a later millisecond.
 func (t *timeline) storedAfter(k Key, vt int64) bool {
 	at, ok := t.pushVT[k]
 	return ok && at > vt

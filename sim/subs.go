@@ -72,8 +72,11 @@ func (r *runner) lateStep() {
 		case l.spec.Seek > 0 && !l.sought && now >= lateVT(l.spec.Seek):
 			l.sought = true
 			// Between its last pop and now: forward only, so nothing it
-			// was given comes back.
-			r.act.seek(r.ctx, r.o.Clients+1, b, l.tenant, l.q.Name, l.spec.Name, l.lastPopVT+(now-l.lastPopVT)/2)
+			// was given comes back (past the millisecond of its last pop,
+			// whose database time has a fraction).
+			if r.act.seek(r.ctx, r.o.Clients+1, b, l.tenant, l.q.Name, l.spec.Name, l.lastPopVT+1+(now-l.lastPopVT)/2) == KOK {
+				r.fired["seek"]++
+			}
 		case roll%20 == 0:
 			r.latePop(r.o.Clients+1, b, l, 1+int(roll>>16)%4)
 		}
@@ -84,8 +87,9 @@ func (r *runner) lateStep() {
 func (r *runner) latePop(c, b int, l *lateRun, batch int) *held {
 	l.lastPopVT = r.vt()
 	h, ok := r.act.popSub(r.ctx, c, b, l, batch)
-	if ok {
+	if ok && !l.subscribed {
 		l.subscribed = true
+		r.fired["subscribe."+l.spec.Mode]++
 	}
 	if h != nil {
 		statuses := make([]string, len(h.msgs))
@@ -131,11 +135,11 @@ func (a *actor) popSub(ctx context.Context, c, b int, l *lateRun, batch int) (*h
 
 // seek moves group g's cursors on queue q to the instant atVT (virtual
 // ms): every message stored after it is delivered next.
-func (a *actor) seek(ctx context.Context, c, b int, tenant, q, g string, atVT int64) {
+func (a *actor) seek(ctx context.Context, c, b int, tenant, q, g string, atVT int64) string {
 	call := a.hist.Invoke(Event{Op: "seek", C: c, B: b, VT: a.vt(), Tenant: tenant, Q: q, G: g, SubFrom: atVT})
 	body, _ := json.Marshal(map[string]any{"timestamp": epoch.Add(time.Duration(atVT) * time.Millisecond).Format("2006-01-02T15:04:05.000Z07:00")})
 	code, raw, err := a.cluster.Do(ctx, b, "POST", "/api/v1/consumer-groups/"+url.PathEscape(g)+"/queues/"+url.PathEscape(q)+"/seek", tenant, body)
-	a.finish(call, "seek", b, code, err, func(e *Event) {
+	return a.finish(call, "seek", b, code, err, func(e *Event) {
 		var res struct {
 			Success bool `json:"success"`
 			N       int  `json:"partitionsUpdated"`
