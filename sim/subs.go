@@ -12,7 +12,8 @@ import (
 // began (lockstep runs only): its first pop, at At, sends
 // subscriptionMode=new, or (Mode "from") subscriptionFrom = the instant
 // Back before it, and every later pop sends the same, as a client library
-// does. It pops now and then and completes what it gets at once. When Seek
+// does. It pops now and then (one step in 50) and completes what it gets at
+// once. When Seek
 // is set the group is sought then to a timestamp between its last pop and
 // that instant, so the seek moves its cursors forward (a message it was
 // given is never given again). The subscription rule judges it: nothing
@@ -63,6 +64,9 @@ func (r *runner) lateStep() {
 		b, ok := r.brokerFor(&client{broker: int(roll>>8) % r.o.Brokers})
 		switch {
 		case !ok || now < lateVT(l.spec.At):
+		case !l.subscribed && l.attempted && roll%4 != 0:
+			// Its subscription is in doubt (an outage): try again now
+			// and then, not at every step.
 		case !l.subscribed:
 			if !l.attempted {
 				l.attempted = true
@@ -77,7 +81,7 @@ func (r *runner) lateStep() {
 			if r.act.seek(r.ctx, r.o.Clients+1, b, l.tenant, l.q.Name, l.spec.Name, l.lastPopVT+1+(now-l.lastPopVT)/2) == KOK {
 				r.fired["seek"]++
 			}
-		case roll%20 == 0:
+		case roll%50 == 0:
 			r.latePop(r.o.Clients+1, b, l, 1+int(roll>>16)%4)
 		}
 	}
