@@ -130,6 +130,8 @@ var generatedCanaries = map[string]func(*scenarios.Scenario) bool{
 	// A group subscribing with mode new or subscriptionFrom starts one
 	// message past its start point: its first message never comes.
 	"subscription-skips-one": func(s *scenarios.Scenario) bool { return hasLate(s) },
+	// A seek to a timestamp starts one message past it.
+	"seek-skips-one": func(s *scenarios.Scenario) bool { return hasLate(s) },
 }
 
 // hasLate reports whether a queue of s has late subscriptions.

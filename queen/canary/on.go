@@ -49,5 +49,7 @@ import "os"
 // autoack-consumes-undelivered (an autoAck pop's claim completes what it
 // claims, so an answer its client never got loses it, as before issue 28
 // item 3), subscription-skips-one (a group subscribing with mode new or
-// subscriptionFrom gets its cursor one message past its start point).
+// subscriptionFrom gets its cursor one message past its start point),
+// seek-skips-one (a seek to a timestamp puts the cursor one message past
+// it).
 func On(name string) bool { return os.Getenv("QUEEN_CANARY") == name }

@@ -50,6 +50,9 @@ var (
 	// gets its cursor one message past its start point, so the first
 	// message after it is never delivered to the group.
 	subscriptionSkipsOne = variant{"subscription-skips-one", "x.created_at <= m.subscription_timestamp), 0) END", "x.created_at <= m.subscription_timestamp), 0) + 1 END"}
+	// seekSkipsOne: a seek to a timestamp puts the cursor one message
+	// past it.
+	seekSkipsOne = variant{"seek-skips-one", "m.created_at <= $6::timestamptz), 0) END", "m.created_at <= $6::timestamptz), 0) + 1 END"}
 )
 
 // canaryVariant is one variant and a statement it rewrites.
@@ -73,6 +76,6 @@ func canaryVariants() []canaryVariant {
 		{dedupRaises, appendSQL}, {sealCacheTrusted, appendSQL}, {sealCacheTrustedFlag, appendSQL}, {timerEarly, claimTimersSQL}, {timerClaimIgnoresLease, claimTimersSQL}, {kvTTLIgnored, kvGetSQL}, {kvTTLIgnored, kvGetPrefixSQL}, {kvTTLIgnored, kvGetPrefixOpenSQL}, {kvGetManyTTLIgnored, kvGetSQL},
 		{claimUnfairOrder, popSQL}, {claimUnfairPick, popSQL}, {popIgnoresLease, popSQL}, {claimUnfairOrder, popOneSQL}, {popIgnoresLease, popOneSQL},
 		{retentionIgnoresGroupMin, rule("completed")}, {retentionIgnoresGroupSub, rule("completed")}, {evictEarly, rule("evicted")},
-		{subscriptionSkipsOne, subscribeSQL},
+		{subscriptionSkipsOne, subscribeSQL}, {seekSkipsOne, seekSQL},
 	}
 }
