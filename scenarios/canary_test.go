@@ -156,6 +156,21 @@ var generatedCanaries = map[string]func(*scenarios.Scenario) bool{
 	// The spool takes no lock on its directory: a second spool opens a
 	// running broker's (spool.second), which spool-exclusive rejects.
 	"spool-lock-off": func(s *scenarios.Scenario) bool { return hasFault(s, "spool.second") },
+	// A group subscribing with mode new or subscriptionFrom starts one
+	// message past its start point: its first message never comes.
+	"subscription-skips-one": func(s *scenarios.Scenario) bool { return hasLate(s) },
+	// A seek to a timestamp starts one message past it.
+	"seek-skips-one": func(s *scenarios.Scenario) bool { return hasLate(s) },
+}
+
+// hasLate reports whether a queue of s has late subscriptions.
+func hasLate(s *scenarios.Scenario) bool {
+	for _, q := range s.Queues {
+		if len(q.Late) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // canaryProperty names, for a generated canary, the property that must
@@ -169,6 +184,8 @@ var canaryProperty = map[string]string{
 	"txn-skips-limits":           "edges",
 	"delay-ignored":              "queue-options",
 	"window-ignored":             "queue-options",
+	"subscription-skips-one":     "subscription",
+	"seek-skips-one":             "subscription",
 }
 
 // hasGroup reports whether a queue of s is read by a consumer group (the

@@ -167,7 +167,7 @@ func (s *Scenario) apply(f []string) error {
 	return err
 }
 
-// parseQueue reads name(partitions=N,leaseTime=Ds,groups=a|b,completedRetention=Ds,maxWait=Ds,delayed=Ds,window=Ds,priority=N).
+// parseQueue reads name(partitions=N,leaseTime=Ds,groups=a|b,completedRetention=Ds,maxWait=Ds,delayed=Ds,window=Ds,priority=N,late=...).
 func parseQueue(s string) (sim.QueueSpec, error) {
 	q := sim.QueueSpec{Name: s}
 	open := strings.IndexByte(s, '(')
@@ -211,6 +211,8 @@ func parseQueue(s string) (sim.QueueSpec, error) {
 			q.WindowSecs = int(d / time.Second)
 		case "priority":
 			q.Priority, err = strconv.Atoi(v)
+		case "late":
+			q.Late, err = parseLate(v)
 		default:
 			err = fmt.Errorf("unknown option %q", k)
 		}
@@ -356,6 +358,7 @@ func Print(w io.Writer, s *Scenario) error {
 			if q.Priority != 0 {
 				spec += fmt.Sprintf(",priority=%d", q.Priority)
 			}
+			spec += printLate(q.Late)
 			qs = append(qs, spec+")")
 		}
 		fmt.Fprintf(b, "queues    %s\n", strings.Join(qs, " "))

@@ -125,6 +125,7 @@ func Generate(seed uint64) *Scenario {
 	addSealedPaths(s, seed)
 	addLateExtendsAndSecondSpool(s, seed)
 	addQueueOptions(s, seed)
+	addLateGroups(s, seed)
 	delete(fired, "broker.start")
 	for _, k := range []string{"pg.refuse", "pg.blackhole", "pg.reset", "broker.crash", "clock.skew", "spool.eio", "spool.enospc", "spool.torn",
 		"spool.poison", "spool.quarantined", "pg.readonly", "spool.corrupted"} {

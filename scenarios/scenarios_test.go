@@ -235,6 +235,7 @@ func TestFormatRoundTrip(t *testing.T) {
 		"scenario x\nfault at=1s pg.boom", // unknown fault
 		"scenario x\nexpect properties no-such-property",
 		"scenario x\nqueues q(partitions=x)",
+		"scenario x\nqueues q(late=a:old:1s:0s:0s)", // mode new or from only
 		"scenario x\nfrobnicate 1",
 	} {
 		if _, err := scenarios.Parse(strings.NewReader(bad)); err == nil {

@@ -85,6 +85,7 @@ var Checkers = []Checker{
 	{Name: "late-extend", Check: CheckLateExtends, Lockstep: true},
 	{Name: "spool-exclusive", Check: CheckSpoolExclusive},
 	{Name: "queue-options", Check: CheckQueueOptions},
+	{Name: "subscription", Check: CheckSubscription},
 }
 
 // Judge runs the checker on h with re-inserted transactionIds told apart
@@ -182,7 +183,8 @@ type timeline struct {
 	leaseGroup  map[string]string // lease -> group
 	rows        []Row
 	final       bool
-	hide        *hiding // set by the checkers that allow for queue options (check_qopts.go)
+	hide        *hiding  // set by the checkers that allow for queue options (check_qopts.go)
+	late        *lateSet // late subscriptions (check_subscription.go)
 }
 
 type pushRec struct {
@@ -322,6 +324,7 @@ func build(h []Event) *timeline {
 			t.rows, t.final = e.Rows, true
 		}
 	}
+	t.late = lateGroups(h)
 	return t
 }
 

@@ -74,7 +74,7 @@ func (t *timeline) waiting(p *call, calls []*call, released map[string]int, mayb
 			k.Tenant != p.in.Tenant || k.Q != p.in.Q || (p.in.P != "" && k.P != p.in.P) {
 			continue
 		}
-		if t.evictable(k, vt, spec) || t.hide.hidden(k, vt, p.done.VT) || t.deliveredBefore(k, g, i) || t.maybeCompleted(k, g, i, calls) || t.partitionHeld(k, g, i, vt, slack, released, maybeRenewed) {
+		if t.evictable(k, vt, spec) || t.hide.hidden(k, vt, p.done.VT) || !t.lateExpectsAt(k, g, i) || t.deliveredBefore(k, g, i) || t.maybeCompleted(k, g, i, calls) || t.partitionHeld(k, g, i, vt, slack, released, maybeRenewed) {
 			continue
 		}
 		return k, true

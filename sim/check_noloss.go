@@ -81,6 +81,7 @@ func CheckNoLoss(h []Event, s Spec) []Violation {
 		if len(groups) == 0 {
 			groups = []string{QueueMode}
 		}
+		groups = append(groups[:len(groups):len(groups)], t.lateGroupsOf(k)...) // late groups: what came after their start
 		for _, g := range groups {
 			if !done[g][k] && s.MaxWaitMS[k.Q] > 0 {
 				if v, skipped := t.skippedYoung(k, g, s); skipped {

@@ -76,6 +76,13 @@ type Event struct {
 	// lease's: it must not succeed, and it counts for nothing else.
 	Foreign bool `json:"foreign,omitempty"`
 
+	// Late subscriptions (subs.go): SubMode is the subscriptionMode a
+	// late group's pop sends ("new", or "from" for subscriptionFrom), and
+	// SubFrom its subscriptionFrom, or a seek's target timestamp, in
+	// virtual ms (lockstep: database time from the run's epoch).
+	SubMode string `json:"sub,omitempty"`
+	SubFrom int64  `json:"subFrom,omitempty"`
+
 	// At is a timer's deliverAt as answered (Unix ms, database time).
 	At int64 `json:"at,omitempty"`
 	// MsgID is the message id a push answered (the stored one for a

@@ -25,6 +25,11 @@ type QueueSpec struct {
 	// WindowSecs > 0 is windowBuffer (a partition is served only once its
 	// newest message is that old); Priority orders namespace/task pops.
 	DelayedSecs, WindowSecs, Priority int
+	// Late are consumer groups that subscribe after pushes began, with
+	// subscriptionMode new or subscriptionFrom, and may be sought (see
+	// LateGroup). Lockstep only; not in Groups: the subscription rule
+	// judges them from their start point.
+	Late []LateGroup
 }
 
 // Weights are the relative odds of each workload operation.

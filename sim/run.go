@@ -156,6 +156,10 @@ type runner struct {
 	sealedProbe bool
 	// edgeN counts what the routes' edge inputs are chosen among (edges_routes.go).
 	edgeN edgeRoutes
+	// late are the late subscriptions' progress, lateN their decisions
+	// (subs.go).
+	late  []*lateRun
+	lateN int
 }
 
 type activeFault struct {
@@ -192,6 +196,7 @@ func Run(ctx context.Context, dsn string, o Options, log io.Writer) (*Result, er
 		}
 		r.lateExtends()
 		r.step(r.rng, r.clients[r.rng.IntN(len(r.clients))])
+		r.lateStep()
 		r.stepServices()
 	}
 	if err := r.heal(); err != nil {
@@ -1148,6 +1153,7 @@ func (r *runner) drain() {
 				}
 			}
 		}
+		got = r.drainLate() || got
 		if got {
 			empty = 0
 			continue

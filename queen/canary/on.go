@@ -62,5 +62,8 @@ import "os"
 // hides), window-ignored (a pop serves a partition inside its
 // windowBuffer), txn-skips-limits (a transaction's push items are not held
 // to queen/limits, so a field the database cannot index fails the
-// transaction with a 500, as issue 29 found).
+// transaction with a 500, as issue 29 found), subscription-skips-one (a
+// group subscribing with mode new or subscriptionFrom gets its cursor one
+// message past its start point), seek-skips-one (a seek to a timestamp
+// puts the cursor one message past it).
 func On(name string) bool { return os.Getenv("QUEEN_CANARY") == name }

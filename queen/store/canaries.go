@@ -57,6 +57,13 @@ var (
 	// is still live, so a lease that expired (or was released, its expiry
 	// NULL) comes back to life while nobody else claimed the partition.
 	extendRevives = variant{"extend-revives", " AND pc.lease_expires_at > coalesce($3::timestamptz, now())", ""}
+	// subscriptionSkipsOne: a group subscribing with mode new or from
+	// gets its cursor one message past its start point, so the first
+	// message after it is never delivered to the group.
+	subscriptionSkipsOne = variant{"subscription-skips-one", "x.created_at <= m.subscription_timestamp), 0) END", "x.created_at <= m.subscription_timestamp), 0) + 1 END"}
+	// seekSkipsOne: a seek to a timestamp puts the cursor one message
+	// past it.
+	seekSkipsOne = variant{"seek-skips-one", "m.created_at <= $6::timestamptz), 0) END", "m.created_at <= $6::timestamptz), 0) + 1 END"}
 )
 
 // canaryVariant is one variant and a statement it rewrites.
@@ -83,5 +90,6 @@ func canaryVariants() []canaryVariant {
 		{windowIgnored, popSQL}, {windowIgnored, popOneSQL},
 		{retentionIgnoresGroupMin, rule("completed")}, {retentionIgnoresGroupSub, rule("completed")}, {evictEarly, rule("evicted")},
 		{extendRevives, extendSQL},
+		{subscriptionSkipsOne, subscribeSQL}, {seekSkipsOne, seekSQL},
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/queen-go/queen/queen/canary"
 )
 
 // Consumer-group management: the cursors (partition_consumers) and the
@@ -191,7 +193,11 @@ func (s *Store) Seek(ctx context.Context, tenant, group, queue string, partition
 		}
 		s.marks.forget(tenant, queue, group)
 	}
-	rows, err := s.pool.Query(ctx, seekSQL, tenant, group, queue, partition, toEnd, to, s.dbNow())
+	sql := seekSQL
+	if canary.On("seek-skips-one") {
+		sql = seekSkipsOne.apply(sql)
+	}
+	rows, err := s.pool.Query(ctx, sql, tenant, group, queue, partition, toEnd, to, s.dbNow())
 	if err != nil {
 		return 0, nil, err
 	}

@@ -430,7 +430,11 @@ func (s *Store) subscribed(ctx context.Context, req PopRequest) (string, error) 
 			}
 			return err
 		}
-		_, err := tx.Exec(ctx, subscribeSQL, p.Tenant, p.QueueID, p.Group, p.Queue, p.Mode, p.From, p.Now)
+		sql := subscribeSQL
+		if canary.On("subscription-skips-one") {
+			sql = subscriptionSkipsOne.apply(sql)
+		}
+		_, err := tx.Exec(ctx, sql, p.Tenant, p.QueueID, p.Group, p.Queue, p.Mode, p.From, p.Now)
 		return err
 	})
 	if err != nil {
