@@ -63,8 +63,12 @@ func Cover(h []Event) Coverage {
 	w := writesOf(h)
 	opts := optionsOverTime(h)
 	leases := map[string]*call{}
+	sought := map[[3]string]bool{}
 	for _, c := range calls(h) {
-		coverCall(cov, c, w, opts, leases)
+		if c.in.Op == "seek" && c.ok() {
+			sought[[3]string{c.in.Tenant, c.in.Q, c.in.G}] = true
+		}
+		coverCall(cov, c, w, opts, leases, sought)
 	}
 	coverFaults(cov, h, w)
 	return cov
@@ -159,7 +163,7 @@ func optionsAt(all map[[2]string][]queueOpt, tenant, q string, vt int64) []strin
 }
 
 // coverCall adds the cells of one operation.
-func coverCall(cov Coverage, c *call, w map[Key]written, opts map[[2]string][]queueOpt, leases map[string]*call) {
+func coverCall(cov Coverage, c *call, w map[Key]written, opts map[[2]string][]queueOpt, leases map[string]*call, sought map[[3]string]bool) {
 	in := c.in
 	if c.done != nil {
 		if route, at, ok := edgeInput(in); ok {
@@ -174,7 +178,7 @@ func coverCall(cov Coverage, c *call, w map[Key]written, opts map[[2]string][]qu
 		if c.done.Code != 200 {
 			return
 		}
-		modes := consumeModes(in)
+		modes := consumeModes(in, sought[[3]string{in.Tenant, in.Q, in.G}])
 		if in.Lease == "" && len(c.done.Msgs) > 0 {
 			leases[c.done.Msgs[0].Lease] = c
 		}
@@ -251,14 +255,19 @@ func edgeInput(in Event) (route, at string, ok bool) {
 	return "", "", false
 }
 
-// consumeModes are the consume values of a pop's invoke.
-func consumeModes(in Event) []string {
+// consumeModes are the consume values of a pop's invoke; sought says
+// whether its group's cursor was moved by a seek before it.
+func consumeModes(in Event, sought bool) []string {
 	var modes []string
 	switch {
 	case in.G == "":
 		modes = append(modes, "queue-mode")
-	case in.What == "new" || in.What == "from" || in.What == "seek":
-		modes = append(modes, "group-"+in.What)
+	case sought:
+		modes = append(modes, "seek")
+	case in.SubMode == "new":
+		modes = append(modes, "group-new")
+	case in.SubMode != "":
+		modes = append(modes, "group-from")
 	default:
 		modes = append(modes, "group")
 	}
