@@ -17,12 +17,17 @@ func Generate(seed uint64) *Scenario {
 	s.Name = fmt.Sprintf("seed-%#x", seed)
 	s.Seed = seed
 	s.Mode = "lockstep"
+	p := planOf(seed)
 	s.Brokers = 1 + rng.IntN(3)
+	if p.fault == "broker.crash" {
+		s.Brokers = max(s.Brokers, 2)
+	}
 	addTenants(s, rng)
 	s.Queues = []sim.QueueSpec{{Name: "orders", Partitions: 1 + rng.IntN(4), LeaseSecs: 5 + rng.IntN(16), Groups: []string{sim.QueueMode}}}
-	if rng.IntN(2) == 0 {
-		s.Queues[0].Groups = append(s.Queues[0].Groups, "audit")
-	}
+	// Queue mode and a group read the first queue in every row, so its
+	// option meets both (the draw was a coin toss once; it keeps the stream).
+	_ = rng.IntN(2)
+	s.Queues[0].Groups = append(s.Queues[0].Groups, "audit")
 	if rng.IntN(2) == 0 {
 		s.Queues = append(s.Queues, sim.QueueSpec{Name: "billing.invoices", Partitions: 1 + rng.IntN(2), LeaseSecs: 5 + rng.IntN(26), Groups: []string{"mailer"}})
 	}
@@ -33,12 +38,19 @@ func Generate(seed uint64) *Scenario {
 	s.Weights = sim.DefaultWeights
 	s.Weights.ReusePct = rng.IntN(11)
 	s.Weights.FailPct = rng.IntN(15)
+	if p.queue == "dlq" {
+		// Failed acks often enough that messages reach their retry
+		// limit and are dead-lettered.
+		s.Weights.FailPct = max(s.Weights.FailPct, 12)
+	}
 	if rng.IntN(3) == 0 {
 		// One busy partition: the others must still be served.
 		s.Queues[0].Partitions = max(s.Queues[0].Partitions, 2)
 		s.Weights.HotPct = 60 + rng.IntN(31)
 	}
 	retention := rng.IntN(3) == 0
+	// Retention keeps outages away: a row that must meet one has none.
+	retention = retention && (p.calm() || p.fault == "broker.crash" || p.fault == "clock.skew") || p.queue == "retention"
 	if retention {
 		// Completed retention while two groups read at their own speeds,
 		// and no outages. A resent transactionId whose message every group
@@ -54,7 +66,7 @@ func Generate(seed uint64) *Scenario {
 	for n := rng.IntN(5); n > 0; n-- {
 		at := time.Duration(5+rng.IntN(90)) * time.Second
 		k := rng.IntN(7)
-		if retention && k != 3 && k != 4 {
+		if (retention || p.calm()) && k != 3 && k != 4 {
 			continue
 		}
 		switch {
@@ -87,12 +99,14 @@ func Generate(seed uint64) *Scenario {
 		}
 		fired[s.Faults[len(s.Faults)-1].Kind] = true
 	}
-	if rng.IntN(2) == 0 {
+	p.forceFault(s, seed, fired)
+	_ = rng.IntN(2) // timers were a coin toss; the row decides now (the draw keeps the stream)
+	if p.timers {
 		// Timers fired by whichever broker's sweeper gets them, and KV
 		// rows expiring while they are read.
 		s.Weights.Timer, s.Weights.KV = 3+rng.IntN(4), 2+rng.IntN(4)
 	}
-	if h := seedBits(seed); !retention && (h>>27)%4 == 0 {
+	if h := seedBits(seed); !retention && !p.calm() && (h>>27)%4 == 0 {
 		// A failover's read-only window: every broker's address points
 		// at a server refusing writes for a while (seed bits, not the
 		// stream, choose it).
@@ -100,7 +114,7 @@ func Generate(seed uint64) *Scenario {
 			For: time.Duration(3+(h>>35)%10) * time.Second})
 		fired["pg.readonly"] = true
 	}
-	if !fired["pg.refuse"] && !fired["pg.blackhole"] && !fired["pg.reset"] && !fired["pg.readonly"] && rng.IntN(3) == 0 {
+	if calm := !fired["pg.refuse"] && !fired["pg.blackhole"] && !fired["pg.reset"] && !fired["pg.readonly"]; calm && (rng.IntN(3) == 0 || p.queue == "eviction") {
 		// Eviction while groups read at their own speeds: a message may
 		// go unconsumed once it waited maxWait, never sooner. No outages:
 		// a spool replay stores a message later than it was answered.
@@ -109,23 +123,23 @@ func Generate(seed uint64) *Scenario {
 			s.Queues[0].Groups = append(s.Queues[0].Groups, "audit")
 		}
 	}
-	if rng.IntN(2) == 0 && s.Weights.Timer == 0 {
+	if (rng.IntN(2) == 0 || !p.timers) && s.Weights.Timer == 0 {
 		// A streaming query counting a source per partition, its cycles
 		// racing leases, crashes and outages (in runs without timers and
 		// KV, whose rarer reads it would crowd out).
 		s.Weights.Stream = 15 + rng.IntN(16)
 	}
-	addEncryption(s, seed, 10*time.Second, 60)
+	addEncryption(s, seed, 10*time.Second, 60, p)
 	// A quarter of the leaving pops' clients are gone before the broker
 	// starts on them: it must claim nothing for them.
 	s.Weights.EarlyPct = 25
-	addHostileFaults(s, seed, fired)
+	addHostileFaults(s, seed, fired, p)
 	addRetentionProbe(s, seed)
 	addLeaderCuts(s, seed)
 	addSealedPaths(s, seed)
 	addLateExtendsAndSecondSpool(s, seed)
-	addQueueOptions(s, seed)
-	addLateGroups(s, seed)
+	addQueueOptions(s, seed, p)
+	addLateGroups(s, seed, p)
 	delete(fired, "broker.start")
 	for _, k := range []string{"pg.refuse", "pg.blackhole", "pg.reset", "broker.crash", "clock.skew", "spool.eio", "spool.enospc", "spool.torn",
 		"spool.poison", "spool.quarantined", "pg.readonly", "spool.corrupted"} {
@@ -227,7 +241,7 @@ func GenerateFree(seed uint64) *Scenario {
 	s.Faults = append(s.Faults, sim.FaultAt{At: 0, Kind: "pg.hold", Broker: -1, For: time.Minute,
 		By: time.Duration(30+rng.IntN(51)) * time.Millisecond})
 	s.Sometimes = append(s.Sometimes, "pg.hold")
-	addEncryption(s, seed, 200*time.Millisecond, 1)
+	addEncryption(s, seed, 200*time.Millisecond, 1, plan{})
 	if h := seedBits(seed); (h>>27)%3 == 0 {
 		// A failover's read-only window on one broker's address, and
 		// the retention leader's lock session ended over and over.
@@ -304,9 +318,9 @@ func addHostileFreeFaults(s *Scenario, seed uint64, at time.Duration) {
 //   - autoAck on half the leaving pops of consumer groups, in two thirds
 //     of the seeds: the client goes while the claim runs, and the broker
 //     must not consume what nobody will receive.
-func addHostileFaults(s *Scenario, seed uint64, fired map[string]bool) {
+func addHostileFaults(s *Scenario, seed uint64, fired map[string]bool, p plan) {
 	h := seedBits(seed)
-	if (h>>43)%2 == 0 {
+	if (h>>43)%2 == 0 || p.fault == "spool.corrupt" {
 		for _, f := range s.Faults {
 			if (f.Kind == "pg.refuse" || f.Kind == "pg.blackhole") && f.Broker < 0 && f.For >= 3*time.Second {
 				s.Faults = append(s.Faults, sim.FaultAt{At: f.At + time.Second, Kind: "spool.corrupt", Broker: -1, Count: 6})
@@ -394,17 +408,20 @@ func addLateExtendsAndSecondSpool(s *Scenario, seed uint64) {
 //
 // They are short beside the run (a step is 0.4-0.8 s of virtual time) and
 // the final drain waits them out, so every message is still delivered.
-func addQueueOptions(s *Scenario, seed uint64) {
+func addQueueOptions(s *Scenario, seed uint64, p plan) {
+	if p.queue == "plain" {
+		return
+	}
 	h := seedBits(seed ^ 0x9a7e5c0ffee)
-	if h%2 == 0 {
+	if h%2 == 0 || p.queue == "delayed" {
 		s.Queues[0].DelayedSecs = 1 + int((h>>1)%3)
 	}
 	window := 1 + int((h>>3)%2)
 	for i := range s.Queues {
-		if s.Queues[i].Name == "billing.invoices" || (len(s.Queues) == 1 && (h>>5)%4 == 0) {
+		if s.Queues[i].Name == "billing.invoices" || (len(s.Queues) == 1 && (h>>5)%4 == 0) || (i == 0 && p.queue == "window") {
 			s.Queues[i].WindowSecs = window
 		}
-		if (h>>7)%2 == 0 {
+		if (h>>7)%2 == 0 || p.queue == "priority" {
 			s.Queues[i].Priority = 1 + int((h>>(9+4*i))%9)
 		}
 	}
@@ -415,9 +432,9 @@ func addQueueOptions(s *Scenario, seed uint64) {
 // restarted in turn) in a quarter, after from plus up to spread seconds.
 // Chosen by the seed's bits, not its stream, so every other choice of every
 // seed stays as it was.
-func addEncryption(s *Scenario, seed uint64, from time.Duration, spread uint64) {
+func addEncryption(s *Scenario, seed uint64, from time.Duration, spread uint64, p plan) {
 	h := seedBits(seed)
-	if h%3 == 0 {
+	if (h%3 == 0 || p.queue == "encrypted") && p.queue != "plain" {
 		at := from + time.Duration((h>>5)%spread)*time.Second
 		s.Faults = append(s.Faults, sim.FaultAt{At: at, Kind: "queue.encrypt", Broker: int((h >> 11) % uint64(s.Brokers))})
 	}

@@ -17,9 +17,9 @@ import (
 // on a retention or eviction queue: the checkers' account of which
 // messages retention may delete (sim.Generations) knows only the groups
 // listed in Groups.)
-func addLateGroups(s *Scenario, seed uint64) {
+func addLateGroups(s *Scenario, seed uint64, p plan) {
 	h := seedBits(seed ^ 0x5b5c0de)
-	if h%8 == 0 {
+	if h%8 == 0 && !p.late {
 		return
 	}
 	for i := range s.Queues {

@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -285,12 +286,23 @@ func coverFaults(cov Coverage, h []Event, w map[Key]written) {
 		from, to int64
 	}
 	var ws []window
-	for _, e := range h {
-		if e.K != KFault || !slices.Contains(FaultKinds, e.F) {
-			continue // a record a fault made (spool.corrupted, ...), not a fault
+	for i, e := range h {
+		switch {
+		case e.K == KBroker && e.What == "crash":
+			// A crashed broker is down until it starts again.
+			to := e.VT + faultWindowMS
+			for _, later := range h[i+1:] {
+				if later.K == KBroker && later.B == e.B && later.What == "start" {
+					to = max(to, later.VT)
+					break
+				}
+			}
+			ws = append(ws, window{"broker.crash", e.VT, to})
+		case e.K == KFault && e.F == "clock.skew":
+			ws = append(ws, window{e.F, e.VT, math.MaxInt64}) // a skew stays
+		case e.K == KFault && slices.Contains(FaultKinds, e.F):
+			ws = append(ws, window{e.F, e.VT, max(e.Until, e.VT+faultWindowMS)})
 		}
-		to := max(e.Until, e.VT+faultWindowMS)
-		ws = append(ws, window{e.F, e.VT, to})
 	}
 	for _, c := range calls(h) {
 		var paths []string
