@@ -169,6 +169,9 @@ func coverCall(cov Coverage, c *call, w map[Key]written, opts map[[2]string][]qu
 	if c.done != nil {
 		if route, at, ok := edgeInput(in); ok {
 			cov[Cell("edge="+route+":"+at)]++
+			if at == "past" {
+				cov[Cell("edge="+route+":past:"+in.What)]++ // which limit
+			}
 		}
 	}
 	if c.done == nil || c.done.K != KOK {
