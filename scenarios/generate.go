@@ -104,7 +104,7 @@ func Generate(seed uint64) *Scenario {
 	if p.timers {
 		// Timers fired by whichever broker's sweeper gets them, and KV
 		// rows expiring while they are read.
-		s.Weights.Timer, s.Weights.KV = 3+rng.IntN(4), 2+rng.IntN(4)
+		s.Weights.Timer, s.Weights.KV = 5+rng.IntN(4), 4+rng.IntN(4)
 	}
 	if h := seedBits(seed); !retention && !p.calm() && (h>>27)%4 == 0 {
 		// A failover's read-only window: every broker's address points
