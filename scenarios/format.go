@@ -188,27 +188,17 @@ func parseQueue(s string) (sim.QueueSpec, error) {
 		case "partitions":
 			q.Partitions, err = strconv.Atoi(v)
 		case "leaseTime":
-			var d time.Duration
-			d, err = time.ParseDuration(v)
-			q.LeaseSecs = int(d / time.Second)
+			q.LeaseSecs, err = parseSecs(v)
 		case "groups":
 			q.Groups = strings.Split(v, "|")
 		case "completedRetention":
-			var d time.Duration
-			d, err = time.ParseDuration(v)
-			q.CompletedRetentionSecs = int(d / time.Second)
+			q.CompletedRetentionSecs, err = parseSecs(v)
 		case "maxWait":
-			var d time.Duration
-			d, err = time.ParseDuration(v)
-			q.MaxWaitSecs = int(d / time.Second)
+			q.MaxWaitSecs, err = parseSecs(v)
 		case "delayed":
-			var d time.Duration
-			d, err = time.ParseDuration(v)
-			q.DelayedSecs = int(d / time.Second)
+			q.DelayedSecs, err = parseSecs(v)
 		case "window":
-			var d time.Duration
-			d, err = time.ParseDuration(v)
-			q.WindowSecs = int(d / time.Second)
+			q.WindowSecs, err = parseSecs(v)
 		case "priority":
 			q.Priority, err = strconv.Atoi(v)
 		case "late":
@@ -409,4 +399,10 @@ func Print(w io.Writer, s *Scenario) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// parseSecs reads a duration option in whole seconds.
+func parseSecs(v string) (int, error) {
+	d, err := time.ParseDuration(v)
+	return int(d / time.Second), err
 }

@@ -183,17 +183,7 @@ func (a *actor) finishPop(call, b, code int, raw []byte, err error, tenant strin
 			e.Bad = fmt.Sprintf("pop answered %d with %q", code, clip(raw))
 			return
 		}
-		var res struct {
-			LeaseID  string `json:"leaseId"`
-			Messages []struct {
-				ID            string          `json:"id"`
-				Data          json.RawMessage `json:"data"`
-				TransactionID string          `json:"transactionId"`
-				Partition     string          `json:"partition"`
-				PartitionID   string          `json:"partitionId"`
-				LeaseID       string          `json:"leaseId"`
-			} `json:"messages"`
-		}
+		var res popAnswer
 		if json.Unmarshal(raw, &res) != nil || len(res.Messages) == 0 {
 			e.Bad = fmt.Sprintf("pop answered %d with %q", code, clip(raw))
 			return
@@ -211,6 +201,19 @@ func (a *actor) finishPop(call, b, code int, raw []byte, err error, tenant strin
 		}
 	})
 	return h
+}
+
+// popAnswer is a pop's 200 answer, as the simulator reads it.
+type popAnswer struct {
+	LeaseID  string `json:"leaseId"`
+	Messages []struct {
+		ID            string          `json:"id"`
+		Data          json.RawMessage `json:"data"`
+		TransactionID string          `json:"transactionId"`
+		Partition     string          `json:"partition"`
+		PartitionID   string          `json:"partitionId"`
+		LeaseID       string          `json:"leaseId"`
+	} `json:"messages"`
 }
 
 // foreign sends an ack of h's messages (or an extend of its lease) under

@@ -286,16 +286,7 @@ func (r *runner) sealedPop(tenant string) ([]Msg, string) {
 		if code == 204 {
 			return
 		}
-		var res struct {
-			LeaseID  string `json:"leaseId"`
-			Messages []struct {
-				Data          json.RawMessage `json:"data"`
-				TransactionID string          `json:"transactionId"`
-				Partition     string          `json:"partition"`
-				PartitionID   string          `json:"partitionId"`
-				LeaseID       string          `json:"leaseId"`
-			} `json:"messages"`
-		}
+		var res popAnswer
 		if json.Unmarshal(raw, &res) != nil || len(res.Messages) == 0 {
 			e.Bad = fmt.Sprintf("pop of %s answered %d with %q", SealedQueue, code, clip(raw))
 			return
