@@ -86,14 +86,6 @@ type Weights struct {
 // DefaultWeights is the workload mix when a scenario names none.
 var DefaultWeights = Weights{Push: 45, Pop: 30, Ack: 18, Extend: 2, Txn: 3, Abandon: 2, ReusePct: 5, FailPct: 8, Foreign: 2, Leave: 2}
 
-// FaultKinds are the kinds of fault a scenario can schedule (FaultAt.Kind).
-var FaultKinds = []string{"pg.blackhole", "pg.refuse", "pg.delay", "pg.hold", "pg.reset", "pg.readonly", "pg.rowlock",
-	"broker.crash", "broker.stop", "broker.start", "clock.skew",
-	"spool.eio", "spool.enospc", "spool.torn", "spool.poison", "spool.corrupt", "spool.second",
-	"mesh.drop", "mesh.delay", "mesh.reorder",
-	"leader.double", "leader.kill", "leader.cut", "retention.fail",
-	"queue.encrypt", "key.rotate", "sweeper.stall", "wake.probe", "queue.recreate", "cache.stale", "sealed.paths"}
-
 // FaultAt is one scheduled fault.
 type FaultAt struct {
 	At     time.Duration // from the start of the safety phase
