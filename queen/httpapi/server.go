@@ -243,7 +243,6 @@ type route struct {
 // push and timer schedules (write-only tokens pass). ReadOnly: other reads
 // and the streams state read. ReadWrite: the rest, pops included.
 func (s *Server) routes() []route {
-	namespace, task := func(q store.QueueInfo) string { return q.Namespace }, func(q store.QueueInfo) string { return q.Task }
 	return []route{
 		{"POST /api/v1/configure", auth.ReadWrite, s.configure},
 		{"POST /api/v1/push", auth.Produce, s.push},
@@ -295,8 +294,8 @@ func (s *Server) routes() []route {
 		{"POST /api/v1/migration/validate", auth.Admin, s.migrationUnsupported},
 		{"POST /api/v1/migration/reset", auth.Admin, s.migrationUnsupported},
 		{"GET /api/v1/status/analytics", auth.ReadOnly, s.statusAnalytics},
-		{"GET /api/v1/resources/namespaces", auth.ReadOnly, s.groupedResources("namespaces", namespace, "taskCount", task)},
-		{"GET /api/v1/resources/tasks", auth.ReadOnly, s.groupedResources("tasks", task, "namespaceCount", namespace)},
+		{"GET /api/v1/resources/namespaces", auth.ReadOnly, s.namespaceResources},
+		{"GET /api/v1/resources/tasks", auth.ReadOnly, s.taskResources},
 		{"GET /api/v1/messages", auth.ReadOnly, s.listMessages},
 		{"GET /api/v1/messages/{partitionId}/{transactionId}", auth.ReadOnly, s.getMessage},
 		{"DELETE /api/v1/messages/{partitionId}/{transactionId}", auth.ReadWrite, s.deleteMessage},

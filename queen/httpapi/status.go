@@ -45,11 +45,12 @@ func bucketMinutes(d time.Duration) int {
 	return 360
 }
 
-func queueRow(q store.QueueInfo) map[string]any {
-	return map[string]any{"id": q.ID, "name": q.Name, "queue": q.Name, "namespace": nullable(q.Namespace), "task": nullable(q.Task),
-		"createdAt": msTime(&q.CreatedAt), "partitions": q.PartitionCount, "partitionCount": q.PartitionCount,
-		"messages": map[string]any{"total": q.Messages, "pending": q.Pending, "processing": 0},
-		"pending":  q.Pending, "completed": max(q.Messages-q.Pending-q.DLQ, 0), "dlq": q.DLQ}
+// queueRow is q as /status/queues lists it.
+func queueRow(q store.QueueInfo) queueSummary {
+	return queueSummary{ID: q.ID, Name: q.Name, Queue: q.Name, Namespace: stringOrNull(q.Namespace), Task: stringOrNull(q.Task),
+		CreatedAt: msStamp(q.CreatedAt), Partitions: q.PartitionCount, PartitionCount: q.PartitionCount,
+		Messages: queueSummaryCounts{Total: q.Messages, Pending: q.Pending},
+		Pending:  q.Pending, Completed: max(q.Messages-q.Pending-q.DLQ, 0), DLQ: q.DLQ}
 }
 
 // status is GET /api/v1/status.
@@ -72,18 +73,16 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	}
 	leases, dlq := snap.Leases, snap.DLQ
 	var total, pending int64
-	queues := []map[string]any{}
+	queues := []statusQueueRow{}
 	for _, q := range snap.Queues {
 		total, pending = total+q.Messages, pending+q.Pending
 		if q.Messages > 0 {
-			row := queueRow(q)
-			row["totalConsumed"] = max(q.Messages-q.Pending, 0)
-			queues = append(queues, row)
+			queues = append(queues, statusQueueRow{queueRow(q), max(q.Messages-q.Pending, 0)})
 		}
 	}
-	top := make([]map[string]any, len(topErrors))
+	top := make([]errorCount, len(topErrors))
 	for i, e := range topErrors {
-		top[i] = map[string]any{"error": e.Error, "count": e.Count}
+		top[i] = errorCount{Error: e.Error, Count: e.Count}
 	}
 	bm := bucketMinutes(to.Sub(from))
 	buckets, err := s.queueBuckets(r, from, to, bm)
@@ -97,16 +96,16 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	points := clusterBuckets(buckets, minutes, bm)
-	throughput := make([]map[string]any, 0, len(points))
+	throughput := make([]throughputPoint, 0, len(points))
 	var sum clusterBucket
 	for i := len(points) - 1; i >= 0; i-- { // newest first
-		throughput = append(throughput, throughputPoint(points[i], bm))
+		throughput = append(throughput, newThroughputPoint(points[i], bm))
 		sum.add(points[i])
 	}
-	workers := []map[string]any{}
+	workers := []workerRow{}
 	for _, b := range brokerBuckets(minutes, bm) {
-		workers = append(workers, map[string]any{"hostname": b.hostname, "port": b.port, "workerId": b.id,
-			"requests": b.requests, "lastSeen": msTime(&b.last)})
+		workers = append(workers, workerRow{Hostname: b.hostname, Port: b.port, WorkerID: b.id,
+			Requests: b.requests, LastSeen: msStamp(b.last)})
 	}
 	// statsAge is the age of the oldest figure in the answer: the last
 	// recorded minute or the queue snapshot, whichever is older.
@@ -118,52 +117,50 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 		queueStatsAge = max(s.clock.Now().Sub(snap.Oldest).Seconds(), 0)
 		statsAge = max(statsAge, queueStatsAge)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{
-		"timeRange": map[string]any{"from": msTime(&from), "to": msTime(&to)}, "bucketMinutes": bm, "pointCount": len(throughput),
-		"throughput": throughput, "queues": queues,
-		"messages": map[string]any{"total": total, "pending": pending, "processing": 0,
-			"completed": max(total-pending-dlq.Total, 0), "failed": 0, "deadLetter": dlq.Total,
-			"requests":        map[string]any{"push": s.stats.pushRequests.Load(), "pop": s.stats.popRequests.Load(), "ack": s.stats.ackRequests.Load()},
-			"batchEfficiency": batchEfficiency(sum.q)},
-		"leases": map[string]any{"active": leases.Active, "partitionsWithLeases": leases.Partitions,
-			"totalBatchSize": leases.BatchSize, "totalAcked": leases.Acked},
-		"deadLetterQueue": map[string]any{"totalMessages": dlq.Total, "affectedPartitions": dlq.Partitions, "topErrors": top},
-		"workers":         workers,
-		"errors":          map[string]any{"dbErrors": sum.dbErrors, "ackFailed": sum.q.AckFailed, "dlqMessages": dlq.Total},
-		"statsAge":        statsAge,
-		"queueStatsAge":   queueStatsAge,
+	writeJSON(w, http.StatusOK, statusAnswer{
+		TimeRange: timeRange{From: msStamp(from), To: msStamp(to)}, BucketMinutes: bm, PointCount: len(throughput),
+		Throughput: throughput, Queues: queues,
+		Messages: statusMessages{Total: total, Pending: pending,
+			Completed: max(total-pending-dlq.Total, 0), DeadLetter: dlq.Total,
+			Requests:        requestCounts{Push: s.stats.pushRequests.Load(), Pop: s.stats.popRequests.Load(), Ack: s.stats.ackRequests.Load()},
+			BatchEfficiency: newBatchEfficiency(sum.q)},
+		Leases: leaseSummary{Active: leases.Active, PartitionsWithLeases: leases.Partitions,
+			TotalBatchSize: leases.BatchSize, TotalAcked: leases.Acked},
+		DeadLetterQueue: deadLetterSummary{TotalMessages: dlq.Total, AffectedPartitions: dlq.Partitions, TopErrors: top},
+		Workers:         workers,
+		Errors:          statusErrors{DBErrors: sum.dbErrors, AckFailed: sum.q.AckFailed, DLQMessages: dlq.Total},
+		StatsAge:        statsAge,
+		QueueStatsAge:   queueStatsAge,
 	})
 }
 
-// throughputPoint is one bucket of status.throughput.
-func throughputPoint(p clusterBucket, bm int) map[string]any {
+// newThroughputPoint is one bucket of status.throughput.
+func newThroughputPoint(p clusterBucket, bm int) throughputPoint {
 	secs := float64(bm * 60)
 	brokers := float64(max(len(p.brokers), 1))
-	return map[string]any{"timestamp": msTime(&p.at), "ingested": p.q.PushMessages, "processed": completed(p.q),
-		"popMessages": p.q.PopMessages, "ingestedPerSecond": perSecond(p.q.PushMessages, bm),
-		"processedPerSecond": perSecond(completed(p.q), bm), "popPerSecond": perSecond(p.q.PopMessages, bm),
-		"avgLagMs": avgLag(p.q.LagSumMs, p.q.LagCount), "maxLagMs": p.q.LagMaxMs,
-		"avgEventLoopLagMs": 0, "maxEventLoopLagMs": 0, "minFreeSlots": 0,
-		"dbErrors": p.dbErrors, "ackFailed": p.q.AckFailed, "dlqCount": p.q.DLQ,
+	return throughputPoint{Timestamp: msStamp(p.at), Ingested: p.q.PushMessages, Processed: completed(p.q),
+		PopMessages: p.q.PopMessages, IngestedPerSecond: perSecond(p.q.PushMessages, bm),
+		ProcessedPerSecond: perSecond(completed(p.q), bm), PopPerSecond: perSecond(p.q.PopMessages, bm),
+		AvgLagMs: avgLag(p.q.LagSumMs, p.q.LagCount), MaxLagMs: p.q.LagMaxMs,
+		DBErrors: p.dbErrors, AckFailed: p.q.AckFailed, DLQCount: p.q.DLQ,
 		// CPU as a percent of one core, the brokers' mean.
-		"queenCpuUserPct": float64(p.cpuUserUs) / 1e6 / secs / brokers * 100,
-		"queenCpuSysPct":  float64(p.cpuSysUs) / 1e6 / secs / brokers * 100,
-		"queenRssMb":      p.rssBytes / (1 << 20),
-		"dbPoolActive":    p.poolActive, "dbPoolIdle": p.poolIdle, "dbPoolSize": p.poolSize,
-		"avgLatencyMs": p.avgLatency(), "p99LatencyMs": p.p99Latency}
+		QueenCPUUserPct: float64(p.cpuUserUs) / 1e6 / secs / brokers * 100,
+		QueenCPUSysPct:  float64(p.cpuSysUs) / 1e6 / secs / brokers * 100,
+		QueenRssMb:      p.rssBytes / (1 << 20),
+		DBPoolActive:    p.poolActive, DBPoolIdle: p.poolIdle, DBPoolSize: p.poolSize,
+		AvgLatencyMs: p.avgLatency(), P99LatencyMs: p.p99Latency}
 }
 
-// batchEfficiency is messages per request over the window: per push, per
-// pop (empty pops included) and per ack request (autoAck pops send none).
-func batchEfficiency(q store.QueueBucket) map[string]any {
+// newBatchEfficiency is q's messages per request.
+func newBatchEfficiency(q store.QueueBucket) batchEfficiency {
 	ratio := func(n, d int64) float64 {
 		if d == 0 {
 			return 0
 		}
 		return float64(n) / float64(d)
 	}
-	return map[string]any{"push": ratio(q.PushMessages, q.PushRequests), "pop": ratio(q.PopMessages, q.PopRequests),
-		"ack": ratio(q.AckSuccess+q.AckFailed, q.AckRequests)}
+	return batchEfficiency{Push: ratio(q.PushMessages, q.PushRequests), Pop: ratio(q.PopMessages, q.PopRequests),
+		Ack: ratio(q.AckSuccess+q.AckFailed, q.AckRequests)}
 }
 
 // statusQueues is GET /api/v1/status/queues?namespace&task&limit&offset.
@@ -180,27 +177,26 @@ func (s *Server) statusQueues(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, r, "status queues", err)
 		return
 	}
-	out := []map[string]any{}
+	out := []queueSummary{}
 	for _, q := range qs {
 		out = append(out, queueRow(q))
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"queues": out, "pagination": map[string]any{"limit": f.Limit, "offset": f.Offset}})
+	writeJSON(w, http.StatusOK, statusQueuesAnswer{Queues: out, Pagination: pagination{Limit: f.Limit, Offset: f.Offset}})
 }
 
-// partitionCounts is one partition's six counts.
 // partitionCounts are a partition's figures in queue mode: completed is
 // what the cursor passed and queue mode did not dead-letter; deadLetter
 // counts every group's; failed is always 0 (a failed message is retried,
 // so pending, or dead-lettered).
-func partitionCounts(p store.PartitionInfo) map[string]any {
-	return map[string]any{"total": p.Messages, "pending": p.Pending, "processing": p.Processing,
-		"completed": max(p.Messages-p.Pending-p.QueueDLQ, 0), "failed": 0, "deadLetter": p.DLQ}
+func partitionCounts(p store.PartitionInfo) messageStates {
+	return messageStates{Total: p.Messages, Pending: p.Pending, Processing: p.Processing,
+		Completed: max(p.Messages-p.Pending-p.QueueDLQ, 0), DeadLetter: p.DLQ}
 }
 
 // queueCounts are partitionCounts summed over the queue.
-func queueCounts(q store.QueueInfo) map[string]any {
-	return map[string]any{"total": q.Messages, "pending": q.Pending, "processing": q.Processing,
-		"completed": max(q.Messages-q.Pending-q.QueueDLQ, 0), "failed": 0, "deadLetter": q.DLQ}
+func queueCounts(q store.QueueInfo) messageStates {
+	return messageStates{Total: q.Messages, Pending: q.Pending, Processing: q.Processing,
+		Completed: max(q.Messages-q.Pending-q.QueueDLQ, 0), DeadLetter: q.DLQ}
 }
 
 // statusQueue is GET /api/v1/status/queues/{queue}: the queue, its
@@ -215,27 +211,29 @@ func (s *Server) statusQueue(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, r, "status queue", err)
 		return
 	}
-	parts := make([]map[string]any, len(q.Partitions))
+	parts := make([]partitionStatus, len(q.Partitions))
 	for i, p := range q.Partitions {
-		c := partitionCounts(p)
-		parts[i] = map[string]any{"id": p.ID, "name": p.Name, "createdAt": msTime(&p.CreatedAt), "messages": c, "stats": c,
-			"pending": p.Pending, "total": p.Messages, "lastActivity": msTime(p.LastMessageAt), "newestMessage": msTime(p.LastMessageAt),
-			"oldestMessage": msTime(p.OldestAt),
-			"cursor":        map[string]any{"totalConsumed": p.TotalConsumed, "batchesConsumed": p.BatchesConsumed},
-			// queenctl's partition list reads these flat.
-			"processing": c["processing"], "completed": c["completed"], "failed": 0, "dlq": p.DLQ}
+		parts[i] = newPartitionStatus(p)
 	}
 	o := q.Options
 	totals := queueCounts(q)
-	totals["messages"] = queueCounts(q)
-	writeJSON(w, http.StatusOK, map[string]any{
-		// queenctl's status <queue> reads these flat.
-		"name": q.Name, "pending": q.Pending, "processing": q.Processing, "completed": totals["completed"], "failed": 0, "dlq": q.DLQ,
-		"queue": map[string]any{"id": q.ID, "name": q.Name, "namespace": nullable(q.Namespace), "task": nullable(q.Task),
-			"priority": o.Priority, "createdAt": msTime(&q.CreatedAt), "config": map[string]any{"leaseTime": o.LeaseTime,
-				"retryLimit": o.RetryLimit, "retryDelay": o.RetryDelay, "ttl": o.TTL, "maxQueueSize": o.MaxSize,
-				"deadLetterQueue": o.DeadLetterQueue}},
-		"partitions": parts, "totals": totals})
+	writeJSON(w, http.StatusOK, queueStatus{
+		Name: q.Name, Pending: q.Pending, Processing: q.Processing, Completed: totals.Completed, DLQ: q.DLQ,
+		Queue: queueDetail{ID: q.ID, Name: q.Name, Namespace: stringOrNull(q.Namespace), Task: stringOrNull(q.Task),
+			Priority: o.Priority, CreatedAt: msStamp(q.CreatedAt), Config: queueConfig{LeaseTime: o.LeaseTime,
+				RetryLimit: o.RetryLimit, RetryDelay: o.RetryDelay, TTL: o.TTL, MaxQueueSize: o.MaxSize,
+				DeadLetterQueue: o.DeadLetterQueue}},
+		Partitions: parts, Totals: queueTotals{totals, totals}})
+}
+
+// newPartitionStatus is p as /status/queues/{queue} lists it.
+func newPartitionStatus(p store.PartitionInfo) partitionStatus {
+	c := partitionCounts(p)
+	return partitionStatus{ID: p.ID, Name: p.Name, CreatedAt: msStamp(p.CreatedAt), Messages: c, Stats: c,
+		Pending: p.Pending, Total: p.Messages, LastActivity: msStampOrNull(p.LastMessageAt), NewestMessage: msStampOrNull(p.LastMessageAt),
+		OldestMessage: msStampOrNull(p.OldestAt),
+		Cursor:        cursorCounts{TotalConsumed: p.TotalConsumed, BatchesConsumed: p.BatchesConsumed},
+		Processing:    c.Processing, Completed: c.Completed, DLQ: p.DLQ}
 }
 
 // analyticsPointLimit bounds the points of one status/analytics answer: a
@@ -274,59 +272,93 @@ func (s *Server) statusAnalytics(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, r, "analytics", err)
 		return
 	}
-	points := []map[string]any{}
+	points := []analyticsPoint{}
 	for at := start; at.Before(end); at = at.Add(step) {
-		points = append(points, map[string]any{"timestamp": at.Format(time.RFC3339), "messages": counts[at]})
+		points = append(points, analyticsPoint{Timestamp: at.Format(time.RFC3339), Messages: counts[at]})
 	}
-	body := map[string]any{"dataPoints": points, "interval": interval,
-		"from": from.Format(time.RFC3339), "to": to.Format(time.RFC3339),
-		"truncated": truncated, "pointLimit": analyticsPointLimit}
+	body := analyticsAnswer{DataPoints: points, Interval: interval,
+		From: from.Format(time.RFC3339), To: to.Format(time.RFC3339),
+		Truncated: truncated, PointLimit: analyticsPointLimit}
 	if truncated {
-		body["nextFrom"] = end.Format(time.RFC3339)
+		body.NextFrom = end.Format(time.RFC3339)
 	}
 	writeJSON(w, http.StatusOK, body)
 }
 
-// groupedResources is GET /api/v1/resources/namespaces and .../tasks,
-// derived from the queues; otherKey counts the distinct values of the
-// other dimension (queenctl's taskCount and namespaceCount).
-func (s *Server) groupedResources(key string, of func(store.QueueInfo) string, otherKey string, other func(store.QueueInfo) string) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		snap, err := s.store.SnapshotQueues(r.Context(), tenantOf(r), store.QueueFilter{})
-		if err != nil {
-			s.storeError(w, r, key, err)
-			return
-		}
-		qs := snap.Queues
-		type agg struct {
-			queues, partitions, total, pending int64
-			others                             map[string]bool
-		}
-		by := map[string]*agg{}
-		var names []string
-		for _, q := range qs {
-			n := of(q)
-			if n == "" {
-				continue
-			}
-			if by[n] == nil {
-				by[n] = &agg{others: map[string]bool{}}
-				names = append(names, n)
-			}
-			a := by[n]
-			a.queues, a.partitions, a.total, a.pending = a.queues+1, a.partitions+int64(q.PartitionCount), a.total+q.Messages, a.pending+q.Pending
-			if o := other(q); o != "" {
-				a.others[o] = true
-			}
-		}
-		sort.Strings(names)
-		single := key[:len(key)-1]
-		out := []map[string]any{}
-		for _, n := range names {
-			a := by[n]
-			out = append(out, map[string]any{single: n, "name": n, "queues": a.queues, "queueCount": a.queues, otherKey: len(a.others),
-				"partitions": a.partitions, "messages": map[string]any{"total": a.total, "pending": a.pending}})
-		}
-		writeJSON(w, http.StatusOK, map[string]any{key: out})
+// namespaceResources is GET /api/v1/resources/namespaces: the queues
+// summed by namespace, with how many tasks each namespace's queues name.
+func (s *Server) namespaceResources(w http.ResponseWriter, r *http.Request) {
+	groups, err := s.sumQueuesBy(r, queueNamespace, queueTask)
+	if err != nil {
+		s.storeError(w, r, "namespaces", err)
+		return
 	}
+	out := make([]namespaceGroup, len(groups))
+	for i, g := range groups {
+		out[i] = namespaceGroup{Namespace: g.Name, resourceGroup: g.resourceGroup, TaskCount: g.others}
+	}
+	writeJSON(w, http.StatusOK, namespacesAnswer{Namespaces: out})
+}
+
+// taskResources is GET /api/v1/resources/tasks: the queues summed by
+// task, with how many namespaces each task's queues name.
+func (s *Server) taskResources(w http.ResponseWriter, r *http.Request) {
+	groups, err := s.sumQueuesBy(r, queueTask, queueNamespace)
+	if err != nil {
+		s.storeError(w, r, "tasks", err)
+		return
+	}
+	out := make([]taskGroup, len(groups))
+	for i, g := range groups {
+		out[i] = taskGroup{Task: g.Name, resourceGroup: g.resourceGroup, NamespaceCount: g.others}
+	}
+	writeJSON(w, http.StatusOK, tasksAnswer{Tasks: out})
+}
+
+// queueNamespace and queueTask are the dimensions resources group by.
+func queueNamespace(q store.QueueInfo) string { return q.Namespace }
+func queueTask(q store.QueueInfo) string      { return q.Task }
+
+// queueGroup is the queues of one value of a dimension, summed; others
+// counts the distinct values of the other dimension among them
+// (queenctl's taskCount and namespaceCount).
+type queueGroup struct {
+	resourceGroup
+	others int
+}
+
+// sumQueuesBy groups the tenant's queues by of (a queue without a value
+// is in no group), sorted by value.
+func (s *Server) sumQueuesBy(r *http.Request, of, other func(store.QueueInfo) string) ([]queueGroup, error) {
+	snap, err := s.store.SnapshotQueues(r.Context(), tenantOf(r), store.QueueFilter{})
+	if err != nil {
+		return nil, err
+	}
+	by := map[string]*resourceGroup{}
+	others := map[string]map[string]bool{}
+	var names []string
+	for _, q := range snap.Queues {
+		n := of(q)
+		if n == "" {
+			continue
+		}
+		if by[n] == nil {
+			by[n], others[n] = &resourceGroup{Name: n}, map[string]bool{}
+			names = append(names, n)
+		}
+		g := by[n]
+		g.Queues, g.Partitions = g.Queues+1, g.Partitions+int64(q.PartitionCount)
+		g.Messages.Total, g.Messages.Pending = g.Messages.Total+q.Messages, g.Messages.Pending+q.Pending
+		if o := other(q); o != "" {
+			others[n][o] = true
+		}
+	}
+	sort.Strings(names)
+	out := make([]queueGroup, len(names))
+	for i, n := range names {
+		g := *by[n]
+		g.QueueCount = g.Queues
+		out[i] = queueGroup{g, len(others[n])}
+	}
+	return out, nil
 }
