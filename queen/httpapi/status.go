@@ -122,7 +122,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 		Throughput: throughput, Queues: queues,
 		Messages: statusMessages{Total: total, Pending: pending,
 			Completed: max(total-pending-dlq.Total, 0), DeadLetter: dlq.Total,
-			Requests:        requestCounts{Push: s.stats.pushRequests.Load(), Pop: s.stats.popRequests.Load(), Ack: s.stats.ackRequests.Load()},
+			Requests:        requestsByKind{Push: s.stats.pushRequests.Load(), Pop: s.stats.popRequests.Load(), Ack: s.stats.ackRequests.Load()},
 			BatchEfficiency: newBatchEfficiency(sum.q)},
 		Leases: leaseSummary{Active: leases.Active, PartitionsWithLeases: leases.Partitions,
 			TotalBatchSize: leases.BatchSize, TotalAcked: leases.Acked},

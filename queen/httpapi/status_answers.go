@@ -41,12 +41,12 @@ type statusMessages struct {
 	Failed     int   `json:"failed"` // always 0: a failed message is retried or dead-lettered
 	DeadLetter int64 `json:"deadLetter"`
 	// Requests are this broker's own request counts since it started.
-	Requests        requestCounts   `json:"requests"`
+	Requests        requestsByKind  `json:"requests"`
 	BatchEfficiency batchEfficiency `json:"batchEfficiency"`
 }
 
-// requestCounts are push, pop and ack request counts.
-type requestCounts struct {
+// requestsByKind are push, pop and ack request counts.
+type requestsByKind struct {
 	Push int64 `json:"push"`
 	Pop  int64 `json:"pop"`
 	Ack  int64 `json:"ack"`
