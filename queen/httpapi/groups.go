@@ -51,8 +51,8 @@ func (s *Server) listGroups(w http.ResponseWriter, r *http.Request) {
 			LagSeconds: g.MaxTimeLagSeconds, LagMessages: g.LagMessages, State: state,
 			Queue: g.Queue, Partitions: g.Members, SubscriptionMode: wireMode(g.SubscriptionMode)}
 		if out[i].SubscriptionMode != nil {
-			out[i].SubscriptionTimestamp = msTimeOrNull(g.SubscriptionTimestamp)
-			out[i].SubscriptionCreatedAt = msTimeOrNull(g.SubscriptionCreatedAt)
+			out[i].SubscriptionTimestamp = adminTimeOrNull(g.SubscriptionTimestamp)
+			out[i].SubscriptionCreatedAt = adminTimeOrNull(g.SubscriptionCreatedAt)
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -83,9 +83,9 @@ func (s *Server) laggingGroups(w http.ResponseWriter, r *http.Request) {
 				continue
 			}
 			out = append(out, laggingCursor{ConsumerGroup: g, QueueName: p.Queue, PartitionName: p.Partition,
-				PartitionID: p.PartitionID, WorkerID: stringOrNull(p.WorkerID), OffsetLag: p.OffsetLag,
+				PartitionID: p.PartitionID, WorkerID: textOrNull(p.WorkerID), OffsetLag: p.OffsetLag,
 				TimeLagSeconds: p.TimeLagSeconds, LagHours: float64(p.TimeLagSeconds*100/3600) / 100,
-				OldestUnconsumedAt: msTimeOrNull(p.OldestUnconsumedAt), LastConsumedAt: msTimeOrNull(p.LastConsumedAt),
+				OldestUnconsumedAt: adminTimeOrNull(p.OldestUnconsumedAt), LastConsumedAt: adminTimeOrNull(p.LastConsumedAt),
 				Name: g, Queue: p.Queue, LagSeconds: p.TimeLagSeconds, LagMessages: p.OffsetLag})
 		}
 	}
@@ -113,7 +113,7 @@ func (s *Server) getGroup(w http.ResponseWriter, r *http.Request) {
 			out[p.Queue] = &groupQueueCursors{}
 		}
 		out[p.Queue].Partitions = append(out[p.Queue].Partitions, groupCursor{Partition: p.Partition,
-			WorkerID: stringOrNull(p.WorkerID), LastConsumedAt: msTimeOrNull(p.LastConsumedAt),
+			WorkerID: textOrNull(p.WorkerID), LastConsumedAt: adminTimeOrNull(p.LastConsumedAt),
 			TotalConsumed: p.TotalConsumed, OffsetLag: p.OffsetLag, TimeLagSeconds: p.TimeLagSeconds,
 			LeaseActive: p.LeaseActive})
 	}
@@ -196,7 +196,7 @@ func (s *Server) seekGroup(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, groupSeeked{Success: true, ConsumerGroup: g, QueueName: q, SeekToEnd: toEnd,
-		TargetTimestamp: msTimeOrNull(at), PartitionsUpdated: n})
+		TargetTimestamp: adminTimeOrNull(at), PartitionsUpdated: n})
 }
 
 // seekPartition is POST .../partitions/{partition}/seek: always to the end
@@ -226,7 +226,7 @@ func (s *Server) seekPartition(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, partitionSeeked{Success: true, ConsumerGroup: g, QueueName: q, PartitionName: p,
-		Updated: n > 0, CursorMovedTo: msTimeOrNull(at)})
+		Updated: n > 0, CursorMovedTo: adminTimeOrNull(at)})
 }
 
 // setSubscription is POST /api/v1/consumer-groups/{group}/subscription

@@ -121,16 +121,16 @@ type statsRefreshed struct {
 	Message string `json:"message"`
 }
 
-// stringOrNull is s, or null when empty.
-func stringOrNull(s string) *string {
+// textOrNull is s, or null when empty.
+func textOrNull(s string) *string {
 	if s == "" {
 		return nil
 	}
 	return &s
 }
 
-// msTimeOrNull is msTime typed: the admin format, or null for nil.
-func msTimeOrNull(t *time.Time) *string {
+// adminTimeOrNull is msTime typed: the admin format, or null for nil.
+func adminTimeOrNull(t *time.Time) *string {
 	if t == nil {
 		return nil
 	}
