@@ -15,19 +15,19 @@ func msTime(t *time.Time) any {
 	if t == nil {
 		return nil
 	}
-	return t.UTC().Format("2006-01-02T15:04:05.000Z")
+	return t.UTC().Format(adminTimeLayout)
 }
 
 // wireMode is a subscription's mode as Queen reports it: an "all" group
-// has none.
-func wireMode(m string) any {
+// has none (null).
+func wireMode(m string) *string {
 	switch m {
 	case "", "all":
 		return nil
 	case "from":
-		return "timestamp"
+		m = "timestamp"
 	}
-	return m
+	return &m
 }
 
 // listGroups is GET /api/v1/consumer-groups: a top-level array.
@@ -37,7 +37,7 @@ func (s *Server) listGroups(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, r, "consumer groups", err)
 		return
 	}
-	out := make([]map[string]any, len(gs))
+	out := make([]consumerGroupRow, len(gs)) // never nil: no group is []
 	for i, g := range gs {
 		state := "Dead"
 		switch {
@@ -46,14 +46,13 @@ func (s *Server) listGroups(w http.ResponseWriter, r *http.Request) {
 		case g.Consumed:
 			state = "Stable"
 		}
-		out[i] = map[string]any{"name": g.Group, "queueName": g.Queue, "topics": []string{g.Queue}, "members": g.Members,
-			"partitionsWithLag": g.PartitionsWithLag, "totalLag": nil, "maxTimeLag": g.MaxTimeLagSeconds,
-			"lagSeconds": g.MaxTimeLagSeconds, "lagMessages": g.LagMessages, "state": state,
-			// queenctl's cg list reads these names.
-			"queue": g.Queue, "partitions": g.Members, "subscriptionMode": wireMode(g.SubscriptionMode),
-			"subscriptionTimestamp": msTime(g.SubscriptionTimestamp), "subscriptionCreatedAt": msTime(g.SubscriptionCreatedAt)}
-		if wireMode(g.SubscriptionMode) == nil {
-			out[i]["subscriptionTimestamp"], out[i]["subscriptionCreatedAt"] = nil, nil
+		out[i] = consumerGroupRow{Name: g.Group, QueueName: g.Queue, Topics: []string{g.Queue}, Members: g.Members,
+			PartitionsWithLag: g.PartitionsWithLag, MaxTimeLag: g.MaxTimeLagSeconds,
+			LagSeconds: g.MaxTimeLagSeconds, LagMessages: g.LagMessages, State: state,
+			Queue: g.Queue, Partitions: g.Members, SubscriptionMode: wireMode(g.SubscriptionMode)}
+		if out[i].SubscriptionMode != nil {
+			out[i].SubscriptionTimestamp = adminTimeOrNull(g.SubscriptionTimestamp)
+			out[i].SubscriptionCreatedAt = adminTimeOrNull(g.SubscriptionCreatedAt)
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -77,32 +76,25 @@ func (s *Server) laggingGroups(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, r, "lagging consumer groups", err)
 		return
 	}
-	out := []map[string]any{}
+	out := []laggingCursor{} // none lagging is [], not null
 	for g, parts := range all {
 		for _, p := range parts {
 			if p.OldestUnconsumedAt == nil || p.TimeLagSeconds <= minLag {
 				continue
 			}
-			var worker any
-			if p.WorkerID != "" {
-				worker = p.WorkerID
-			}
-			out = append(out, map[string]any{"consumer_group": g, "queue_name": p.Queue, "partition_name": p.Partition,
-				"partition_id": p.PartitionID, "worker_id": worker, "offset_lag": p.OffsetLag, "time_lag_seconds": p.TimeLagSeconds,
-				"lag_hours": float64(p.TimeLagSeconds*100/3600) / 100, "oldest_unconsumed_at": msTime(p.OldestUnconsumedAt),
-				"last_consumed_at": msTime(p.LastConsumedAt),
-				// queenctl's lag view reads these names.
-				"name": g, "queue": p.Queue, "lagSeconds": p.TimeLagSeconds, "lagMessages": p.OffsetLag})
+			out = append(out, laggingCursor{ConsumerGroup: g, QueueName: p.Queue, PartitionName: p.Partition,
+				PartitionID: p.PartitionID, WorkerID: textOrNull(p.WorkerID), OffsetLag: p.OffsetLag,
+				TimeLagSeconds: p.TimeLagSeconds, LagHours: float64(p.TimeLagSeconds*100/3600) / 100,
+				OldestUnconsumedAt: adminTimeOrNull(p.OldestUnconsumedAt), LastConsumedAt: adminTimeOrNull(p.LastConsumedAt),
+				Name: g, Queue: p.Queue, LagSeconds: p.TimeLagSeconds, LagMessages: p.OffsetLag})
 		}
 	}
 	sortByLag(out)
 	writeJSON(w, http.StatusOK, out)
 }
 
-func sortByLag(rows []map[string]any) {
-	sort.SliceStable(rows, func(i, j int) bool {
-		return rows[i]["time_lag_seconds"].(int64) > rows[j]["time_lag_seconds"].(int64)
-	})
+func sortByLag(rows []laggingCursor) {
+	sort.SliceStable(rows, func(i, j int) bool { return rows[i].TimeLagSeconds > rows[j].TimeLagSeconds })
 }
 
 // getGroup is GET /api/v1/consumer-groups/{group}: its cursors by queue; an
@@ -114,19 +106,16 @@ func (s *Server) getGroup(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, r, "consumer group", err)
 		return
 	}
-	out := map[string]any{}
-	byQueue := map[string][]map[string]any{}
+	// Keyed by queue name: the keys are data, so this map stays a map.
+	out := map[string]*groupQueueCursors{} // an unknown group is {}
 	for _, p := range all[g] {
-		var worker any
-		if p.WorkerID != "" {
-			worker = p.WorkerID
+		if out[p.Queue] == nil {
+			out[p.Queue] = &groupQueueCursors{}
 		}
-		byQueue[p.Queue] = append(byQueue[p.Queue], map[string]any{"partition": p.Partition, "workerId": worker,
-			"lastConsumedAt": msTime(p.LastConsumedAt), "totalConsumed": p.TotalConsumed, "offsetLag": p.OffsetLag,
-			"timeLagSeconds": p.TimeLagSeconds, "leaseActive": p.LeaseActive})
-	}
-	for q, parts := range byQueue {
-		out[q] = map[string]any{"partitions": parts}
+		out[p.Queue].Partitions = append(out[p.Queue].Partitions, groupCursor{Partition: p.Partition,
+			WorkerID: textOrNull(p.WorkerID), LastConsumedAt: adminTimeOrNull(p.LastConsumedAt),
+			TotalConsumed: p.TotalConsumed, OffsetLag: p.OffsetLag, TimeLagSeconds: p.TimeLagSeconds,
+			LeaseActive: p.LeaseActive})
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -160,11 +149,8 @@ func (s *Server) deleteGroup(w http.ResponseWriter, r *http.Request) {
 	for _, q := range queues {
 		s.peers.QueueChanged(tenantOf(r), q, false) // peers forget the group's cached subscription
 	}
-	body := map[string]any{"success": true, "consumerGroup": g, "deletedPartitions": n, "metadataDeleted": meta}
-	if queue != nil {
-		body["queueName"] = *queue
-	}
-	writeJSON(w, http.StatusOK, body)
+	writeJSON(w, http.StatusOK, groupDeleted{Success: true, ConsumerGroup: g, DeletedPartitions: n,
+		MetadataDeleted: meta, QueueName: queue})
 }
 
 // seekGroup is POST /api/v1/consumer-groups/{group}/queues/{queue}/seek
@@ -209,8 +195,8 @@ func (s *Server) seekGroup(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, r, "seek", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"success": true, "consumerGroup": g, "queueName": q, "seekToEnd": toEnd,
-		"targetTimestamp": msTime(at), "partitionsUpdated": n})
+	writeJSON(w, http.StatusOK, groupSeeked{Success: true, ConsumerGroup: g, QueueName: q, SeekToEnd: toEnd,
+		TargetTimestamp: adminTimeOrNull(at), PartitionsUpdated: n})
 }
 
 // seekPartition is POST .../partitions/{partition}/seek: always to the end
@@ -231,7 +217,7 @@ func (s *Server) seekPartition(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !ok {
-		writeJSON(w, http.StatusNotFound, map[string]any{"success": false, "error": "Partition not found"})
+		writeJSON(w, http.StatusNotFound, groupFailure{Success: false, Error: "Partition not found"})
 		return
 	}
 	n, at, err := s.store.Seek(r.Context(), tenantOf(r), g, q, &p, true, nil)
@@ -239,8 +225,8 @@ func (s *Server) seekPartition(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, r, "seek", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"success": true, "consumerGroup": g, "queueName": q, "partitionName": p,
-		"updated": n > 0, "cursorMovedTo": msTime(at)})
+	writeJSON(w, http.StatusOK, partitionSeeked{Success: true, ConsumerGroup: g, QueueName: q, PartitionName: p,
+		Updated: n > 0, CursorMovedTo: adminTimeOrNull(at)})
 }
 
 // setSubscription is POST /api/v1/consumer-groups/{group}/subscription
@@ -271,12 +257,12 @@ func (s *Server) setSubscription(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, r, "subscription", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"success": true, "consumerGroup": g, "newTimestamp": v, "rowsUpdated": n})
+	writeJSON(w, http.StatusOK, subscriptionSet{Success: true, ConsumerGroup: g, NewTimestamp: v, RowsUpdated: n})
 }
 
 // refreshStats is POST /api/v1/stats/refresh: every figure here is
 // computed from the rows when asked, so there is nothing to refresh.
 func (s *Server) refreshStats(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"skipped": false, "live": true,
-		"message": "statistics are computed from the rows on every read; nothing to refresh"})
+	writeJSON(w, http.StatusOK, statsRefreshed{Skipped: false, Live: true,
+		Message: "statistics are computed from the rows on every read; nothing to refresh"})
 }

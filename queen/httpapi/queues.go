@@ -127,40 +127,11 @@ func (s *Server) configure(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.peers.QueueChanged(in.Tenant, res.Queue.Name, false)
-	writeJSON(w, http.StatusOK, map[string]any{
-		"configured": true, "queueId": res.Queue.ID, "partitionId": res.DefaultPartitionID,
-		"queue": res.Queue.Name, "namespace": nullable(res.Queue.Namespace), "task": nullable(res.Queue.Task),
-		"options": res.Queue.Options,
+	writeJSON(w, http.StatusOK, configureAnswer{
+		Configured: true, QueueID: res.Queue.ID, PartitionID: res.DefaultPartitionID,
+		Queue: res.Queue.Name, Namespace: textOrNull(res.Queue.Namespace), Task: textOrNull(res.Queue.Task),
+		Options: res.Queue.Options,
 	})
-}
-
-func queueBody(q store.QueueInfo, withPartitions bool) map[string]any {
-	m := map[string]any{
-		"id": q.ID, "name": q.Name, "namespace": nullable(q.Namespace), "task": nullable(q.Task),
-		"priority": q.Options.Priority, "createdAt": timestamp(q.CreatedAt),
-		"partitions":     q.PartitionCount,
-		"partitionCount": q.PartitionCount,
-		"messages":       map[string]any{"total": q.Messages, "pending": q.Pending, "processing": q.Processing, "dlq": q.DLQ},
-		"options":        q.Options,
-		// queenctl's queue list reads these at the top level.
-		"leaseTime": q.Options.LeaseTime, "retryLimit": q.Options.RetryLimit, "maxSize": q.Options.MaxSize,
-		"encryptionEnabled": q.Options.EncryptionEnabled,
-	}
-	if withPartitions {
-		parts := make([]map[string]any, len(q.Partitions))
-		for i, p := range q.Partitions {
-			parts[i] = map[string]any{
-				"id": p.ID, "name": p.Name, "createdAt": timestamp(p.CreatedAt),
-				"stats":         partitionCounts(p),
-				"oldestMessage": timestampPtr(p.OldestAt), "newestMessage": timestampPtr(p.LastMessageAt),
-				"lastMessageAt": timestampPtr(p.LastMessageAt),
-				"messages":      map[string]any{"total": p.Messages, "pending": p.Pending},
-			}
-		}
-		m["partitions"] = parts
-		m["totals"] = queueCounts(q)
-	}
-	return m
 }
 
 // listQueues is GET /api/v1/resources/queues?namespace&task&limit&offset:
@@ -176,11 +147,11 @@ func (s *Server) listQueues(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, r, "list queues", err)
 		return
 	}
-	out := make([]map[string]any, len(qs))
+	out := make([]queueResource, len(qs)) // never nil: no queue is []
 	for i, q := range qs {
-		out[i] = queueBody(q, false)
+		out[i] = newQueueResource(q)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"queues": out, "total": len(out)})
+	writeJSON(w, http.StatusOK, queueList{Queues: out, Total: len(out)})
 }
 
 // queueFilter reads namespace, task, queue, limit (default def, 0: all) and
@@ -215,7 +186,7 @@ func (s *Server) getQueue(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, r, "get queue", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, queueBody(q, true))
+	writeJSON(w, http.StatusOK, newQueueResourceDetail(q))
 }
 
 // queueDepth is GET /api/v1/resources/queues/{queue}/depth?group=: each
@@ -233,22 +204,19 @@ func (s *Server) queueDepth(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, r, "queue depth", err)
 		return
 	}
-	var pending, processing, ready, partsPending, partsReady int64
-	parts := make([]map[string]any, len(b.Partitions))
+	a := queueDepthAnswer{Queue: b.Queue, Group: textOrNull(group), Partitions: make([]partitionDepth, len(b.Partitions))}
 	for i, p := range b.Partitions {
-		pending, processing, ready = pending+p.Pending, processing+p.Processing, ready+p.Ready
+		a.Pending, a.Processing, a.Ready = a.Pending+p.Pending, a.Processing+p.Processing, a.Ready+p.Ready
 		if p.Pending > 0 {
-			partsPending++
+			a.PartitionsPending++
 		}
 		if p.Ready > 0 {
-			partsReady++
+			a.PartitionsReady++
 		}
-		parts[i] = map[string]any{"partition": p.Partition, "pending": p.Pending, "processing": p.Processing, "ready": p.Ready}
+		a.Partitions[i] = partitionDepth{Partition: p.Partition, Pending: p.Pending, Processing: p.Processing, Ready: p.Ready}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"queue": b.Queue, "group": nullable(group),
-		"pending": pending, "processing": processing, "ready": ready,
-		"partitionsPending": partsPending, "partitionsReady": partsReady, "conflation": false,
-		"effectivePending": pending, "effectiveReady": ready, "partitions": parts})
+	a.EffectivePending, a.EffectiveReady = a.Pending, a.Ready
+	writeJSON(w, http.StatusOK, a)
 }
 
 func (s *Server) deleteQueue(w http.ResponseWriter, r *http.Request) {
@@ -262,9 +230,9 @@ func (s *Server) deleteQueue(w http.ResponseWriter, r *http.Request) {
 		s.peers.QueueChanged(tenantOf(r), name, true)
 	}
 	s.queueMessages.forget(tenantOf(r), name)
-	body := map[string]any{"deleted": existed, "queue": name, "existed": existed}
+	body := queueDeleted{Deleted: existed, Queue: name, Existed: existed}
 	if !existed {
-		body["message"] = "Queue not found, nothing was deleted"
+		body.Message = "Queue not found, nothing was deleted"
 	}
 	writeJSON(w, http.StatusOK, body)
 }
@@ -278,19 +246,14 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, r, "overview", err)
 		return
 	}
-	spread := func(v store.Spread) map[string]any {
-		return map[string]any{"avg": v.Avg, "median": v.Median, "min": v.Min, "max": v.Max}
-	}
-	now := s.clock.Now().UTC()
-	writeJSON(w, http.StatusOK, map[string]any{
-		"queues": o.Queues, "partitions": o.Partitions,
-		"namespaces": len(o.Namespaces), "tasks": len(o.Tasks),
-		"namespaceNames": emptyIfNil(o.Namespaces), "taskNames": emptyIfNil(o.Tasks),
-		"messages": map[string]any{"total": o.Messages, "pending": o.Pending, "processing": o.Processing,
-			"completed": max(o.Messages-o.Pending-o.DLQ, 0), "failed": 0, "deadLetter": o.DLQ},
-		"lag":          map[string]any{"time": spread(o.LagSeconds), "offset": spread(o.LagOffset)},
-		"throughput":   map[string]any{"ingestedPerSecond": 0, "processedPerSecond": 0},
-		"activeLeases": o.ActiveLeases, "timestamp": msTime(&now), "statsAge": 0,
+	writeJSON(w, http.StatusOK, overviewAnswer{
+		Queues: o.Queues, Partitions: o.Partitions,
+		Namespaces: len(o.Namespaces), Tasks: len(o.Tasks),
+		NamespaceNames: emptyIfNil(o.Namespaces), TaskNames: emptyIfNil(o.Tasks),
+		Messages: stateCounts{Total: o.Messages, Pending: o.Pending, Processing: o.Processing,
+			Completed: max(o.Messages-o.Pending-o.DLQ, 0), DeadLetter: o.DLQ},
+		Lag:          overviewLag{Time: newLagSpread(o.LagSeconds), Offset: newLagSpread(o.LagOffset)},
+		ActiveLeases: o.ActiveLeases, Timestamp: s.clock.Now().UTC().Format(adminTimeLayout),
 	})
 }
 
@@ -335,17 +298,10 @@ func (s *Server) listDLQ(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, r, "list dlq", err)
 		return
 	}
-	msgs := make([]map[string]any, len(entries))
+	msgs := make([]dlqMessage, len(entries)) // never nil: an empty page is []
 	for i, e := range entries {
-		msgs[i] = map[string]any{
-			"id": e.ID, "transactionId": e.TransactionID, "partitionId": e.PartitionID, "queue": e.Queue,
-			"partition": e.Partition, "consumerGroup": e.ConsumerGroup, "errorMessage": e.ErrorMessage,
-			"retryCount": e.RetryCount, "data": e.Data, "producerSub": e.ProducerSub,
-			"createdAt": timestamp(e.CreatedAt), "failedAt": timestamp(e.FailedAt),
-		}
+		msgs[i] = newDLQMessage(e)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{
-		"messages": msgs, "total": total,
-		"pagination": map[string]any{"limit": f.Limit, "offset": f.Offset, "total": total},
-	})
+	writeJSON(w, http.StatusOK, dlqPage{Messages: msgs, Total: total,
+		Pagination: dlqPagination{Limit: f.Limit, Offset: f.Offset, Total: total}})
 }
