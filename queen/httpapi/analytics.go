@@ -18,17 +18,17 @@ import (
 
 // analyticsWindow reads from/to (default: the last hour) and answers the
 // shared envelope.
-func (s *Server) analyticsWindow(w http.ResponseWriter, r *http.Request) (from, to time.Time, bm int, env map[string]any, ok bool) {
+func (s *Server) analyticsWindow(w http.ResponseWriter, r *http.Request) (from, to time.Time, bm int, env analyticsEnvelope, ok bool) {
 	from, to, ok = s.window(w, r, time.Hour)
 	if !ok {
-		return from, to, 0, nil, false
+		return from, to, 0, env, false
 	}
 	if !to.After(from) {
 		writeError(w, http.StatusBadRequest, "from must be before to")
-		return from, to, 0, nil, false
+		return from, to, 0, env, false
 	}
 	bm = bucketMinutes(to.Sub(from))
-	env = map[string]any{"timeRange": map[string]any{"from": msTime(&from), "to": msTime(&to)}, "bucketMinutes": bm}
+	env = analyticsEnvelope{TimeRange: analyticsRange{From: msText(from), To: msText(to)}, BucketMinutes: bm}
 	return from, to, bm, env, true
 }
 
@@ -67,14 +67,14 @@ func (s *Server) queueLag(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, r, "queue lag", err)
 		return
 	}
-	out := []map[string]any{}
+	out := []queueLagBucket{}
 	for i := len(buckets) - 1; i >= 0; i-- {
 		b := buckets[i]
 		if b.PopMessages == 0 {
 			continue
 		}
-		out = append(out, map[string]any{"queueName": b.Queue, "popCount": b.PopMessages,
-			"avgLagMs": avgLag(b.LagSumMs, b.LagCount), "maxLagMs": b.LagMaxMs, "bucketTime": msTime(&b.Bucket)})
+		out = append(out, queueLagBucket{queueLagRow{QueueName: b.Queue, PopCount: b.PopMessages,
+			AvgLagMs: avgLag(b.LagSumMs, b.LagCount), MaxLagMs: b.LagMaxMs}, msText(b.Bucket)})
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -105,26 +105,17 @@ func (s *Server) queueOps(w http.ResponseWriter, r *http.Request) {
 	for _, q := range qs {
 		names = append(names, q.Name)
 	}
-	series := make([]map[string]any, len(buckets))
+	series := make([]queueOpsPoint, len(buckets))
 	for i, b := range buckets {
-		series[i] = map[string]any{"bucket": msTime(&b.Bucket), "queueName": b.Queue,
-			"pushRequests": b.PushRequests, "pushMessages": b.PushMessages, "popMessages": b.PopMessages, "popEmpty": b.PopEmpty,
-			"ackRequests": b.AckRequests, "ackSuccess": completed(b), "ackFailed": b.AckFailed, "autoAcked": b.AutoAcked, "transactions": 0,
-			"partitionsCreated": 0, "partitionsDeleted": 0, "partitionCount": max(b.Partitions, 0),
-			"avgLagMs": avgLag(b.LagSumMs, b.LagCount), "maxLagMs": b.LagMaxMs,
-			"pushPerSecond": perSecond(b.PushMessages, bm), "popPerSecond": perSecond(b.PopMessages, bm),
-			"ackPerSecond": perSecond(completed(b)+b.AckFailed, bm), "emptyPerSecond": perSecond(b.PopEmpty, bm),
-			"parkedCount": 0, "pending": max(b.Pending, 0), "dlq": b.DLQ}
+		series[i] = newQueueOpsPoint(b, bm)
 	}
-	env["series"], env["queues"] = series, names
-	writeJSON(w, http.StatusOK, env)
+	writeJSON(w, http.StatusOK, queueOpsAnswer{env, series, names})
 }
 
 // queueParkedReplicas is GET /api/v1/analytics/queue-parked-replicas.
 func (s *Server) queueParkedReplicas(w http.ResponseWriter, r *http.Request) {
 	if _, _, _, env, ok := s.analyticsWindow(w, r); ok {
-		env["series"], env["replicas"] = []any{}, []any{}
-		writeJSON(w, http.StatusOK, env)
+		writeJSON(w, http.StatusOK, queueParkedAnswer{env, []queueParkedPoint{}, []queueParkedReplica{}})
 	}
 }
 
@@ -140,17 +131,14 @@ func (s *Server) retentionAnalytics(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, r, "retention analytics", err)
 		return
 	}
-	series := make([]map[string]any, len(buckets))
-	var ret, comp, evict, total, events int64
+	a := retentionAnswer{analyticsEnvelope: env, Series: make([]retentionPoint, len(buckets))}
 	for i, b := range buckets {
-		series[i] = map[string]any{"bucket": msTime(&b.Bucket), "retentionMsgs": b.Retention, "completedRetentionMsgs": b.Completed,
-			"evictionMsgs": b.Eviction, "totalMsgs": b.Total, "eventCount": b.Events}
-		ret, comp, evict, total, events = ret+b.Retention, comp+b.Completed, evict+b.Eviction, total+b.Total, events+b.Events
+		c := retentionCounts{RetentionMsgs: b.Retention, CompletedRetentionMsgs: b.Completed,
+			EvictionMsgs: b.Eviction, TotalMsgs: b.Total, EventCount: b.Events}
+		a.Series[i] = retentionPoint{msText(b.Bucket), c}
+		a.Totals.add(c)
 	}
-	env["series"] = series
-	env["totals"] = map[string]any{"retentionMsgs": ret, "completedRetentionMsgs": comp, "evictionMsgs": evict,
-		"totalMsgs": total, "eventCount": events}
-	writeJSON(w, http.StatusOK, env)
+	writeJSON(w, http.StatusOK, a)
 }
 
 // systemMetrics is GET /api/v1/analytics/system-metrics: each broker's
@@ -166,26 +154,20 @@ func (s *Server) systemMetrics(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	host := r.URL.Query().Get("hostname")
-	replicas := []map[string]any{}
-	points := 0
+	a := systemMetricsAnswer{analyticsEnvelope: env, Replicas: []systemReplica{}}
 	for _, b := range brokerBuckets(minutes, bm) {
 		if host != "" && b.hostname != host {
 			continue
 		}
-		series := make([]map[string]any, len(b.buckets))
+		series := make([]systemPoint, len(b.buckets))
 		for i, k := range b.buckets {
-			g := k.gauges
-			metrics := map[string]any{"threadpool": map[string]any{}, "registries": map[string]any{}, "shared_state": map[string]any{}}
-			for group, names := range g {
-				metrics[group] = names
-			}
-			series[i] = map[string]any{"timestamp": msTime(&k.at), "sampleCount": k.samples, "metrics": metrics}
+			series[i] = newSystemPoint(k)
 		}
-		points += len(series)
-		replicas = append(replicas, map[string]any{"hostname": b.hostname, "port": b.port, "workerId": b.id, "timeSeries": series})
+		a.PointCount += len(series)
+		a.Replicas = append(a.Replicas, systemReplica{Hostname: b.hostname, Port: b.port, WorkerID: b.id, TimeSeries: series})
 	}
-	env["replicas"], env["replicaCount"], env["pointCount"] = replicas, len(replicas), points
-	writeJSON(w, http.StatusOK, env)
+	a.ReplicaCount = len(a.Replicas)
+	writeJSON(w, http.StatusOK, a)
 }
 
 // workerMetrics is GET /api/v1/analytics/worker-metrics: the tenant's
@@ -213,35 +195,26 @@ func (s *Server) workerMetrics(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	points := clusterBuckets(buckets, minutes, bm)
-	series := make([]map[string]any, len(points))
+	a := workerMetricsAnswer{analyticsEnvelope: env, PointCount: len(points), TimeSeries: make([]workerPoint, len(points)),
+		Workers: []workerTotals{}, Queues: queueLagRows(buckets)}
 	var total clusterBucket
 	for i, p := range points {
-		series[i] = map[string]any{"timestamp": msTime(&p.at), "pushMessages": p.q.PushMessages, "popMessages": p.q.PopMessages,
-			"ackMessages": completed(p.q) + p.q.AckFailed, "pushRequests": p.q.PushRequests, "popRequests": p.q.PopRequests,
-			"ackRequests": p.q.AckRequests, "jobsDone": completed(p.q),
-			"pushPerSecond": perSecond(p.q.PushMessages, bm), "popPerSecond": perSecond(p.q.PopMessages, bm),
-			"ackPerSecond": perSecond(completed(p.q)+p.q.AckFailed, bm), "avgEventLoopLagMs": 0, "maxEventLoopLagMs": 0,
-			"avgFreeSlots": 0, "minFreeSlots": 0, "dbConnections": p.poolActive, "avgJobQueueSize": 0, "maxJobQueueSize": 0,
-			"backoffSize": 0, "avgLagMs": avgLag(p.q.LagSumMs, p.q.LagCount), "maxLagMs": p.q.LagMaxMs, "lagCount": p.q.LagCount,
-			"dbErrors": p.dbErrors, "ackSuccess": completed(p.q), "ackFailed": p.q.AckFailed, "dlqCount": p.q.DLQ,
-			"avgLatencyMs": p.avgLatency(), "p99LatencyMs": p.p99Latency, "requests": p.requests}
+		a.TimeSeries[i] = newWorkerPoint(p, bm)
 		total.add(p)
 	}
-	workers := []map[string]any{}
 	for _, b := range brokerBuckets(minutes, bm) {
-		workers = append(workers, map[string]any{"hostname": b.hostname, "port": b.port, "workerId": b.id,
-			"requests": b.requests, "pushRequests": b.push, "popRequests": b.pop, "ackRequests": b.ack,
-			"lastSeen": msTime(&b.last)})
+		a.Workers = append(a.Workers, workerTotals{Hostname: b.hostname, Port: b.port, WorkerID: b.id,
+			Requests: b.requests, PushRequests: b.push, PopRequests: b.pop, AckRequests: b.ack, LastSeen: msText(b.last)})
 	}
-	env["pointCount"], env["timeSeries"], env["workers"], env["queues"] = len(series), series, workers, queueLagRows(buckets)
-	env["summary"] = map[string]any{"totalPushMessages": total.q.PushMessages, "totalPopMessages": total.q.PopMessages,
-		"totalAckMessages": completed(total.q) + total.q.AckFailed, "totalPushRequests": total.q.PushRequests,
-		"totalPopRequests": total.q.PopRequests, "totalAckRequests": total.q.AckRequests, "pendingMessages": o.Pending}
-	writeJSON(w, http.StatusOK, env)
+	t := total.q
+	a.Summary = workerSummary{TotalPushMessages: t.PushMessages, TotalPopMessages: t.PopMessages,
+		TotalAckMessages: completed(t) + t.AckFailed, TotalPushRequests: t.PushRequests,
+		TotalPopRequests: t.PopRequests, TotalAckRequests: t.AckRequests, PendingMessages: o.Pending}
+	writeJSON(w, http.StatusOK, a)
 }
 
 // queueLagRows are the queues' pops and lag over a window, by name.
-func queueLagRows(buckets []store.QueueBucket) []map[string]any {
+func queueLagRows(buckets []store.QueueBucket) []queueLagRow {
 	type agg struct{ pops, sum, n, max int64 }
 	by := map[string]*agg{}
 	var names []string
@@ -255,10 +228,10 @@ func queueLagRows(buckets []store.QueueBucket) []map[string]any {
 		a.pops, a.sum, a.n, a.max = a.pops+b.PopMessages, a.sum+b.LagSumMs, a.n+b.LagCount, max(a.max, b.LagMaxMs)
 	}
 	sort.Strings(names)
-	out := []map[string]any{}
+	out := []queueLagRow{}
 	for _, n := range names {
 		a := by[n]
-		out = append(out, map[string]any{"queueName": n, "popCount": a.pops, "avgLagMs": avgLag(a.sum, a.n), "maxLagMs": a.max})
+		out = append(out, queueLagRow{QueueName: n, PopCount: a.pops, AvgLagMs: avgLag(a.sum, a.n), MaxLagMs: a.max})
 	}
 	return out
 }

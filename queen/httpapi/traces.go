@@ -25,14 +25,14 @@ func (s *Server) recordTrace(w http.ResponseWriter, r *http.Request) {
 	p.Tenant = tenantOf(r)
 	id, err := s.store.RecordTrace(r.Context(), p)
 	if errors.Is(err, store.ErrNotFound) {
-		writeJSON(w, http.StatusNotFound, map[string]any{"success": false, "error": "Message not found"})
+		writeJSON(w, http.StatusNotFound, traceRefused{Success: false, Error: "Message not found"})
 		return
 	}
 	if err != nil {
 		s.storeError(w, r, "trace", err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, map[string]any{"success": true, "traceId": id})
+	writeJSON(w, http.StatusCreated, traceRecorded{Success: true, TraceID: id})
 }
 
 // traceParams reads a trace body: transactionId, partitionId and data are
@@ -109,24 +109,6 @@ func traceNames(raw json.RawMessage) ([]string, error) {
 	return out, nil
 }
 
-func traceBody(t store.Trace) map[string]any {
-	names := t.Names
-	if names == nil {
-		names = []string{}
-	}
-	var worker any
-	if t.WorkerID != "" {
-		worker = t.WorkerID
-	}
-	var first any // queenctl's messages traces shows one name per trace
-	if len(names) > 0 {
-		first = names[0]
-	}
-	return map[string]any{"id": t.ID, "event_type": t.EventType, "eventType": t.EventType, "data": t.Data,
-		"consumer_group": t.ConsumerGroup, "worker_id": worker, "created_at": msTime(&t.CreatedAt), "createdAt": msTime(&t.CreatedAt),
-		"trace_names": names, "traceName": first}
-}
-
 // tracesOfMessage is GET /api/v1/traces/{partitionId}/{transactionId}.
 func (s *Server) tracesOfMessage(w http.ResponseWriter, r *http.Request) {
 	pid, txid, ok := messageKey(w, r)
@@ -138,11 +120,11 @@ func (s *Server) tracesOfMessage(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, r, "traces", err)
 		return
 	}
-	out := make([]map[string]any, len(ts))
+	out := make([]traceWire, len(ts))
 	for i, t := range ts {
-		out[i] = traceBody(t)
+		out[i] = newTraceWire(t)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"traces": out})
+	writeJSON(w, http.StatusOK, tracesOfMessageAnswer{out})
 }
 
 // page reads limit (default def, at least 1, clamped to 1000) and offset
@@ -173,19 +155,11 @@ func (s *Server) tracesByName(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, r, "traces", err)
 		return
 	}
-	out := make([]map[string]any, len(ts))
+	out := make([]traceOfNameWire, len(ts))
 	for i, t := range ts {
-		b := traceBody(t)
-		b["transaction_id"], b["partition_id"], b["queue_name"], b["partition_name"] = t.TransactionID, t.PartitionID, t.QueueName, t.PartitionName
-		b["transactionId"], b["partition"] = t.TransactionID, t.PartitionName // queenctl's traces by-name
-		b["message_payload"] = t.MessagePayload
-		if t.MessagePayload == nil {
-			b["message_payload"] = nil
-		}
-		out[i] = b
+		out[i] = newTraceOfNameWire(t)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"traces": out, "total": total,
-		"pagination": map[string]any{"limit": limit, "offset": offset}})
+	writeJSON(w, http.StatusOK, tracesByNameAnswer{out, total, tracePage{limit, offset}})
 }
 
 // traceNamesList is GET /api/v1/traces/names.
@@ -199,11 +173,11 @@ func (s *Server) traceNamesList(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, r, "trace names", err)
 		return
 	}
-	out := make([]map[string]any, len(ns))
+	out := make([]traceNameWire, len(ns))
 	for i, n := range ns {
-		out[i] = map[string]any{"trace_name": n.Name, "trace_count": n.TraceCount, "message_count": n.MessageCount,
-			"last_seen": msTime(&n.LastSeen), "name": n.Name, "count": n.TraceCount, "lastSeen": msTime(&n.LastSeen)}
+		seen := msText(n.LastSeen)
+		out[i] = traceNameWire{TraceNameSnake: n.Name, TraceCount: n.TraceCount, MessageCount: n.MessageCount,
+			LastSeenSnake: seen, Name: n.Name, Count: n.TraceCount, LastSeen: seen}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"trace_names": out, "names": out, "total": total,
-		"pagination": map[string]any{"limit": limit, "offset": offset}})
+	writeJSON(w, http.StatusOK, traceNamesAnswer{out, out, total, tracePage{limit, offset}})
 }
