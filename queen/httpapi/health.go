@@ -17,16 +17,17 @@ import (
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.DBConnectionTimeout)
 	defer cancel()
-	body := map[string]any{"server": "queen-go", "version": Version, "serverId": s.cfg.ServerID}
+	body := healthStatus{Server: "queen-go", Version: Version, ServerID: s.cfg.ServerID}
 	if err := s.store.Ping(ctx); err != nil {
-		body["status"], body["database"], body["error"] = "unhealthy", "disconnected", err.Error()
+		msg := err.Error()
+		body.Status, body.Database, body.Error = "unhealthy", "disconnected", &msg
 		if errors.Is(err, store.ErrReadOnly) {
-			body["database"] = "read-only"
+			body.Database = "read-only"
 		}
 		writeJSON(w, http.StatusServiceUnavailable, body)
 		return
 	}
-	body["status"], body["database"] = "healthy", "connected"
+	body.Status, body.Database = "healthy", "connected"
 	writeJSON(w, http.StatusOK, body)
 }
 
@@ -57,24 +58,22 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 	runtime.ReadMemStats(&mem)
 	req, pushed := s.stats.requests.Load(), s.stats.pushMessages.Load()
 	user, system := cpuTimes()
-	writeJSON(w, http.StatusOK, map[string]any{
-		"uptime":   uptime,
-		"requests": map[string]any{"total": req, "rate": rate(req)},
-		"messages": map[string]any{"total": pushed, "rate": rate(pushed),
-			"pushed": pushed, "popped": s.stats.popMessages.Load(), "acked": s.stats.ackMessages.Load(),
-			"dlq": s.stats.dlq.Load()},
-		"transactions": s.stats.transactions.Load(),
-		"database": map[string]any{"poolSize": st.MaxConns(), "idleConnections": st.IdleConns(),
-			"waitingRequests": s.waitingForSlots(), "activeConnections": st.AcquiredConns(),
-			"acquireWaitsTotal": st.EmptyAcquireCount(), "errors": s.stats.dbErrors.Load()},
-		// Queen's keys (a Node.js process's) where Go has the figure, 0
-		// where it has none (external, arrayBuffers); Go's own beside them.
-		"memory": map[string]any{"rss": rssBytes(), "heapTotal": mem.HeapSys, "heapUsed": mem.HeapAlloc, "external": 0,
-			"arrayBuffers": 0, "sys": mem.Sys, "numGC": mem.NumGC},
-		"cpu": map[string]any{"user": user.Microseconds(), "system": system.Microseconds(),
-			"goroutines": runtime.NumGoroutine(), "cpus": runtime.NumCPU()},
-		"serverId":   s.cfg.ServerID,
-		"observedAt": timestamp(s.clock.Now()),
+	writeJSON(w, http.StatusOK, brokerMetrics{
+		Uptime:   uptime,
+		Requests: requestCounts{Total: req, Rate: rate(req)},
+		Messages: messageCounts{Total: pushed, Rate: rate(pushed),
+			Pushed: pushed, Popped: s.stats.popMessages.Load(), Acked: s.stats.ackMessages.Load(),
+			DLQ: s.stats.dlq.Load()},
+		Transactions: s.stats.transactions.Load(),
+		Database: databaseMetrics{PoolSize: st.MaxConns(), IdleConnections: st.IdleConns(),
+			WaitingRequests: s.waitingForSlots(), ActiveConnections: st.AcquiredConns(),
+			AcquireWaitsTotal: st.EmptyAcquireCount(), Errors: s.stats.dbErrors.Load()},
+		Memory: memoryMetrics{RSS: rssBytes(), HeapTotal: mem.HeapSys, HeapUsed: mem.HeapAlloc,
+			Sys: mem.Sys, NumGC: mem.NumGC},
+		CPU: cpuMetrics{User: user.Microseconds(), System: system.Microseconds(),
+			Goroutines: runtime.NumGoroutine(), CPUs: runtime.NumCPU()},
+		ServerID:   s.cfg.ServerID,
+		ObservedAt: timestamp(s.clock.Now()),
 	})
 }
 

@@ -11,7 +11,9 @@ import (
 
 // Message routes (contract-admin.md section 3).
 
-func modeBody(hasQueueMode bool, busGroups int) map[string]any {
+// modeBody names the consumption mode of a queue with or without its
+// queue-mode group and with busGroups bus groups.
+func modeBody(hasQueueMode bool, busGroups int) consumptionMode {
 	t := "none"
 	switch {
 	case hasQueueMode && busGroups > 0:
@@ -21,16 +23,7 @@ func modeBody(hasQueueMode bool, busGroups int) map[string]any {
 	case busGroups > 0:
 		t = "bus"
 	}
-	return map[string]any{"hasQueueMode": hasQueueMode, "busGroupsCount": busGroups, "type": t}
-}
-
-func messageRowBody(m store.MessageRow) map[string]any {
-	return map[string]any{"id": m.ID, "transactionId": m.TransactionID, "partitionId": m.PartitionID,
-		"queuePath": m.Queue + "/" + m.Partition, "queue": m.Queue, "partition": m.Partition, "namespace": nullable(m.Namespace),
-		"task": nullable(m.Task), "status": m.Status, "queueStatus": m.QueueStatus,
-		"busStatus": map[string]any{"consumedBy": m.ConsumedBy, "totalGroups": m.TotalGroups},
-		"traceId":   m.TraceID, "producerSub": m.ProducerSub, "queuePriority": m.Priority,
-		"createdAt": msTime(&m.CreatedAt), "leaseExpiresAt": msTime(m.LeaseExpiresAt), "retryCount": m.RetryCount}
+	return consumptionMode{HasQueueMode: hasQueueMode, BusGroupsCount: busGroups, Type: t}
 }
 
 // listMessages is GET /api/v1/messages: newest first, within [from, to)
@@ -73,11 +66,11 @@ func (s *Server) listMessages(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, r, "messages", err)
 		return
 	}
-	out := make([]map[string]any, len(rows))
+	out := make([]messageRow, len(rows))
 	for i, m := range rows {
-		out[i] = messageRowBody(m)
+		out[i] = newMessageRow(m)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"messages": out, "mode": modeBody(hasQM, bus), "total": len(out)})
+	writeJSON(w, http.StatusOK, messageList{Messages: out, Mode: modeBody(hasQM, bus), Total: len(out)})
 }
 
 // messageKey reads {partitionId}/{transactionId}; a partition id that is
@@ -106,24 +99,7 @@ func (s *Server) getMessage(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, r, "message", err)
 		return
 	}
-	body := messageRowBody(d.MessageRow)
-	body["payload"], body["data"], body["isEncrypted"] = d.Payload, d.Payload, d.IsEncrypted
-	body["errorMessage"], body["retryCount"] = d.ErrorMessage, d.DLQRetries
-	body["queueConfig"] = map[string]any{"leaseTime": d.Config.LeaseTime, "retryLimit": d.Config.RetryLimit,
-		"retryDelay": d.Config.RetryDelay, "ttl": d.Config.TTL, "priority": d.Config.Priority}
-	hasQM, consumedBy, groups := false, 0, make([]map[string]any, len(d.Groups))
-	for i, g := range d.Groups {
-		if g.Name == store.QueueModeGroup {
-			hasQM = true
-		} else if g.Consumed {
-			consumedBy++
-		}
-		groups[i] = map[string]any{"name": g.Name, "consumed": g.Consumed, "leaseExpiresAt": msTime(g.LeaseExpiresAt)}
-	}
-	mode := modeBody(hasQM, d.TotalGroups)
-	mode["consumedByGroups"] = consumedBy
-	body["mode"], body["consumerGroups"] = mode, groups
-	writeJSON(w, http.StatusOK, body)
+	writeJSON(w, http.StatusOK, newMessageDetail(d))
 }
 
 // deleteMessage is DELETE /api/v1/messages/{partitionId}/{transactionId}.
@@ -138,12 +114,12 @@ func (s *Server) deleteMessage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !deleted {
-		writeJSON(w, http.StatusNotFound, map[string]any{"success": false, "partitionId": pid, "transactionId": txid,
-			"message": "Message not found", "error": "Message not found"})
+		writeJSON(w, http.StatusNotFound, messageDeleted{PartitionID: pid, TransactionID: txid,
+			Message: "Message not found", Error: "Message not found"})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"success": true, "partitionId": pid, "transactionId": txid,
-		"message": "Message deleted successfully"})
+	writeJSON(w, http.StatusOK, messageDeleted{Success: true, PartitionID: pid, TransactionID: txid,
+		Message: "Message deleted successfully"})
 }
 
 // retryMessage is POST /api/v1/messages/{partitionId}/{transactionId}/retry:
@@ -155,14 +131,12 @@ func (s *Server) retryMessage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if s.maint.Push() {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"success": false, "dlqRowRemoved": false,
-			"error": "push maintenance is on: retry after it ends"})
+		writeJSON(w, http.StatusServiceUnavailable, retryRefused{Error: "push maintenance is on: retry after it ends"})
 		return
 	}
 	res, err := s.store.RetryMessage(r.Context(), tenantOf(r), pid, txid)
 	if errors.Is(err, store.ErrNotFound) {
-		writeJSON(w, http.StatusNotFound, map[string]any{"success": false, "error": "Message not found",
-			"partitionId": pid, "transactionId": txid})
+		writeJSON(w, http.StatusNotFound, retryMissing{Error: "Message not found", PartitionID: pid, TransactionID: txid})
 		return
 	}
 	if err != nil {
@@ -175,10 +149,9 @@ func (s *Server) retryMessage(w http.ResponseWriter, r *http.Request) {
 	} else {
 		s.Notify(tenantOf(r), res.Queue, []string{res.PartitionID})
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"success": true, "queue": res.Queue, "partition": res.Partition,
-		"originalTransactionId": txid, "dlqRowRemoved": true,
-		"replayedAs": map[string]any{"index": 0, "message_id": res.MessageID, "transaction_id": res.TransactionID,
-			"queueName": res.Queue, "status": status}})
+	writeJSON(w, http.StatusOK, retryDone{Success: true, Queue: res.Queue, Partition: res.Partition,
+		OriginalTransactionID: txid, DLQRowRemoved: true,
+		ReplayedAs: retryReplayed{MessageID: res.MessageID, TransactionID: res.TransactionID, QueueName: res.Queue, Status: status}})
 }
 
 // statusQueueMessages is GET /api/v1/status/queues/{queue}/messages: the
@@ -201,5 +174,5 @@ const migrationReason = "not supported by this broker: Queen's migration routes 
 // migrationUnsupported answers the /api/v1/migration/* routes: 501 with
 // the reason, for every method Queen serves there.
 func (s *Server) migrationUnsupported(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusNotImplemented, map[string]any{"error": migrationReason, "code": "not_implemented"})
+	writeJSON(w, http.StatusNotImplemented, migrationRefused{Error: migrationReason, Code: "not_implemented"})
 }

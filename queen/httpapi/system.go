@@ -3,7 +3,6 @@ package httpapi
 import (
 	"context"
 	"net/http"
-	"strings"
 
 	"github.com/queen-go/queen/queen/auth"
 
@@ -66,13 +65,13 @@ func (s *Server) getMaintenance(w http.ResponseWriter, r *http.Request) {
 	if s.spool != nil {
 		bytes = s.spool.FailedBytes()
 	}
-	writeJSON(w, http.StatusOK, map[string]any{
-		"maintenanceMode": push, "popMaintenanceMode": pop,
-		"bufferedMessages": s.spoolPending(), "bufferHealthy": s.bufferHealthy(),
-		"bufferStats": map[string]any{
-			"pendingCount": s.spoolPending(), "failedCount": failed, "dbHealthy": db,
-			"failedFiles": map[string]any{"count": failed, "totalBytes": bytes,
-				"totalMB": float64(bytes) / (1 << 20), "failoverCount": failed, "qos0Count": 0},
+	writeJSON(w, http.StatusOK, maintenanceStatus{
+		MaintenanceMode: push, PopMaintenanceMode: pop,
+		BufferedMessages: s.spoolPending(), BufferHealthy: s.bufferHealthy(),
+		BufferStats: bufferStats{
+			PendingCount: s.spoolPending(), FailedCount: failed, DBHealthy: db,
+			FailedFiles: failedFiles{Count: failed, TotalBytes: bytes,
+				TotalMB: float64(bytes) / (1 << 20), FailoverCount: failed},
 		},
 	})
 }
@@ -110,13 +109,13 @@ func (s *Server) setMaintenance(w http.ResponseWriter, r *http.Request) {
 	if on {
 		msg = msgMaintenanceOn
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"maintenanceMode": on, "bufferedMessages": s.spoolPending(),
-		"bufferHealthy": s.bufferHealthy(), "message": msg})
+	writeJSON(w, http.StatusOK, maintenanceSwitched{MaintenanceMode: on, BufferedMessages: s.spoolPending(),
+		BufferHealthy: s.bufferHealthy(), Message: msg})
 }
 
 func (s *Server) getPopMaintenance(w http.ResponseWriter, r *http.Request) {
 	_, pop := s.flagsFresh(r.Context())
-	writeJSON(w, http.StatusOK, map[string]any{"popMaintenanceMode": pop, "message": popMessage(pop)})
+	writeJSON(w, http.StatusOK, popMaintenanceStatus{PopMaintenanceMode: pop, Message: popMessage(pop)})
 }
 
 func popMessage(on bool) string {
@@ -136,7 +135,7 @@ func (s *Server) setPopMaintenance(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, r, "pop maintenance: the flag is set on this broker but not persisted", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"popMaintenanceMode": on, "message": popMessage(on)})
+	writeJSON(w, http.StatusOK, popMaintenanceStatus{PopMaintenanceMode: on, Message: popMessage(on)})
 }
 
 // bufferStatus is GET /api/v1/status/buffers. The spool is the broker's,
@@ -145,20 +144,19 @@ func (s *Server) setPopMaintenance(w http.ResponseWriter, r *http.Request) {
 // queues, partitions and transactionIds) are an admin's (always there
 // without auth).
 func (s *Server) bufferStatus(w http.ResponseWriter, r *http.Request) {
-	body := map[string]any{"pending": s.spoolPending(), "failed": s.spoolFailed(),
-		"dbHealthy": s.dbHealthy(r.Context()), "worker": 0, "enabled": s.spool != nil,
-		"maintenanceMode": s.maint.Push()}
+	body := spoolStatus{Pending: s.spoolPending(), Failed: s.spoolFailed(),
+		DBHealthy: s.dbHealthy(r.Context()), Enabled: s.spool != nil, MaintenanceMode: s.maint.Push()}
 	p, _ := r.Context().Value(principalKey).(auth.Principal)
 	if s.spool != nil && s.auth.Allows(p, auth.Admin) {
-		body["dir"] = s.spool.Dir()
+		dir := s.spool.Dir()
+		body.Dir = &dir
 		if q, err := s.spool.Quarantined(); err == nil {
-			body["quarantined"] = q
+			body.Quarantined = &q
 		}
 	}
 	if s.drainer != nil {
-		body["replayedFiles"] = s.drainer.Replayed.Load()
-		body["quarantinedFiles"] = s.drainer.Quarantined.Load()
-		body["cooldowns"] = s.drainer.Cooldowns.Load()
+		body.drainCounts = &drainCounts{ReplayedFiles: s.drainer.Replayed.Load(),
+			QuarantinedFiles: s.drainer.Quarantined.Load(), Cooldowns: s.drainer.Cooldowns.Load()}
 	}
 	writeJSON(w, http.StatusOK, body)
 }
@@ -167,8 +165,7 @@ func (s *Server) bufferStatus(w http.ResponseWriter, r *http.Request) {
 // its counters. A broker with no peers says so.
 func (s *Server) getSharedState(w http.ResponseWriter, r *http.Request) {
 	if s.sharedState == nil {
-		writeJSON(w, http.StatusOK, map[string]any{"enabled": false, "server_id": s.cfg.ServerID,
-			"transport": "none", "peer_count": 0, "peers": []any{}})
+		writeJSON(w, http.StatusOK, sharedStateAbsent{meshAbsent: newMeshAbsent(s.cfg.ServerID), Transport: "none"})
 		return
 	}
 	writeJSON(w, http.StatusOK, s.sharedState())
@@ -187,8 +184,8 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request) {
 	case canWrite:
 		level = "read-write"
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"authEnabled": s.auth != nil, "sub": p.Sub, "tenant": tenantOf(r),
-		"level": level, "canWrite": canWrite, "canAdmin": canAdmin, "serverId": s.cfg.ServerID})
+	writeJSON(w, http.StatusOK, sessionInfo{AuthEnabled: s.auth != nil, Sub: p.Sub, Tenant: tenantOf(r),
+		Level: level, CanWrite: canWrite, CanAdmin: canAdmin, ServerID: s.cfg.ServerID})
 }
 
 // cluster is GET /api/v1/system/cluster: the brokers that recorded a
@@ -200,32 +197,14 @@ func (s *Server) cluster(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, r, "cluster", err)
 		return
 	}
-	brokers := []map[string]any{}
-	for _, b := range v.Brokers {
-		brokers = append(brokers, map[string]any{"workerId": b.ID, "hostname": b.Hostname, "port": b.Port,
-			"lastMinute": msTime(&b.LastMinute), "requests": b.Requests, "self": b.ID == s.cfg.ServerID})
-	}
-	leaders := []map[string]any{}
-	for _, l := range v.Leaders {
-		leaders = append(leaders, map[string]any{"name": l.Name, "lock": l.Lock, "holder": nullable(strings.TrimPrefix(l.Holder, "queen:"))})
-	}
-	timers := []map[string]any{}
-	for _, t := range v.Timers {
-		timers = append(timers, map[string]any{"queue": t.Queue, "timers": t.Timers, "nextAt": msTime(&t.NextAt)})
-	}
-	kv := []map[string]any{}
-	for _, k := range v.KVNamespaces {
-		kv = append(kv, map[string]any{"namespace": k.Namespace, "keys": k.Keys, "capped": k.Capped})
-	}
 	// The mesh's links name hosts and ports: admins only, as on
 	// /api/v1/system/shared-state.
 	var mesh any
 	if p, _ := r.Context().Value(principalKey).(auth.Principal); s.auth.Allows(p, auth.Admin) {
-		mesh = map[string]any{"enabled": false, "server_id": s.cfg.ServerID, "peers": []any{}}
+		mesh = newMeshAbsent(s.cfg.ServerID)
 		if s.sharedState != nil {
 			mesh = s.sharedState()
 		}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"serverId": s.cfg.ServerID, "brokers": brokers, "leaders": leaders,
-		"mesh": mesh, "timers": timers, "kvNamespaces": kv})
+	writeJSON(w, http.StatusOK, newClusterInfo(s.cfg.ServerID, v, mesh))
 }
