@@ -28,7 +28,7 @@ func (s *Server) analyticsWindow(w http.ResponseWriter, r *http.Request) (from, 
 		return from, to, 0, env, false
 	}
 	bm = bucketMinutes(to.Sub(from))
-	env = analyticsEnvelope{TimeRange: analyticsRange{From: msText(from), To: msText(to)}, BucketMinutes: bm}
+	env = analyticsEnvelope{TimeRange: analyticsRange{From: msStamp(from), To: msStamp(to)}, BucketMinutes: bm}
 	return from, to, bm, env, true
 }
 
@@ -74,7 +74,7 @@ func (s *Server) queueLag(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		out = append(out, queueLagBucket{queueLagRow{QueueName: b.Queue, PopCount: b.PopMessages,
-			AvgLagMs: avgLag(b.LagSumMs, b.LagCount), MaxLagMs: b.LagMaxMs}, msText(b.Bucket)})
+			AvgLagMs: avgLag(b.LagSumMs, b.LagCount), MaxLagMs: b.LagMaxMs}, msStamp(b.Bucket)})
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -135,7 +135,7 @@ func (s *Server) retentionAnalytics(w http.ResponseWriter, r *http.Request) {
 	for i, b := range buckets {
 		c := retentionCounts{RetentionMsgs: b.Retention, CompletedRetentionMsgs: b.Completed,
 			EvictionMsgs: b.Eviction, TotalMsgs: b.Total, EventCount: b.Events}
-		a.Series[i] = retentionPoint{msText(b.Bucket), c}
+		a.Series[i] = retentionPoint{msStamp(b.Bucket), c}
 		a.Totals.add(c)
 	}
 	writeJSON(w, http.StatusOK, a)
@@ -204,7 +204,7 @@ func (s *Server) workerMetrics(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, b := range brokerBuckets(minutes, bm) {
 		a.Workers = append(a.Workers, workerTotals{Hostname: b.hostname, Port: b.port, WorkerID: b.id,
-			Requests: b.requests, PushRequests: b.push, PopRequests: b.pop, AckRequests: b.ack, LastSeen: msText(b.last)})
+			Requests: b.requests, PushRequests: b.push, PopRequests: b.pop, AckRequests: b.ack, LastSeen: msStamp(b.last)})
 	}
 	t := total.q
 	a.Summary = workerSummary{TotalPushMessages: t.PushMessages, TotalPopMessages: t.PopMessages,

@@ -1,8 +1,6 @@
 package httpapi
 
 import (
-	"time"
-
 	"github.com/queen-go/queen/queen/store"
 )
 
@@ -10,12 +8,6 @@ import (
 // Fields the broker does not record (Queen's event-loop, thread-pool and
 // parked-poll figures) are literal zeros, kept so Queen's dashboard and
 // queenctl find every key.
-
-// msText is msTime of a time that is there, which is always a string.
-func msText(t time.Time) string {
-	s, _ := msTime(&t).(string)
-	return s
-}
 
 // analyticsRange is the window an analytics answer covers, as asked.
 type analyticsRange struct {
@@ -79,7 +71,7 @@ type queueOpsPoint struct {
 }
 
 func newQueueOpsPoint(b store.QueueBucket, bm int) queueOpsPoint {
-	return queueOpsPoint{Bucket: msText(b.Bucket), QueueName: b.Queue,
+	return queueOpsPoint{Bucket: msStamp(b.Bucket), QueueName: b.Queue,
 		PushRequests: b.PushRequests, PushMessages: b.PushMessages, PopMessages: b.PopMessages, PopEmpty: b.PopEmpty,
 		AckRequests: b.AckRequests, AckSuccess: completed(b), AckFailed: b.AckFailed, AutoAcked: b.AutoAcked,
 		PartitionCount: max(b.Partitions, 0), AvgLagMs: avgLag(b.LagSumMs, b.LagCount), MaxLagMs: b.LagMaxMs,
@@ -173,7 +165,7 @@ func newSystemPoint(k brokerBucket) systemPoint {
 	for group, names := range k.gauges {
 		metrics[group] = names
 	}
-	return systemPoint{Timestamp: msText(k.at), SampleCount: k.samples, Metrics: metrics}
+	return systemPoint{Timestamp: msStamp(k.at), SampleCount: k.samples, Metrics: metrics}
 }
 
 // workerMetricsAnswer is the worker-metrics answer.
@@ -222,7 +214,7 @@ type workerPoint struct {
 
 func newWorkerPoint(p clusterBucket, bm int) workerPoint {
 	done, acked := completed(p.q), completed(p.q)+p.q.AckFailed
-	return workerPoint{Timestamp: msText(p.at), PushMessages: p.q.PushMessages, PopMessages: p.q.PopMessages,
+	return workerPoint{Timestamp: msStamp(p.at), PushMessages: p.q.PushMessages, PopMessages: p.q.PopMessages,
 		AckMessages: acked, PushRequests: p.q.PushRequests, PopRequests: p.q.PopRequests,
 		AckRequests: p.q.AckRequests, JobsDone: done,
 		PushPerSecond: perSecond(p.q.PushMessages, bm), PopPerSecond: perSecond(p.q.PopMessages, bm),

@@ -10,12 +10,16 @@ import (
 // Consumer-group routes, in the shapes Queen's CLI and clients read
 // (contract-admin.md section 2).
 
-// msTime is the admin rows' timestamp format.
-func msTime(t *time.Time) any {
+// msStamp is a time in the admin rows' timestamp format.
+func msStamp(t time.Time) string { return t.UTC().Format(adminTimeLayout) }
+
+// msStampOrNull is msStamp for a time that may be missing: null then.
+func msStampOrNull(t *time.Time) *string {
 	if t == nil {
 		return nil
 	}
-	return t.UTC().Format(adminTimeLayout)
+	s := msStamp(*t)
+	return &s
 }
 
 // wireMode is a subscription's mode as Queen reports it: an "all" group
@@ -51,8 +55,8 @@ func (s *Server) listGroups(w http.ResponseWriter, r *http.Request) {
 			LagSeconds: g.MaxTimeLagSeconds, LagMessages: g.LagMessages, State: state,
 			Queue: g.Queue, Partitions: g.Members, SubscriptionMode: wireMode(g.SubscriptionMode)}
 		if out[i].SubscriptionMode != nil {
-			out[i].SubscriptionTimestamp = adminTimeOrNull(g.SubscriptionTimestamp)
-			out[i].SubscriptionCreatedAt = adminTimeOrNull(g.SubscriptionCreatedAt)
+			out[i].SubscriptionTimestamp = msStampOrNull(g.SubscriptionTimestamp)
+			out[i].SubscriptionCreatedAt = msStampOrNull(g.SubscriptionCreatedAt)
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -83,9 +87,9 @@ func (s *Server) laggingGroups(w http.ResponseWriter, r *http.Request) {
 				continue
 			}
 			out = append(out, laggingCursor{ConsumerGroup: g, QueueName: p.Queue, PartitionName: p.Partition,
-				PartitionID: p.PartitionID, WorkerID: textOrNull(p.WorkerID), OffsetLag: p.OffsetLag,
+				PartitionID: p.PartitionID, WorkerID: strPtr(p.WorkerID), OffsetLag: p.OffsetLag,
 				TimeLagSeconds: p.TimeLagSeconds, LagHours: float64(p.TimeLagSeconds*100/3600) / 100,
-				OldestUnconsumedAt: adminTimeOrNull(p.OldestUnconsumedAt), LastConsumedAt: adminTimeOrNull(p.LastConsumedAt),
+				OldestUnconsumedAt: msStampOrNull(p.OldestUnconsumedAt), LastConsumedAt: msStampOrNull(p.LastConsumedAt),
 				Name: g, Queue: p.Queue, LagSeconds: p.TimeLagSeconds, LagMessages: p.OffsetLag})
 		}
 	}
@@ -113,7 +117,7 @@ func (s *Server) getGroup(w http.ResponseWriter, r *http.Request) {
 			out[p.Queue] = &groupQueueCursors{}
 		}
 		out[p.Queue].Partitions = append(out[p.Queue].Partitions, groupCursor{Partition: p.Partition,
-			WorkerID: textOrNull(p.WorkerID), LastConsumedAt: adminTimeOrNull(p.LastConsumedAt),
+			WorkerID: strPtr(p.WorkerID), LastConsumedAt: msStampOrNull(p.LastConsumedAt),
 			TotalConsumed: p.TotalConsumed, OffsetLag: p.OffsetLag, TimeLagSeconds: p.TimeLagSeconds,
 			LeaseActive: p.LeaseActive})
 	}
@@ -196,7 +200,7 @@ func (s *Server) seekGroup(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, groupSeeked{Success: true, ConsumerGroup: g, QueueName: q, SeekToEnd: toEnd,
-		TargetTimestamp: adminTimeOrNull(at), PartitionsUpdated: n})
+		TargetTimestamp: msStampOrNull(at), PartitionsUpdated: n})
 }
 
 // seekPartition is POST .../partitions/{partition}/seek: always to the end
@@ -226,7 +230,7 @@ func (s *Server) seekPartition(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, partitionSeeked{Success: true, ConsumerGroup: g, QueueName: q, PartitionName: p,
-		Updated: n > 0, CursorMovedTo: adminTimeOrNull(at)})
+		Updated: n > 0, CursorMovedTo: msStampOrNull(at)})
 }
 
 // setSubscription is POST /api/v1/consumer-groups/{group}/subscription

@@ -1,7 +1,5 @@
 package httpapi
 
-import "time"
-
 // The answers of the consumer-group routes (groups.go), in the shapes
 // Queen's CLI and clients read (contract-admin.md section 2).
 
@@ -119,21 +117,4 @@ type statsRefreshed struct {
 	Skipped bool   `json:"skipped"` // always false
 	Live    bool   `json:"live"`    // always true: figures are computed on read
 	Message string `json:"message"`
-}
-
-// textOrNull is s, or null when empty.
-func textOrNull(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
-}
-
-// adminTimeOrNull is msTime typed: the admin format, or null for nil.
-func adminTimeOrNull(t *time.Time) *string {
-	if t == nil {
-		return nil
-	}
-	s := t.UTC().Format(adminTimeLayout)
-	return &s
 }

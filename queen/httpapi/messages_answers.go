@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"encoding/json"
-	"time"
 
 	"github.com/queen-go/queen/queen/store"
 )
@@ -147,22 +146,13 @@ type migrationRefused struct {
 	Code  string `json:"code"`
 }
 
-// msTimeOrNull is msTime typed: null for no time.
-func msTimeOrNull(t *time.Time) *string {
-	if t == nil {
-		return nil
-	}
-	s := msTime(t).(string)
-	return &s
-}
-
 func newMessageRow(m store.MessageRow) messageRow {
 	return messageRow{ID: m.ID, TransactionID: m.TransactionID, PartitionID: m.PartitionID,
 		QueuePath: m.Queue + "/" + m.Partition, Queue: m.Queue, Partition: m.Partition,
 		Namespace: strPtr(m.Namespace), Task: strPtr(m.Task), Status: m.Status, QueueStatus: m.QueueStatus,
 		BusStatus: busStatus{ConsumedBy: m.ConsumedBy, TotalGroups: m.TotalGroups},
 		TraceID:   m.TraceID, ProducerSub: m.ProducerSub, QueuePriority: m.Priority,
-		CreatedAt: msTime(&m.CreatedAt).(string), LeaseExpiresAt: msTimeOrNull(m.LeaseExpiresAt), RetryCount: m.RetryCount}
+		CreatedAt: msStamp(m.CreatedAt), LeaseExpiresAt: msStampOrNull(m.LeaseExpiresAt), RetryCount: m.RetryCount}
 }
 
 // newMessageDetail is d's answer; its mode counts the bus groups that
@@ -175,7 +165,7 @@ func newMessageDetail(d store.MessageDetail) messageDetail {
 		} else if g.Consumed {
 			consumedBy++
 		}
-		groups[i] = messageGroup{Name: g.Name, Consumed: g.Consumed, LeaseExpiresAt: msTimeOrNull(g.LeaseExpiresAt)}
+		groups[i] = messageGroup{Name: g.Name, Consumed: g.Consumed, LeaseExpiresAt: msStampOrNull(g.LeaseExpiresAt)}
 	}
 	c := d.Config
 	return messageDetail{messageRow: newMessageRow(d.MessageRow), RetryCount: d.DLQRetries,

@@ -129,7 +129,7 @@ func (s *Server) configure(w http.ResponseWriter, r *http.Request) {
 	s.peers.QueueChanged(in.Tenant, res.Queue.Name, false)
 	writeJSON(w, http.StatusOK, configureAnswer{
 		Configured: true, QueueID: res.Queue.ID, PartitionID: res.DefaultPartitionID,
-		Queue: res.Queue.Name, Namespace: textOrNull(res.Queue.Namespace), Task: textOrNull(res.Queue.Task),
+		Queue: res.Queue.Name, Namespace: strPtr(res.Queue.Namespace), Task: strPtr(res.Queue.Task),
 		Options: res.Queue.Options,
 	})
 }
@@ -204,7 +204,7 @@ func (s *Server) queueDepth(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, r, "queue depth", err)
 		return
 	}
-	a := queueDepthAnswer{Queue: b.Queue, Group: textOrNull(group), Partitions: make([]partitionDepth, len(b.Partitions))}
+	a := queueDepthAnswer{Queue: b.Queue, Group: strPtr(group), Partitions: make([]partitionDepth, len(b.Partitions))}
 	for i, p := range b.Partitions {
 		a.Pending, a.Processing, a.Ready = a.Pending+p.Pending, a.Processing+p.Processing, a.Ready+p.Ready
 		if p.Pending > 0 {

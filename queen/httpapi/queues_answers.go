@@ -207,7 +207,7 @@ func timestampOrNull(t *time.Time) *string {
 
 func newQueueResource(q store.QueueInfo) queueResource {
 	return queueResource{
-		ID: q.ID, Name: q.Name, Namespace: textOrNull(q.Namespace), Task: textOrNull(q.Task),
+		ID: q.ID, Name: q.Name, Namespace: strPtr(q.Namespace), Task: strPtr(q.Task),
 		Priority: q.Options.Priority, CreatedAt: timestamp(q.CreatedAt),
 		Partitions: q.PartitionCount, PartitionCount: q.PartitionCount,
 		Messages: queueResourceMessages{Total: q.Messages, Pending: q.Pending, Processing: q.Processing, DLQ: q.DLQ},

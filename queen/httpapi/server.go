@@ -755,13 +755,6 @@ func timestampPtr(t *time.Time) any {
 	return timestamp(*t)
 }
 
-func nullable(s string) any {
-	if s == "" {
-		return nil
-	}
-	return s
-}
-
 // admit takes a slot in lane before database work; without an arbiter it
 // admits at once.
 func (s *Server) admit(r *http.Request, lane admission.Lane) (func(), error) {

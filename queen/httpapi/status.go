@@ -47,7 +47,7 @@ func bucketMinutes(d time.Duration) int {
 
 // queueRow is q as /status/queues lists it.
 func queueRow(q store.QueueInfo) queueSummary {
-	return queueSummary{ID: q.ID, Name: q.Name, Queue: q.Name, Namespace: stringOrNull(q.Namespace), Task: stringOrNull(q.Task),
+	return queueSummary{ID: q.ID, Name: q.Name, Queue: q.Name, Namespace: strPtr(q.Namespace), Task: strPtr(q.Task),
 		CreatedAt: msStamp(q.CreatedAt), Partitions: q.PartitionCount, PartitionCount: q.PartitionCount,
 		Messages: queueSummaryCounts{Total: q.Messages, Pending: q.Pending},
 		Pending:  q.Pending, Completed: max(q.Messages-q.Pending-q.DLQ, 0), DLQ: q.DLQ}
@@ -188,14 +188,14 @@ func (s *Server) statusQueues(w http.ResponseWriter, r *http.Request) {
 // what the cursor passed and queue mode did not dead-letter; deadLetter
 // counts every group's; failed is always 0 (a failed message is retried,
 // so pending, or dead-lettered).
-func partitionCounts(p store.PartitionInfo) messageStates {
-	return messageStates{Total: p.Messages, Pending: p.Pending, Processing: p.Processing,
+func partitionCounts(p store.PartitionInfo) stateCounts {
+	return stateCounts{Total: p.Messages, Pending: p.Pending, Processing: p.Processing,
 		Completed: max(p.Messages-p.Pending-p.QueueDLQ, 0), DeadLetter: p.DLQ}
 }
 
 // queueCounts are partitionCounts summed over the queue.
-func queueCounts(q store.QueueInfo) messageStates {
-	return messageStates{Total: q.Messages, Pending: q.Pending, Processing: q.Processing,
+func queueCounts(q store.QueueInfo) stateCounts {
+	return stateCounts{Total: q.Messages, Pending: q.Pending, Processing: q.Processing,
 		Completed: max(q.Messages-q.Pending-q.QueueDLQ, 0), DeadLetter: q.DLQ}
 }
 
@@ -219,7 +219,7 @@ func (s *Server) statusQueue(w http.ResponseWriter, r *http.Request) {
 	totals := queueCounts(q)
 	writeJSON(w, http.StatusOK, queueStatus{
 		Name: q.Name, Pending: q.Pending, Processing: q.Processing, Completed: totals.Completed, DLQ: q.DLQ,
-		Queue: queueDetail{ID: q.ID, Name: q.Name, Namespace: stringOrNull(q.Namespace), Task: stringOrNull(q.Task),
+		Queue: queueDetail{ID: q.ID, Name: q.Name, Namespace: strPtr(q.Namespace), Task: strPtr(q.Task),
 			Priority: o.Priority, CreatedAt: msStamp(q.CreatedAt), Config: queueConfig{LeaseTime: o.LeaseTime,
 				RetryLimit: o.RetryLimit, RetryDelay: o.RetryDelay, TTL: o.TTL, MaxQueueSize: o.MaxSize,
 				DeadLetterQueue: o.DeadLetterQueue}},

@@ -1,7 +1,5 @@
 package httpapi
 
-import "time"
-
 // The answers of the status and resource views (status.go), typed so the
 // wire contract (contract-admin.md section 4) is readable here. Several
 // figures appear twice under two names (name and queue, partitions and
@@ -170,17 +168,6 @@ type pagination struct {
 	Offset int `json:"offset"`
 }
 
-// messageStates are a partition's or a queue's six counts of messages by
-// state in queue mode (see partitionCounts).
-type messageStates struct {
-	Total      int64 `json:"total"`
-	Pending    int64 `json:"pending"`
-	Processing int64 `json:"processing"`
-	Completed  int64 `json:"completed"`
-	Failed     int   `json:"failed"` // always 0
-	DeadLetter int64 `json:"deadLetter"`
-}
-
 // queueStatus is GET /api/v1/status/queues/{queue}.
 type queueStatus struct {
 	// The flat figures are what queenctl's status <queue> reads.
@@ -218,23 +205,23 @@ type queueConfig struct {
 
 // queueTotals are the queue's counts, flat and again under messages.
 type queueTotals struct {
-	messageStates
-	Messages messageStates `json:"messages"`
+	stateCounts
+	Messages stateCounts `json:"messages"`
 }
 
 // partitionStatus is one partition in queueStatus.
 type partitionStatus struct {
-	ID            string        `json:"id"`
-	Name          string        `json:"name"`
-	CreatedAt     string        `json:"createdAt"`
-	Messages      messageStates `json:"messages"`
-	Stats         messageStates `json:"stats"` // Messages again
-	Pending       int64         `json:"pending"`
-	Total         int64         `json:"total"`
-	LastActivity  *string       `json:"lastActivity"`  // the newest message; null: none
-	NewestMessage *string       `json:"newestMessage"` // LastActivity again
-	OldestMessage *string       `json:"oldestMessage"`
-	Cursor        cursorCounts  `json:"cursor"`
+	ID            string       `json:"id"`
+	Name          string       `json:"name"`
+	CreatedAt     string       `json:"createdAt"`
+	Messages      stateCounts  `json:"messages"`
+	Stats         stateCounts  `json:"stats"` // Messages again
+	Pending       int64        `json:"pending"`
+	Total         int64        `json:"total"`
+	LastActivity  *string      `json:"lastActivity"`  // the newest message; null: none
+	NewestMessage *string      `json:"newestMessage"` // LastActivity again
+	OldestMessage *string      `json:"oldestMessage"`
+	Cursor        cursorCounts `json:"cursor"`
 	// The flat figures are what queenctl's partition list reads.
 	Processing int64 `json:"processing"`
 	Completed  int64 `json:"completed"`
@@ -304,24 +291,4 @@ type namespacesAnswer struct {
 // tasksAnswer is GET /api/v1/resources/tasks.
 type tasksAnswer struct {
 	Tasks []taskGroup `json:"tasks"`
-}
-
-// msStamp is msTime for a time that is there (a string, never null).
-func msStamp(t time.Time) string { return msTime(&t).(string) }
-
-// msStampOrNull is msTime typed: nil stays null.
-func msStampOrNull(t *time.Time) *string {
-	if t == nil {
-		return nil
-	}
-	s := msStamp(*t)
-	return &s
-}
-
-// stringOrNull is nullable typed: "" is null.
-func stringOrNull(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
 }

@@ -158,13 +158,13 @@ func newClusterInfo(self string, v store.ClusterView, mesh any) clusterInfo {
 		Timers: make([]clusterTimerQueue, len(v.Timers)), KVNamespaces: make([]clusterKVNamespace, len(v.KVNamespaces))}
 	for i, b := range v.Brokers {
 		c.Brokers[i] = clusterBroker{WorkerID: b.ID, Hostname: b.Hostname, Port: b.Port,
-			LastMinute: msTime(&b.LastMinute).(string), Requests: b.Requests, Self: b.ID == self}
+			LastMinute: msStamp(b.LastMinute), Requests: b.Requests, Self: b.ID == self}
 	}
 	for i, l := range v.Leaders {
 		c.Leaders[i] = clusterLeader{Name: l.Name, Lock: l.Lock, Holder: strPtr(strings.TrimPrefix(l.Holder, "queen:"))}
 	}
 	for i, t := range v.Timers {
-		c.Timers[i] = clusterTimerQueue{Queue: t.Queue, Timers: t.Timers, NextAt: msTime(&t.NextAt).(string)}
+		c.Timers[i] = clusterTimerQueue{Queue: t.Queue, Timers: t.Timers, NextAt: msStamp(t.NextAt)}
 	}
 	for i, k := range v.KVNamespaces {
 		c.KVNamespaces[i] = clusterKVNamespace{Namespace: k.Namespace, Keys: k.Keys, Capped: k.Capped}

@@ -175,7 +175,7 @@ func (s *Server) traceNamesList(w http.ResponseWriter, r *http.Request) {
 	}
 	out := make([]traceNameWire, len(ns))
 	for i, n := range ns {
-		seen := msText(n.LastSeen)
+		seen := msStamp(n.LastSeen)
 		out[i] = traceNameWire{TraceNameSnake: n.Name, TraceCount: n.TraceCount, MessageCount: n.MessageCount,
 			LastSeenSnake: seen, Name: n.Name, Count: n.TraceCount, LastSeen: seen}
 	}

@@ -46,7 +46,7 @@ func newTraceWire(t store.Trace) traceWire {
 	if len(names) > 0 {
 		first = &names[0]
 	}
-	at := msText(t.CreatedAt)
+	at := msStamp(t.CreatedAt)
 	return traceWire{ID: t.ID, EventTypeSnake: t.EventType, EventType: t.EventType, Data: t.Data,
 		ConsumerGroup: t.ConsumerGroup, WorkerID: strPtr(t.WorkerID), CreatedAtSnake: at, CreatedAt: at,
 		TraceNames: names, TraceName: first}
