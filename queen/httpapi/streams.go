@@ -53,20 +53,19 @@ func (s *Server) registerQuery(w http.ResponseWriter, r *http.Request) {
 	var mismatch *store.ErrConfigHashMismatch
 	var denied *store.ErrStreamsDenied
 	if errors.As(err, &denied) {
-		writeJSON(w, http.StatusForbidden, map[string]any{"success": false, "denied": true, "error": denied.Reason})
+		writeJSON(w, http.StatusForbidden, streamsDenied{Denied: true, Error: denied.Reason})
 		return
 	}
 	if errors.As(err, &mismatch) {
-		writeJSON(w, http.StatusConflict, map[string]any{"success": false, "query_id": mismatch.QueryID, "name": p.Name,
-			"error": fmt.Sprintf("config_hash mismatch: operator chain changed for queryId '%s'. Pass reset:true to wipe existing state, or use a new queryId.", p.Name)})
+		writeJSON(w, http.StatusConflict, configHashMismatch{QueryID: mismatch.QueryID, Name: p.Name,
+			Error: fmt.Sprintf("config_hash mismatch: operator chain changed for queryId '%s'. Pass reset:true to wipe existing state, or use a new queryId.", p.Name)})
 		return
 	}
 	if err != nil {
 		s.storeError(w, r, "register query", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"success": true, "query_id": q.ID, "name": q.Name, "config_hash": q.ConfigHash,
-		"fresh": q.Fresh, "reset": q.Reset})
+	writeJSON(w, http.StatusOK, newRegisteredQuery(q))
 }
 
 // readStreamsBody reads a JSON object body, with the streams routes' texts.
@@ -144,8 +143,7 @@ func (s *Server) cycle(w http.ResponseWriter, r *http.Request) {
 	}
 	res, err := s.store.Cycle(r.Context(), p)
 	if msg, ok := store.IsRollback(err); ok {
-		writeJSON(w, http.StatusOK, map[string]any{"success": false, "query_id": p.QueryID, "partition_id": p.PartitionID,
-			"queueName": nil, "state_ops_applied": 0, "push_results": []any{}, "ack_result": nil, "error": msg})
+		writeJSON(w, http.StatusOK, rolledBackCycle(p, msg))
 		return
 	}
 	if err != nil {
@@ -153,16 +151,7 @@ func (s *Server) cycle(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.notifyPushed(p.Tenant, res.Pushed)
-	var ack any
-	if res.Ack != nil {
-		ack = map[string]any{"success": true, "count": res.Ack.Count, "lease_released": res.Ack.LeaseReleased, "dlq": false}
-	}
-	pushed := pushResults(res.Pushed)
-	if pushed == nil {
-		pushed = []pushResultWire{}
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"success": true, "query_id": p.QueryID, "partition_id": p.PartitionID,
-		"queueName": res.QueueName, "state_ops_applied": res.StateOpsApplied, "push_results": pushed, "ack_result": ack})
+	writeJSON(w, http.StatusOK, committedCycle(p, res))
 }
 
 // cycleParams reads a cycle body. Null or missing lists are empty, a null
@@ -323,9 +312,5 @@ func (s *Server) stateGet(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, r, "state get", err)
 		return
 	}
-	out := make([]map[string]any, len(rows))
-	for i, row := range rows {
-		out[i] = map[string]any{"key": row.Key, "value": row.Value, "updated_at": row.UpdatedAt.UTC().Format("2006-01-02T15:04:05.000000Z07:00")}
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"success": true, "rows": out})
+	writeJSON(w, http.StatusOK, newStateRows(rows))
 }
