@@ -17,14 +17,10 @@ import (
 // Timer errors answer {"error": code, "reason", "detail"}: clients branch on
 // error only.
 func writeCoded(w http.ResponseWriter, status int, code, reason, detail string) {
-	body := map[string]string{"error": code, "reason": reason}
-	if detail != "" {
-		body["detail"] = detail
-	}
 	if status == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", "1")
 	}
-	writeJSON(w, status, body)
+	writeJSON(w, status, codedAnswer{Error: code, Reason: reason, Detail: detail})
 }
 
 // codedError is a refused call with its wire code.
@@ -291,7 +287,7 @@ func (s *Server) timers(w http.ResponseWriter, r *http.Request) {
 		ops[i].NoReplace = !replace
 	}
 	if res, ok := s.applyTimers(w, r, ops); ok {
-		writeJSON(w, http.StatusOK, map[string]any{"results": timerResults(res)})
+		writeJSON(w, http.StatusOK, timerResultsAnswer{Results: timerResults(res)})
 	}
 }
 
@@ -350,7 +346,7 @@ func (s *Server) peekTimer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !ok {
-		writeJSON(w, http.StatusOK, map[string]bool{"found": false})
+		writeJSON(w, http.StatusOK, timerMiss{})
 		return
 	}
 	tw := toTimerWire(t)
@@ -386,9 +382,9 @@ func (s *Server) listTimers(w http.ResponseWriter, r *http.Request) {
 		for i, t := range ts {
 			out[i] = toTimerWire(t)
 		}
-		body := map[string]any{"queue": queue, "rows": out, "truncated": truncated}
+		body := timerList{Queue: queue, Rows: out, Truncated: truncated}
 		if truncated {
-			body["nextAfter"] = ts[len(ts)-1].TimerKey
+			body.NextAfter = &ts[len(ts)-1].TimerKey
 		}
 		writeJSON(w, http.StatusOK, body)
 	case "count":
@@ -403,7 +399,7 @@ func (s *Server) listTimers(w http.ResponseWriter, r *http.Request) {
 			s.timersStoreError(w, r, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"queue": queue, "prefix": prefix, "count": n})
+		writeJSON(w, http.StatusOK, timerCount{Queue: queue, Prefix: prefix, Count: n})
 	default:
 		writeCoded(w, http.StatusBadRequest, "timers_bad_request", "timers_read_mode_unknown", "mode must be list or count")
 	}
