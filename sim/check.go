@@ -114,7 +114,7 @@ func calls(h []Event) []*call {
 	var out []*call
 	for i := range h {
 		e := h[i]
-		switch e.K {
+		switch e.Kind {
 		case KInvoke:
 			c := &call{in: e}
 			byID[e.Call] = c
@@ -128,7 +128,7 @@ func calls(h []Event) []*call {
 	return out
 }
 
-func (c *call) ok() bool { return c.done != nil && c.done.K == KOK }
+func (c *call) ok() bool { return c.done != nil && c.done.Kind == KOK }
 
 // normStatus maps ack statuses the way the broker does.
 func normStatus(s string) string {
@@ -217,7 +217,7 @@ func build(h []Event) *timeline {
 			switch status {
 			case "queued", "duplicate", "buffered":
 				t.acked[k] = true
-				t.pushes = append(t.pushes, pushRec{key: k, invokeI: c.in.I, okI: c.done.I, status: status})
+				t.pushes = append(t.pushes, pushRec{key: k, invokeI: c.in.Index, okI: c.done.Index, status: status})
 			}
 			if status == "queued" {
 				t.queuedOK[k]++
@@ -233,13 +233,13 @@ func build(h []Event) *timeline {
 			if m.Released && m.Lease != "" {
 				// The release took effect somewhere between the ack's
 				// invoke and its answer: record the earliest it may have.
-				t.releases[m.Lease] = append(t.releases[m.Lease], c.in.I)
-				if at, ok := t.released[m.Lease]; !ok || c.done.I < at {
-					t.released[m.Lease] = c.done.I
+				t.releases[m.Lease] = append(t.releases[m.Lease], c.in.Index)
+				if at, ok := t.released[m.Lease]; !ok || c.done.Index < at {
+					t.released[m.Lease] = c.done.Index
 				}
 			}
 			if st == "completed" || st == "dlq" || m.DLQ || (txn && st == "failed") {
-				t.completions = append(t.completions, completion{key: m.Key(), group: group, okI: c.done.I, invokeI: c.in.I, lease: m.Lease, dlq: m.DLQ})
+				t.completions = append(t.completions, completion{key: m.Key(), group: group, okI: c.done.Index, invokeI: c.in.Index, lease: m.Lease, dlq: m.DLQ})
 			}
 		}
 	}
@@ -263,9 +263,9 @@ func build(h []Event) *timeline {
 				continue
 			}
 			for pos, m := range c.done.Msgs {
-				g := groupOf(in.G)
-				d := delivery{key: m.Key(), group: g, lease: m.Lease, leaseSecs: in.LeaseSecs, invokeI: in.I,
-					okI: c.done.I, invokeVT: in.VT, okVT: c.done.VT, pos: pos, client: in.C, autoAck: in.Status == "autoack"}
+				g := groupOf(in.Group)
+				d := delivery{key: m.Key(), group: g, lease: m.Lease, leaseSecs: in.LeaseSecs, invokeI: in.Index,
+					okI: c.done.Index, invokeVT: in.VT, okVT: c.done.VT, pos: pos, client: in.Client, autoAck: in.Status == "autoack"}
 				if d.key.Tenant == "" {
 					d.key.Tenant = in.Tenant
 				}
@@ -274,25 +274,25 @@ func build(h []Event) *timeline {
 					t.leaseGroup[m.Lease] = g
 				}
 				if d.autoAck {
-					t.completions = append(t.completions, completion{key: d.key, group: g, okI: c.done.I, invokeI: c.in.I})
+					t.completions = append(t.completions, completion{key: d.key, group: g, okI: c.done.Index, invokeI: c.in.Index})
 				}
 			}
 		case "ack":
 			if c.ok() {
-				ackItems(c, groupOf(in.G), c.done.Msgs, false)
+				ackItems(c, groupOf(in.Group), c.done.Msgs, false)
 			}
-			if c.done != nil && c.done.K == KInfo {
+			if c.done != nil && c.done.Kind == KInfo {
 				// Indeterminate (e.g. the connection reset after COMMIT):
 				// the ack may have released its lease, from its invoke on.
 				for _, m := range in.Msgs {
 					if m.Lease != "" {
-						t.releases[m.Lease] = append(t.releases[m.Lease], c.in.I)
+						t.releases[m.Lease] = append(t.releases[m.Lease], c.in.Index)
 					}
 				}
 			}
 		case "extend":
 			if c.ok() && c.done.Status == "renewed" {
-				t.extends[in.Lease] = append(t.extends[in.Lease], ext{invokeVT: in.VT, secs: in.LeaseSecs, invokeI: in.I})
+				t.extends[in.Lease] = append(t.extends[in.Lease], ext{invokeVT: in.VT, secs: in.LeaseSecs, invokeI: in.Index})
 			}
 		case "txn":
 			committed := c.ok() && c.done.Status == "committed"
@@ -315,12 +315,12 @@ func build(h []Event) *timeline {
 						acks = append(acks, m)
 					}
 				}
-				ackItems(c, groupOf(in.G), acks, true)
+				ackItems(c, groupOf(in.Group), acks, true)
 			}
 		}
 	}
 	for _, e := range h {
-		if e.K == KFinal {
+		if e.Kind == KFinal {
 			t.rows, t.final = e.Rows, true
 		}
 	}

@@ -10,9 +10,9 @@ import "fmt"
 func CheckAbandonedClaims(h []Event, _ Spec) []Violation {
 	var out []Violation
 	for _, e := range h {
-		if e.K == KClaim && e.What == "client-gone" {
+		if e.Kind == KClaim && e.What == "client-gone" {
 			out = append(out, Violation{"abandoned-claims", fmt.Sprintf("broker %d claimed %s (lease %s) for a pop whose client had already gone",
-				e.B, e.Q, e.Lease)})
+				e.Broker, e.Queue, e.Lease)})
 		}
 	}
 	return limit(out, 20)

@@ -21,12 +21,12 @@ func CheckAnswers(h []Event, _ Spec) []Violation {
 	var windows []window
 	for _, e := range h {
 		switch {
-		case e.K == KFault && benign(e.F):
-		case e.K == KFault && len(e.F) > 6 && e.F[:6] == "spool.":
+		case e.Kind == KFault && benign(e.Fault):
+		case e.Kind == KFault && len(e.Fault) > 6 && e.Fault[:6] == "spool.":
 			windows = append(windows, window{e.VT, 1 << 62})
-		case e.K == KFault:
+		case e.Kind == KFault:
 			windows = append(windows, window{e.VT, max(e.Until, e.VT) + answerGrace})
-		case e.K == KBroker:
+		case e.Kind == KBroker:
 			windows = append(windows, window{e.VT, e.VT + answerGrace})
 		}
 	}
@@ -43,11 +43,11 @@ func CheckAnswers(h []Event, _ Spec) []Violation {
 			continue
 		}
 		if c.done.Bad != "" {
-			out = append(out, Violation{"answers", fmt.Sprintf("%s (event %d): %s", c.in.Op, c.done.I, c.done.Bad)})
+			out = append(out, Violation{"answers", fmt.Sprintf("%s (event %d): %s", c.in.Op, c.done.Index, c.done.Bad)})
 		}
 		if c.in.Op == "push" && c.done.Code >= 500 && !faulty(c.in.VT, c.done.VT) {
 			out = append(out, Violation{"answers", fmt.Sprintf("push %s/%s/%s answered %d (event %d) on a healthy database, outside every fault window",
-				c.in.Q, c.in.P, c.in.Txid, c.done.Code, c.done.I)})
+				c.in.Queue, c.in.Partition, c.in.Txid, c.done.Code, c.done.Index)})
 		}
 	}
 	out = append(out, answeredIDs(h)...)
@@ -70,7 +70,7 @@ func answeredIDs(h []Event) []Violation {
 			continue
 		}
 		k := c.in.Key()
-		if c.done == nil || c.done.K != KOK || c.done.MsgID == "" || (c.done.Status != "queued" && c.done.Status != "duplicate") {
+		if c.done == nil || c.done.Kind != KOK || c.done.MsgID == "" || (c.done.Status != "queued" && c.done.Status != "duplicate") {
 			untold[k] = true
 			continue
 		}
@@ -81,7 +81,7 @@ func answeredIDs(h []Event) []Violation {
 	}
 	var out []Violation
 	for _, e := range h {
-		if e.K != KOK || e.Op != "pop" {
+		if e.Kind != KOK || e.Op != "pop" {
 			continue
 		}
 		for _, m := range e.Msgs {
@@ -89,7 +89,7 @@ func answeredIDs(h []Event) []Violation {
 			if m.ID == "" || untold[k] || told[k] == nil || told[k][m.ID] {
 				continue
 			}
-			out = append(out, Violation{"answers", fmt.Sprintf("%s was delivered as message %s (event %d), which no push of it was answered with: a push answer carried another request's result", k, m.ID, e.I)})
+			out = append(out, Violation{"answers", fmt.Sprintf("%s was delivered as message %s (event %d), which no push of it was answered with: a push answer carried another request's result", k, m.ID, e.Index)})
 		}
 	}
 	return out

@@ -18,7 +18,7 @@ func CheckClaims(h []Event, _ Spec) []Violation {
 	live := map[[2]string]map[string]int64{} // (tenant, key) -> token -> claimed at
 	lease := SweeperLease.Milliseconds()
 	for _, e := range h {
-		if e.K != KSweep {
+		if e.Kind != KSweep {
 			continue
 		}
 		k := [2]string{e.Tenant, e.Txid}
@@ -27,7 +27,7 @@ func CheckClaims(h []Event, _ Spec) []Violation {
 			for token, at := range live[k] {
 				if token != e.Lease && e.VT < at+lease-claimSlackMS {
 					out = append(out, Violation{"timer-claims", fmt.Sprintf("%s/%s claimed by broker %d (event %d) %d ms after another claim that was still live (its lease is %d ms)",
-						e.Tenant, e.Txid, e.B, e.I, e.VT-at, lease)})
+						e.Tenant, e.Txid, e.Broker, e.Index, e.VT-at, lease)})
 				}
 			}
 			if live[k] == nil {

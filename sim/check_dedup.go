@@ -15,7 +15,7 @@ func CheckDedup(h []Event, _ Spec) []Violation {
 	}
 	for _, r := range t.rows {
 		if r.Count > 1 {
-			out = append(out, Violation{"dedup", fmt.Sprintf("%s/%s/%s/%s stored %d times", r.Tenant, r.Q, r.P, r.Txid, r.Count)})
+			out = append(out, Violation{"dedup", fmt.Sprintf("%s/%s/%s/%s stored %d times", r.Tenant, r.Queue, r.Partition, r.Txid, r.Count)})
 		}
 	}
 	return limit(out, 20)

@@ -42,10 +42,10 @@ func CheckFairness(h []Event, s Spec) []Violation {
 		if c.in.Op == "pop" {
 			to := len(h)
 			if c.done != nil {
-				to = c.done.I
+				to = c.done.Index
 			}
-			k := [3]string{c.in.Tenant, c.in.Q, groupOf(c.in.G)}
-			spans[k] = append(spans[k], span{c.in.I, to})
+			k := [3]string{c.in.Tenant, c.in.Queue, groupOf(c.in.Group)}
+			spans[k] = append(spans[k], span{c.in.Index, to})
 		}
 	}
 	overlapped := func(k [3]string, from, to int) bool {
@@ -61,18 +61,18 @@ func CheckFairness(h []Event, s Spec) []Violation {
 			continue
 		}
 		if !c.ok() {
-			k := [3]string{c.in.Tenant, c.in.Q, groupOf(c.in.G)}
+			k := [3]string{c.in.Tenant, c.in.Queue, groupOf(c.in.Group)}
 			unknownUntil[k] = max(unknownUntil[k], c.in.VT+int64(c.in.LeaseSecs)*1000+2000)
 			continue
 		}
-		if len(c.done.Msgs) == 0 || c.in.P != "" {
+		if len(c.done.Msgs) == 0 || c.in.Partition != "" {
 			continue
 		}
-		k := [3]string{c.in.Tenant, c.in.Q, groupOf(c.in.G)}
-		sv := served{invokeI: c.in.I, vt: c.in.VT, tenant: c.in.Tenant, q: c.in.Q, g: groupOf(c.in.G), parts: map[string]bool{},
-			suspended: c.in.VT < unknownUntil[k] || overlapped(k, c.in.I, c.done.I)}
+		k := [3]string{c.in.Tenant, c.in.Queue, groupOf(c.in.Group)}
+		sv := served{invokeI: c.in.Index, vt: c.in.VT, tenant: c.in.Tenant, q: c.in.Queue, g: groupOf(c.in.Group), parts: map[string]bool{},
+			suspended: c.in.VT < unknownUntil[k] || overlapped(k, c.in.Index, c.done.Index)}
 		for _, m := range c.done.Msgs {
-			sv.parts[m.P] = true
+			sv.parts[m.Partition] = true
 		}
 		pops = append(pops, sv)
 	}

@@ -45,7 +45,7 @@ func CheckLateExtends(h []Event, _ Spec) []Violation {
 					l = &lease{okVT: c.done.VT, secs: c.in.LeaseSecs, parts: map[string]bool{}}
 					leases[m.Lease] = l
 				}
-				l.parts[m.P] = true
+				l.parts[m.Partition] = true
 			}
 		case "ack":
 			if !c.ok() {
@@ -56,8 +56,8 @@ func CheckLateExtends(h []Event, _ Spec) []Violation {
 					if released[m.Lease] == nil {
 						released[m.Lease] = map[string]int{}
 					}
-					if _, ok := released[m.Lease][m.P]; !ok {
-						released[m.Lease][m.P] = c.done.I
+					if _, ok := released[m.Lease][m.Partition]; !ok {
+						released[m.Lease][m.Partition] = c.done.Index
 					}
 				}
 			}
@@ -73,15 +73,15 @@ func CheckLateExtends(h []Event, _ Spec) []Violation {
 				switch {
 				case c.in.VT > end+LateExtendSlackMS:
 					why = fmt.Sprintf("its lease ended by vt %d at the latest", end)
-				case allReleased(l.parts, released[c.in.Lease], c.in.I):
+				case allReleased(l.parts, released[c.in.Lease], c.in.Index):
 					why = "an ack had released every partition of its lease"
 				}
 				if why != "" {
 					out = append(out, Violation{"late-extend", fmt.Sprintf("extend of lease %s invoked at vt %d (event %d) answered renewed, but %s",
-						c.in.Lease, c.in.VT, c.in.I, why)})
+						c.in.Lease, c.in.VT, c.in.Index, why)})
 				}
 			}
-			if renewed || c.done.K == KInfo {
+			if renewed || c.done.Kind == KInfo {
 				ends[c.in.Lease] = max(ends[c.in.Lease], c.done.VT+int64(c.in.LeaseSecs)*1000)
 			}
 		}

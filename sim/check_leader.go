@@ -39,7 +39,7 @@ func CheckLeaderPasses(h []Event, _ Spec) []Violation {
 	var kills []Event // cuts made from outside, in order
 	var killAt []int
 	for i, e := range h {
-		if e.K != KLeader {
+		if e.Kind != KLeader {
 			continue
 		}
 		switch e.What {
@@ -62,7 +62,7 @@ func CheckLeaderPasses(h []Event, _ Spec) []Violation {
 	}
 	var out []Violation
 	name := func(p *pass) string {
-		return fmt.Sprintf("%s pass %d (broker %d, session %d, vt %d-%d)", p.start.Role, p.start.Pass, p.start.B, p.start.Session, p.start.VT, p.end.VT)
+		return fmt.Sprintf("%s pass %d (broker %d, session %d, vt %d-%d)", p.start.Role, p.start.Pass, p.start.Broker, p.start.Session, p.start.VT, p.end.VT)
 	}
 	for _, p := range passes {
 		if !p.ended || p.end.Err != "" {
@@ -89,10 +89,10 @@ func CheckLeaderPasses(h []Event, _ Spec) []Violation {
 	var ends []Event
 	for _, e := range h {
 		switch {
-		case e.K == KLeader && e.What == "cut", e.K == KBroker:
+		case e.Kind == KLeader && e.What == "cut", e.Kind == KBroker:
 			ends = append(ends, e)
-		case e.K == KFault:
-			switch e.F {
+		case e.Kind == KFault:
+			switch e.Fault {
 			case "pg.reset", "pg.readonly", "pg.blackhole", "pg.refuse", "pg.delay", "leader.kill", "leader.cut", "broker.crash", "broker.stop", "key.rotate":
 				ends = append(ends, e)
 			}
@@ -119,7 +119,7 @@ func CheckLeaderPasses(h []Event, _ Spec) []Violation {
 			}
 			if !excused(p) {
 				out = append(out, Violation{"leader-passes", fmt.Sprintf("%s overlaps %s pass %d (broker %d, session %d), which took the lock at vt %d before it ended",
-					name(p), q.start.Role, q.start.Pass, q.start.B, q.start.Session, q.start.VT)})
+					name(p), q.start.Role, q.start.Pass, q.start.Broker, q.start.Session, q.start.VT)})
 			}
 			break
 		}

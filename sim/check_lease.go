@@ -24,7 +24,7 @@ func CheckLeaseRecovery(h []Event, s Spec) []Violation {
 	}
 	var faults [][2]int64
 	for _, e := range h {
-		if e.K == KFault {
+		if e.Kind == KFault {
 			faults = append(faults, [2]int64{e.VT, e.Until})
 		}
 	}
@@ -43,18 +43,18 @@ func CheckLeaseRecovery(h []Event, s Spec) []Violation {
 	calls := calls(h)
 	var out []Violation
 	for _, e := range h {
-		if e.K != KClient || e.What != "abandon" {
+		if e.Kind != KClient || e.What != "abandon" {
 			continue
 		}
 		for _, d := range held[e.Lease] {
 			id := gk{d.group, d.key}
-			if ci, ok := completed[id]; ok && ci < e.I {
+			if ci, ok := completed[id]; ok && ci < e.Index {
 				continue // finished before the consumer left
 			}
 			end := t.leaseEnd(d, len(h))
 			redelivered := -1
 			for _, d2 := range t.deliveries {
-				if d2.key == d.key && d2.group == d.group && d2.okI > e.I {
+				if d2.key == d.key && d2.group == d.group && d2.okI > e.Index {
 					redelivered = d2.okI
 					break
 				}
@@ -63,20 +63,20 @@ func CheckLeaseRecovery(h []Event, s Spec) []Violation {
 				if t.evictable(d.key, h[len(h)-1].VT, s) {
 					continue // may have been evicted before its turn came again
 				}
-				if ci, ok := completed[id]; !ok || ci < e.I {
-					out = append(out, Violation{"lease-recovery", fmt.Sprintf("%s abandoned with lease %s (event %d) was never delivered again in group %s", d.key, e.Lease, e.I, d.group)})
+				if ci, ok := completed[id]; !ok || ci < e.Index {
+					out = append(out, Violation{"lease-recovery", fmt.Sprintf("%s abandoned with lease %s (event %d) was never delivered again in group %s", d.key, e.Lease, e.Index, d.group)})
 				}
 				continue
 			}
 			for _, c := range calls {
-				if c.in.Op != "pop" || !c.ok() || len(c.done.Msgs) > 0 || c.in.I <= e.I || c.done.I >= redelivered {
+				if c.in.Op != "pop" || !c.ok() || len(c.done.Msgs) > 0 || c.in.Index <= e.Index || c.done.Index >= redelivered {
 					continue
 				}
-				if groupOf(c.in.G) != d.group || c.in.Q != d.key.Q || c.in.Tenant != d.key.Tenant || (c.in.P != "" && c.in.P != d.key.P) {
+				if groupOf(c.in.Group) != d.group || c.in.Queue != d.key.Q || c.in.Tenant != d.key.Tenant || (c.in.Partition != "" && c.in.Partition != d.key.P) {
 					continue
 				}
-				if c.in.VT >= end+s.RecoverySlackMS && healthy(c.in.VT) && !t.heldByOther(d, c.in.I, c.in.VT) && !t.evictable(d.key, c.in.VT, s) && !t.hide.hidden(d.key, c.in.VT, c.done.VT) {
-					out = append(out, Violation{"lease-recovery", fmt.Sprintf("%s still hidden at vt %d (pop event %d answered empty), its lease %s ended at vt %d", d.key, c.in.VT, c.in.I, e.Lease, end)})
+				if c.in.VT >= end+s.RecoverySlackMS && healthy(c.in.VT) && !t.heldByOther(d, c.in.Index, c.in.VT) && !t.evictable(d.key, c.in.VT, s) && !t.hide.hidden(d.key, c.in.VT, c.done.VT) {
+					out = append(out, Violation{"lease-recovery", fmt.Sprintf("%s still hidden at vt %d (pop event %d answered empty), its lease %s ended at vt %d", d.key, c.in.VT, c.in.Index, e.Lease, end)})
 					break
 				}
 			}

@@ -23,7 +23,7 @@ func CheckLiveness(h []Event, s Spec) []Violation {
 	type window struct{ from, to int64 }
 	var faults []window
 	for _, e := range h {
-		switch e.K {
+		switch e.Kind {
 		case KFault:
 			faults = append(faults, window{e.VT, max(e.Until, e.VT) + answerGrace})
 		case KBroker:
@@ -40,7 +40,7 @@ func CheckLiveness(h []Event, s Spec) []Violation {
 	}
 	maybeRenewed := map[string]int64{} // lease -> latest end an unanswered renewal may have set
 	for _, c := range calls {
-		if c.in.Op == "extend" && !c.in.Foreign && c.done != nil && c.done.K == KInfo {
+		if c.in.Op == "extend" && !c.in.Foreign && c.done != nil && c.done.Kind == KInfo {
 			maybeRenewed[c.in.Lease] = max(maybeRenewed[c.in.Lease], c.in.VT+int64(c.in.LeaseSecs)*1000)
 		}
 	}
@@ -55,7 +55,7 @@ func CheckLiveness(h []Event, s Spec) []Violation {
 		}
 		if k, ok := t.waiting(c, calls, released, maybeRenewed, s); ok {
 			out = append(out, Violation{"liveness", fmt.Sprintf("pop of group %s (event %d, vt %d) answered empty while %s waited, never given to the group, in a partition nobody held",
-				groupOf(c.in.G), c.done.I, c.in.VT, k)})
+				groupOf(c.in.Group), c.done.Index, c.in.VT, k)})
 		}
 	}
 	return limit(out, 20)
@@ -64,14 +64,14 @@ func CheckLiveness(h []Event, s Spec) []Violation {
 // waiting finds a message the empty pop p should have been able to get.
 func (t *timeline) waiting(p *call, calls []*call, released map[string]int, maybeRenewed map[string]int64, spec Spec) (Key, bool) {
 	slack := spec.RecoverySlackMS
-	g, i, vt := groupOf(p.in.G), p.in.I, p.in.VT
+	g, i, vt := groupOf(p.in.Group), p.in.Index, p.in.VT
 	if t.unknownHolder(p, calls, slack) {
 		return Key{}, false
 	}
 	for _, pr := range t.pushes {
 		k := pr.key
 		if pr.okI >= i || (pr.status != "queued" && pr.status != "duplicate") ||
-			k.Tenant != p.in.Tenant || k.Q != p.in.Q || (p.in.P != "" && k.P != p.in.P) {
+			k.Tenant != p.in.Tenant || k.Q != p.in.Queue || (p.in.Partition != "" && k.P != p.in.Partition) {
 			continue
 		}
 		if t.evictable(k, vt, spec) || t.hide.hidden(k, vt, p.done.VT) || !t.lateExpectsAt(k, g, i) || t.deliveredBefore(k, g, i) || t.maybeCompleted(k, g, i, calls) || t.partitionHeld(k, g, i, vt, slack, released, maybeRenewed) {
@@ -86,8 +86,8 @@ func (t *timeline) waiting(p *call, calls []*call, released map[string]int, mayb
 // whose answer never came may still hold a lease at p's time.
 func (t *timeline) unknownHolder(p *call, calls []*call, slack int64) bool {
 	for _, c := range calls {
-		if c.in.Op != "pop" || c.in.I >= p.in.I || c.ok() || c.in.Tenant != p.in.Tenant || c.in.Q != p.in.Q ||
-			groupOf(c.in.G) != groupOf(p.in.G) {
+		if c.in.Op != "pop" || c.in.Index >= p.in.Index || c.ok() || c.in.Tenant != p.in.Tenant || c.in.Queue != p.in.Queue ||
+			groupOf(c.in.Group) != groupOf(p.in.Group) {
 			continue
 		}
 		hold := int64(c.in.LeaseSecs)*1000 + slack
@@ -119,7 +119,7 @@ func (t *timeline) maybeCompleted(k Key, g string, i int, calls []*call) bool {
 		}
 	}
 	for _, c := range calls {
-		if (c.in.Op != "ack" && c.in.Op != "txn") || c.in.Foreign || c.in.I >= i || c.ok() || groupOf(c.in.G) != g {
+		if (c.in.Op != "ack" && c.in.Op != "txn") || c.in.Foreign || c.in.Index >= i || c.ok() || groupOf(c.in.Group) != g {
 			continue
 		}
 		if refusedEdge(c) {

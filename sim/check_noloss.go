@@ -48,13 +48,13 @@ func CheckNoLoss(h []Event, s Spec) []Violation {
 	// must leave the messages where they were.
 	lostAutoAck := map[string]map[[2]string]int{} // group -> (tenant, queue) -> latest answer index
 	for _, c := range calls(h) {
-		if c.in.Op == "pop" && c.in.Status == "autoack" && c.done != nil && c.done.K == KInfo && c.done.Err != Cancelled {
-			g := groupOf(c.in.G)
+		if c.in.Op == "pop" && c.in.Status == "autoack" && c.done != nil && c.done.Kind == KInfo && c.done.Err != Cancelled {
+			g := groupOf(c.in.Group)
 			if lostAutoAck[g] == nil {
 				lostAutoAck[g] = map[[2]string]int{}
 			}
-			tq := [2]string{c.in.Tenant, c.in.Q}
-			lostAutoAck[g][tq] = max(lostAutoAck[g][tq], c.done.I)
+			tq := [2]string{c.in.Tenant, c.in.Queue}
+			lostAutoAck[g][tq] = max(lostAutoAck[g][tq], c.done.Index)
 		}
 	}
 	pushedAt := map[Key]int{}
@@ -64,7 +64,7 @@ func CheckNoLoss(h []Event, s Spec) []Violation {
 		}
 	}
 	for _, r := range t.rows {
-		k := Key{r.Tenant, r.Q, r.P, r.Txid}
+		k := Key{r.Tenant, r.Queue, r.Partition, r.Txid}
 		for _, g := range append(append([]string(nil), r.DoneBy...), r.DLQBy...) {
 			at, lost := lostAutoAck[g][[2]string{k.Tenant, k.Q}]
 			if delivered[g][k] || (lost && pushedAt[k] < at) {

@@ -16,7 +16,7 @@ func CheckPayloads(h []Event, _ Spec) []Violation {
 	orig := map[Key]string{}
 	for _, c := range calls(h) {
 		if c.in.Op == "sealed-retry" && c.ok() && c.done.Status != "" {
-			orig[Key{c.in.Tenant, c.in.Q, c.in.P, c.done.Status}] = c.in.Txid
+			orig[Key{c.in.Tenant, c.in.Queue, c.in.Partition, c.done.Status}] = c.in.Txid
 		}
 	}
 	var out []Violation
@@ -45,7 +45,7 @@ func CheckPayloads(h []Event, _ Spec) []Violation {
 			if sealedEnvelope(m.Data) {
 				what = fmt.Sprintf("delivered as an encryption envelope (sealed once more than the pop opened it): %s", clip(m.Data))
 			}
-			out = append(out, Violation{"payloads", fmt.Sprintf("%s (event %d) %s", k, c.done.I, what)})
+			out = append(out, Violation{"payloads", fmt.Sprintf("%s (event %d) %s", k, c.done.Index, what)})
 		}
 	}
 	if finalEvent(h) != nil {
@@ -58,7 +58,7 @@ func CheckPayloads(h []Event, _ Spec) []Violation {
 				k.Txid, how = c.done.Status, "a DLQ retry of "+c.in.Txid
 			}
 			if k.Txid != "" && !delivered[k] {
-				out = append(out, Violation{"payloads", fmt.Sprintf("%s was written (%s, event %d) and never delivered by the final drain", k, how, c.done.I)})
+				out = append(out, Violation{"payloads", fmt.Sprintf("%s was written (%s, event %d) and never delivered by the final drain", k, how, c.done.Index)})
 			}
 		}
 	}

@@ -71,13 +71,13 @@ func CheckQueueOptions(h []Event, s Spec) []Violation {
 			continue
 		}
 		switch {
-		case c.in.Op == "push" && c.done.Status == "queued" && s.WindowMS[c.in.Q] > 0:
+		case c.in.Op == "push" && c.done.Status == "queued" && s.WindowMS[c.in.Queue] > 0:
 			k := c.in.Key()
-			byPart[[3]string{k.Tenant, k.Q, k.P}] = append(byPart[[3]string{k.Tenant, k.Q, k.P}], stored{k, c.done.I, c.in.VT})
+			byPart[[3]string{k.Tenant, k.Q, k.P}] = append(byPart[[3]string{k.Tenant, k.Q, k.P}], stored{k, c.done.Index, c.in.VT})
 		case c.in.Op == "txn" && c.done.Status == "committed":
 			for _, m := range c.in.Msgs {
-				if m.Op == "push" && m.Status != "duplicate" && s.WindowMS[m.Q] > 0 {
-					byPart[[3]string{m.Tenant, m.Q, m.P}] = append(byPart[[3]string{m.Tenant, m.Q, m.P}], stored{m.Key(), c.done.I, c.in.VT})
+				if m.Op == "push" && m.Status != "duplicate" && s.WindowMS[m.Queue] > 0 {
+					byPart[[3]string{m.Tenant, m.Queue, m.Partition}] = append(byPart[[3]string{m.Tenant, m.Queue, m.Partition}], stored{m.Key(), c.done.Index, c.in.VT})
 				}
 			}
 		}
@@ -150,9 +150,9 @@ func newHiding(h []Event, s Spec) *hiding {
 		switch c.in.Op {
 		case "push":
 			switch {
-			case c.done == nil || c.done.K == KInfo:
+			case c.done == nil || c.done.Kind == KInfo:
 				note(c.in.Key(), c.in.VT, never, false)
-			case c.done.K != KOK:
+			case c.done.Kind != KOK:
 			case c.done.Status == "queued":
 				note(c.in.Key(), c.in.VT, c.done.VT, true)
 			case c.done.Status == "buffered" || c.done.Status == "":
@@ -162,7 +162,7 @@ func newHiding(h []Event, s Spec) *hiding {
 			for _, m := range c.in.Msgs {
 				switch {
 				case m.Op != "push":
-				case c.done == nil || c.done.K == KInfo:
+				case c.done == nil || c.done.Kind == KInfo:
 					note(m.Key(), c.in.VT, never, false)
 				case c.ok() && c.done.Status == "committed" && m.Status != "duplicate":
 					note(m.Key(), c.in.VT, c.done.VT, true)

@@ -24,20 +24,20 @@ const recreateSlackMS = 8000
 func CheckRecreates(h []Event, _ Spec) []Violation {
 	var out []Violation
 	for _, e := range h {
-		if e.K == KProbe && e.What == "stale" {
+		if e.Kind == KProbe && e.What == "stale" {
 			out = append(out, checkStale(e)...)
 			continue
 		}
-		if e.K != KProbe || e.What != "recreate" {
+		if e.Kind != KProbe || e.What != "recreate" {
 			continue
 		}
 		switch {
 		case e.Status != e.Txid:
 			out = append(out, Violation{"recreate", fmt.Sprintf("%s, deleted and created again through broker %d, delivered [%s] there in %d ms; pushed after the delete: [%s]",
-				e.Q, e.B, e.Status, e.Until, e.Txid)})
+				e.Queue, e.Broker, e.Status, e.Until, e.Txid)})
 		case e.Until > recreateSlackMS:
 			out = append(out, Violation{"recreate", fmt.Sprintf("%s, deleted and created again through broker %d, took %d ms to deliver [%s] there (slack %d ms)",
-				e.Q, e.B, e.Until, strings.ReplaceAll(e.Status, ",", " "), recreateSlackMS)})
+				e.Queue, e.Broker, e.Until, strings.ReplaceAll(e.Status, ",", " "), recreateSlackMS)})
 		}
 	}
 	return out
@@ -47,15 +47,15 @@ func CheckRecreates(h []Event, _ Spec) []Violation {
 func checkStale(e Event) []Violation {
 	var out []Violation
 	if e.Bad != "" {
-		out = append(out, Violation{"recreate", fmt.Sprintf("%s, deleted through another broker with the mesh down: broker %d refused a valid transaction into it: %s", e.Q, e.B, e.Bad)})
+		out = append(out, Violation{"recreate", fmt.Sprintf("%s, deleted through another broker with the mesh down: broker %d refused a valid transaction into it: %s", e.Queue, e.Broker, e.Bad)})
 	}
 	switch {
 	case e.Status != e.Txid:
 		out = append(out, Violation{"recreate", fmt.Sprintf("%s, deleted through another broker with the mesh down, gave group %s [%s] on broker %d in %d ms; pushed there after the delete: [%s]",
-			e.Q, e.G, e.Status, e.B, e.Until, e.Txid)})
+			e.Queue, e.Group, e.Status, e.Broker, e.Until, e.Txid)})
 	case e.Until > recreateSlackMS:
 		out = append(out, Violation{"recreate", fmt.Sprintf("%s, deleted through another broker with the mesh down, took %d ms to reach group %s on broker %d (slack %d ms)",
-			e.Q, e.Until, e.G, e.B, recreateSlackMS)})
+			e.Queue, e.Until, e.Group, e.Broker, recreateSlackMS)})
 	}
 	return out
 }

@@ -16,7 +16,7 @@ func CheckRedelivery(h []Event, s Spec) []Violation {
 			if dlq[g] == nil {
 				dlq[g] = map[Key]bool{}
 			}
-			dlq[g][Key{r.Tenant, r.Q, r.P, r.Txid}] = true
+			dlq[g][Key{r.Tenant, r.Queue, r.Partition, r.Txid}] = true
 		}
 	}
 	var out []Violation
@@ -24,7 +24,7 @@ func CheckRedelivery(h []Event, s Spec) []Violation {
 		if c.in.Op != "ack" || c.in.Foreign || !c.ok() {
 			continue
 		}
-		group := c.in.G
+		group := c.in.Group
 		if group == "" {
 			group = QueueMode
 		}
@@ -36,13 +36,13 @@ func CheckRedelivery(h []Event, s Spec) []Violation {
 			k := m.Key()
 			again := dlq[group][k]
 			for _, d := range t.deliveries {
-				if d.key == k && d.group == group && d.okI > c.in.I {
+				if d.key == k && d.group == group && d.okI > c.in.Index {
 					again = true
 					break
 				}
 			}
 			if !again && !t.evictable(k, h[len(h)-1].VT, s) {
-				out = append(out, Violation{"redelivery", fmt.Sprintf("%s acked %s in group %s (event %d) and never delivered again nor dead-lettered", k, st, group, c.done.I)})
+				out = append(out, Violation{"redelivery", fmt.Sprintf("%s acked %s in group %s (event %d) and never delivered again nor dead-lettered", k, st, group, c.done.Index)})
 			}
 		}
 	}

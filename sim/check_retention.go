@@ -31,13 +31,13 @@ func CheckRetention(h []Event, _ Spec) []Violation {
 	var fails []retentionFailure
 	for _, e := range h {
 		switch {
-		case e.K == KProbe && e.What == "retention.push":
-			k := Key{e.Tenant, e.Q, e.P, e.Txid}
+		case e.Kind == KProbe && e.What == "retention.push":
+			k := Key{e.Tenant, e.Queue, e.Partition, e.Txid}
 			if _, ok := pushed[k]; !ok {
 				order = append(order, k)
 			}
 			pushed[k] = due{e.Rule, e.Due}
-		case e.K == KFault && e.F == "retention.fail":
+		case e.Kind == KFault && e.Fault == "retention.fail":
 			fails = append(fails, retentionFailure{e.Rule, e.VT, max(e.Until, e.VT)})
 		}
 	}
@@ -52,12 +52,12 @@ func CheckRetention(h []Event, _ Spec) []Violation {
 	reported := map[Key]bool{}
 	var out []Violation
 	for _, e := range h {
-		if e.K != KProbe || e.What != "retention.seen" {
+		if e.Kind != KProbe || e.What != "retention.seen" {
 			continue
 		}
 		stored := map[Key]bool{}
 		for _, r := range e.Rows {
-			stored[Key{r.Tenant, r.Q, r.P, r.Txid}] = true
+			stored[Key{r.Tenant, r.Queue, r.Partition, r.Txid}] = true
 		}
 		for _, k := range order {
 			d := pushed[k]

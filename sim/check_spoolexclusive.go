@@ -8,8 +8,8 @@ import "fmt"
 func CheckSpoolExclusive(h []Event, _ Spec) []Violation {
 	var out []Violation
 	for _, e := range h {
-		if e.K == KFault && e.F == FSecondSpool && e.Status == "opened" {
-			out = append(out, Violation{"spool-exclusive", fmt.Sprintf("a second spool opened broker %d's spool directory while it ran (event %d, vt %d)", e.B, e.I, e.VT)})
+		if e.Kind == KFault && e.Fault == FSecondSpool && e.Status == "opened" {
+			out = append(out, Violation{"spool-exclusive", fmt.Sprintf("a second spool opened broker %d's spool directory while it ran (event %d, vt %d)", e.Broker, e.Index, e.VT)})
 		}
 	}
 	return limit(out, 20)

@@ -19,7 +19,7 @@ func CheckStream(h []Event, _ Spec) []Violation {
 	for _, c := range calls(h) {
 		switch c.in.Op {
 		case "stream-push":
-			k := Key{c.in.Tenant, StreamSource, c.in.P, c.in.Txid}
+			k := Key{c.in.Tenant, StreamSource, c.in.Partition, c.in.Txid}
 			pushed[k] = true
 			if c.ok() && (c.done.Status == "queued" || c.done.Status == "duplicate" || c.done.Status == "buffered") {
 				acked[k] = true
@@ -28,7 +28,7 @@ func CheckStream(h []Event, _ Spec) []Violation {
 			switch {
 			case c.ok() && c.done.Status == "committed":
 				cycles[c.in.Txid] = "committed"
-			case c.ok() && c.done.Status == "rejected", c.done != nil && c.done.K == KFail:
+			case c.ok() && c.done.Status == "rejected", c.done != nil && c.done.Kind == KFail:
 				cycles[c.in.Txid] = "rejected"
 			default:
 				cycles[c.in.Txid] = "maybe"

@@ -140,7 +140,7 @@ func lateGroups(h []Event) *lateSet {
 	lastTry := map[lateID]int64{}
 	pushed := func(k Key, c *call, queued bool) {
 		if _, ok := ls.firstAttempt[k]; !ok {
-			ls.firstAttempt[k] = c.in.I
+			ls.firstAttempt[k] = c.in.Index
 		}
 		if at, ok := ls.queuedVT[k]; queued && (!ok || c.done.VT < at) {
 			ls.queuedVT[k] = c.done.VT
@@ -151,7 +151,7 @@ func lateGroups(h []Event) *lateSet {
 		if in.Foreign {
 			continue
 		}
-		id := lateID{in.Tenant, in.Q, groupOf(in.G)}
+		id := lateID{in.Tenant, in.Queue, groupOf(in.Group)}
 		switch {
 		case in.Op == "push":
 			pushed(in.Key(), c, c.ok() && c.done.Status == "queued")
@@ -165,8 +165,8 @@ func lateGroups(h []Event) *lateSet {
 					pushed(k, c, c.ok() && c.done.Status == "committed" && m.Status != "duplicate")
 				}
 			}
-		case in.Op == "pop" && in.SubMode != "" && in.G != "":
-			if c.done != nil && c.done.K == KFail {
+		case in.Op == "pop" && in.SubMode != "" && in.Group != "":
+			if c.done != nil && c.done.Kind == KFail {
 				continue // refused: it subscribed nothing
 			}
 			g := ls.groups[id]
@@ -186,15 +186,15 @@ func lateGroups(h []Event) *lateSet {
 			}
 		case in.Op == "seek":
 			g := ls.groups[id]
-			if g == nil || g.lost || (c.done != nil && c.done.K == KFail) {
+			if g == nil || g.lost || (c.done != nil && c.done.Kind == KFail) {
 				continue
 			}
-			g.epochs[len(g.epochs)-1].endI = in.I
+			g.epochs[len(g.epochs)-1].endI = in.Index
 			if !c.ok() {
 				g.lost = true
 				continue
 			}
-			g.epochs = append(g.epochs, lateEpoch{mode: "seek", lo: in.SubFrom, hi: in.SubFrom, beginI: c.done.I, endI: math.MaxInt})
+			g.epochs = append(g.epochs, lateEpoch{mode: "seek", lo: in.SubFrom, hi: in.SubFrom, beginI: c.done.Index, endI: math.MaxInt})
 		}
 	}
 	for id, g := range ls.groups {

@@ -20,18 +20,18 @@ func CheckTenant(h []Event, _ Spec) []Violation {
 			continue
 		}
 		if c.done.Status == "renewed" {
-			out = append(out, Violation{"tenant", fmt.Sprintf("extend of lease %s under tenant %s (event %d), not the lease's, renewed it", c.in.Lease, c.in.Tenant, c.done.I)})
+			out = append(out, Violation{"tenant", fmt.Sprintf("extend of lease %s under tenant %s (event %d), not the lease's, renewed it", c.in.Lease, c.in.Tenant, c.done.Index)})
 		}
 		for _, m := range c.done.Msgs {
 			if m.OK {
-				out = append(out, Violation{"tenant", fmt.Sprintf("ack of %s/%s/%s under tenant %s (event %d), not the message's, succeeded", m.Q, m.P, m.Txid, c.in.Tenant, c.done.I)})
+				out = append(out, Violation{"tenant", fmt.Sprintf("ack of %s/%s/%s under tenant %s (event %d), not the message's, succeeded", m.Queue, m.Partition, m.Txid, c.in.Tenant, c.done.Index)})
 			}
 		}
 	}
 	for _, r := range t.rows {
-		tenants := t.pushTenants[[3]string{r.Q, r.P, r.Txid}]
+		tenants := t.pushTenants[[3]string{r.Queue, r.Partition, r.Txid}]
 		if len(tenants) > 0 && !tenants[r.Tenant] {
-			out = append(out, Violation{"tenant", fmt.Sprintf("row %s/%s/%s stored under tenant %s, pushed under %v", r.Q, r.P, r.Txid, r.Tenant, keysOf(tenants))})
+			out = append(out, Violation{"tenant", fmt.Sprintf("row %s/%s/%s stored under tenant %s, pushed under %v", r.Queue, r.Partition, r.Txid, r.Tenant, keysOf(tenants))})
 		}
 	}
 	return limit(out, 20)

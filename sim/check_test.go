@@ -92,7 +92,7 @@ func TestRetentionProgressExcusesOnlyTheFailingRule(t *testing.T) {
 		t.Fatalf("rejects the completed rule's message kept while that rule fails: %v", v)
 	}
 	for i := range h {
-		if h[i].K == sim.KFault && h[i].F == "retention.fail" {
+		if h[i].Kind == sim.KFault && h[i].Fault == "retention.fail" {
 			h[i].Rule = "expired"
 		}
 	}

@@ -29,22 +29,22 @@ func CheckTimers(h []Event, _ Spec) []Violation {
 	var final *Event
 	for i, e := range h {
 		switch {
-		case e.K == KInvoke && (e.Op == "timer" || e.Op == "timer-cancel" || e.Op == "timer-poison"):
+		case e.Kind == KInvoke && (e.Op == "timer" || e.Op == "timer-cancel" || e.Op == "timer-poison"):
 			calls[e.Call] = e
-		case e.Op == "timer-poison" && e.K != KInvoke:
+		case e.Op == "timer-poison" && e.Kind != KInvoke:
 			in := calls[e.Call]
 			poison[[2]string{in.Tenant, in.Txid}] = true
-		case e.K == KFinal:
+		case e.Kind == KFinal:
 			final = &h[i]
-		case e.Op == "timer" && e.K != KInvoke:
+		case e.Op == "timer" && e.Kind != KInvoke:
 			in := calls[e.Call]
-			timers[[2]string{in.Tenant, in.Txid}] = &timer{outcome: e.K, at: e.At}
-		case e.Op == "timer-cancel" && e.K == KOK && e.Status == "cancelled":
+			timers[[2]string{in.Tenant, in.Txid}] = &timer{outcome: e.Kind, at: e.At}
+		case e.Op == "timer-cancel" && e.Kind == KOK && e.Status == "cancelled":
 			in := calls[e.Call]
 			if t := timers[[2]string{in.Tenant, in.Txid}]; t != nil {
 				t.cancelled = true
 			}
-		case e.Op == "timer-cancel" && e.K == KInfo:
+		case e.Op == "timer-cancel" && e.Kind == KInfo:
 			in := calls[e.Call]
 			if t := timers[[2]string{in.Tenant, in.Txid}]; t != nil {
 				t.mayBeGone = true
@@ -57,7 +57,7 @@ func CheckTimers(h []Event, _ Spec) []Violation {
 	var out []Violation
 	stored := map[[2]string]Row{}
 	for _, r := range final.Rows {
-		if r.Q == TimerQueue {
+		if r.Queue == TimerQueue {
 			stored[[2]string{r.Tenant, r.Txid}] = r
 		}
 	}
@@ -105,12 +105,12 @@ func CheckKV(h []Event, _ Spec) []Violation {
 	var out []Violation
 	for _, e := range h {
 		switch {
-		case e.K == KInvoke && (e.Op == "kv-put" || e.Op == "kv-get"):
+		case e.Kind == KInvoke && (e.Op == "kv-put" || e.Op == "kv-get"):
 			calls[e.Call] = e
-		case e.Op == "kv-put" && e.K == KOK:
+		case e.Op == "kv-put" && e.Kind == KOK:
 			in := calls[e.Call]
 			puts[[2]string{in.Tenant, in.Txid}] = put{in.VT, e.VT, int64(in.LeaseSecs) * 1000}
-		case e.Op == "kv-get" && e.K == KOK:
+		case e.Op == "kv-get" && e.Kind == KOK:
 			in := calls[e.Call]
 			p, ok := puts[[2]string{in.Tenant, in.Txid}]
 			if !ok || in.VT < p.answered {

@@ -17,16 +17,16 @@ func CheckWakes(h []Event, _ Spec) []Violation {
 	var out []Violation
 	floor := PopWaitMax.Milliseconds() + wakeSlackMS
 	for _, e := range h {
-		if e.K != KProbe || e.What != "wake" {
+		if e.Kind != KProbe || e.What != "wake" {
 			continue
 		}
 		switch {
 		case e.Code != 200 || e.Status != e.Txid:
 			out = append(out, Violation{"lost-wake", fmt.Sprintf("the long poll of %s on broker %d answered %d without %s, pushed through another broker %d ms before",
-				e.Q, e.B, e.Code, e.Txid, e.Until)})
+				e.Queue, e.Broker, e.Code, e.Txid, e.Until)})
 		case e.Until > floor:
 			out = append(out, Violation{"lost-wake", fmt.Sprintf("the long poll of %s on broker %d delivered %s %d ms after its push was answered, past the periodic floor of %d ms",
-				e.Q, e.B, e.Txid, e.Until, floor)})
+				e.Queue, e.Broker, e.Txid, e.Until, floor)})
 		}
 	}
 	return out

@@ -43,7 +43,7 @@ func (r *runner) corruptSpools(f FaultAt) {
 		}
 		for _, c := range got {
 			ev := c.Event
-			r.hist.Add(Event{K: KFault, F: FCorrupted, B: b, VT: r.vt(), Tenant: ev.TenantOrDefault(), Q: ev.Queue, P: ev.Partition, Txid: ev.TransactionID})
+			r.hist.Add(Event{Kind: KFault, Fault: FCorrupted, Broker: b, VT: r.vt(), Tenant: ev.TenantOrDefault(), Queue: ev.Queue, Partition: ev.Partition, Txid: ev.TransactionID})
 		}
 	}
 }
@@ -52,7 +52,7 @@ func (r *runner) corruptSpools(f FaultAt) {
 func corruptedKeys(h []Event) map[Key]bool {
 	out := map[Key]bool{}
 	for _, e := range h {
-		if e.K == KFault && e.F == FCorrupted {
+		if e.Kind == KFault && e.Fault == FCorrupted {
 			out[e.Key()] = true
 		}
 	}
@@ -72,7 +72,7 @@ func CheckSpoolCorrupt(h []Event, _ Spec) []Violation {
 	}
 	stored := map[Key]bool{}
 	for _, r := range final.Rows {
-		stored[Key{r.Tenant, r.Q, r.P, r.Txid}] = true
+		stored[Key{r.Tenant, r.Queue, r.Partition, r.Txid}] = true
 	}
 	named := map[int]map[Key]bool{}
 	anonymous := map[int]int{}
@@ -90,17 +90,17 @@ func CheckSpoolCorrupt(h []Event, _ Spec) []Violation {
 	}
 	var out []Violation
 	for _, e := range h {
-		if e.K != KFault || e.F != FCorrupted {
+		if e.Kind != KFault || e.Fault != FCorrupted {
 			continue
 		}
 		k := e.Key()
 		switch {
-		case stored[k], named[e.B][k]:
-		case anonymous[e.B] > 0:
-			anonymous[e.B]--
+		case stored[k], named[e.Broker][k]:
+		case anonymous[e.Broker] > 0:
+			anonymous[e.Broker]--
 		default:
 			out = append(out, Violation{"spool-corrupt", fmt.Sprintf("%s, buffered by broker %d and damaged on disk, was neither stored nor quarantined with a reason: dropped silently",
-				k, e.B)})
+				k, e.Broker)})
 		}
 	}
 	return limit(out, 20)

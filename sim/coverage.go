@@ -67,7 +67,7 @@ func Cover(h []Event) Coverage {
 	sought := map[[3]string]bool{}
 	for _, c := range calls(h) {
 		if c.in.Op == "seek" && c.ok() {
-			sought[[3]string{c.in.Tenant, c.in.Q, c.in.G}] = true
+			sought[[3]string{c.in.Tenant, c.in.Queue, c.in.Group}] = true
 		}
 		coverCall(cov, c, w, opts, leases, sought)
 	}
@@ -107,16 +107,16 @@ func writesOf(h []Event) map[Key]written {
 		case in.Op == "sealed-write":
 			note(in.Key(), in.What, in.VT)
 		case in.Op == "sealed-retry" && c.ok() && c.done.Status != "":
-			w[Key{in.Tenant, in.Q, in.P, c.done.Status}] = written{"dlq-retry", c.done.VT}
+			w[Key{in.Tenant, in.Queue, in.Partition, c.done.Status}] = written{"dlq-retry", c.done.VT}
 		}
 	}
 	for _, e := range h {
 		switch {
-		case e.K == KOK && e.Op == "stream-cycle":
+		case e.Kind == KOK && e.Op == "stream-cycle":
 			for _, m := range e.Msgs {
 				note(m.Key(), "stream", e.VT)
 			}
-		case e.K == KOK && e.Op == "dlq-retry":
+		case e.Kind == KOK && e.Op == "dlq-retry":
 			for _, m := range e.Msgs {
 				w[m.Key()] = written{"dlq-retry", e.VT}
 			}
@@ -136,14 +136,14 @@ type queueOpt struct {
 func optionsOverTime(h []Event) map[[2]string][]queueOpt {
 	out := map[[2]string][]queueOpt{}
 	for _, e := range h {
-		if e.K != KQueue {
+		if e.Kind != KQueue {
 			continue
 		}
 		var opts []string
 		if e.What != "" {
 			opts = strings.Split(e.What, ",")
 		}
-		k := [2]string{e.Tenant, e.Q}
+		k := [2]string{e.Tenant, e.Queue}
 		out[k] = append(out[k], queueOpt{e.VT, opts})
 	}
 	return out
@@ -174,7 +174,7 @@ func coverCall(cov Coverage, c *call, w map[Key]written, opts map[[2]string][]qu
 			}
 		}
 	}
-	if c.done == nil || c.done.K != KOK {
+	if c.done == nil || c.done.Kind != KOK {
 		return
 	}
 	switch in.Op {
@@ -182,7 +182,7 @@ func coverCall(cov Coverage, c *call, w map[Key]written, opts map[[2]string][]qu
 		if c.done.Code != 200 {
 			return
 		}
-		modes := consumeModes(in, sought[[3]string{in.Tenant, in.Q, in.G}])
+		modes := consumeModes(in, sought[[3]string{in.Tenant, in.Queue, in.Group}])
 		if in.Lease == "" && len(c.done.Msgs) > 0 {
 			leases[c.done.Msgs[0].Lease] = c
 		}
@@ -195,7 +195,7 @@ func coverCall(cov Coverage, c *call, w map[Key]written, opts map[[2]string][]qu
 			if !ok {
 				continue
 			}
-			for _, o := range optionsAt(opts, m.Tenant, m.Q, wr.vt) {
+			for _, o := range optionsAt(opts, m.Tenant, m.Queue, wr.vt) {
 				cov[Cell("write="+wr.path, "queue="+o)]++
 				for _, mode := range modes {
 					cov[Cell("consume="+mode, "queue="+o)]++
@@ -229,7 +229,7 @@ func coverCall(cov Coverage, c *call, w map[Key]written, opts map[[2]string][]qu
 		}
 		for _, m := range pop.done.Msgs {
 			if wr, ok := w[m.Key()]; ok {
-				for _, o := range optionsAt(opts, m.Tenant, m.Q, wr.vt) {
+				for _, o := range optionsAt(opts, m.Tenant, m.Queue, wr.vt) {
 					cov[Cell("consume="+when, "queue="+o)]++
 				}
 			}
@@ -264,7 +264,7 @@ func edgeInput(in Event) (route, at string, ok bool) {
 func consumeModes(in Event, sought bool) []string {
 	var modes []string
 	switch {
-	case in.G == "":
+	case in.Group == "":
 		modes = append(modes, "queue-mode")
 	case sought:
 		modes = append(modes, "seek")
@@ -291,20 +291,20 @@ func coverFaults(cov Coverage, h []Event, w map[Key]written) {
 	var ws []window
 	for i, e := range h {
 		switch {
-		case e.K == KBroker && e.What == "crash":
+		case e.Kind == KBroker && e.What == "crash":
 			// A crashed broker is down until it starts again.
 			to := e.VT + faultWindowMS
 			for _, later := range h[i+1:] {
-				if later.K == KBroker && later.B == e.B && later.What == "start" {
+				if later.Kind == KBroker && later.Broker == e.Broker && later.What == "start" {
 					to = max(to, later.VT)
 					break
 				}
 			}
 			ws = append(ws, window{"broker.crash", e.VT, to})
-		case e.K == KFault && e.F == "clock.skew":
-			ws = append(ws, window{e.F, e.VT, math.MaxInt64}) // a skew stays
-		case e.K == KFault && slices.Contains(FaultKinds, e.F):
-			ws = append(ws, window{e.F, e.VT, max(e.Until, e.VT+faultWindowMS)})
+		case e.Kind == KFault && e.Fault == "clock.skew":
+			ws = append(ws, window{e.Fault, e.VT, math.MaxInt64}) // a skew stays
+		case e.Kind == KFault && slices.Contains(FaultKinds, e.Fault):
+			ws = append(ws, window{e.Fault, e.VT, max(e.Until, e.VT+faultWindowMS)})
 		}
 	}
 	for _, c := range calls(h) {
@@ -407,5 +407,5 @@ func (q QueueSpec) options() []string {
 
 // noteQueue records tenant's queue q configured with opts (KQueue).
 func (r *runner) noteQueue(tenant, q string, opts []string) {
-	r.hist.Add(Event{K: KQueue, VT: r.vt(), Tenant: tenant, Q: q, What: strings.Join(opts, ",")})
+	r.hist.Add(Event{Kind: KQueue, VT: r.vt(), Tenant: tenant, Queue: q, What: strings.Join(opts, ",")})
 }

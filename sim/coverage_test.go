@@ -11,21 +11,21 @@ import (
 // options when a message was written, the path that wrote it, how it was
 // consumed, and the faults active meanwhile.
 func TestCoverReadsCellsFromTheHistory(t *testing.T) {
-	m := sim.Msg{Tenant: "t1", Q: "q", P: "p0", Txid: "a", Lease: "L1"}
+	m := sim.Msg{Tenant: "t1", Queue: "q", Partition: "p0", Txid: "a", Lease: "L1"}
 	h := []sim.Event{
-		{K: sim.KQueue, Tenant: "t1", Q: "q", VT: 0},
-		{K: sim.KInvoke, Call: 1, Op: "push", VT: 10, Tenant: "t1", Q: "q", P: "p0", Txid: "a"},
-		{K: sim.KOK, Call: 1, Op: "push", VT: 11, Code: 201, Status: "queued"},
-		{K: sim.KQueue, Tenant: "t1", Q: "q", VT: 20, What: "retention,encrypted"},
-		{K: sim.KFault, F: "pg.reset", VT: 25, B: -1},
-		{K: sim.KInvoke, Call: 2, Op: "push", VT: 30, Tenant: "t1", Q: "q", P: "p0", Txid: "b"},
-		{K: sim.KOK, Call: 2, Op: "push", VT: 31, Code: 201, Status: "queued"},
-		{K: sim.KInvoke, Call: 3, Op: "pop", VT: 40, Tenant: "t1", Q: "q", G: "g", LeaseSecs: 5},
-		{K: sim.KOK, Call: 3, Op: "pop", VT: 41, Code: 200, Msgs: []sim.Msg{m, {Tenant: "t1", Q: "q", P: "p0", Txid: "b", Lease: "L1"}}},
-		{K: sim.KInvoke, Call: 4, Op: "extend", VT: 9000, Tenant: "t1", Lease: "L1", LeaseSecs: 30},
-		{K: sim.KOK, Call: 4, Op: "extend", VT: 9001, Code: 200},
-		{K: sim.KInvoke, Call: 5, Op: "ack", VT: 9100, Tenant: "t1", Q: "q", G: "g", Msgs: []sim.Msg{m}},
-		{K: sim.KOK, Call: 5, Op: "ack", VT: 9101, Code: 200, Msgs: []sim.Msg{{Tenant: "t1", Q: "q", P: "p0", Txid: "a", OK: true, DLQ: true}}},
+		{Kind: sim.KQueue, Tenant: "t1", Queue: "q", VT: 0},
+		{Kind: sim.KInvoke, Call: 1, Op: "push", VT: 10, Tenant: "t1", Queue: "q", Partition: "p0", Txid: "a"},
+		{Kind: sim.KOK, Call: 1, Op: "push", VT: 11, Code: 201, Status: "queued"},
+		{Kind: sim.KQueue, Tenant: "t1", Queue: "q", VT: 20, What: "retention,encrypted"},
+		{Kind: sim.KFault, Fault: "pg.reset", VT: 25, Broker: -1},
+		{Kind: sim.KInvoke, Call: 2, Op: "push", VT: 30, Tenant: "t1", Queue: "q", Partition: "p0", Txid: "b"},
+		{Kind: sim.KOK, Call: 2, Op: "push", VT: 31, Code: 201, Status: "queued"},
+		{Kind: sim.KInvoke, Call: 3, Op: "pop", VT: 40, Tenant: "t1", Queue: "q", Group: "g", LeaseSecs: 5},
+		{Kind: sim.KOK, Call: 3, Op: "pop", VT: 41, Code: 200, Msgs: []sim.Msg{m, {Tenant: "t1", Queue: "q", Partition: "p0", Txid: "b", Lease: "L1"}}},
+		{Kind: sim.KInvoke, Call: 4, Op: "extend", VT: 9000, Tenant: "t1", Lease: "L1", LeaseSecs: 30},
+		{Kind: sim.KOK, Call: 4, Op: "extend", VT: 9001, Code: 200},
+		{Kind: sim.KInvoke, Call: 5, Op: "ack", VT: 9100, Tenant: "t1", Queue: "q", Group: "g", Msgs: []sim.Msg{m}},
+		{Kind: sim.KOK, Call: 5, Op: "ack", VT: 9101, Code: 200, Msgs: []sim.Msg{{Tenant: "t1", Queue: "q", Partition: "p0", Txid: "a", OK: true, DLQ: true}}},
 	}
 	cov := sim.Cover(h)
 	want := []string{

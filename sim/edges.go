@@ -73,7 +73,7 @@ func (a *actor) pushEdge(ctx context.Context, c, b int, k Key, edge string) {
 		a.push(ctx, c, b, k)
 		return
 	}
-	call := a.hist.Invoke(Event{Op: "push", C: c, B: b, VT: a.vt(), Tenant: k.Tenant, Q: k.Q, P: k.P, Txid: k.Txid, What: edge})
+	call := a.hist.Invoke(Event{Op: "push", Client: c, Broker: b, VT: a.vt(), Tenant: k.Tenant, Queue: k.Q, Partition: k.P, Txid: k.Txid, What: edge})
 	item := map[string]any{"queue": k.Q, "partition": k.P, "transactionId": k.Txid, "payload": map[string]any{"sum": k.Txid}}
 	body, _ := json.Marshal(map[string]any{"items": []any{item}})
 	if edge == edgeNumber {
@@ -122,20 +122,20 @@ func CheckEdges(h []Event, s Spec) []Violation {
 		}
 		switch d := c.done; {
 		case d == nil:
-		case d.K == KOK:
+		case d.Kind == KOK:
 			out = append(out, Violation{"edges", fmt.Sprintf("a %s past a limit (%s) was answered %d %q (event %d), not refused at the edge: %.60s",
-				c.in.Op, c.in.What, d.Code, d.Status, d.I, k)})
+				c.in.Op, c.in.What, d.Code, d.Status, d.Index, k)})
 		case d.Code >= 500:
 			out = append(out, Violation{"edges", fmt.Sprintf("a %s past a limit (%s) was answered %d (event %d), not refused at the edge: %.60s",
-				c.in.Op, c.in.What, d.Code, d.I, k)})
-		case d.K == KFail && d.Status == edgeUnnamed:
+				c.in.Op, c.in.What, d.Code, d.Index, k)})
+		case d.Kind == KFail && d.Status == edgeUnnamed:
 			out = append(out, Violation{"edges", fmt.Sprintf("a %s past a limit (%s) was refused %d without naming the field %s (event %d)",
-				c.in.Op, c.in.What, d.Code, edgeField[c.in.What], d.I)})
+				c.in.Op, c.in.What, d.Code, edgeField[c.in.What], d.Index)})
 		}
 	}
 	if final := finalEvent(h); final != nil {
 		for _, row := range final.Rows {
-			k := Key{row.Tenant, row.Q, row.P, row.Txid}
+			k := Key{row.Tenant, row.Queue, row.Partition, row.Txid}
 			if why, ok := edge[k]; ok {
 				out = append(out, Violation{"edges", fmt.Sprintf("a refused request (%s) left a row: %.60s", why, k)})
 			}

@@ -112,9 +112,9 @@ func (r *runner) edgeTxnAfterPop(c *client, b int, h *held) {
 // limit (pad) in the ack.
 func (a *actor) txnAs(ctx context.Context, c, b int, k Key, h *held, edge, pad string) {
 	m := h.msgs[0]
-	ops := []Msg{{Op: "push", Tenant: k.Tenant, Q: k.Q, P: k.P, Txid: k.Txid},
-		{Op: "ack", Tenant: m.Tenant, Q: m.Q, P: m.P, Txid: m.Txid, Lease: m.Lease, Status: "completed"}}
-	call := a.hist.Invoke(Event{Op: "txn", C: c, B: b, VT: a.vt(), Tenant: k.Tenant, G: h.g, Msgs: ops, What: edge})
+	ops := []Msg{{Op: "push", Tenant: k.Tenant, Queue: k.Q, Partition: k.P, Txid: k.Txid},
+		{Op: "ack", Tenant: m.Tenant, Queue: m.Queue, Partition: m.Partition, Txid: m.Txid, Lease: m.Lease, Status: "completed"}}
+	call := a.hist.Invoke(Event{Op: "txn", Client: c, Broker: b, VT: a.vt(), Tenant: k.Tenant, Group: h.g, Msgs: ops, What: edge})
 	var group any
 	if h.g != "" {
 		group = h.g
@@ -150,7 +150,7 @@ func (a *actor) finishEdge(call int, op string, b, code int, raw []byte, err err
 		a.finish(call, op, b, code, err, fill)
 		return
 	}
-	e := Event{K: KFail, Call: call, Op: op, B: b, VT: a.vt(), Code: code, Err: fmt.Sprint(code)}
+	e := Event{Kind: KFail, Call: call, Op: op, Broker: b, VT: a.vt(), Code: code, Err: fmt.Sprint(code)}
 	if f := edgeField[edge]; len(raw) > 0 && !strings.Contains(string(raw), f) {
 		e.Status = edgeUnnamed
 	}
@@ -200,7 +200,7 @@ func (r *runner) scheduleEdge(c, b int, tenant, key, edge, pad string) {
 	case edgeDelay:
 		op["delayMs"] = 1e300
 	}
-	call := a.hist.Invoke(Event{Op: "timer", C: c, B: b, VT: a.vt(), Tenant: tenant, Q: k.Q, P: k.P, Txid: k.Txid, What: edge})
+	call := a.hist.Invoke(Event{Op: "timer", Client: c, Broker: b, VT: a.vt(), Tenant: tenant, Queue: k.Q, Partition: k.P, Txid: k.Txid, What: edge})
 	body, _ := json.Marshal([]any{op})
 	if edge == edgeNumber {
 		body = []byte(strings.Replace(string(body), `"payload":{`, `"payload":{"n":1e200000,`, 1))
@@ -240,9 +240,9 @@ func (r *runner) cycleEdge(c *client, b int, query string, h *streamBatch) {
 	a := r.act
 	msgs := make([]Msg, len(h.txids))
 	for i, t := range h.txids {
-		msgs[i] = Msg{Tenant: h.tenant, Q: StreamSource, P: h.partition, Txid: t, Lease: h.lease}
+		msgs[i] = Msg{Tenant: h.tenant, Queue: StreamSource, Partition: h.partition, Txid: t, Lease: h.lease}
 	}
-	call := a.hist.Invoke(Event{Op: "stream-cycle", C: c.id, B: b, VT: a.vt(), Tenant: h.tenant, Q: StreamSource, P: h.partition,
+	call := a.hist.Invoke(Event{Op: "stream-cycle", Client: c.id, Broker: b, VT: a.vt(), Tenant: h.tenant, Queue: StreamSource, Partition: h.partition,
 		Txid: cycleID, Lease: h.lease, Msgs: msgs, What: edge})
 	item := map[string]any{"queue": StreamSink, "partition": h.partition, "payload": map[string]any{"cycle": cycleID, "ids": h.txids}}
 	stateKey, ackTxid := streamKey, h.txids[len(h.txids)-1]
@@ -291,7 +291,7 @@ func edgesFired(h []Event, fired map[string]int) {
 // refusedEdge: c was past a limit and refused (4xx), so none of it
 // applied.
 func refusedEdge(c *call) bool {
-	return edgeOps[c.in.Op] && c.in.What != "" && c.in.What != edgeAtLimit && c.done != nil && c.done.K == KFail
+	return edgeOps[c.in.Op] && c.in.What != "" && c.in.What != edgeAtLimit && c.done != nil && c.done.Kind == KFail
 }
 
 // refusedTxnAcks: a transaction refused past a limit is atomic, so its
@@ -313,7 +313,7 @@ func refusedTxnAcks(h []Event, s Spec) []Violation {
 	var open []ref
 	var out []Violation
 	names := func(c *call, r ref) bool {
-		if c.in.Foreign || groupOf(c.in.G) != r.group {
+		if c.in.Foreign || groupOf(c.in.Group) != r.group {
 			return false
 		}
 		if c.in.Op == "pop" && c.done != nil {
@@ -344,7 +344,7 @@ func refusedTxnAcks(h []Event, s Spec) []Violation {
 		}
 		keep := open[:0]
 		for _, r := range open {
-			if c.in.I < r.at || !names(c, r) {
+			if c.in.Index < r.at || !names(c, r) {
 				keep = append(keep, r)
 				continue
 			}
@@ -352,7 +352,7 @@ func refusedTxnAcks(h []Event, s Spec) []Violation {
 				for _, m := range c.done.Msgs {
 					if m.Key() == r.key && !m.OK && m.Err == store.ErrAlreadyCommitted {
 						out = append(out, Violation{"edges", fmt.Sprintf("a transaction past a limit (%s) was refused (event %d), yet its ack applied: the next ack of %.60s in group %s was answered %q (event %d)",
-							r.what, r.at, r.key, r.group, m.Err, c.done.I)})
+							r.what, r.at, r.key, r.group, m.Err, c.done.Index)})
 					}
 				}
 			}
@@ -360,8 +360,8 @@ func refusedTxnAcks(h []Event, s Spec) []Violation {
 		open = keep
 		if c.in.Op == "txn" && refusedEdge(c) && !c.in.Foreign {
 			for _, m := range c.in.Msgs {
-				if end, ok := granted[m.Lease]; ok && m.Op == "ack" && s.MaxWaitMS[m.Q] == 0 {
-					open = append(open, ref{m.Key(), groupOf(c.in.G), c.done.I, c.in.What, end - 1000})
+				if end, ok := granted[m.Lease]; ok && m.Op == "ack" && s.MaxWaitMS[m.Queue] == 0 {
+					open = append(open, ref{m.Key(), groupOf(c.in.Group), c.done.Index, c.in.What, end - 1000})
 				}
 			}
 		}

@@ -125,7 +125,7 @@ func (r *runner) scheduleFaults(workStart time.Time, stop <-chan struct{}) {
 			for _, f := range fs {
 				if f.Kind == "broker.start" {
 					if err := r.inject(f); err != nil {
-						r.hist.Add(Event{K: KFault, F: f.Kind, What: "error: " + err.Error(), VT: r.vt()})
+						r.hist.Add(Event{Kind: KFault, Fault: f.Kind, What: "error: " + err.Error(), VT: r.vt()})
 					}
 					r.faultsLeft.Add(-1)
 				}
@@ -133,7 +133,7 @@ func (r *runner) scheduleFaults(workStart time.Time, stop <-chan struct{}) {
 			for _, f := range fs {
 				if f.Kind == "wake.probe" || f.Kind == "queue.recreate" || f.Kind == "cache.stale" {
 					if err := r.inject(f); err != nil {
-						r.hist.Add(Event{K: KFault, F: f.Kind, What: "error: " + err.Error(), VT: r.vt()})
+						r.hist.Add(Event{Kind: KFault, Fault: f.Kind, What: "error: " + err.Error(), VT: r.vt()})
 					}
 					r.faultsLeft.Add(-1)
 				}
@@ -147,7 +147,7 @@ func (r *runner) scheduleFaults(workStart time.Time, stop <-chan struct{}) {
 		r.expireFaults(now)
 		for len(fs) > 0 && !workStart.Add(fs[0].At).After(now) {
 			if err := r.inject(fs[0]); err != nil {
-				r.hist.Add(Event{K: KFault, F: fs[0].Kind, What: "error: " + err.Error(), VT: r.vt()})
+				r.hist.Add(Event{Kind: KFault, Fault: fs[0].Kind, What: "error: " + err.Error(), VT: r.vt()})
 			}
 			fs = fs[1:]
 			r.faultsLeft.Add(-1)

@@ -55,7 +55,7 @@ func Generations(h []Event, s Spec) []Event {
 				if t == "" {
 					t = e.Tenant
 				}
-				if (Key{t, m.Q, m.P, m.Txid}) == k && (lease == "" || m.Lease == lease) {
+				if (Key{t, m.Queue, m.Partition, m.Txid}) == k && (lease == "" || m.Lease == lease) {
 					m.Txid = label(k.Txid, gen)
 				}
 			}
@@ -70,7 +70,7 @@ func Generations(h []Event, s Spec) []Event {
 			return false
 		}
 		for _, g := range groupsOf(s, q) {
-			if at, ok := l.done[g]; !ok || at > c.in.I {
+			if at, ok := l.done[g]; !ok || at > c.in.Index {
 				return false
 			}
 		}
@@ -85,7 +85,7 @@ func Generations(h []Event, s Spec) []Event {
 			lives[k] = &life{createdVT: c.in.VT, done: map[string]int{}}
 			return
 		}
-		stored := c.done == nil || c.done.K == KInfo || answered == "queued"
+		stored := c.done == nil || c.done.Kind == KInfo || answered == "queued"
 		if stored && eligible(l, k.Q, c) {
 			l.gen++
 			l.createdVT, l.done = c.in.VT, map[string]int{}
@@ -93,7 +93,7 @@ func Generations(h []Event, s Spec) []Event {
 		relabel(c.in.Call, k, l.gen, "")
 	}
 	complete := func(c *call, g string, m Msg, tenant string) {
-		k := Key{tenant, m.Q, m.P, m.Txid}
+		k := Key{tenant, m.Queue, m.Partition, m.Txid}
 		if m.Tenant != "" {
 			k.Tenant = m.Tenant
 		}
@@ -109,7 +109,7 @@ func Generations(h []Event, s Spec) []Event {
 		st := normStatus(m.Status)
 		if gen == l.gen && c.ok() && (m.OK || c.in.Op == "txn") && (st == "completed" || st == "dlq" || m.DLQ) {
 			if _, seen := l.done[g]; !seen {
-				l.done[g] = c.done.I
+				l.done[g] = c.done.Index
 			}
 		}
 	}
@@ -129,7 +129,7 @@ func Generations(h []Event, s Spec) []Event {
 			if !c.ok() {
 				continue
 			}
-			g := groupOf(in.G)
+			g := groupOf(in.Group)
 			for _, m := range c.done.Msgs {
 				k := m.Key()
 				if k.Tenant == "" {
@@ -143,12 +143,12 @@ func Generations(h []Event, s Spec) []Event {
 				relabel(in.Call, k, l.gen, m.Lease)
 				if in.Status == "autoack" {
 					if _, seen := l.done[g]; !seen {
-						l.done[g] = c.done.I
+						l.done[g] = c.done.Index
 					}
 				}
 			}
 		case "ack":
-			if c.done == nil || c.done.K == KFail {
+			if c.done == nil || c.done.Kind == KFail {
 				continue
 			}
 			items := in.Msgs
@@ -156,7 +156,7 @@ func Generations(h []Event, s Spec) []Event {
 				items = c.done.Msgs
 			}
 			for _, m := range items {
-				complete(c, groupOf(in.G), m, in.Tenant)
+				complete(c, groupOf(in.Group), m, in.Tenant)
 			}
 		case "txn":
 			for _, m := range in.Msgs {
@@ -175,18 +175,18 @@ func Generations(h []Event, s Spec) []Event {
 					}
 					push(c, k, st)
 				case "ack":
-					complete(c, groupOf(in.G), m, in.Tenant)
+					complete(c, groupOf(in.Group), m, in.Tenant)
 				}
 			}
 		}
 	}
 	for i := range out {
-		if out[i].K != KFinal {
+		if out[i].Kind != KFinal {
 			continue
 		}
 		rows := append([]Row(nil), out[i].Rows...)
 		for j := range rows {
-			if l := lives[Key{rows[j].Tenant, rows[j].Q, rows[j].P, rows[j].Txid}]; l != nil {
+			if l := lives[Key{rows[j].Tenant, rows[j].Queue, rows[j].Partition, rows[j].Txid}]; l != nil {
 				rows[j].Txid = label(rows[j].Txid, l.gen)
 			}
 		}

@@ -49,18 +49,18 @@ const (
 
 // Event is one line of a history.
 type Event struct {
-	I    int    `json:"i"`
-	K    string `json:"k"`
-	Call int    `json:"call,omitempty"`
-	Op   string `json:"op,omitempty"` // push pop ack extend txn
-	C    int    `json:"c,omitempty"`  // client
-	B    int    `json:"b,omitempty"`  // broker
-	VT   int64  `json:"vt"`           // virtual (lockstep) or wall (free-running) milliseconds
+	Index  int    `json:"i"`
+	Kind   string `json:"k"`
+	Call   int    `json:"call,omitempty"`
+	Op     string `json:"op,omitempty"` // push pop ack extend txn
+	Client int    `json:"c,omitempty"`
+	Broker int    `json:"b,omitempty"`
+	VT     int64  `json:"vt"` // virtual (lockstep) or wall (free-running) milliseconds
 
 	Tenant    string `json:"tenant,omitempty"`
-	Q         string `json:"q,omitempty"`
-	P         string `json:"p,omitempty"`
-	G         string `json:"g,omitempty"`
+	Queue     string `json:"q,omitempty"`
+	Partition string `json:"p,omitempty"`
+	Group     string `json:"g,omitempty"`
 	Txid      string `json:"txid,omitempty"`
 	Status    string `json:"status,omitempty"`
 	Lease     string `json:"lease,omitempty"`
@@ -90,7 +90,7 @@ type Event struct {
 	// are not replayable), for the answers checker.
 	MsgID string `json:"-"`
 
-	F     string `json:"f,omitempty"`    // fault name
+	Fault string `json:"f,omitempty"`    // fault name
 	What  string `json:"what,omitempty"` // broker/client event
 	Until int64  `json:"until,omitempty"`
 	Rows  []Row  `json:"rows,omitempty"`
@@ -142,18 +142,18 @@ type PendingTimer struct {
 
 // Msg is a message in a pop result, an ack item, or an op of a transaction.
 type Msg struct {
-	Op       string `json:"op,omitempty"` // in transactions: push or ack
-	Tenant   string `json:"tenant,omitempty"`
-	Q        string `json:"q,omitempty"`
-	P        string `json:"p,omitempty"`
-	Txid     string `json:"txid"`
-	Lease    string `json:"lease,omitempty"`
-	Status   string `json:"status,omitempty"` // ack status asked; push status answered
-	OK       bool   `json:"ok,omitempty"`     // ack item outcome
-	Released bool   `json:"released,omitempty"`
-	DLQ      bool   `json:"dlq,omitempty"`
-	Err      string `json:"err,omitempty"`
-	PID      string `json:"-"` // partition id, needed to ack; not part of the history
+	Op        string `json:"op,omitempty"` // in transactions: push or ack
+	Tenant    string `json:"tenant,omitempty"`
+	Queue     string `json:"q,omitempty"`
+	Partition string `json:"p,omitempty"`
+	Txid      string `json:"txid"`
+	Lease     string `json:"lease,omitempty"`
+	Status    string `json:"status,omitempty"` // ack status asked; push status answered
+	OK        bool   `json:"ok,omitempty"`     // ack item outcome
+	Released  bool   `json:"released,omitempty"`
+	DLQ       bool   `json:"dlq,omitempty"`
+	Err       string `json:"err,omitempty"`
+	PID       string `json:"-"` // partition id, needed to ack; not part of the history
 	// Data is what a delivery carried, recorded only when it is not the
 	// payload written for its transactionId (writtenPayload): the
 	// payloads rule judges it.
@@ -163,20 +163,20 @@ type Msg struct {
 
 // Row is a message row found by the final database read.
 type Row struct {
-	Tenant string   `json:"tenant"`
-	Q      string   `json:"q"`
-	P      string   `json:"p"`
-	Txid   string   `json:"txid"`
-	Count  int      `json:"count"`             // rows with this key (dedup: must be 1)
-	DoneBy []string `json:"done_by,omitempty"` // groups whose cursor is past it
-	DLQBy  []string `json:"dlq_by,omitempty"`  // groups that dead-lettered it
-	At     int64    `json:"at,omitempty"`      // fired timers: created_at, Unix ms
+	Tenant    string   `json:"tenant"`
+	Queue     string   `json:"q"`
+	Partition string   `json:"p"`
+	Txid      string   `json:"txid"`
+	Count     int      `json:"count"`             // rows with this key (dedup: must be 1)
+	DoneBy    []string `json:"done_by,omitempty"` // groups whose cursor is past it
+	DLQBy     []string `json:"dlq_by,omitempty"`  // groups that dead-lettered it
+	At        int64    `json:"at,omitempty"`      // fired timers: created_at, Unix ms
 }
 
 // finalEvent is the history's final read, or nil when the run has none.
 func finalEvent(h []Event) *Event {
 	for i := len(h) - 1; i >= 0; i-- {
-		if h[i].K == KFinal {
+		if h[i].Kind == KFinal {
 			return &h[i]
 		}
 	}
@@ -186,8 +186,8 @@ func finalEvent(h []Event) *Event {
 // Key identifies a logical message.
 type Key struct{ Tenant, Q, P, Txid string }
 
-func (m Msg) Key() Key   { return Key{m.Tenant, m.Q, m.P, m.Txid} }
-func (e Event) Key() Key { return Key{e.Tenant, e.Q, e.P, e.Txid} }
+func (m Msg) Key() Key   { return Key{m.Tenant, m.Queue, m.Partition, m.Txid} }
+func (e Event) Key() Key { return Key{e.Tenant, e.Queue, e.Partition, e.Txid} }
 
 func (k Key) String() string { return fmt.Sprintf("%s/%s/%s/%s", k.Tenant, k.Q, k.P, k.Txid) }
 
@@ -202,7 +202,7 @@ type History struct {
 func (h *History) Add(e Event) Event {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	e.I = len(h.events)
+	e.Index = len(h.events)
 	h.events = append(h.events, e)
 	return e
 }
@@ -213,7 +213,7 @@ func (h *History) Invoke(e Event) int {
 	h.calls++
 	e.Call = h.calls
 	h.mu.Unlock()
-	e.K = KInvoke
+	e.Kind = KInvoke
 	h.Add(e)
 	return e.Call
 }
@@ -254,7 +254,7 @@ func ReadHistory(path string) ([]Event, error) {
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
 			return nil, fmt.Errorf("%s:%d: %w", path, line, err)
 		}
-		e.I = len(out)
+		e.Index = len(out)
 		out = append(out, e)
 	}
 	return out, sc.Err()

@@ -143,7 +143,7 @@ func (r *runner) injectCrash(f FaultAt, _ *Event, _ time.Time) (bool, error) {
 		}
 		r.cluster.Crash(b)
 		r.fired["broker.crash"]++
-		r.hist.Add(Event{K: KBroker, What: "crash", B: b, VT: r.vt()})
+		r.hist.Add(Event{Kind: KBroker, What: "crash", Broker: b, VT: r.vt()})
 		for _, c := range r.clients {
 			if c.broker == b {
 				r.abandonAll(c)
@@ -163,7 +163,7 @@ func (r *runner) injectStop(f FaultAt, _ *Event, _ time.Time) (bool, error) {
 		}
 		r.cluster.Stop(r.ctx, b)
 		r.fired["broker.stop"]++
-		r.hist.Add(Event{K: KBroker, What: "stop", B: b, VT: r.vt()})
+		r.hist.Add(Event{Kind: KBroker, What: "stop", Broker: b, VT: r.vt()})
 	}
 	return false, nil
 }
@@ -198,7 +198,7 @@ func (r *runner) injectKeyRotate(_ FaultAt, _ *Event, _ time.Time) (bool, error)
 			continue
 		}
 		r.cluster.Stop(r.ctx, b)
-		r.hist.Add(Event{K: KBroker, What: "stop", B: b, VT: r.vt()})
+		r.hist.Add(Event{Kind: KBroker, What: "stop", Broker: b, VT: r.vt()})
 		if err := r.startBroker(b); err != nil {
 			return false, err
 		}

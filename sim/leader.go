@@ -45,7 +45,7 @@ func (r *runner) noteLeaderPass(b int, role string, session uint32) func(error) 
 		r.lead.cuts--
 	}
 	r.lead.mu.Unlock()
-	r.hist.Add(Event{K: KLeader, What: "start", B: b, Role: role, Session: session, Pass: pass, VT: r.vt()})
+	r.hist.Add(Event{Kind: KLeader, What: "start", Broker: b, Role: role, Session: session, Pass: pass, VT: r.vt()})
 	if cut {
 		if err := r.cluster.terminateSession(r.ctx, session); err != nil {
 			r.pmu.Lock()
@@ -53,11 +53,11 @@ func (r *runner) noteLeaderPass(b int, role string, session uint32) func(error) 
 			r.pmu.Unlock()
 		} else {
 			r.lead.fired.Add(1)
-			r.hist.Add(Event{K: KLeader, What: "cut", B: b, Role: role, Session: session, Pass: pass, VT: r.vt()})
+			r.hist.Add(Event{Kind: KLeader, What: "cut", Broker: b, Role: role, Session: session, Pass: pass, VT: r.vt()})
 		}
 	}
 	return func(err error) {
-		e := Event{K: KLeader, What: "end", B: b, Role: role, Session: session, Pass: pass, VT: r.vt()}
+		e := Event{Kind: KLeader, What: "end", Broker: b, Role: role, Session: session, Pass: pass, VT: r.vt()}
 		if err != nil {
 			e.Err = "failed" // lockstep: the same in every replay
 			if r.pg == nil {
@@ -71,7 +71,7 @@ func (r *runner) noteLeaderPass(b int, role string, session uint32) func(error) 
 // noteKills records the sessions leader.kill terminated (free-running).
 func (r *runner) noteKills(pids []uint32) {
 	for _, pid := range pids {
-		r.hist.Add(Event{K: KLeader, What: "cut", Session: pid, VT: r.vt()})
+		r.hist.Add(Event{Kind: KLeader, What: "cut", Session: pid, VT: r.vt()})
 	}
 }
 

@@ -43,7 +43,7 @@ func outcome(code int, err error) string {
 
 func (a *actor) finish(call int, op string, b int, code int, err error, fill func(*Event)) string {
 	k := outcome(code, err)
-	e := Event{K: k, Call: call, Op: op, B: b, VT: a.vt(), Code: code}
+	e := Event{Kind: k, Call: call, Op: op, Broker: b, VT: a.vt(), Code: code}
 	if err != nil {
 		e.Code = 0
 	}
@@ -60,7 +60,7 @@ func (a *actor) finish(call int, op string, b int, code int, err error, fill fun
 }
 
 func (a *actor) push(ctx context.Context, c, b int, k Key) {
-	call := a.hist.Invoke(Event{Op: "push", C: c, B: b, VT: a.vt(), Tenant: k.Tenant, Q: k.Q, P: k.P, Txid: k.Txid})
+	call := a.hist.Invoke(Event{Op: "push", Client: c, Broker: b, VT: a.vt(), Tenant: k.Tenant, Queue: k.Q, Partition: k.P, Txid: k.Txid})
 	body, _ := json.Marshal(map[string]any{"items": []any{map[string]any{
 		"queue": k.Q, "partition": k.P, "transactionId": k.Txid, "payload": map[string]any{"sum": k.Txid}}}})
 	code, raw, err := a.cluster.Do(ctx, b, "POST", "/api/v1/push", k.Tenant, body)
@@ -113,7 +113,7 @@ func (a *actor) pop(ctx context.Context, c, b int, tenant string, q QueueSpec, g
 	if g == QueueMode {
 		grp = ""
 	}
-	call := a.hist.Invoke(Event{Op: "pop", C: c, B: b, VT: a.vt(), Tenant: tenant, Q: q.Name, G: grp, LeaseSecs: q.LeaseSecs, Status: status})
+	call := a.hist.Invoke(Event{Op: "pop", Client: c, Broker: b, VT: a.vt(), Tenant: tenant, Queue: q.Name, Group: grp, LeaseSecs: q.LeaseSecs, Status: status})
 	v := url.Values{"batch": {strconv.Itoa(batch)}}
 	if grp != "" {
 		v.Set("consumerGroup", grp)
@@ -149,7 +149,7 @@ func (a *actor) popLeaving(ctx context.Context, c, b int, tenant string, q Queue
 	if autoAck {
 		status = "autoack"
 	}
-	call := a.hist.Invoke(Event{Op: "pop", C: c, B: b, VT: a.vt(), Tenant: tenant, Q: q.Name, G: grp, LeaseSecs: q.LeaseSecs, Status: status})
+	call := a.hist.Invoke(Event{Op: "pop", Client: c, Broker: b, VT: a.vt(), Tenant: tenant, Queue: q.Name, Group: grp, LeaseSecs: q.LeaseSecs, Status: status})
 	v := url.Values{"batch": {strconv.Itoa(batch)}}
 	if grp != "" {
 		v.Set("consumerGroup", grp)
@@ -159,13 +159,13 @@ func (a *actor) popLeaving(ctx context.Context, c, b int, tenant string, q Queue
 	}
 	code, raw, left, err := a.cluster.DoLeaving(ctx, b, "GET", "/api/v1/pop/queue/"+url.PathEscape(q.Name)+"?"+v.Encode(), tenant, wait)
 	if left {
-		a.hist.Add(Event{K: KInfo, Call: call, Op: "pop", B: b, VT: a.vt(), Err: Cancelled})
+		a.hist.Add(Event{Kind: KInfo, Call: call, Op: "pop", Broker: b, VT: a.vt(), Err: Cancelled})
 		return
 	}
 	// It answered before the client left; whatever it got, the client
 	// walks away from.
 	if h := a.finishPop(call, b, code, raw, err, tenant, q, grp, autoAck); h != nil {
-		a.hist.Add(Event{K: KClient, What: "abandon", C: c, VT: a.vt(), Lease: h.lease})
+		a.hist.Add(Event{Kind: KClient, What: "abandon", Client: c, VT: a.vt(), Lease: h.lease})
 	}
 }
 
@@ -190,7 +190,7 @@ func (a *actor) finishPop(call, b, code int, raw []byte, err error, tenant strin
 		}
 		h = &held{tenant: tenant, q: q.Name, g: grp, lease: res.LeaseID, until: a.vt() + int64(q.LeaseSecs)*1000}
 		for _, m := range res.Messages {
-			msg := Msg{Tenant: tenant, Q: q.Name, P: m.Partition, Txid: m.TransactionID, Lease: m.LeaseID, PID: m.PartitionID, ID: m.ID,
+			msg := Msg{Tenant: tenant, Queue: q.Name, Partition: m.Partition, Txid: m.TransactionID, Lease: m.LeaseID, PID: m.PartitionID, ID: m.ID,
 				Data: deliveredAs(m.TransactionID, m.Data)}
 			e.Msgs = append(e.Msgs, msg)
 			msg.Data = nil
@@ -220,7 +220,7 @@ type popAnswer struct {
 // tenant, which is not h's: it must be refused, and h stays held.
 func (a *actor) foreign(ctx context.Context, c, b int, h *held, tenant string, extend bool) {
 	if extend {
-		call := a.hist.Invoke(Event{Op: "extend", C: c, B: b, VT: a.vt(), Tenant: tenant, Lease: h.lease, LeaseSecs: extendSecs, Foreign: true})
+		call := a.hist.Invoke(Event{Op: "extend", Client: c, Broker: b, VT: a.vt(), Tenant: tenant, Lease: h.lease, LeaseSecs: extendSecs, Foreign: true})
 		code, raw, err := a.cluster.Do(ctx, b, "POST", "/api/v1/lease/"+h.lease+"/extend", tenant, []byte(fmt.Sprintf(`{"seconds":%d}`, extendSecs)))
 		a.finish(call, "extend", b, code, err, func(e *Event) { e.Status = renewed(raw) })
 		return
@@ -257,7 +257,7 @@ func (a *actor) sendAck(ctx context.Context, c, b int, h *held, statuses []strin
 		acks = append(acks, map[string]any{"transactionId": m.Txid, "partitionId": m.PID,
 			"leaseId": m.Lease, "status": statuses[i]})
 	}
-	call := a.hist.Invoke(Event{Op: "ack", C: c, B: b, VT: a.vt(), Tenant: h.tenant, Q: h.q, G: h.g, Lease: h.lease, Msgs: items, Foreign: foreign})
+	call := a.hist.Invoke(Event{Op: "ack", Client: c, Broker: b, VT: a.vt(), Tenant: h.tenant, Queue: h.q, Group: h.g, Lease: h.lease, Msgs: items, Foreign: foreign})
 	var group any
 	if h.g != "" {
 		group = h.g
@@ -294,7 +294,7 @@ func (a *actor) sendAck(ctx context.Context, c, b int, h *held, statuses []strin
 }
 
 func (a *actor) extend(ctx context.Context, c, b int, h *held, secs int) {
-	call := a.hist.Invoke(Event{Op: "extend", C: c, B: b, VT: a.vt(), Tenant: h.tenant, Lease: h.lease, LeaseSecs: secs})
+	call := a.hist.Invoke(Event{Op: "extend", Client: c, Broker: b, VT: a.vt(), Tenant: h.tenant, Lease: h.lease, LeaseSecs: secs})
 	code, raw, err := a.cluster.Do(ctx, b, "POST", "/api/v1/lease/"+h.lease+"/extend", h.tenant, []byte(fmt.Sprintf(`{"seconds":%d}`, secs)))
 	a.finish(call, "extend", b, code, err, func(e *Event) {
 		if e.Status = renewed(raw); e.Status != "" {

@@ -63,7 +63,7 @@ func (a *actor) registerStream(ctx context.Context, b int, tenant string) (strin
 
 // streamPush pushes one source message.
 func (a *actor) streamPush(ctx context.Context, c, b int, tenant, partition, txid string) {
-	call := a.hist.Invoke(Event{Op: "stream-push", C: c, B: b, VT: a.vt(), Tenant: tenant, Q: StreamSource, P: partition, Txid: txid})
+	call := a.hist.Invoke(Event{Op: "stream-push", Client: c, Broker: b, VT: a.vt(), Tenant: tenant, Queue: StreamSource, Partition: partition, Txid: txid})
 	body, _ := json.Marshal(map[string]any{"items": []any{map[string]any{"queue": StreamSource, "partition": partition,
 		"transactionId": txid, "payload": map[string]any{"n": 1}}}})
 	code, raw, err := a.cluster.Do(ctx, b, "POST", "/api/v1/push", tenant, body)
@@ -81,7 +81,7 @@ func (a *actor) streamPush(ctx context.Context, c, b int, tenant, partition, txi
 
 // streamPop pops a batch of the source for the query's group.
 func (a *actor) streamPop(ctx context.Context, c, b int, tenant string, batch int) *streamBatch {
-	call := a.hist.Invoke(Event{Op: "stream-pop", C: c, B: b, VT: a.vt(), Tenant: tenant, Q: StreamSource, G: StreamGroup, LeaseSecs: streamLease})
+	call := a.hist.Invoke(Event{Op: "stream-pop", Client: c, Broker: b, VT: a.vt(), Tenant: tenant, Queue: StreamSource, Group: StreamGroup, LeaseSecs: streamLease})
 	v := url.Values{"batch": {strconv.Itoa(batch)}, "consumerGroup": {StreamGroup}}
 	code, raw, err := a.cluster.Do(ctx, b, "GET", "/api/v1/pop/queue/"+StreamSource+"?"+v.Encode(), tenant, nil)
 	var out *streamBatch
@@ -104,7 +104,7 @@ func (a *actor) streamPop(ctx context.Context, c, b int, tenant string, batch in
 		out = &streamBatch{tenant: tenant, pid: r.Messages[0].PartitionID, partition: r.Messages[0].Partition, lease: r.Messages[0].LeaseID}
 		for _, m := range r.Messages {
 			out.txids = append(out.txids, m.TransactionID)
-			e.Msgs = append(e.Msgs, Msg{Tenant: tenant, Q: StreamSource, P: m.Partition, Txid: m.TransactionID, Lease: m.LeaseID})
+			e.Msgs = append(e.Msgs, Msg{Tenant: tenant, Queue: StreamSource, Partition: m.Partition, Txid: m.TransactionID, Lease: m.LeaseID})
 		}
 	})
 	return out
@@ -117,9 +117,9 @@ func (a *actor) streamPop(ctx context.Context, c, b int, tenant string, batch in
 func (a *actor) streamCycle(ctx context.Context, c, b int, query, cycleID string, h *streamBatch) {
 	msgs := make([]Msg, len(h.txids))
 	for i, t := range h.txids {
-		msgs[i] = Msg{Tenant: h.tenant, Q: StreamSource, P: h.partition, Txid: t, Lease: h.lease}
+		msgs[i] = Msg{Tenant: h.tenant, Queue: StreamSource, Partition: h.partition, Txid: t, Lease: h.lease}
 	}
-	call := a.hist.Invoke(Event{Op: "stream-cycle", C: c, B: b, VT: a.vt(), Tenant: h.tenant, Q: StreamSource, P: h.partition,
+	call := a.hist.Invoke(Event{Op: "stream-cycle", Client: c, Broker: b, VT: a.vt(), Tenant: h.tenant, Queue: StreamSource, Partition: h.partition,
 		Txid: cycleID, Lease: h.lease, Msgs: msgs})
 	body, _ := json.Marshal(map[string]any{"query_id": query, "partition_id": h.pid, "keys": []string{streamKey}})
 	code, raw, err := a.cluster.Do(ctx, b, "POST", "/streams/v1/state/get", h.tenant, body)

@@ -21,7 +21,7 @@ type kvRef struct{ tenant, key string }
 // scheduleTimer schedules a timer due in delay under key (its txn too).
 // The answer's deliverAt is recorded: no message may be stored before it.
 func (a *actor) scheduleTimer(ctx context.Context, c, b int, tenant, key string, delay time.Duration) {
-	call := a.hist.Invoke(Event{Op: "timer", C: c, B: b, VT: a.vt(), Tenant: tenant, Q: TimerQueue, P: "Default", Txid: key})
+	call := a.hist.Invoke(Event{Op: "timer", Client: c, Broker: b, VT: a.vt(), Tenant: tenant, Queue: TimerQueue, Partition: "Default", Txid: key})
 	body, _ := json.Marshal([]any{map[string]any{"op": "schedule", "queue": TimerQueue, "timerKey": key, "txn": key,
 		"delayMs": delay.Milliseconds(), "payload": map[string]any{"timer": key}}})
 	code, raw, err := a.cluster.Do(ctx, b, "POST", "/api/v1/timers", tenant, body)
@@ -48,7 +48,7 @@ func (a *actor) scheduleTimer(ctx context.Context, c, b int, tenant, key string,
 // cancelTimer cancels a timer: cancelled (it will not fire), absent (it
 // fired) or too_late (it is firing).
 func (a *actor) cancelTimer(ctx context.Context, c, b int, t timerRef) {
-	call := a.hist.Invoke(Event{Op: "timer-cancel", C: c, B: b, VT: a.vt(), Tenant: t.tenant, Q: TimerQueue, P: "Default", Txid: t.key})
+	call := a.hist.Invoke(Event{Op: "timer-cancel", Client: c, Broker: b, VT: a.vt(), Tenant: t.tenant, Queue: TimerQueue, Partition: "Default", Txid: t.key})
 	code, raw, err := a.cluster.Do(ctx, b, "DELETE", "/api/v1/timers/"+TimerQueue+"/"+url.PathEscape(t.key), t.tenant, nil)
 	a.finish(call, "timer-cancel", b, code, err, func(e *Event) {
 		var r struct {
@@ -64,7 +64,7 @@ func (a *actor) cancelTimer(ctx context.Context, c, b int, t timerRef) {
 
 // putKV puts a row that expires after ttl.
 func (a *actor) putKV(ctx context.Context, c, b int, t kvRef, ttl time.Duration) {
-	call := a.hist.Invoke(Event{Op: "kv-put", C: c, B: b, VT: a.vt(), Tenant: t.tenant, Txid: t.key, LeaseSecs: int(ttl / time.Second)})
+	call := a.hist.Invoke(Event{Op: "kv-put", Client: c, Broker: b, VT: a.vt(), Tenant: t.tenant, Txid: t.key, LeaseSecs: int(ttl / time.Second)})
 	body, _ := json.Marshal(map[string]any{"value": map[string]any{"k": t.key}, "ttlSeconds": ttl.Seconds()})
 	code, raw, err := a.cluster.Do(ctx, b, "PUT", "/api/v1/kv/sim/"+url.PathEscape(t.key), t.tenant, body)
 	a.finish(call, "kv-put", b, code, err, func(e *Event) {
@@ -82,7 +82,7 @@ var kvReads = []string{"get", "getMany", "getPrefix"}
 
 // getKV reads a row through one of kvReads: found or missing.
 func (a *actor) getKV(ctx context.Context, c, b int, t kvRef, how string) {
-	call := a.hist.Invoke(Event{Op: "kv-get", C: c, B: b, VT: a.vt(), Tenant: t.tenant, Txid: t.key, What: how})
+	call := a.hist.Invoke(Event{Op: "kv-get", Client: c, Broker: b, VT: a.vt(), Tenant: t.tenant, Txid: t.key, What: how})
 	if how == "get" {
 		code, raw, err := a.cluster.Do(ctx, b, "GET", "/api/v1/kv/sim/"+url.PathEscape(t.key), t.tenant, nil)
 		a.finish(call, "kv-get", b, code, err, func(e *Event) {
@@ -139,7 +139,7 @@ func (r *runner) poisonTimer(c, b int, tenant, key string) {
 	if br == nil {
 		return
 	}
-	call := r.hist.Invoke(Event{Op: "timer-poison", C: c, B: b, VT: r.vt(), Tenant: tenant, Q: TimerQueue, P: "Default", Txid: key})
+	call := r.hist.Invoke(Event{Op: "timer-poison", Client: c, Broker: b, VT: r.vt(), Tenant: tenant, Queue: TimerQueue, Partition: "Default", Txid: key})
 	var now *time.Time
 	if r.pg != nil {
 		t := r.pg.Now()
@@ -152,7 +152,7 @@ func (r *runner) poisonTimer(c, b int, tenant, key string) {
 	if err != nil {
 		k = KInfo // the database may be out: it may or may not be there
 	}
-	r.hist.Add(Event{K: k, Call: call, Op: "timer-poison", B: b, VT: r.vt()})
+	r.hist.Add(Event{Kind: k, Call: call, Op: "timer-poison", Broker: b, VT: r.vt()})
 }
 
 // timerStep is one timer or KV operation of client c: schedule a timer

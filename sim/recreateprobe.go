@@ -38,7 +38,7 @@ func (r *runner) probeRecreates(f FaultAt) {
 // probeRecreate runs one probe; ok is false when it could not be judged,
 // with the reason in the event's Err.
 func (r *runner) probeRecreate(tenant string, deleter, other int, queue string) (Event, bool) {
-	e := Event{K: KProbe, What: "recreate", B: deleter, Tenant: tenant, Q: queue}
+	e := Event{Kind: KProbe, What: "recreate", Broker: deleter, Tenant: tenant, Queue: queue}
 	if !r.cluster.Up(deleter) || !r.cluster.Up(other) {
 		e.Err = fmt.Sprintf("broker %d or %d was down", deleter, other)
 		return e, false

@@ -104,7 +104,7 @@ func (r *runner) runRetentionProbe(dsn string, f FaultAt, n int) error {
 		if err := r.probePush(tenant, 0, queueOf(rule), txid); err != nil {
 			return err
 		}
-		r.hist.Add(Event{K: KProbe, What: "retention.push", Tenant: tenant, Q: queueOf(rule), P: "p", Txid: txid, VT: r.vt(),
+		r.hist.Add(Event{Kind: KProbe, What: "retention.push", Tenant: tenant, Queue: queueOf(rule), Partition: "p", Txid: txid, VT: r.vt(),
 			Rule: rule, Due: r.vt() + retentionDueSecs*1000})
 	}
 	// Consumed at once (autoAck): due under completed retention when
@@ -122,7 +122,7 @@ func (r *runner) runRetentionProbe(dsn string, f FaultAt, n int) error {
 	}
 	from := r.vt()
 	until := from + failFor.Milliseconds()
-	r.hist.Add(Event{K: KFault, F: "retention.fail", B: -1, Tenant: tenant, Q: queueOf(failing), Rule: failing, VT: from, Until: until})
+	r.hist.Add(Event{Kind: KFault, Fault: "retention.fail", Broker: -1, Tenant: tenant, Queue: queueOf(failing), Rule: failing, VT: from, Until: until})
 	installed := true
 	defer func() {
 		if installed {
@@ -144,7 +144,7 @@ func (r *runner) runRetentionProbe(dsn string, f FaultAt, n int) error {
 			if err != nil {
 				return err
 			}
-			r.hist.Add(Event{K: KProbe, What: "retention.seen", Tenant: tenant, VT: now, Rows: rows})
+			r.hist.Add(Event{Kind: KProbe, What: "retention.seen", Tenant: tenant, VT: now, Rows: rows})
 			nextSeen += retentionSeenEvery.Milliseconds()
 		}
 		if now >= end {
@@ -241,7 +241,7 @@ func retentionProbeRows(ctx context.Context, conn *pgx.Conn, tenant string) ([]R
 	out := []Row{}
 	for rows.Next() {
 		row := Row{Count: 1}
-		if err := rows.Scan(&row.Tenant, &row.Q, &row.P, &row.Txid); err != nil {
+		if err := rows.Scan(&row.Tenant, &row.Queue, &row.Partition, &row.Txid); err != nil {
 			rows.Close()
 			return nil, err
 		}

@@ -35,9 +35,9 @@ func (r *runner) holdRow(f FaultAt) {
 	if f.Count == 1 {
 		what = "cursor"
 	}
-	e := Event{K: KFault, F: FRowLockHeld, What: what, Tenant: r.o.Tenants[0], Q: r.o.Queues[0].Name, P: "p0"}
+	e := Event{Kind: KFault, Fault: FRowLockHeld, What: what, Tenant: r.o.Tenants[0], Queue: r.o.Queues[0].Name, Partition: "p0"}
 	if what == "cursor" {
-		e.G = QueueMode
+		e.Group = QueueMode
 	}
 	ctx, cancel := context.WithTimeout(r.ctx, f.For+10*time.Second)
 	defer cancel()
@@ -60,11 +60,11 @@ func (r *runner) holdRow(f FaultAt) {
 	var h, other *held
 	hb := 0
 	if what == "cursor" {
-		h, hb = r.popPartition(e.Tenant, r.o.Queues[0], e.P, -1)
+		h, hb = r.popPartition(e.Tenant, r.o.Queues[0], e.Partition, -1)
 		other, _ = r.popPartition(e.Tenant, r.o.Queues[0], "p1", hb)
 	}
 	if what == "cursor" && h == nil {
-		r.starveRowLock(f, fmt.Errorf("partition %s had no message to hold an ack of", e.P))
+		r.starveRowLock(f, fmt.Errorf("partition %s had no message to hold an ack of", e.Partition))
 	}
 	// The row exists once the workload pushed (or popped) it: wait for
 	// that, within a second.
@@ -75,7 +75,7 @@ func (r *runner) holdRow(f FaultAt) {
 			return
 		}
 		var n int
-		args := []any{e.Tenant, e.Q, e.P}
+		args := []any{e.Tenant, e.Queue, e.Partition}
 		if what == "cursor" {
 			args = append(args, QueueMode)
 		}
@@ -121,7 +121,7 @@ func (r *runner) pushUnderLock(wg *sync.WaitGroup, l Event) {
 			continue
 		}
 		for i := 0; i < underLockPushes; i++ {
-			k := Key{Tenant: l.Tenant, Q: l.Q, P: l.P, Txid: fmt.Sprintf("s%x-locked-b%d-%d-%d", r.o.Seed&0xffff, b, l.VT, i)}
+			k := Key{Tenant: l.Tenant, Q: l.Queue, P: l.Partition, Txid: fmt.Sprintf("s%x-locked-b%d-%d-%d", r.o.Seed&0xffff, b, l.VT, i)}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -133,7 +133,7 @@ func (r *runner) pushUnderLock(wg *sync.WaitGroup, l Event) {
 			defer wg.Done()
 			for i := 0; i < 3; i++ {
 				time.Sleep(100 * time.Millisecond)
-				r.act.push(r.ctx, 0, b, Key{Tenant: l.Tenant, Q: l.Q, P: "p1", Txid: fmt.Sprintf("s%x-unlocked-b%d-%d-%d", r.o.Seed&0xffff, b, l.VT, i)})
+				r.act.push(r.ctx, 0, b, Key{Tenant: l.Tenant, Q: l.Queue, P: "p1", Txid: fmt.Sprintf("s%x-unlocked-b%d-%d-%d", r.o.Seed&0xffff, b, l.VT, i)})
 			}
 		}()
 	}
@@ -166,7 +166,7 @@ func (r *runner) popPartition(tenant string, q QueueSpec, p string, only int) (*
 		}
 		// One message at least to pop (any of the partition's may come).
 		r.act.push(r.ctx, 0, b, Key{Tenant: tenant, Q: q.Name, P: p, Txid: fmt.Sprintf("s%x-held-%s-%d", r.o.Seed&0xffff, p, r.vt())})
-		call := r.hist.Invoke(Event{Op: "pop", B: b, VT: r.vt(), Tenant: tenant, Q: q.Name, LeaseSecs: q.LeaseSecs})
+		call := r.hist.Invoke(Event{Op: "pop", Broker: b, VT: r.vt(), Tenant: tenant, Queue: q.Name, LeaseSecs: q.LeaseSecs})
 		code, raw, err := r.cluster.Do(r.ctx, b, "GET", "/api/v1/pop/queue/"+url.PathEscape(q.Name)+"/partition/"+url.PathEscape(p)+"?batch=1", tenant, nil)
 		return r.act.finishPop(call, b, code, raw, err, tenant, q, "", false), b
 	}
@@ -189,12 +189,12 @@ func (r *runner) starveRowLock(f FaultAt, err error) {
 func CheckRowLocks(h []Event, _ Spec) []Violation {
 	var out []Violation
 	for _, l := range h {
-		if l.K != KFault || l.F != FRowLockHeld {
+		if l.Kind != KFault || l.Fault != FRowLockHeld {
 			continue
 		}
-		locked := Key{l.Tenant, l.Q, l.P, ""}
+		locked := Key{l.Tenant, l.Queue, l.Partition, ""}
 		for _, c := range calls(h) {
-			if c.done == nil || c.done.K == KInfo && c.done.Err == Cancelled || c.in.VT < l.VT || c.in.VT >= l.Until {
+			if c.done == nil || c.done.Kind == KInfo && c.done.Err == Cancelled || c.in.VT < l.VT || c.in.VT >= l.Until {
 				continue
 			}
 			took := c.done.VT - c.in.VT
@@ -202,7 +202,7 @@ func CheckRowLocks(h []Event, _ Spec) []Violation {
 				continue
 			}
 			out = append(out, Violation{"row-lock", fmt.Sprintf("%s of %s (invoked at vt %d) answered at vt %d, %d ms later, after the %s row of %s/%s/%s held by an outside session from vt %d was let go at vt %d: it waited for another partition's lock",
-				c.in.Op, opTarget(c.in), c.in.VT, c.done.VT, took, l.What, l.Tenant, l.Q, l.P, l.VT, l.Until)})
+				c.in.Op, opTarget(c.in), c.in.VT, c.done.VT, took, l.What, l.Tenant, l.Queue, l.Partition, l.VT, l.Until)})
 		}
 	}
 	return limit(out, 20)
@@ -214,13 +214,13 @@ func CheckRowLocks(h []Event, _ Spec) []Violation {
 func touches(in Event, locked Key, l Event) bool {
 	switch in.Op {
 	case "push":
-		return Key{in.Tenant, in.Q, in.P, ""} == locked
+		return Key{in.Tenant, in.Queue, in.Partition, ""} == locked
 	case "ack":
 		if in.Foreign {
 			return true
 		}
 		for _, m := range in.Msgs {
-			if (Key{m.Tenant, m.Q, m.P, ""}) == locked && (l.What != "cursor" || groupOf(in.G) == l.G) {
+			if (Key{m.Tenant, m.Queue, m.Partition, ""}) == locked && (l.What != "cursor" || groupOf(in.Group) == l.Group) {
 				return true
 			}
 		}
@@ -232,7 +232,7 @@ func touches(in Event, locked Key, l Event) bool {
 // opTarget names an operation's target for a violation.
 func opTarget(in Event) string {
 	if in.Op == "push" {
-		return Key{in.Tenant, in.Q, in.P, in.Txid}.String()
+		return Key{in.Tenant, in.Queue, in.Partition, in.Txid}.String()
 	}
-	return fmt.Sprintf("%d message(s) of %s/%s", len(in.Msgs), in.Tenant, in.Q)
+	return fmt.Sprintf("%d message(s) of %s/%s", len(in.Msgs), in.Tenant, in.Queue)
 }

@@ -285,14 +285,14 @@ func finish(res *Result, o Options) {
 	}
 	for _, e := range h {
 		switch {
-		case e.K == KInfo && e.Op == "pop" && e.Err == Cancelled:
+		case e.Kind == KInfo && e.Op == "pop" && e.Err == Cancelled:
 			res.Fired["pop.cancelled"]++
-		case e.K == KOK && e.Op == "stream-cycle":
+		case e.Kind == KOK && e.Op == "stream-cycle":
 			res.Fired["stream."+e.Status]++ // committed, rejected
 		}
 	}
 	for _, e := range judged {
-		if e.K == KInvoke && e.Op == "push" && strings.Contains(e.Txid, "~") {
+		if e.Kind == KInvoke && e.Op == "push" && strings.Contains(e.Txid, "~") {
 			res.Fired["push.reinserted"]++ // maybe stored again after retention or eviction deleted it
 		}
 	}
@@ -301,7 +301,7 @@ func finish(res *Result, o Options) {
 		res.Fired["lease.recovered"] = recovered(h)
 	}
 	for _, e := range h {
-		if e.K == KOK && e.Op == "push" && (e.Status == "duplicate" || e.Status == "buffered") {
+		if e.Kind == KOK && e.Op == "push" && (e.Status == "duplicate" || e.Status == "buffered") {
 			res.Fired["push."+e.Status]++
 		}
 	}
@@ -325,8 +325,8 @@ func recovered(h []Event) int {
 	t := build(h)
 	abandonedAt := map[string]int{}
 	for _, e := range h {
-		if e.K == KClient && e.What == "abandon" {
-			abandonedAt[e.Lease] = e.I
+		if e.Kind == KClient && e.What == "abandon" {
+			abandonedAt[e.Lease] = e.Index
 		}
 	}
 	n := 0
@@ -544,7 +544,7 @@ func (r *runner) step(rng *rand.Rand, c *client) {
 		}
 	case x < w.Push+w.Pop+w.Ack+w.Extend+w.Txn+w.Abandon:
 		if h := takeHeld(rng, c); h != nil {
-			r.hist.Add(Event{K: KClient, What: "abandon", C: c.id, VT: r.vt(), Lease: h.lease})
+			r.hist.Add(Event{Kind: KClient, What: "abandon", Client: c.id, VT: r.vt(), Lease: h.lease})
 		}
 	case x < w.Push+w.Pop+w.Ack+w.Extend+w.Txn+w.Abandon+w.Foreign:
 		if len(c.held) > 0 {
@@ -709,7 +709,7 @@ func (r *runner) inject(f FaultAt) error {
 		return fmt.Errorf("unknown fault kind %q", f.Kind)
 	}
 	until := r.start.Add(time.Duration(r.vt())*time.Millisecond + f.For)
-	e := Event{K: KFault, F: f.Kind, B: f.Broker, VT: r.vt(), Until: until.Sub(r.start).Milliseconds()}
+	e := Event{Kind: KFault, Fault: f.Kind, Broker: f.Broker, VT: r.vt(), Until: until.Sub(r.start).Milliseconds()}
 	record, err := in(r, f, &e, until)
 	if err != nil || !record {
 		return err
@@ -721,7 +721,7 @@ func (r *runner) inject(f FaultAt) error {
 // noteClaim records a sweeper's claim of a timer, or its end (fired,
 // failed), under the claim's token.
 func (r *runner) noteClaim(b int, kind, token string, t store.ClaimedTimer) {
-	r.hist.Add(Event{K: KSweep, What: kind, B: b, Tenant: t.Tenant, Txid: t.TimerKey, Lease: token, VT: r.vt()})
+	r.hist.Add(Event{Kind: KSweep, What: kind, Broker: b, Tenant: t.Tenant, Txid: t.TimerKey, Lease: token, VT: r.vt()})
 }
 
 // notePopClaim records a pop's claim that began after its client had
@@ -729,7 +729,7 @@ func (r *runner) noteClaim(b int, kind, token string, t store.ClaimedTimer) {
 // pops' own answers.
 func (r *runner) notePopClaim(b int, c httpapi.PopClaim) {
 	if c.ClientGone {
-		r.hist.Add(Event{K: KClaim, What: "client-gone", B: b, Tenant: c.Tenant, Q: c.Queue, Lease: c.LeaseID, VT: r.vt()})
+		r.hist.Add(Event{Kind: KClaim, What: "client-gone", Broker: b, Tenant: c.Tenant, Queue: c.Queue, Lease: c.LeaseID, VT: r.vt()})
 	}
 }
 
@@ -771,7 +771,7 @@ func (r *runner) startBroker(b int) error {
 	if err := r.cluster.Start(r.ctx, b); err != nil {
 		return err
 	}
-	r.hist.Add(Event{K: KBroker, What: "start", B: b, VT: r.vt()})
+	r.hist.Add(Event{Kind: KBroker, What: "start", Broker: b, VT: r.vt()})
 	return nil
 }
 
@@ -860,7 +860,7 @@ func (r *runner) abandonAll(c *client) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, h := range c.held {
-		r.hist.Add(Event{K: KClient, What: "abandon", C: c.id, VT: r.vt(), Lease: h.lease})
+		r.hist.Add(Event{Kind: KClient, What: "abandon", Client: c.id, VT: r.vt(), Lease: h.lease})
 	}
 	c.held = nil
 	c.streams = nil // their leases run out; the next pop replays them
@@ -929,10 +929,10 @@ func finalRead(ctx context.Context, dsn string, h *History, vt int64, dbNow *tim
 	if err != nil {
 		return fmt.Errorf("final read: %w", err)
 	}
-	final := Event{K: KFinal, VT: vt, Quarantined: quarantined}
+	final := Event{Kind: KFinal, VT: vt, Quarantined: quarantined}
 	for rows.Next() {
 		var row Row
-		if err := rows.Scan(&row.Tenant, &row.Q, &row.P, &row.Txid, &row.Count, &row.DoneBy, &row.DLQBy, &row.At); err != nil {
+		if err := rows.Scan(&row.Tenant, &row.Queue, &row.Partition, &row.Txid, &row.Count, &row.DoneBy, &row.DLQBy, &row.At); err != nil {
 			return err
 		}
 		final.Rows = append(final.Rows, row)

@@ -121,7 +121,7 @@ func (r *runner) sealedStream(b int, k Key) error {
 	if m.LeaseID == "" {
 		m.LeaseID = pop.LeaseID
 	}
-	call := r.hist.Invoke(Event{Op: "sealed-write", What: "stream", B: b, VT: r.vt(), Tenant: k.Tenant, Q: k.Q, P: k.P, Txid: k.Txid})
+	call := r.hist.Invoke(Event{Op: "sealed-write", What: "stream", Broker: b, VT: r.vt(), Tenant: k.Tenant, Queue: k.Q, Partition: k.P, Txid: k.Txid})
 	body, _ := json.Marshal(map[string]any{"query_id": reg.QueryID, "partition_id": m.PartitionID, "consumer_group": "streams." + query,
 		"push_items":    []any{map[string]any{"queue": k.Q, "partition": k.P, "transactionId": k.Txid, "payload": json.RawMessage(writtenPayload(k.Txid))}},
 		"ack":           map[string]any{"transactionId": m.TransactionID, "leaseId": m.LeaseID, "status": "completed", "count": 1},
@@ -178,7 +178,7 @@ func samePayload(data json.RawMessage, txid string) bool {
 // sealedWrite writes k into SealedQueue through path (push, txn or timer)
 // and records it as a "sealed-write" (What the path).
 func (r *runner) sealedWrite(b int, path string, k Key) {
-	call := r.hist.Invoke(Event{Op: "sealed-write", What: path, B: b, VT: r.vt(), Tenant: k.Tenant, Q: k.Q, P: k.P, Txid: k.Txid})
+	call := r.hist.Invoke(Event{Op: "sealed-write", What: path, Broker: b, VT: r.vt(), Tenant: k.Tenant, Queue: k.Q, Partition: k.P, Txid: k.Txid})
 	item := map[string]any{"queue": k.Q, "partition": k.P, "transactionId": k.Txid, "payload": json.RawMessage(writtenPayload(k.Txid))}
 	var method, route string
 	var body []byte
@@ -242,7 +242,7 @@ func (r *runner) drainSealed() {
 	tenant := r.o.Tenants[0]
 	want := map[string]bool{}
 	for _, c := range calls(r.hist.Events()) {
-		if c.in.Op == "sealed-write" && c.done != nil && c.done.K != KFail {
+		if c.in.Op == "sealed-write" && c.done != nil && c.done.Kind != KFail {
 			want[c.in.Txid] = true
 		}
 	}
@@ -278,7 +278,7 @@ func (r *runner) drainSealed() {
 // records it as a "sealed-pop", each message's data recorded when it is
 // not the payload written (deliveredAs).
 func (r *runner) sealedPop(tenant string) ([]Msg, string) {
-	call := r.hist.Invoke(Event{Op: "sealed-pop", VT: r.vt(), Tenant: tenant, Q: SealedQueue})
+	call := r.hist.Invoke(Event{Op: "sealed-pop", VT: r.vt(), Tenant: tenant, Queue: SealedQueue})
 	code, raw, err := r.cluster.Do(r.ctx, 0, "GET", "/api/v1/pop/queue/"+SealedQueue+"?batch=10", tenant, nil)
 	var msgs []Msg
 	var lease string
@@ -293,7 +293,7 @@ func (r *runner) sealedPop(tenant string) ([]Msg, string) {
 		}
 		lease = res.LeaseID
 		for _, m := range res.Messages {
-			msg := Msg{Tenant: tenant, Q: SealedQueue, P: m.Partition, Txid: m.TransactionID, Lease: m.LeaseID, PID: m.PartitionID,
+			msg := Msg{Tenant: tenant, Queue: SealedQueue, Partition: m.Partition, Txid: m.TransactionID, Lease: m.LeaseID, PID: m.PartitionID,
 				Data: deliveredAs(m.TransactionID, m.Data)}
 			if msg.Lease == "" {
 				msg.Lease = lease
@@ -307,7 +307,7 @@ func (r *runner) sealedPop(tenant string) ([]Msg, string) {
 
 // sealedAck acks one message of SealedQueue ("sealed-ack").
 func (r *runner) sealedAck(tenant string, m Msg, lease, status string) {
-	call := r.hist.Invoke(Event{Op: "sealed-ack", VT: r.vt(), Tenant: tenant, Q: SealedQueue, P: m.P, Txid: m.Txid, Status: status})
+	call := r.hist.Invoke(Event{Op: "sealed-ack", VT: r.vt(), Tenant: tenant, Queue: SealedQueue, Partition: m.Partition, Txid: m.Txid, Status: status})
 	if m.Lease != "" {
 		lease = m.Lease
 	}
@@ -319,7 +319,7 @@ func (r *runner) sealedAck(tenant string, m Msg, lease, status string) {
 // sealedRetry retries m from the DLQ through the route and answers the
 // transactionId it was replayed as ("" when the route refused).
 func (r *runner) sealedRetry(tenant string, m Msg) string {
-	call := r.hist.Invoke(Event{Op: "sealed-retry", VT: r.vt(), Tenant: tenant, Q: SealedQueue, P: m.P, Txid: m.Txid})
+	call := r.hist.Invoke(Event{Op: "sealed-retry", VT: r.vt(), Tenant: tenant, Queue: SealedQueue, Partition: m.Partition, Txid: m.Txid})
 	code, raw, err := r.cluster.Do(r.ctx, 0, "POST", "/api/v1/messages/"+url.PathEscape(m.PID)+"/"+url.PathEscape(m.Txid)+"/retry", tenant, []byte(`{}`))
 	as := ""
 	r.act.finish(call, "sealed-retry", 0, code, err, func(e *Event) {

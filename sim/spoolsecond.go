@@ -39,7 +39,7 @@ func (r *runner) secondSpool(f FaultAt) {
 			r.starved = append(r.starved, fmt.Sprintf("spool.second at=%v broker=%d: the broker was not up", f.At, b))
 			continue
 		}
-		e := Event{K: KFault, F: FSecondSpool, B: b, VT: r.vt()}
+		e := Event{Kind: KFault, Fault: FSecondSpool, Broker: b, VT: r.vt()}
 		sp, err := spool.Open(spool.Options{Dir: r.cluster.nodes[b].spoolDir, FS: spool.OSFS{}, EventsPerFile: 20,
 			Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Holder: "serverId=sim-second"})
 		switch {

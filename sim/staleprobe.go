@@ -37,7 +37,7 @@ func (r *runner) probeStales(f FaultAt) {
 // probeStale runs one probe; ok is false when it could not be judged,
 // with the reason in the event's Err.
 func (r *runner) probeStale(tenant string, deleter, stale int, queue string) (Event, bool) {
-	e := Event{K: KProbe, What: "stale", B: stale, Tenant: tenant, Q: queue, G: staleGroup}
+	e := Event{Kind: KProbe, What: "stale", Broker: stale, Tenant: tenant, Queue: queue, Group: staleGroup}
 	starve := func(format string, args ...any) (Event, bool) {
 		e.Err = fmt.Sprintf(format, args...)
 		return e, false

@@ -123,7 +123,7 @@ func (r *runner) drainLate() bool {
 // popSub is a late group's pop, with its subscription parameters; ok
 // reports an answer.
 func (a *actor) popSub(ctx context.Context, c, b int, l *lateRun, batch int) (*held, bool) {
-	e := Event{Op: "pop", C: c, B: b, VT: a.vt(), Tenant: l.tenant, Q: l.q.Name, G: l.spec.Name, LeaseSecs: l.q.LeaseSecs, SubMode: l.spec.Mode}
+	e := Event{Op: "pop", Client: c, Broker: b, VT: a.vt(), Tenant: l.tenant, Queue: l.q.Name, Group: l.spec.Name, LeaseSecs: l.q.LeaseSecs, SubMode: l.spec.Mode}
 	v := url.Values{"batch": {strconv.Itoa(batch)}, "consumerGroup": {l.spec.Name}}
 	if l.spec.Mode == "from" {
 		e.SubFrom = l.fromVT
@@ -140,7 +140,7 @@ func (a *actor) popSub(ctx context.Context, c, b int, l *lateRun, batch int) (*h
 // seek moves group g's cursors on queue q to the instant atVT (virtual
 // ms): every message stored after it is delivered next.
 func (a *actor) seek(ctx context.Context, c, b int, tenant, q, g string, atVT int64) string {
-	call := a.hist.Invoke(Event{Op: "seek", C: c, B: b, VT: a.vt(), Tenant: tenant, Q: q, G: g, SubFrom: atVT})
+	call := a.hist.Invoke(Event{Op: "seek", Client: c, Broker: b, VT: a.vt(), Tenant: tenant, Queue: q, Group: g, SubFrom: atVT})
 	body, _ := json.Marshal(map[string]any{"timestamp": epoch.Add(time.Duration(atVT) * time.Millisecond).Format("2006-01-02T15:04:05.000Z07:00")})
 	code, raw, err := a.cluster.Do(ctx, b, "POST", "/api/v1/consumer-groups/"+url.PathEscape(g)+"/queues/"+url.PathEscape(q)+"/seek", tenant, body)
 	return a.finish(call, "seek", b, code, err, func(e *Event) {

@@ -74,7 +74,7 @@ func (r *runner) retryProbe(f FaultAt, judged *atomic.Int64, probe func(try, fir
 // with the reason in the event's Err.
 func (r *runner) probeWake(tenant string, poller, pusher int, queue string) (Event, bool) {
 	txid := queue
-	e := Event{K: KProbe, What: "wake", B: poller, Tenant: tenant, Q: queue, Txid: txid}
+	e := Event{Kind: KProbe, What: "wake", Broker: poller, Tenant: tenant, Queue: queue, Txid: txid}
 	if !r.cluster.Up(poller) || !r.cluster.Up(pusher) {
 		e.Err = fmt.Sprintf("broker %d or %d was down", poller, pusher)
 		return e, false
