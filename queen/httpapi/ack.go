@@ -218,11 +218,9 @@ func (s *Server) extendLease(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, r, "extend lease", err)
 		return
 	}
-	expires := timestampPtr(exp)
-	writeJSON(w, http.StatusOK, map[string]any{
-		"leaseId": leaseID, "success": n > 0, "renewed": n,
-		"newExpiresAt": expires, "expiresAt": expires, "lease_expires_at": expires,
-	})
+	expires := timestampOrNull(exp)
+	writeJSON(w, http.StatusOK, leaseExtended{LeaseID: leaseID, Success: n > 0, Renewed: n,
+		NewExpiresAt: expires, ExpiresAt: expires, LeaseExpiresAt: expires})
 }
 
 func (s *Server) transaction(w http.ResponseWriter, r *http.Request) {
@@ -281,22 +279,12 @@ func (s *Server) transaction(w http.ResponseWriter, r *http.Request) {
 	results, more, err := s.store.TransactionWith(r.Context(), tenantOf(r), ops, leases, subOf(r), extras)
 	release()
 	if msg, rolledBack := store.IsRollback(err); rolledBack {
-		body := map[string]any{"transactionId": txnID, "success": false, "error": msg, "results": []any{}}
-		if reason := store.RollbackReason(err); reason != "" {
-			body["reason"] = reason
-		}
-		writeJSON(w, http.StatusOK, body)
+		writeJSON(w, http.StatusOK, txnRolledBack(txnID, msg, store.RollbackReason(err)))
 		return
 	}
 	var pre *store.KVPrecondition
 	if errors.As(err, &pre) {
-		body := map[string]any{"transactionId": txnID, "success": false, "error": pre.Error(),
-			"reason": "kv_precondition", "failedIndex": pre.Index, "kvReason": pre.Result.Reason, "results": []any{},
-			"version": nil, "value": nil}
-		if pre.Result.Found {
-			body["version"], body["value"] = pre.Result.Version, pre.Result.Value
-		}
-		writeJSON(w, http.StatusOK, body)
+		writeJSON(w, http.StatusOK, txnKVRefused(txnID, pre))
 		return
 	}
 	if errors.Is(err, store.ErrKVReadTooLarge) {
@@ -308,35 +296,15 @@ func (s *Server) transaction(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, r, "transaction", err)
 		return
 	}
-	out := make([]map[string]any, len(results))
-	pushed := []store.PushResult{}
-	for i, res := range results {
-		m := map[string]any{"index": res.Index, "type": res.Type, "success": res.Success,
-			"transactionId": res.TransactionID}
-		if res.Type == "push" {
-			m["messageId"], m["partitionId"], m["queueName"] = res.MessageID, res.PartitionID, res.QueueName
-			if res.Duplicate {
-				m["duplicate"] = true
-			} else {
-				pushed = append(pushed, store.PushResult{Status: "queued", QueueName: res.QueueName})
-			}
-		} else {
-			m["error"], m["dlq"] = nil, res.DLQ
-		}
-		out[i] = m
-	}
+	out, pushed := txnResults(results)
 	s.notifyPushed(tenantOf(r), pushed)
 	s.hintSweeper(more.Timers)
-	answer := map[string]any{"transactionId": txnID, "success": true, "results": out}
+	answer := txnAnswer{TransactionID: txnID, Success: true, Results: out}
 	if len(extras.Timers) > 0 {
-		answer["timers"] = timerResults(more.Timers)
+		answer.Timers = ptrTo(timerResults(more.Timers))
 	}
 	if len(extras.KV) > 0 {
-		kv := make([]kvResultWire, len(more.KV))
-		for i, x := range more.KV {
-			kv[i] = kvResult(x)
-		}
-		answer["kv"] = kv
+		answer.KV = ptrTo(kvResults(more.KV))
 	}
 	writeJSON(w, http.StatusOK, answer)
 }

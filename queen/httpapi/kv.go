@@ -263,12 +263,7 @@ func (s *Server) applyKV(w http.ResponseWriter, r *http.Request, ops []store.KVO
 	var pre *store.KVPrecondition
 	switch {
 	case errors.As(err, &pre):
-		body := map[string]any{"ok": false, "reason": "kv_precondition", "failedIndex": pre.Index, "kvReason": pre.Result.Reason,
-			"version": nil, "value": nil}
-		if pre.Result.Found {
-			body["version"], body["value"] = pre.Result.Version, pre.Result.Value
-		}
-		writeJSON(w, http.StatusOK, body)
+		writeJSON(w, http.StatusOK, kvRefused{Reason: "kv_precondition", kvPreconditionFailed: newKVPreconditionFailed(pre)})
 		return nil, false
 	case errors.Is(err, store.ErrKVReadTooLarge):
 		writeCoded(w, http.StatusRequestEntityTooLarge, "payload_too_large", "kv_read_too_large",
@@ -318,11 +313,7 @@ func (s *Server) kv(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	out := make([]kvResultWire, len(res))
-	for i, x := range res {
-		out[i] = kvResult(x)
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"results": out})
+	writeJSON(w, http.StatusOK, kvAnswer{Results: kvResults(res)})
 }
 
 // kvPath is the op named by a single-key route; a query string is refused.

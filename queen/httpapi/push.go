@@ -244,14 +244,7 @@ func (s *Server) notifyPushed(tenant string, results []store.PushResult) {
 // "buffered" per item, or 500 with status "failed" when the spool could not
 // keep it.
 func (s *Server) writeBuffered(w http.ResponseWriter, o pushpath.Outcome) {
-	out := make([]map[string]any, len(o.Buffered))
-	for i, e := range o.Buffered {
-		out[i] = map[string]any{"index": i, "status": "buffered", "queue": e.Queue, "queueName": e.Queue,
-			"partition": e.Partition, "transactionId": e.TransactionID, "transaction_id": e.TransactionID}
-		if o.SpoolErr != nil {
-			out[i]["status"], out[i]["error"] = "failed", "File buffer write failed: "+o.SpoolErr.Error()
-		}
-	}
+	out := bufferedPushes(o)
 	if o.SpoolErr != nil {
 		writeJSON(w, http.StatusInternalServerError, out)
 		return

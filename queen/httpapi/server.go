@@ -344,8 +344,8 @@ func (s *Server) externalDashboard() http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		for _, api := range []string{"/api/", "/streams/", "/metrics", "/health"} {
 			if strings.HasPrefix(r.URL.Path, api) {
-				writeJSON(w, http.StatusNotFound, map[string]string{"error": fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path),
-					"code": "no_such_route"})
+				writeJSON(w, http.StatusNotFound, errorAnswer{Error: fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path),
+					Code: "no_such_route"})
 				return
 			}
 		}
@@ -399,8 +399,8 @@ func (s *Server) middleware(mux *http.ServeMux, levels map[string]auth.Level) ht
 		if pattern == "" {
 			// code tells a missing route from a missing object (Queen's
 			// clients copy it into their errors).
-			writeJSON(w, http.StatusNotFound, map[string]string{"error": fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path),
-				"code": "no_such_route"})
+			writeJSON(w, http.StatusNotFound, errorAnswer{Error: fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path),
+				Code: "no_such_route"})
 			return
 		}
 		if r.Method == http.MethodHead && !headSafe[pattern] {
@@ -544,7 +544,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, map[string]string{"error": msg})
+	writeJSON(w, status, errorAnswer{Error: msg})
 }
 
 // storeError answers a failed store call: 503 when the database is
