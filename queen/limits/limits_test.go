@@ -75,6 +75,9 @@ func TestJSONStringsAgreeWithPostgreSQL(t *testing.T) {
 		`{"a":"x\u0000y"}`, `{"\u0000":1}`, `{"a":"\ud83d"}`, `{"a":"\ude00"}`, `{"a":"\\\u0000"}`,
 		`[1,2,{"b":["\u0000"]}]`, `"\ud83d\u0041"`, "{\"a\":\"\xff\"}", "\"\xed\xa0\x80\"",
 		`[1e131071, -0.5e-16382, 0e1073741822]`, `{"n":1e200000}`, `[true,false,null,"1e999999"]`,
+		// A number ending the document, nines after the point (mutation
+		// testing found no test had either), and the surrogate ranges' ends.
+		`12.99`, `-0.909e-9`, `"\ud800\udc00"`, `"\udbff\udfff"`, `"\ud7ff\ue000"`,
 	} {
 		got := limits.JSON("payload", []byte(doc)) == nil
 		if want := jsonbTakes(pool, doc); got != want {
@@ -144,7 +147,7 @@ func TestNumberPrintedLengthAgreesWithPostgreSQL(t *testing.T) {
 			num = "-"
 		}
 		num += rapid.SampledFrom([]string{"0", "7", "10", "123", "9007199254740993"}).Draw(t, "int")
-		if f := rapid.SampledFrom([]string{"", ".0", ".5", ".25", ".000", ".0301"}).Draw(t, "frac"); f != "" {
+		if f := rapid.SampledFrom([]string{"", ".0", ".5", ".25", ".000", ".0301", ".9", ".099"}).Draw(t, "frac"); f != "" {
 			num += f
 		}
 		if rapid.Bool().Draw(t, "hasExp") {
@@ -162,6 +165,21 @@ func TestNumberPrintedLengthAgreesWithPostgreSQL(t *testing.T) {
 			t.Fatalf("%s: limits charges %d printed bytes, PostgreSQL prints %d", num, got, want)
 		}
 	})
+}
+
+// TestExpansionBoundIsInclusive: numbers growing by exactly
+// MaxNumberExpansion when printed pass; one byte more is refused.
+func TestExpansionBoundIsInclusive(t *testing.T) {
+	// 1e131071 prints 131,072 digits from 8 bytes (131,064 more); 1e67
+	// prints 68 from 4 (64 more): 8 x 131,064 + 64 = 1,048,576.
+	at := "[" + strings.Repeat("1e131071,", 8) + "1e67]"
+	if err := limits.JSON("payload", []byte(at)); err != nil {
+		t.Fatalf("growing by exactly %d bytes: %v", limits.MaxNumberExpansion, err)
+	}
+	past := "[" + strings.Repeat("1e131071,", 8) + "1e68]"
+	if err := limits.JSON("payload", []byte(past)); err == nil {
+		t.Fatalf("growing by %d bytes was taken", limits.MaxNumberExpansion+1)
+	}
 }
 
 // TestNumbersThatExpandPastTheBoundAreRefused: a few bytes of exponent
