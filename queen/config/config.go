@@ -257,13 +257,40 @@ func DefaultMaxConnections() int {
 
 // FromEnv parses the configuration. getenv is os.Getenv in production; tests
 // pass a map lookup. Every malformed variable is reported, not just the first.
+//
+// The groups are read in a fixed order, and the order matters twice: errors
+// are reported in it, and a few variables read one parsed before them (the
+// mesh peers take QUEEN_MESH_PORT's port; the checks see everything).
 func FromEnv(getenv func(string) string) (Config, error) {
 	c := Default()
 	p := parser{getenv: getenv}
 	p.str("HOST", &c.Host)
 	p.intRange("PORT", &c.Port, 1, 65535)
+	p.postgres(&c)
+	p.pop(&c)
+	p.housekeeping(&c)
+	p.fileBuffer(&c)
+	p.engine(&c)
+	p.mesh(&c)
+	p.observability(&c)
+	p.sweeper(&c)
+	p.timers(&c)
+	p.kv(&c)
+	p.jwt(&c)
+	p.encryptionKey(&c)
+	p.previousKeys(&c)
+	p.ignored(&c)
+	p.serving(&c)
+	p.defaultServerID(&c)
+	p.check(&c)
+	return c, errors.Join(p.errs...)
+}
+
+// postgres reads where the database is, how to log in and the pool's
+// limits. PG_DATABASE is read after PG_DB, so it wins when both are set.
+func (p *parser) postgres(c *Config) {
 	p.str("PG_HOST", &c.PGHost)
-	p.ports("PG_PORT", &c)
+	p.ports("PG_PORT", c)
 	p.str("PG_TARGET_SESSION_ATTRS", &c.PGTargetSessionAttrs)
 	p.str("DATABASE_URL", &c.DatabaseURL)
 	p.boolean("QUEEN_REQUIRE_SYNC_STANDBY", &c.RequireSyncStandby)
@@ -276,6 +303,11 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	p.millis("DB_CONNECTION_TIMEOUT", &c.DBConnectionTimeout)
 	p.millis("DB_STATEMENT_TIMEOUT", &c.DBStatementTimeout)
 	p.millis("DB_LOCK_TIMEOUT", &c.DBLockTimeout)
+}
+
+// pop reads a pop's defaults and bounds and how a waiting pop backs off.
+// DEFAULT_TIMEOUT is read after POP_DEFAULT_TIMEOUT_MS, so it wins.
+func (p *parser) pop(c *Config) {
 	p.millis("POP_DEFAULT_TIMEOUT_MS", &c.DefaultTimeout)
 	p.millis("DEFAULT_TIMEOUT", &c.DefaultTimeout)
 	p.intRange("DEFAULT_BATCH_SIZE", &c.DefaultBatchSize, 1, 100000)
@@ -284,25 +316,47 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	if p.intRange("QUEEN_MAX_POP_BYTES", &popBytes, 1, 1<<40) {
 		c.MaxPopBytes = int64(popBytes)
 	}
-	if v := strings.TrimSpace(getenv("DEFAULT_SUBSCRIPTION_MODE")); v != "" {
-		if m, ok := NormalizeSubscriptionMode(v); ok {
-			c.DefaultSubscriptionMode = m
-		} else {
-			p.fail("DEFAULT_SUBSCRIPTION_MODE", v, "want all or new")
-		}
-	}
+	p.subscriptionMode("DEFAULT_SUBSCRIPTION_MODE", &c.DefaultSubscriptionMode)
 	p.millis("POP_WAIT_INITIAL_INTERVAL_MS", &c.PopWaitInitial)
 	p.intRange("POP_WAIT_BACKOFF_THRESHOLD", &c.PopWaitThreshold, 0, 1000)
 	p.float("POP_WAIT_BACKOFF_MULTIPLIER", &c.PopWaitFactor, 1, 100)
 	p.millis("POP_WAIT_MAX_INTERVAL_MS", &c.PopWaitMax)
+}
+
+// subscriptionMode reads a subscription mode, all or new, in any of the
+// spellings NormalizeSubscriptionMode accepts.
+func (p *parser) subscriptionMode(name string, dst *string) {
+	v := strings.TrimSpace(p.getenv(name))
+	if v == "" {
+		return
+	}
+	if m, ok := NormalizeSubscriptionMode(v); ok {
+		*dst = m
+	} else {
+		p.fail(name, v, "want all or new")
+	}
+}
+
+// housekeeping reads how often retention and statistics run and how much
+// they do at a time.
+func (p *parser) housekeeping(c *Config) {
 	p.millis("RETENTION_INTERVAL", &c.RetentionInterval)
 	p.millis("STATS_INTERVAL_MS", &c.StatsInterval)
 	p.intRange("RETENTION_BATCH_SIZE", &c.RetentionBatchSize, 1, 1000000)
 	p.intRange("PARTITION_CLEANUP_DAYS", &c.PartitionCleanupDays, 0, 36500)
+}
+
+// fileBuffer reads the FILE_BUFFER_* variables.
+func (p *parser) fileBuffer(c *Config) {
 	p.str("FILE_BUFFER_DIR", &c.FileBufferDir)
 	p.millis("FILE_BUFFER_FLUSH_MS", &c.FileBufferFlush)
 	p.intRange("FILE_BUFFER_MAX_BATCH", &c.FileBufferMaxBatch, 1, 100000)
 	p.intRange("FILE_BUFFER_EVENTS_PER_FILE", &c.FileBufferEventsPerFile, 1, 10000000)
+}
+
+// engine reads the broker's internal tuning: caches, admission, shutdown,
+// body reads and how pushes and acks are cut into statements.
+func (p *parser) engine(c *Config) {
 	p.millis("QUEEN_CACHE_REFRESH_INTERVAL_MS", &c.CacheRefreshInterval)
 	p.float("QUEEN_ADMISSION_SHARE_MAINT", &c.AdmissionMaintShare, 0, 1)
 	p.millis("QUEEN_SHUTDOWN_TIMEOUT_MS", &c.ShutdownTimeout)
@@ -310,11 +364,17 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	p.intRange("QUEEN_PUSH_STATEMENTS", &c.PushStatements, 1, 1000)
 	p.intRange("QUEEN_PUSH_BATCH_ROWS", &c.PushBatchRows, 1, 100000)
 	p.intRange("QUEEN_ACK_STATEMENTS", &c.AckStatements, 1, 1000)
+}
+
+// mesh reads the broker mesh. The port is read first because a peer named
+// without one takes it; the QUEEN_MESH_* names win over the older
+// QUEEN_UDP_* ones.
+func (p *parser) mesh(c *Config) {
 	p.intRange("QUEEN_UDP_NOTIFY_PORT", &c.MeshPort, 1, 65535)
 	p.intRange("QUEEN_MESH_PORT", &c.MeshPort, 1, 65535)
-	peers := getenv("QUEEN_MESH_PEERS")
+	peers := p.getenv("QUEEN_MESH_PEERS")
 	if strings.TrimSpace(peers) == "" {
-		peers = getenv("QUEEN_UDP_PEERS")
+		peers = p.getenv("QUEEN_UDP_PEERS")
 	}
 	c.MeshPeers = parsePeers(peers, c.MeshPort)
 	p.boolean("QUEEN_SYNC_ENABLED", &c.MeshEnabled)
@@ -324,6 +384,10 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	p.millis("QUEEN_SYNC_DEAD_THRESHOLD_MS", &c.MeshDeadAfter)
 	p.intRange("QUEEN_MESH_QUEUE", &c.MeshQueueFrames, 1, 1<<20)
 	p.intRange("QUEEN_MESH_MAX_PENDING", &c.MeshMaxPending, 1, 1<<16)
+}
+
+// observability reads the metrics, analytics and dashboard variables.
+func (p *parser) observability(c *Config) {
 	p.intRange("QUEEN_METRICS_MAX_QUEUES", &c.MetricsMaxQueues, 1, 1<<20)
 	p.boolean("QUEEN_ANALYTICS", &c.Analytics)
 	hours := int(c.AnalyticsRetention / time.Hour)
@@ -331,12 +395,23 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		c.AnalyticsRetention = time.Duration(hours) * time.Hour
 	}
 	p.intRange("QUEEN_ANALYTICS_MAX_QUEUES", &c.AnalyticsMaxQueues, 1, 1<<20)
-	p.str("QUEEN_DASHBOARD_DIR", &c.DashboardDir)
-	if c.DashboardDir != "" {
-		if st, err := os.Stat(filepath.Join(c.DashboardDir, "index.html")); err != nil || st.IsDir() {
-			p.fail("QUEEN_DASHBOARD_DIR", c.DashboardDir, "is not a dashboard build: it holds no index.html")
-		}
+	p.dashboardDir("QUEEN_DASHBOARD_DIR", &c.DashboardDir)
+}
+
+// dashboardDir reads a directory to serve the dashboard from. It is
+// checked now, so a wrong path fails at startup rather than as a 404.
+func (p *parser) dashboardDir(name string, dst *string) {
+	p.str(name, dst)
+	if *dst == "" {
+		return
 	}
+	if st, err := os.Stat(filepath.Join(*dst, "index.html")); err != nil || st.IsDir() {
+		p.fail(name, *dst, "is not a dashboard build: it holds no index.html")
+	}
+}
+
+// sweeper reads the QUEEN_SWEEPER_* variables.
+func (p *parser) sweeper(c *Config) {
 	p.boolean("QUEEN_SWEEPER", &c.Sweeper)
 	p.millis("QUEEN_SWEEPER_MIN_SLEEP_MS", &c.SweeperMinSleep)
 	p.millis("QUEEN_SWEEPER_MAX_SLEEP_MS", &c.SweeperMaxSleep)
@@ -345,42 +420,74 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	p.intRange("QUEEN_SWEEPER_CLAIM_BATCH", &c.SweeperClaimBatch, 1, 100000)
 	p.intRange("QUEEN_SWEEPER_MAX_ATTEMPTS", &c.SweeperMaxAttempts, 1, 1000)
 	p.millis("QUEEN_SWEEPER_RETRY_BASE_MS", &c.SweeperRetryBase)
+}
+
+// timers reads the QUEEN_TIMERS_* limits.
+func (p *parser) timers(c *Config) {
 	p.intRange("QUEEN_TIMERS_MAX_PAYLOAD_BYTES", &c.TimersMaxPayloadBytes, 1, 1<<30)
 	var horizon int
 	if p.intRange("QUEEN_TIMERS_MAX_HORIZON_S", &horizon, 1, 100*365*24*3600) {
 		c.TimersMaxHorizon = time.Duration(horizon) * time.Second
 	}
 	p.intRange("QUEEN_TIMERS_MAX_OPS_PER_CALL", &c.TimersMaxOpsPerCall, 1, 100000)
+}
+
+// kv reads the QUEEN_KV_* limits. A key may not exceed limits.MaxKVKeyBytes,
+// the most the store's index holds.
+func (p *parser) kv(c *Config) {
 	p.intRange("QUEEN_KV_MAX_VALUE_BYTES", &c.KVMaxValueBytes, 1, 1<<30)
 	p.intRange("QUEEN_KV_MAX_KEY_BYTES", &c.KVMaxKeyBytes, 1, limits.MaxKVKeyBytes)
 	p.intRange("QUEEN_KV_MAX_OPS_PER_CALL", &c.KVMaxOpsPerCall, 1, 100000)
 	p.intRange("QUEEN_KV_MAX_KEYS_PER_CALL", &c.KVMaxKeysPerCall, 1, 1000000)
 	p.intRange("QUEEN_KV_MAX_READ_BYTES", &c.KVMaxReadBytes, 1, 1<<30)
 	p.intRange("QUEEN_KV_PREFIX_LIMIT", &c.KVPrefixLimit, 1, 1000000)
-	p.jwt(&c)
-	if v := strings.TrimSpace(getenv("QUEEN_ENCRYPTION_KEY")); v != "" {
-		if _, err := crypt.New(v); err != nil {
-			p.fail("QUEEN_ENCRYPTION_KEY", "(hidden)", err.Error())
-		} else {
-			c.EncryptionKey = v
-		}
+}
+
+// encryptionKey reads QUEEN_ENCRYPTION_KEY, the key that seals. An error
+// never shows the key: it is a secret.
+func (p *parser) encryptionKey(c *Config) {
+	v := strings.TrimSpace(p.getenv("QUEEN_ENCRYPTION_KEY"))
+	if v == "" {
+		return
 	}
-	if v := strings.TrimSpace(getenv("QUEEN_ENCRYPTION_KEYS_PREVIOUS")); v != "" {
-		for _, k := range strings.Split(v, ",") {
-			c.EncryptionKeysPrevious = append(c.EncryptionKeysPrevious, strings.TrimSpace(k))
-		}
-		switch _, err := crypt.New(strings.Repeat("0", 64), c.EncryptionKeysPrevious...); {
-		case err != nil:
-			p.fail("QUEEN_ENCRYPTION_KEYS_PREVIOUS", "(hidden)", err.Error())
-		case c.EncryptionKey == "":
-			p.fail("QUEEN_ENCRYPTION_KEYS_PREVIOUS", "(hidden)", "needs QUEEN_ENCRYPTION_KEY (the key that seals)")
-		}
+	if _, err := crypt.New(v); err != nil {
+		p.fail("QUEEN_ENCRYPTION_KEY", "(hidden)", err.Error())
+	} else {
+		c.EncryptionKey = v
 	}
+}
+
+// previousKeys reads QUEEN_ENCRYPTION_KEYS_PREVIOUS, the retired keys that
+// still open what they sealed. They only make sense beside a current key,
+// so it must be read after QUEEN_ENCRYPTION_KEY.
+func (p *parser) previousKeys(c *Config) {
+	v := strings.TrimSpace(p.getenv("QUEEN_ENCRYPTION_KEYS_PREVIOUS"))
+	if v == "" {
+		return
+	}
+	for _, k := range strings.Split(v, ",") {
+		c.EncryptionKeysPrevious = append(c.EncryptionKeysPrevious, strings.TrimSpace(k))
+	}
+	// A placeholder sealing key: this checks only the previous keys.
+	switch _, err := crypt.New(strings.Repeat("0", 64), c.EncryptionKeysPrevious...); {
+	case err != nil:
+		p.fail("QUEEN_ENCRYPTION_KEYS_PREVIOUS", "(hidden)", err.Error())
+	case c.EncryptionKey == "":
+		p.fail("QUEEN_ENCRYPTION_KEYS_PREVIOUS", "(hidden)", "needs QUEEN_ENCRYPTION_KEY (the key that seals)")
+	}
+}
+
+// ignored records which of ignoredVars are set.
+func (p *parser) ignored(c *Config) {
 	for _, name := range ignoredVars {
-		if strings.TrimSpace(getenv(name)) != "" {
+		if strings.TrimSpace(p.getenv(name)) != "" {
 			c.Ignored = append(c.Ignored, name)
 		}
 	}
+}
+
+// serving reads the broker's identity, tenancy, HTTP serving and logging.
+func (p *parser) serving(c *Config) {
 	p.str("QUEEN_SERVER_ID", &c.ServerID)
 	p.boolean("QUEEN_TENANCY_HEADER", &c.TenancyHeader)
 	p.boolean("QUEEN_TENANT_TRUST_HEADER", &c.TrustTenantHeader)
@@ -393,64 +500,75 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	p.millis("QUEEN_HTTP_IDLE_TIMEOUT_MS", &c.HTTPIdleTimeout)
 	p.intRange("QUEEN_MAX_CONNECTIONS", &c.MaxConnections, 1, 1<<24)
 	p.boolean("QUEEN_LOG_JSON", &c.LogJSON)
-	if v := strings.TrimSpace(getenv("LOG_LEVEL")); v != "" {
-		var lvl slog.Level
-		if err := lvl.UnmarshalText([]byte(v)); err != nil {
-			p.fail("LOG_LEVEL", v, "want debug, info, warn or error")
-		} else {
-			c.LogLevel = lvl
-		}
+	p.logLevel("LOG_LEVEL", &c.LogLevel)
+}
+
+// logLevel reads a slog level: debug, info, warn or error.
+func (p *parser) logLevel(name string, dst *slog.Level) {
+	v := strings.TrimSpace(p.getenv(name))
+	if v == "" {
+		return
 	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(v)); err != nil {
+		p.fail(name, v, "want debug, info, warn or error")
+	} else {
+		*dst = lvl
+	}
+}
+
+// defaultServerID names a broker that QUEEN_SERVER_ID left unnamed: after
+// the host, which is stable across restarts, else a random name.
+func (p *parser) defaultServerID(c *Config) {
 	if c.ServerID == "" {
-		c.ServerID = getenv("HOSTNAME")
+		c.ServerID = p.getenv("HOSTNAME")
 	}
 	if c.ServerID == "" {
 		var b [4]byte
 		_, _ = rand.Read(b[:])
 		c.ServerID = "queen-" + hex.EncodeToString(b[:])
 	}
-	if c.FileBufferFlush <= 0 {
-		p.fail("FILE_BUFFER_FLUSH_MS", getenv("FILE_BUFFER_FLUSH_MS"), "must be positive")
-	}
-	if c.CacheRefreshInterval <= 0 {
-		p.fail("QUEEN_CACHE_REFRESH_INTERVAL_MS", getenv("QUEEN_CACHE_REFRESH_INTERVAL_MS"), "must be positive")
-	}
-	if c.BodyReadTimeout <= 0 {
-		p.fail("QUEEN_BODY_READ_TIMEOUT_MS", getenv("QUEEN_BODY_READ_TIMEOUT_MS"), "must be positive")
-	}
-	if c.HTTPIdleTimeout <= 0 {
-		p.fail("QUEEN_HTTP_IDLE_TIMEOUT_MS", getenv("QUEEN_HTTP_IDLE_TIMEOUT_MS"), "must be positive")
-	}
-	if c.ShutdownTimeout <= 0 {
-		p.fail("QUEEN_SHUTDOWN_TIMEOUT_MS", getenv("QUEEN_SHUTDOWN_TIMEOUT_MS"), "must be positive")
-	}
+}
+
+// check reports values that are each well formed but make no sense, alone
+// or together. It runs after everything is read, since a check may span
+// variables from several groups.
+func (p *parser) check(c *Config) {
+	p.positive("FILE_BUFFER_FLUSH_MS", c.FileBufferFlush)
+	p.positive("QUEEN_CACHE_REFRESH_INTERVAL_MS", c.CacheRefreshInterval)
+	p.positive("QUEEN_BODY_READ_TIMEOUT_MS", c.BodyReadTimeout)
+	p.positive("QUEEN_HTTP_IDLE_TIMEOUT_MS", c.HTTPIdleTimeout)
+	p.positive("QUEEN_SHUTDOWN_TIMEOUT_MS", c.ShutdownTimeout)
 	if c.DefaultBatchSize > c.MaxPopBatch {
-		p.fail("DEFAULT_BATCH_SIZE", getenv("DEFAULT_BATCH_SIZE"), fmt.Sprintf("must not exceed QUEEN_MAX_POP_BATCH (%d)", c.MaxPopBatch))
+		p.fail("DEFAULT_BATCH_SIZE", p.getenv("DEFAULT_BATCH_SIZE"), fmt.Sprintf("must not exceed QUEEN_MAX_POP_BATCH (%d)", c.MaxPopBatch))
 	}
-	if c.DBConnectionTimeout <= 0 {
-		p.fail("DB_CONNECTION_TIMEOUT", getenv("DB_CONNECTION_TIMEOUT"), "must be positive")
-	}
+	p.positive("DB_CONNECTION_TIMEOUT", c.DBConnectionTimeout)
 	if c.MeshRuns() && c.MeshSecret == "" && !c.MeshInsecure {
 		p.fail("QUEEN_SYNC_SECRET", "", "peers are configured (QUEEN_MESH_PEERS) but no secret: set one, "+
 			"byte-identical on every broker, or QUEEN_MESH_INSECURE=true to run the mesh open")
 	}
 	if c.SweeperMaxSleep <= 0 || c.SweeperMinSleep > c.SweeperMaxSleep {
-		p.fail("QUEEN_SWEEPER_MAX_SLEEP_MS", getenv("QUEEN_SWEEPER_MAX_SLEEP_MS"), "must be positive and at least QUEEN_SWEEPER_MIN_SLEEP_MS")
+		p.fail("QUEEN_SWEEPER_MAX_SLEEP_MS", p.getenv("QUEEN_SWEEPER_MAX_SLEEP_MS"), "must be positive and at least QUEEN_SWEEPER_MIN_SLEEP_MS")
 	}
 	if n := len(c.hostList()); len(c.PGPorts) > 1 && len(c.PGPorts) != n {
-		p.fail("PG_PORT", getenv("PG_PORT"), fmt.Sprintf("%d ports for %d PG_HOST hosts: give one port, or one per host", len(c.PGPorts), n))
+		p.fail("PG_PORT", p.getenv("PG_PORT"), fmt.Sprintf("%d ports for %d PG_HOST hosts: give one port, or one per host", len(c.PGPorts), n))
 	}
 	if !validSessionAttrs[c.PGTargetSessionAttrs] {
 		p.fail("PG_TARGET_SESSION_ATTRS", c.PGTargetSessionAttrs, "not one of any, read-write, read-only, primary, standby, prefer-standby")
 	}
-	if c.SweeperLease <= 0 {
-		p.fail("QUEEN_SWEEPER_LEASE_MS", getenv("QUEEN_SWEEPER_LEASE_MS"), "must be positive")
-	}
+	p.positive("QUEEN_SWEEPER_LEASE_MS", c.SweeperLease)
 	if c.MeshHeartbeat <= 0 || c.MeshDeadAfter <= c.MeshHeartbeat {
-		p.fail("QUEEN_SYNC_DEAD_THRESHOLD_MS", getenv("QUEEN_SYNC_DEAD_THRESHOLD_MS"),
+		p.fail("QUEEN_SYNC_DEAD_THRESHOLD_MS", p.getenv("QUEEN_SYNC_DEAD_THRESHOLD_MS"),
 			"must exceed a positive QUEEN_SYNC_HEARTBEAT_MS")
 	}
-	return c, errors.Join(p.errs...)
+}
+
+// positive reports a duration that is zero: millis accepts 0, but these
+// durations are intervals or deadlines that 0 would break.
+func (p *parser) positive(name string, d time.Duration) {
+	if d <= 0 {
+		p.fail(name, p.getenv(name), "must be positive")
+	}
 }
 
 // ignoredVars are Queen variables this broker accepts and does nothing
