@@ -34,7 +34,13 @@ import (
 // waitFor polls cond for up to a minute: generous, for a loaded machine.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
+	waitWithin(t, time.Minute, what, cond)
+}
+
+// waitWithin is waitFor with its own bound.
+func waitWithin(t *testing.T, bound time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(bound)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
@@ -234,7 +240,11 @@ func TestSpoolReadOnlyIsNotADatabaseOutage(t *testing.T) {
 	cfs.reset()
 	proxy.SetMode(faults.Pass, 0)
 
-	waitFor(t, "the buffered pushes stored", func() bool { return countRows(t, b, "ro-%") == 5 })
+	// A cycle with a spool fault parks the drain, twice as long each such
+	// cycle in a row, up to spool.SpoolFaultPauseMax (a minute); on a
+	// loaded machine the probe may fail a few cycles after PostgreSQL is
+	// back, so the park can reach its ceiling before the first replay.
+	waitWithin(t, spool.SpoolFaultPauseMax+time.Minute, "the buffered pushes stored", func() bool { return countRows(t, b, "ro-%") == 5 })
 	waitFor(t, "dbHealthy", func() bool { return bufferStatus(t, base)["dbHealthy"] == true })
 	for i := 0; i < 5; i++ {
 		code, body := doSettled(t, "POST", base+"/api/v1/push", "", fmt.Sprintf(`{"items":[{"queue":"orders","transactionId":"live-%d"}]}`, i))
