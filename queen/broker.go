@@ -164,9 +164,44 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 			b.spool.Abandon() // its directory's lock: a retry (or another broker) may start on it
 		}
 	}()
-	pc, err := PoolConfig(b.cfg)
+	if err := b.openPool(ctx); err != nil {
+		return err
+	}
+	apiOpts, err := b.prepare(ctx)
+	if err != nil {
+		b.pool.Close()
+		return err
+	}
+	sw := b.startAPI(apiOpts)
+	b.services = b.backgroundServices(sw)
+	base := b.startServices()
+	if err := b.serve(base); err != nil {
+		return err
+	}
+	b.logServing()
+	return nil
+}
+
+// openPool opens the database pool. Nothing is connected to yet: the pool
+// dials on first use.
+func (b *Broker) openPool(ctx context.Context) error {
+	pc, err := b.poolConfig()
 	if err != nil {
 		return err
+	}
+	if b.pool, err = pgxpool.NewWithConfig(ctx, pc); err != nil {
+		return fmt.Errorf("database pool: %w", err)
+	}
+	return nil
+}
+
+// poolConfig is PoolConfig with this broker's hooks: the probe's connect
+// timeout, the read-only watch and the per-connection setup. It creates
+// b.probe and b.readOnly, which the hooks use.
+func (b *Broker) poolConfig() (*pgxpool.Config, error) {
+	pc, err := PoolConfig(b.cfg)
+	if err != nil {
+		return nil, err
 	}
 	b.probe = dbprobe.New(dbprobe.Options{ConnConfig: pc.ConnConfig, Timeout: b.cfg.DBConnectionTimeout,
 		Clock: b.opts.Clock, Jitter: b.opts.Jitter})
@@ -176,28 +211,50 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 		cc.ConnectTimeout = b.probe.ConnectTimeout()
 		return nil
 	}
-	// A connection that meets a read-only server (the address moved to a
-	// standby) is closed, and the broker says so once each way.
-	b.readOnly = &store.ReadOnlyWatch{OnChange: func(ro bool) {
-		if ro {
-			b.log.Warn("database read-only: writes wait (pushes are spooled) until a writable primary answers")
-			return
-		}
-		b.log.Info("database writable again")
-	}}
+	b.readOnly = b.newReadOnlyWatch()
 	pc.ConnConfig.OnPgError = b.readOnly.OnPgError
 	b.hosts, b.dbName = hostsOf(pc.ConnConfig), pc.ConnConfig.Database
 	pc.AfterConnect = b.afterConnect
 	if b.opts.ConfigurePool != nil {
 		b.opts.ConfigurePool(pc)
 	}
-	if b.pool, err = pgxpool.NewWithConfig(ctx, pc); err != nil {
-		return fmt.Errorf("database pool: %w", err)
+	return pc, nil
+}
+
+// newReadOnlyWatch closes a connection that meets a read-only server (the
+// address moved to a standby), and the broker says so once each way.
+func (b *Broker) newReadOnlyWatch() *store.ReadOnlyWatch {
+	return &store.ReadOnlyWatch{OnChange: func(ro bool) {
+		if ro {
+			b.log.Warn("database read-only: writes wait (pushes are spooled) until a writable primary answers")
+			return
+		}
+		b.log.Info("database writable again")
+	}}
+}
+
+// prepare builds everything the HTTP API needs, in order: the store, the
+// spool, the maintenance switches, the push path, authentication and the
+// mesh. On an error the caller closes the pool; the spool's lock is left to
+// Start's deferred Abandon.
+func (b *Broker) prepare(ctx context.Context) (httpapi.Options, error) {
+	cipher, err := b.openStore(ctx)
+	if err != nil {
+		return httpapi.Options{}, err
 	}
+	arbiter := admission.New(b.cfg.DBPoolSize, b.cfg.AdmissionMaintShare)
+	if err := b.openSpool(arbiter); err != nil {
+		return httpapi.Options{}, err
+	}
+	return b.apiOptions(ctx, arbiter, cipher)
+}
+
+// openStore migrates (when QUEEN_APPLY_SCHEMA), opens the store and refuses
+// a standby. It returns the payload cipher, nil without an encryption key.
+func (b *Broker) openStore(ctx context.Context) (*crypt.Cipher, error) {
 	if b.cfg.ApplySchema {
 		if err := b.migrate(ctx); err != nil {
-			b.pool.Close()
-			return err
+			return nil, err
 		}
 	}
 	var cipher *crypt.Cipher
@@ -208,75 +265,104 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 		Clock: b.opts.Clock, CacheTTL: b.cfg.CacheRefreshInterval, PushStatements: b.cfg.PushStatements,
 		PushBatchRows: b.cfg.PushBatchRows, AckStatements: b.cfg.AckStatements, Log: b.log, ReadOnly: b.readOnly})
 	if err := b.checkStandby(ctx); err != nil {
-		b.pool.Close()
-		return err
+		return nil, err
 	}
-	arbiter := admission.New(b.cfg.DBPoolSize, b.cfg.AdmissionMaintShare)
-	if b.cfg.FileBufferDir != "" && b.cfg.FileBufferDir != "off" {
-		listen := b.cfg.Addr()
-		if b.opts.Listener != nil {
-			listen = b.opts.Listener.Addr().String()
-		}
-		b.spool, err = spool.Open(spool.Options{Dir: b.cfg.FileBufferDir, FS: b.opts.SpoolFS, Clock: b.opts.Clock,
-			EventsPerFile: b.cfg.FileBufferEventsPerFile, Log: b.log, Holder: "serverId=" + b.cfg.ServerID + " listen=" + listen})
-		if err != nil {
-			b.pool.Close()
-			return fmt.Errorf("FILE_BUFFER_DIR: %w", err)
-		}
-		b.drainer = &spool.Drainer{Spool: b.spool, Arbiter: arbiter, Every: b.cfg.FileBufferFlush, MaxBatch: b.cfg.FileBufferMaxBatch,
-			Ping: b.probe.Probe}
+	return cipher, nil
+}
+
+// openSpool opens the file buffer and its drainer, unless FILE_BUFFER_DIR
+// is empty or "off". The lock file names this broker and its listen
+// address, so an operator can tell who holds the directory.
+func (b *Broker) openSpool(arbiter *admission.Arbiter) (err error) {
+	if b.cfg.FileBufferDir == "" || b.cfg.FileBufferDir == "off" {
+		return nil
 	}
+	listen := b.cfg.Addr()
+	if b.opts.Listener != nil {
+		listen = b.opts.Listener.Addr().String()
+	}
+	b.spool, err = spool.Open(spool.Options{Dir: b.cfg.FileBufferDir, FS: b.opts.SpoolFS, Clock: b.opts.Clock,
+		EventsPerFile: b.cfg.FileBufferEventsPerFile, Log: b.log, Holder: "serverId=" + b.cfg.ServerID + " listen=" + listen})
+	if err != nil {
+		return fmt.Errorf("FILE_BUFFER_DIR: %w", err)
+	}
+	b.drainer = &spool.Drainer{Spool: b.spool, Arbiter: arbiter, Every: b.cfg.FileBufferFlush, MaxBatch: b.cfg.FileBufferMaxBatch,
+		Ping: b.probe.Probe}
+	return nil
+}
+
+// apiOptions loads the maintenance switches, builds the push path and the
+// analytics recorder, and turns on authentication and the mesh: the HTTP
+// API's options, all but the sweeper's and the connection limiter's.
+func (b *Broker) apiOptions(ctx context.Context, arbiter *admission.Arbiter, cipher *crypt.Cipher) (httpapi.Options, error) {
 	b.maint = maintenance.New(b.store, b.spool, b.log)
-	// One owner for commit-or-spool and the replay of what was spooled.
-	pushes := pushpath.New(pushpath.Options{Store: b.store, Spool: b.spool, Diverted: b.maint.Push, Ping: b.probe.Probe,
-		Cipher: cipher, Arbiter: arbiter, IDs: b.opts.IDs, Log: b.log})
-	if b.drainer != nil {
-		b.drainer.Replay = pushes.Replay
-	}
+	pushes := b.newPushPath(arbiter, cipher)
 	if err := b.maint.Load(ctx); err != nil {
 		b.log.Warn("could not read the maintenance switches; assuming off until the next reconcile", "err", err)
 	}
 	if b.cfg.Analytics {
 		b.recorder = analytics.NewRecorder(b.cfg.AnalyticsMaxQueues)
 	}
-	apiOpts := httpapi.Options{Config: b.cfg, Store: b.store, Analytics: b.recorder, Spool: b.spool, Drainer: b.drainer,
+	o := httpapi.Options{Config: b.cfg, Store: b.store, Analytics: b.recorder, Spool: b.spool, Drainer: b.drainer,
 		Maintenance: b.maint, Arbiter: arbiter, Clock: b.opts.Clock, Waker: waker.New(), IDs: b.opts.IDs, Logger: b.log,
 		Cipher: cipher, Push: pushes, PopClaims: b.opts.PopClaims}
-	if b.cfg.JWTEnabled {
-		if apiOpts.Auth, err = auth.New(b.cfg.JWT, b.opts.Clock, b.log); err != nil {
-			b.pool.Close()
-			return err
-		}
-		switch {
-		case b.cfg.TrustTenantHeader:
-			b.log.Warn("QUEEN_TENANT_TRUST_HEADER is on: with JWT on, the tenant comes from x-queen-tenant, not the token; safe only behind a gateway that strips and sets that header")
-		case b.cfg.JWT.TenantClaim != "":
-			b.log.Info("tenants come from the token", "claim", b.cfg.JWT.TenantClaim, "header", "a disagreeing x-queen-tenant is refused (403)")
-		}
-	} else {
-		b.log.Info("JWT_ENABLED is off: every route answers without authentication")
+	if err := b.configureAuth(&o); err != nil {
+		return o, err
 	}
 	for _, name := range b.cfg.Ignored {
 		b.log.Warn("configuration variable is set but does nothing in this broker", "variable", name)
 	}
 	if b.cfg.MeshRuns() {
-		if err := b.startMesh(&apiOpts); err != nil {
-			b.pool.Close()
-			return err
+		if err := b.startMesh(&o); err != nil {
+			return o, err
 		}
 	}
+	return o, nil
+}
+
+// newPushPath is the one owner of commit-or-spool and of the replay of what
+// was spooled; the drainer replays through it.
+func (b *Broker) newPushPath(arbiter *admission.Arbiter, cipher *crypt.Cipher) *pushpath.Path {
+	pushes := pushpath.New(pushpath.Options{Store: b.store, Spool: b.spool, Diverted: b.maint.Push, Ping: b.probe.Probe,
+		Cipher: cipher, Arbiter: arbiter, IDs: b.opts.IDs, Log: b.log})
+	if b.drainer != nil {
+		b.drainer.Replay = pushes.Replay
+	}
+	return pushes
+}
+
+// configureAuth sets the API's JWT authenticator when JWT_ENABLED, and logs
+// where tenants come from, or that every route is open.
+func (b *Broker) configureAuth(o *httpapi.Options) (err error) {
+	if !b.cfg.JWTEnabled {
+		b.log.Info("JWT_ENABLED is off: every route answers without authentication")
+		return nil
+	}
+	if o.Auth, err = auth.New(b.cfg.JWT, b.opts.Clock, b.log); err != nil {
+		return err
+	}
+	switch {
+	case b.cfg.TrustTenantHeader:
+		b.log.Warn("QUEEN_TENANT_TRUST_HEADER is on: with JWT on, the tenant comes from x-queen-tenant, not the token; safe only behind a gateway that strips and sets that header")
+	case b.cfg.JWT.TenantClaim != "":
+		b.log.Info("tenants come from the token", "claim", b.cfg.JWT.TenantClaim, "header", "a disagreeing x-queen-tenant is refused (403)")
+	}
+	return nil
+}
+
+// startAPI creates the sweeper (when QUEEN_SWEEPER), the connection limiter
+// and the HTTP API with its handler, and wires the hints between them. It
+// returns the sweeper, nil when off.
+func (b *Broker) startAPI(o httpapi.Options) *sweeper.Sweeper {
 	var sw *sweeper.Sweeper
 	if b.cfg.Sweeper {
-		sw = b.newSweeper(arbiter)
-		apiOpts.TimerHint = sw.Hint
-		apiOpts.SweeperStats = func() httpapi.SweeperStats { return sweeperStats(sw) }
+		sw = b.newSweeper(o.Arbiter)
+		o.TimerHint = sw.Hint
+		o.SweeperStats = func() httpapi.SweeperStats { return sweeperStats(sw) }
 	}
 	b.conns = connlimit.New(b.cfg.MaxConnections, b.log, b.opts.Clock.Now)
-	apiOpts.Connections = func() httpapi.ConnectionStats {
-		c := b.conns.Stats()
-		return httpapi.ConnectionStats{Max: c.Max, Open: c.Open, Evicted: c.Evicted, Refused: c.Refused}
-	}
-	b.api = httpapi.New(apiOpts)
+	o.Connections = b.connectionStats
+	b.api = httpapi.New(o)
 	if b.hints != nil {
 		forget := b.api.ForgetQueueSeries
 		b.hints.forgetSeries.Store(&forget)
@@ -285,26 +371,44 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 	if sw != nil {
 		sw.Fired = b.api.Notify
 	}
-	b.services = []background.Service{
+	return sw
+}
+
+// connectionStats is the connection limiter's count, as /metrics shows it.
+func (b *Broker) connectionStats() httpapi.ConnectionStats {
+	c := b.conns.Stats()
+	return httpapi.ConnectionStats{Max: c.Max, Open: c.Open, Evicted: c.Evicted, Refused: c.Refused}
+}
+
+// backgroundServices lists the services this broker runs, in the order they
+// start; sw is nil when the sweeper is off.
+func (b *Broker) backgroundServices(sw *sweeper.Sweeper) []background.Service {
+	services := []background.Service{
 		&leader.Retention{Lead: b.lead(b.cfg.RetentionInterval), Batch: b.cfg.RetentionBatchSize,
 			CleanupDays: b.cfg.PartitionCleanupDays, Observe: b.opts.RetentionPasses},
 		&maintenance.Reconcile{State: b.maint, Clock: b.opts.Clock, Every: background.Every{Interval: b.cfg.CacheRefreshInterval}},
 	}
 	if b.cfg.StatsInterval > 0 {
-		b.services = append(b.services, &leader.QueueStats{Lead: b.lead(b.cfg.StatsInterval)})
+		services = append(services, &leader.QueueStats{Lead: b.lead(b.cfg.StatsInterval)})
 	}
 	if b.drainer != nil {
-		b.services = append(b.services, b.drainer)
+		services = append(services, b.drainer)
 	}
 	if b.recorder != nil {
 		b.flusher = b.newFlusher()
-		b.services = append(b.services, b.flusher,
+		services = append(services, b.flusher,
 			&leader.Stats{Lead: b.lead(time.Minute), Retention: b.cfg.AnalyticsRetention})
 	}
 	if sw != nil {
-		b.services = append(b.services, sw)
+		services = append(services, sw)
 	}
+	return services
+}
 
+// startServices runs the background services, unless the caller steps them
+// (Options.NoBackground). The context it returns is theirs and every
+// request's; b.cancel ends it.
+func (b *Broker) startServices() context.Context {
 	base, cancel := context.WithCancel(context.Background())
 	b.cancel = cancel
 	if !b.opts.NoBackground {
@@ -316,6 +420,13 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 			}()
 		}
 	}
+	return base
+}
+
+// serve listens (unless Options.Listener is set) and serves HTTP with
+// requests under base. When it cannot listen, the broker is crashed: the
+// services are already running.
+func (b *Broker) serve(base context.Context) (err error) {
 	b.listener = b.opts.Listener
 	if b.listener == nil {
 		if b.listener, err = net.Listen("tcp", b.cfg.Addr()); err != nil {
@@ -335,13 +446,17 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 			b.log.Error("http server stopped", "err", err)
 		}
 	}()
-	// The startup summary: what an operator checks first, and no secret.
+	return nil
+}
+
+// logServing is the startup summary: what an operator checks first, and no
+// secret.
+func (b *Broker) logServing() {
 	b.log.Info("queen broker serving", "addr", b.listener.Addr().String(),
 		"database", b.database(), "user", b.pool.Config().ConnConfig.User,
 		"pool", b.cfg.DBPoolSize, "spool", b.cfg.FileBufferDir, "tenancy", b.cfg.TenancyHeader,
 		"jwt", b.cfg.JWTEnabled, "meshPeers", b.cfg.MeshPeers, "sweeper", b.cfg.Sweeper,
 		"retentionInterval", b.cfg.RetentionInterval)
-	return nil
 }
 
 // newSweeper is this broker's timer and KV sweeper.
@@ -470,14 +585,14 @@ func (b *Broker) Shutdown(ctx context.Context) error {
 	return err
 }
 
-// newFlusher is the analytics flusher of this broker: its id, host and
-// port on each minute, the process and the pool as gauges.
 // lead is what a leader service of this broker shares with the others: the
 // store, clock and log, and its passes every interval.
 func (b *Broker) lead(every time.Duration) leader.Lead {
 	return leader.Lead{Store: b.store, Clock: b.opts.Clock, Log: b.log, Every: background.Every{Interval: every}, Passes: b.opts.LeaderPasses}
 }
 
+// newFlusher is the analytics flusher of this broker: its id, host and
+// port on each minute, the process and the pool as gauges.
 func (b *Broker) newFlusher() *analytics.Flusher {
 	host, _ := os.Hostname()
 	pool := func() (size, idle, active int) {
