@@ -164,10 +164,16 @@ func TestSpoolCorruptRecordIsQuarantinedWithItsReason(t *testing.T) {
 	base := "http://" + b.Addr()
 	want := fmt.Sprintf("checksum mismatch at offset %d", tenth)
 	var status map[string]any
-	waitFor(t, "the damaged record quarantined", func() bool {
+	// The damaged bytes' file appears a moment before its reasons line is
+	// written beside it: wait for both.
+	waitFor(t, "the damaged record quarantined with its reason", func() bool {
 		status = bufferStatus(t, base)
 		q, _ := status["quarantined"].([]any)
-		return len(q) > 0
+		if len(q) == 0 {
+			return false
+		}
+		reasons, _ := q[0].(map[string]any)["reasons"].([]any)
+		return len(reasons) > 0
 	})
 	q := status["quarantined"].([]any)
 	reasons, _ := q[0].(map[string]any)["reasons"].([]any)
