@@ -221,7 +221,7 @@ func (s *Server) seekPartition(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !ok {
-		writeJSON(w, http.StatusNotFound, groupFailure{Success: false, Error: "Partition not found"})
+		writeJSON(w, http.StatusNotFound, failureAnswer{Success: false, Error: "Partition not found"})
 		return
 	}
 	n, at, err := s.store.Seek(r.Context(), tenantOf(r), g, q, &p, true, nil)

@@ -96,9 +96,10 @@ type partitionSeeked struct {
 	CursorMovedTo *string `json:"cursorMovedTo"` // when the message the cursor now stands on was stored; null when none moved
 }
 
-// groupFailure is a group route's refusal in Queen's shape (404 of a
-// partition seek), not the usual {"error"}.
-type groupFailure struct {
+// failureAnswer is a refusal in Queen's {"success":false,"error"} shape
+// (a partition seek's 404, a trace for a message that is not there), not
+// the usual {"error"}.
+type failureAnswer struct {
 	Success bool   `json:"success"` // always false
 	Error   string `json:"error"`
 }

@@ -25,7 +25,7 @@ func (s *Server) recordTrace(w http.ResponseWriter, r *http.Request) {
 	p.Tenant = tenantOf(r)
 	id, err := s.store.RecordTrace(r.Context(), p)
 	if errors.Is(err, store.ErrNotFound) {
-		writeJSON(w, http.StatusNotFound, traceRefused{Success: false, Error: "Message not found"})
+		writeJSON(w, http.StatusNotFound, failureAnswer{Success: false, Error: "Message not found"})
 		return
 	}
 	if err != nil {

@@ -16,13 +16,6 @@ type traceRecorded struct {
 	TraceID string `json:"traceId"`
 }
 
-// traceRefused is the 404 answer to POST /api/v1/traces for a message that
-// is not there (Queen's shape, not the usual {"error"}).
-type traceRefused struct {
-	Success bool   `json:"success"` // always false
-	Error   string `json:"error"`
-}
-
 // traceWire is one recorded trace.
 type traceWire struct {
 	ID             string          `json:"id"`
