@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -12,9 +11,9 @@ import (
 	"github.com/queen-go/queen/queen/admission"
 	"github.com/queen-go/queen/queen/canary"
 	"github.com/queen-go/queen/queen/config"
+	"github.com/queen-go/queen/queen/consume"
 	"github.com/queen-go/queen/queen/limits"
 	"github.com/queen-go/queen/queen/store"
-	"github.com/queen-go/queen/queen/waker"
 )
 
 // maxLeaseSeconds bounds a lease: an integer number of seconds in
@@ -142,15 +141,7 @@ func (s *Server) pop(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	key := waker.Key(p.req.Tenant, p.req.Queue)
-	s.longPoll(w, r, p, key, func(ctx context.Context) (store.PopResult, error) {
-		release, err := s.admit(r, admission.Pop)
-		if err != nil {
-			return store.PopResult{}, err
-		}
-		defer release()
-		return s.store.Pop(ctx, p.req)
-	})
+	s.longPoll(w, r, p, s.admitted(r, s.consumer.One(p.req)))
 }
 
 // popDiscover pops from the tenant's queues matching namespace and/or task,
@@ -172,112 +163,44 @@ func (s *Server) popDiscover(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	s.longPoll(w, r, p, waker.Key(p.req.Tenant, ""), func(ctx context.Context) (store.PopResult, error) {
+	s.longPoll(w, r, p, s.admitted(r, s.consumer.Discover(p.req, ns, task)))
+}
+
+// admitted runs each try of a pop under the arbiter's pop lane, so a
+// parked pop holds no slot while it waits.
+func (s *Server) admitted(r *http.Request, try consume.Try) consume.Try {
+	return func(ctx context.Context) (store.PopResult, error) {
 		release, err := s.admit(r, admission.Pop)
 		if err != nil {
 			return store.PopResult{}, err
 		}
 		defer release()
-		queues, err := s.store.QueuesFor(ctx, p.req.Tenant, ns, task)
-		if err != nil {
-			return store.PopResult{}, err
-		}
-		for _, name := range queues {
-			req := p.req
-			req.Queue = name
-			res, err := s.store.Pop(ctx, req)
-			if err != nil || len(res.Messages) > 0 {
-				return res, err
-			}
-		}
-		return store.PopResult{}, nil
-	})
+		return try(ctx)
+	}
 }
 
-// longPoll runs try until it returns messages, or, with wait, until the
-// timeout passes. While parked it holds no database connection: it waits on
-// the waker (a push on this broker) or its back-off timer, whichever first.
-func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, p popParams, key string, try func(context.Context) (store.PopResult, error)) {
-	ctx := r.Context()
-	deadline := s.clock.Now().Add(p.timeout)
-	interval := s.cfg.PopWaitInitial
-	group := p.req.Group
-	for empties := 0; ; empties++ {
-		// Whether the client had gone before this claim began, read
-		// before the check below: a claim it lets through is reported.
-		gone := ctx.Err() != nil
-		woken, withdraw := s.wake.Wait(key, group)
-		if ctx.Err() != nil && !canary.On("claim-after-leave") {
-			withdraw(true) // the client is gone: claim nothing
-			return
+// longPoll runs a pop through the consumer (queen/consume holds the wait
+// and claim rules) and answers how it ended: the claim (200), nothing
+// (204), or nothing at all when the client left.
+func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, p popParams, try consume.Try) {
+	res, err := s.consumer.Pop(r.Context(), consume.Request{Tenant: p.req.Tenant, Queue: p.req.Queue, Group: p.req.Group,
+		Wait: p.wait, Timeout: p.timeout}, try)
+	if err != nil {
+		s.storeError(w, r, "pop", err)
+		return
+	}
+	switch res.Outcome {
+	case consume.Claimed:
+		s.stats.popMessages.Add(int64(len(res.Claim.Messages)))
+		for _, m := range res.Claim.Messages {
+			s.queueMessages.add(p.req.Tenant, m.Queue, "pop", 1)
 		}
-		// Once started, a claim runs to its end even if the client leaves
-		// meanwhile (bounded by DB_STATEMENT_TIMEOUT): cancelling it could
-		// reach PostgreSQL after its commit and leave a lease nobody
-		// knows, hiding the partition for a whole lease. A finished claim
-		// whose client has gone is released below.
-		res, err := try(context.WithoutCancel(ctx))
-		if err != nil {
-			withdraw(true)
-			s.storeError(w, r, "pop", err)
-			return
-		}
-		if len(res.Messages) > 0 {
-			withdraw(true)
-			if s.popClaims != nil {
-				s.popClaims(PopClaim{Tenant: p.req.Tenant, Queue: res.Queue, LeaseID: res.LeaseID, Messages: len(res.Messages), ClientGone: gone})
-			}
-			if ctx.Err() != nil {
-				// The claim raced the client's disconnect: give it back so
-				// the partition is not hidden for a whole lease.
-				if !canary.On("cancel-keeps-claim") {
-					s.releaseAbandoned(res.LeaseID)
-				}
-				return
-			}
-			s.stats.popMessages.Add(int64(len(res.Messages)))
-			for _, m := range res.Messages {
-				s.queueMessages.add(p.req.Tenant, m.Queue, "pop", 1)
-			}
-			s.recordPopped(p.req.Tenant, res)
-			s.deliver(w, p, res)
-			return
-		}
-		left := deadline.Sub(s.clock.Now())
-		if !p.wait || left <= 0 || s.isDraining() {
-			withdraw(true)
-			s.recordEmptyPop(p.req.Tenant, p.req.Queue)
-			w.WriteHeader(http.StatusNoContent)
-			return
-		}
-		if empties >= s.cfg.PopWaitThreshold {
-			interval = time.Duration(float64(interval) * s.cfg.PopWaitFactor)
-			if interval > s.cfg.PopWaitMax {
-				interval = s.cfg.PopWaitMax
-			}
-		}
-		sleep := min(interval, left)
-		if canary.On("poll-waits-for-wake") {
-			sleep = left // no periodic re-check: only a wake ends the wait
-		}
-		t := s.clock.NewTimer(sleep)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			withdraw(true)
-			return
-		case <-woken:
-			t.Stop()
-		case <-t.C():
-		case <-s.draining:
-			// Graceful stop: answer now rather than hold the shutdown.
-			t.Stop()
-			withdraw(true)
-			s.recordEmptyPop(p.req.Tenant, p.req.Queue)
-			w.WriteHeader(http.StatusNoContent)
-			return
-		}
-		withdraw(false) // this pop re-checks itself
+		s.recordPopped(p.req.Tenant, res.Claim)
+		s.deliver(w, p, res.Claim)
+	case consume.Empty, consume.Draining:
+		s.recordEmptyPop(p.req.Tenant, p.req.Queue)
+		w.WriteHeader(http.StatusNoContent)
+	case consume.Gone:
 	}
 }
 
@@ -303,49 +226,10 @@ func (s *Server) deliver(w http.ResponseWriter, p popParams, res store.PopResult
 	}
 	if err != nil {
 		s.log.Debug("pop answer not delivered; claim released", "queue", res.Queue, "err", err)
-		s.releaseAbandoned(res.LeaseID)
+		s.consumer.Release(res.LeaseID)
 		return
 	}
-	if p.autoAck {
-		s.completeAutoAck(p.req.Tenant, res)
-	}
-}
-
-// completeAutoAck completes an autoAck pop's messages under its lease, as
-// the client's own ack would (through the ack combiner). Should it fail,
-// the lease expires and the messages are delivered again: at least once,
-// as a broker crash between the answer and this ack also gives.
-func (s *Server) completeAutoAck(tenant string, res store.PopResult) {
-	items := make([]store.AckItem, len(res.Messages))
-	for i, m := range res.Messages {
-		items[i] = store.AckItem{TransactionID: m.TransactionID, PartitionID: m.PartitionID, LeaseID: res.LeaseID, Status: "completed"}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	out, err := s.store.Ack(ctx, tenant, res.Group, items)
-	if err == nil {
-		for _, r := range out {
-			if !r.Success {
-				err = fmt.Errorf("%s: %s", r.TransactionID, r.Error)
-				break
-			}
-		}
-	}
-	if err != nil {
-		s.log.Warn("autoAck completion failed; the messages are redelivered when the lease ends",
-			"queue", res.Queue, "lease", res.LeaseID, "err", err)
-		return
-	}
-	s.recordAutoAcked(tenant, res)
-}
-
-func (s *Server) releaseAbandoned(leaseID string) {
-	if leaseID == "" {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if _, err := s.store.Release(ctx, leaseID); err != nil {
-		s.log.Warn("release of abandoned pop failed; its lease will expire instead", "lease", leaseID, "err", err)
+	if p.autoAck && s.consumer.Complete(p.req.Tenant, res) {
+		s.recordAutoAcked(p.req.Tenant, res)
 	}
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/queen-go/queen/queen/auth"
 	"github.com/queen-go/queen/queen/clock"
 	"github.com/queen-go/queen/queen/config"
+	"github.com/queen-go/queen/queen/consume"
 	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/dashboard"
 	"github.com/queen-go/queen/queen/ids"
@@ -64,7 +65,8 @@ type Server struct {
 	sharedState func() any
 	// timerHint tells the local sweeper a timer is due in d; nil: none.
 	timerHint func(d time.Duration)
-	popClaims func(PopClaim)
+	// consumer runs pops: the claim, the long-poll wait, the settling.
+	consumer *consume.Consumer
 	// meshRefusals reports the mesh's refusals; nil: no mesh.
 	meshRefusals func() MeshRefusals
 	// sweeperStats reports the sweeper for the metrics; nil: none.
@@ -146,12 +148,7 @@ type MeshRefusals struct {
 }
 
 // PopClaim is one claim a pop made, for Options.PopClaims.
-type PopClaim struct {
-	Tenant, Queue, LeaseID string
-	Messages               int
-	// ClientGone: the request's context was done before the claim began.
-	ClientGone bool
-}
+type PopClaim = consume.Claim
 
 // SweeperStats are the sweeper's figures the metrics expose.
 type SweeperStats struct {
@@ -186,8 +183,10 @@ func New(o Options) *Server {
 		o.Maintenance = maintenance.New(o.Store, o.Spool, o.Logger)
 	}
 	s := &Server{cfg: o.Config, store: o.Store, spool: o.Spool, drainer: o.Drainer, maint: o.Maintenance,
-		arbiter: o.Arbiter, clock: o.Clock, wake: o.Waker, peers: o.Peers, ids: o.IDs, sharedState: o.SharedState, meshRefusals: o.MeshRefusals, timerHint: o.TimerHint, popClaims: o.PopClaims, sweeperStats: o.SweeperStats, connections: o.Connections, auth: o.Auth, cipher: o.Cipher, log: o.Logger, started: o.Clock.Now(),
+		arbiter: o.Arbiter, clock: o.Clock, wake: o.Waker, peers: o.Peers, ids: o.IDs, sharedState: o.SharedState, meshRefusals: o.MeshRefusals, timerHint: o.TimerHint, sweeperStats: o.SweeperStats, connections: o.Connections, auth: o.Auth, cipher: o.Cipher, log: o.Logger, started: o.Clock.Now(),
 		draining: make(chan struct{})}
+	s.consumer = consume.New(consume.Options{Store: o.Store, Waker: o.Waker, Clock: o.Clock, Draining: s.draining, OnClaim: o.PopClaims, Log: o.Logger,
+		Wait: consume.Wait{Initial: o.Config.PopWaitInitial, Threshold: o.Config.PopWaitThreshold, Factor: o.Config.PopWaitFactor, Max: o.Config.PopWaitMax}})
 	s.pushes = o.Push
 	if s.pushes == nil {
 		s.pushes = pushpath.New(pushpath.Options{Store: o.Store, Spool: o.Spool, Diverted: s.maint.Push, Ping: s.drainPing(),
@@ -217,15 +216,6 @@ func (alone) QueueChanged(string, string, bool)         {}
 // new ones do not park. Requests in flight keep their contexts, so a push
 // commits (or spools) and answers.
 func (s *Server) Drain() { s.drainOnce.Do(func() { close(s.draining) }) }
-
-func (s *Server) isDraining() bool {
-	select {
-	case <-s.draining:
-		return true
-	default:
-		return false
-	}
-}
 
 // route is one entry of the route table: its pattern, the access level
 // it needs (declared here, never derived from the path), and its handler.

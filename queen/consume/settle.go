@@ -1,0 +1,81 @@
+package consume
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/queen-go/queen/queen/store"
+)
+
+// Complete completes an autoAck pop's claim under its lease, as the
+// client's own ack would (through the ack combiner). Call it only once the
+// answer was written and flushed, and before the answer ends, so the
+// client's next pop finds the partition free. It reports whether the
+// messages were completed; should it fail, the lease expires and they are
+// delivered again: at least once, as a broker crash between the answer
+// and this ack also gives.
+func (c *Consumer) Complete(tenant string, res store.PopResult) bool {
+	items := make([]store.AckItem, len(res.Messages))
+	for i, m := range res.Messages {
+		items[i] = store.AckItem{TransactionID: m.TransactionID, PartitionID: m.PartitionID, LeaseID: res.LeaseID, Status: "completed"}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := c.o.Store.Ack(ctx, tenant, res.Group, items)
+	if err == nil {
+		for _, r := range out {
+			if !r.Success {
+				err = fmt.Errorf("%s: %s", r.TransactionID, r.Error)
+				break
+			}
+		}
+	}
+	if err != nil {
+		c.o.Log.Warn("autoAck completion failed; the messages are redelivered when the lease ends",
+			"queue", res.Queue, "lease", res.LeaseID, "err", err)
+		return false
+	}
+	return true
+}
+
+// Release gives back a claim nobody received (its client left, or its
+// answer could not be written): the next pop gets its messages at once
+// rather than after the lease. A failed release is logged; the lease then
+// expires instead.
+func (c *Consumer) Release(leaseID string) {
+	if leaseID == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := c.o.Store.Release(ctx, leaseID); err != nil {
+		c.o.Log.Warn("release of abandoned pop failed; its lease will expire instead", "lease", leaseID, "err", err)
+	}
+}
+
+// One is the try of a pop of one queue (or one partition of it).
+func (c *Consumer) One(req store.PopRequest) Try {
+	return func(ctx context.Context) (store.PopResult, error) { return c.o.Store.Pop(ctx, req) }
+}
+
+// Discover is the try of a pop by namespace and/or task: the tenant's
+// matching queues, highest priority first, and the first that has
+// messages answers.
+func (c *Consumer) Discover(req store.PopRequest, namespace, task string) Try {
+	return func(ctx context.Context) (store.PopResult, error) {
+		queues, err := c.o.Store.QueuesFor(ctx, req.Tenant, namespace, task)
+		if err != nil {
+			return store.PopResult{}, err
+		}
+		for _, name := range queues {
+			one := req
+			one.Queue = name
+			res, err := c.o.Store.Pop(ctx, one)
+			if err != nil || len(res.Messages) > 0 {
+				return res, err
+			}
+		}
+		return store.PopResult{}, nil
+	}
+}
