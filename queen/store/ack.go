@@ -103,7 +103,9 @@ func allCompletedAndDistinct(items []AckItem) bool {
 // in (partition id, group) order, and an item counts only while the lease
 // is live in database time, held by the item's leaseId when it names one,
 // and covers the item (seq <= lease_max_seq). A consumer whose lease
-// expired cannot complete a message that was handed to someone else.
+// expired cannot complete a message that was handed to someone else. The
+// rule is queen.ack_verdict (migration 019), which ackReadSQL calls too;
+// $7 is the ack-ignores-lease canary's switch.
 //
 // Invariant (cursor moves forward only): the cursor moves to the highest
 // accepted seq, never back; the lease ends when it reaches lease_max_seq.
@@ -144,12 +146,8 @@ judged AS (
 	SELECT f.*, CASE
 		WHEN NOT f.owned THEN 'not_owned'
 		WHEN c.partition_id IS NULL THEN 'invalid_lease'
-		WHEN f.seq <= c.last_consumed_seq THEN 'committed'
-		WHEN $7::bool THEN 'ok'
-		WHEN c.worker_id IS NULL OR c.lease_expires_at IS NULL OR c.lease_expires_at <= clock.now THEN 'invalid_lease'
-		WHEN f.lease <> '' AND f.lease <> c.worker_id THEN 'invalid_lease'
-		WHEN f.seq > c.lease_max_seq THEN 'invalid_lease'
-		ELSE 'ok' END AS verdict
+		ELSE queen.ack_verdict(f.seq, c.last_consumed_seq, c.worker_id, c.lease_expires_at, c.lease_max_seq,
+			f.lease, clock.now, $7::bool) END AS verdict
 	FROM found f LEFT JOIN cur c ON c.partition_id = f.pid AND c.consumer_group = f.grp, clock
 ),
 accepted AS (
@@ -299,15 +297,19 @@ func (s *Store) ackStatement(ctx context.Context, rows []ackRow) ([]AckResult, e
 }
 
 // ackReadSQL reads, for a general ack batch inside a transaction, each
-// item's message and its group's cursor row, locking the cursor rows FOR
+// item's message, its group's cursor row and the lease rule's verdict on
+// the item against that row (queen.ack_verdict, the rule ackCompletedSQL
+// applies): as read, and as it would be once the lease is gone, which an
+// earlier item of the same request can do. It locks the cursor rows FOR
 // UPDATE in partition id order (the global lock order: cursor rows, then
-// partition rows).
+// partition rows). $6 is the items' lease ids, $7 the ack-ignores-lease
+// canary's switch.
 const ackReadSQL = `
 WITH input AS (
-	SELECT * FROM unnest($1::uuid[], $2::text[]) WITH ORDINALITY AS v(pid, txid, ord)
+	SELECT * FROM unnest($1::uuid[], $2::text[], $6::text[]) WITH ORDINALITY AS v(pid, txid, lease, ord)
 ),
 found AS (
-	SELECT i.ord, i.pid, m.id, m.seq, m.created_at, p.name AS pname, q.name AS qname, q.retry_limit,
+	SELECT i.ord, i.pid, i.lease, m.id, m.seq, m.created_at, p.name AS pname, q.name AS qname, q.retry_limit,
 		q.tenant_id = $4::uuid AS owned
 	FROM input i
 	JOIN queen.messages m ON m.partition_id = i.pid AND m.transaction_id = i.txid
@@ -321,13 +323,17 @@ cur AS (
 	WHERE pc.consumer_group = $3 AND pc.partition_id IN (SELECT pid FROM found WHERE owned)
 	ORDER BY pc.partition_id
 	FOR UPDATE
-)
+),
+clock AS (SELECT coalesce($5::timestamptz, now()) AS now)
 SELECT i.ord, f.id IS NOT NULL, coalesce(f.owned, false), f.id::text, f.seq, f.created_at, f.pname, f.qname, f.retry_limit,
 	c.partition_id IS NOT NULL, c.last_consumed_seq, c.last_id, c.last_consumed_created_at, c.worker_id,
-	c.lease_expires_at, c.acked_count, c.batch_retry_count, c.lease_max_seq, coalesce($5::timestamptz, now())
+	c.lease_expires_at, c.acked_count, c.batch_retry_count, c.lease_max_seq,
+	queen.ack_verdict(f.seq, c.last_consumed_seq, c.worker_id, c.lease_expires_at, c.lease_max_seq, f.lease, clock.now, $7::bool),
+	queen.ack_verdict(f.seq, c.last_consumed_seq, NULL, NULL, c.lease_max_seq, f.lease, clock.now, $7::bool)
 FROM input i
 LEFT JOIN found f ON f.ord = i.ord
 LEFT JOIN cur c ON c.partition_id = f.pid
+CROSS JOIN clock
 ORDER BY i.ord`
 
 // ackWriteSQL writes back the edited cursor rows and the DLQ rows of a
@@ -382,11 +388,16 @@ type ackWriteParams struct {
 	}
 }
 
+// ackMsg is an acked message as ackReadSQL read it, with the lease rule's
+// verdicts on its item.
 type ackMsg struct {
 	id, partition, queue string
 	seq                  int64
 	createdAt            time.Time
 	retryLimit           int
+	// verdict is queen.ack_verdict's on the item against the cursor row
+	// as read; unleased, against that row once its lease is gone.
+	verdict, unleased string
 }
 
 // cursorState is a locked cursor row being edited in Go; it is written back
@@ -401,94 +412,234 @@ type cursorState struct {
 	leaseMax           int64
 	retries            int
 	releasedBy         string // the lease this request gave back, if any
+	leaseGone          bool   // an item of this request released or ended the lease
 	completed, batches int
 	dirty              bool
 }
 
-// ackTx applies a general ack batch inside tx: one read, the state machine
-// in Go, one write. Items are applied in (partition, seq) order so that a
-// batch walks the cursor forward. The lease compare-and-set is
-// ackCompletedSQL's, applied per item.
+// ackBatch is a general ack batch being applied: the items, their answers,
+// what the read found, and the writes it queues.
+type ackBatch struct {
+	items  []AckItem
+	out    []AckResult
+	msgs   []*ackMsg               // nil: not found or not owned
+	states map[string]*cursorState // by partition id; nil: no cursor row
+	strict bool
+	w      ackWriteParams
+}
+
+// ackTx applies a general ack batch inside tx: one read (which judges each
+// item against its cursor row, ackReadSQL), the state machine in Go, one
+// write. Items are applied in (partition, seq) order so that a batch walks
+// the cursor forward.
 //
 // strict (transactions): a failed or dlq ack goes straight to the DLQ, and
 // any per-item failure aborts the transaction. group is already resolved
 // (QueueModeGroup for queue mode) by both callers.
 func (s *Store) ackTx(ctx context.Context, tx pgx.Tx, tenant, group string, items []AckItem, strict bool) ([]AckResult, error) {
-	out := make([]AckResult, len(items))
-	msgs := make([]*ackMsg, len(items))
-	states := map[string]*cursorState{}
-	var now time.Time
-	pids, txids := make([]string, len(items)), make([]string, len(items))
-	for i, it := range items {
-		pids[i], txids[i] = it.PartitionID, it.TransactionID
-		out[i] = AckResult{Index: i, TransactionID: it.TransactionID}
-	}
-	rows, err := tx.Query(ctx, ackReadSQL, pids, txids, group, tenant, s.dbNow())
-	if err != nil {
+	b := &ackBatch{items: items, out: make([]AckResult, len(items)), msgs: make([]*ackMsg, len(items)),
+		states: map[string]*cursorState{}, strict: strict}
+	if err := s.readAcks(ctx, tx, tenant, group, b); err != nil {
 		return nil, err
 	}
-	for rows.Next() {
-		var ord int64
-		var found, owned, hasCursor bool
-		var m struct {
-			id, pname, qname *string
-			seq              *int64
-			created          *time.Time
-			limit            *int
-		}
-		var c struct {
-			seq, leaseMax    *int64
-			id               *string
-			created, expires *time.Time
-			worker           *string
-			acked, retries   *int
-		}
-		if err := rows.Scan(&ord, &found, &owned, &m.id, &m.seq, &m.created, &m.pname, &m.qname, &m.limit,
-			&hasCursor, &c.seq, &c.id, &c.created, &c.worker, &c.expires, &c.acked, &c.retries, &c.leaseMax, &now); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		i := int(ord - 1)
-		switch {
-		case !found:
-			out[i].Error = ErrMsgNotFound
-			continue
-		case !owned:
-			out[i].Error = ErrNotOwned
-			continue
-		}
-		msgs[i] = &ackMsg{id: *m.id, partition: *m.pname, queue: *m.qname, seq: *m.seq, createdAt: *m.created, retryLimit: *m.limit}
-		out[i].QueueName, out[i].PartitionName = *m.qname, *m.pname
-		if _, ok := states[items[i].PartitionID]; ok || !hasCursor {
-			if !hasCursor {
-				states[items[i].PartitionID] = nil
+	b.w = ackWriteParams{Group: group, Now: s.dbNow()}
+	for _, i := range b.order() {
+		b.apply(i)
+	}
+	if err := b.write(ctx, tx); err != nil {
+		return nil, err
+	}
+	if strict {
+		for _, r := range b.out {
+			if !r.Success {
+				return nil, rejected("ack_rejected", "ack %s: %s", r.TransactionID, r.Error)
 			}
-			continue
 		}
-		states[items[i].PartitionID] = &cursorState{seq: *c.seq, id: *c.id, createdAt: c.created, worker: c.worker,
-			expires: c.expires, acked: *c.acked, retries: *c.retries, leaseMax: *c.leaseMax}
 	}
-	if err := rows.Err(); err != nil {
-		return nil, err
+	return b.out, nil
+}
+
+// readAcks runs ackReadSQL for b's items and fills b's answers (not found,
+// not owned, the names), messages and cursor rows.
+func (s *Store) readAcks(ctx context.Context, tx pgx.Tx, tenant, group string, b *ackBatch) error {
+	pids, txids, leases := make([]string, len(b.items)), make([]string, len(b.items)), make([]string, len(b.items))
+	for i, it := range b.items {
+		pids[i], txids[i], leases[i] = it.PartitionID, it.TransactionID, it.LeaseID
+		b.out[i] = AckResult{Index: i, TransactionID: it.TransactionID}
 	}
-	order := make([]int, 0, len(items))
-	for i := range items {
-		if msgs[i] != nil {
+	rows, err := tx.Query(ctx, ackReadSQL, pids, txids, group, tenant, s.dbNow(), leases, canary.On("ack-ignores-lease"))
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := b.scan(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// scan reads one row of ackReadSQL into b.
+func (b *ackBatch) scan(rows pgx.Rows) error {
+	var ord int64
+	var found, owned, hasCursor bool
+	var m struct {
+		id, pname, qname, verdict, unleased *string
+		seq                                 *int64
+		created                             *time.Time
+		limit                               *int
+	}
+	var c struct {
+		seq, leaseMax    *int64
+		id               *string
+		created, expires *time.Time
+		worker           *string
+		acked, retries   *int
+	}
+	if err := rows.Scan(&ord, &found, &owned, &m.id, &m.seq, &m.created, &m.pname, &m.qname, &m.limit,
+		&hasCursor, &c.seq, &c.id, &c.created, &c.worker, &c.expires, &c.acked, &c.retries, &c.leaseMax,
+		&m.verdict, &m.unleased); err != nil {
+		return err
+	}
+	i := int(ord - 1)
+	switch {
+	case !found:
+		b.out[i].Error = ErrMsgNotFound
+		return nil
+	case !owned:
+		b.out[i].Error = ErrNotOwned
+		return nil
+	}
+	b.msgs[i] = &ackMsg{id: *m.id, partition: *m.pname, queue: *m.qname, seq: *m.seq, createdAt: *m.created,
+		retryLimit: *m.limit, verdict: deref(m.verdict), unleased: deref(m.unleased)}
+	b.out[i].QueueName, b.out[i].PartitionName = *m.qname, *m.pname
+	pid := b.items[i].PartitionID
+	if _, ok := b.states[pid]; ok {
+		return nil
+	}
+	if !hasCursor {
+		b.states[pid] = nil
+		return nil
+	}
+	b.states[pid] = &cursorState{seq: *c.seq, id: *c.id, createdAt: c.created, worker: c.worker,
+		expires: c.expires, acked: *c.acked, retries: *c.retries, leaseMax: *c.leaseMax}
+	return nil
+}
+
+// order is the indexes of the items found, in (partition, seq) order.
+func (b *ackBatch) order() []int {
+	order := make([]int, 0, len(b.items))
+	for i := range b.items {
+		if b.msgs[i] != nil {
 			order = append(order, i)
 		}
 	}
-	sort.SliceStable(order, func(a, b int) bool {
-		ia, ib := order[a], order[b]
-		if items[ia].PartitionID != items[ib].PartitionID {
-			return items[ia].PartitionID < items[ib].PartitionID
+	sort.SliceStable(order, func(x, y int) bool {
+		ix, iy := order[x], order[y]
+		if b.items[ix].PartitionID != b.items[iy].PartitionID {
+			return b.items[ix].PartitionID < b.items[iy].PartitionID
 		}
-		return msgs[ia].seq < msgs[ib].seq
+		return b.msgs[ix].seq < b.msgs[iy].seq
 	})
-	w := ackWriteParams{Group: group, Now: s.dbNow()}
-	for _, i := range order {
-		applyAck(items[i], msgs[i], states[items[i].PartitionID], now, strict, &out[i], &w)
+	return order
+}
+
+// judge is item i's verdict. The lease rule is queen.ack_verdict's, read
+// with the cursor row; what Go adds are the consequences of earlier items
+// of this request, which changed the row since: a message this request
+// already completed (or one below it) is committed, and once this request
+// released or ended the lease the verdict is the one without a lease.
+func (b *ackBatch) judge(i int, st *cursorState) string {
+	m := b.msgs[i]
+	switch {
+	case st.completed > 0 && m.seq <= st.seq:
+		return "committed"
+	case st.leaseGone:
+		return m.unleased
 	}
-	for pid, st := range states {
+	return m.verdict
+}
+
+// apply is the per-item state machine of a general ack: it edits the item's
+// cursor state and answer, and queues a DLQ row.
+func (b *ackBatch) apply(i int) {
+	it, m, res := b.items[i], b.msgs[i], &b.out[i]
+	st := b.states[it.PartitionID]
+	if st == nil {
+		res.Error = ErrInvalidLease
+		return
+	}
+	status := NormalizeAckStatus(it.Status)
+	if st.releasedBy != "" && status != "completed" && (it.LeaseID == "" || it.LeaseID == st.releasedBy) {
+		// An earlier item of this request already gave the lease back for
+		// a retry; the rest of that batch is redelivered with it.
+		res.Success, res.LeaseReleased = true, true
+		return
+	}
+	if verdict := b.judge(i, st); verdict != "ok" {
+		res.Error = ackVerdicts[verdict]
+		return
+	}
+	toDLQ := status == "dlq" || (status == "failed" && (b.strict || st.retries >= m.retryLimit))
+	switch {
+	case status == "completed" || toDLQ || (status == "failed" && canary.On("failed-ack-completes")):
+		if toDLQ {
+			b.deadLetter(it, m, st, status)
+			res.DLQ = true
+		}
+		st.seq, st.id, st.createdAt = m.seq, m.id, &m.createdAt
+		st.acked++
+		st.completed++
+		if st.seq >= st.leaseMax {
+			st.endLease()
+			st.retries = 0
+			st.batches++
+			res.LeaseReleased = true
+		}
+	case status == "failed":
+		st.retries++
+		st.releasedBy = deref(st.worker)
+		st.endLease()
+		res.LeaseReleased = true
+	case status == "retry":
+		st.releasedBy = deref(st.worker)
+		st.endLease()
+		res.LeaseReleased = true
+	}
+	st.dirty = true
+	res.Success = true
+}
+
+// endLease ends the cursor's lease: later items of the request are judged
+// without it.
+func (st *cursorState) endLease() {
+	st.worker, st.expires = nil, nil
+	st.leaseGone = true
+}
+
+// deadLetter queues the DLQ row of item it.
+func (b *ackBatch) deadLetter(it AckItem, m *ackMsg, st *cursorState, status string) {
+	msg := it.Error
+	if msg == "" {
+		msg = "Retries exhausted"
+		if status == "dlq" {
+			msg = "Moved to DLQ"
+		}
+	}
+	w := &b.w
+	w.DLQ.MessageIDs = append(w.DLQ.MessageIDs, m.id)
+	w.DLQ.PartitionIDs = append(w.DLQ.PartitionIDs, it.PartitionID)
+	w.DLQ.Messages = append(w.DLQ.Messages, msg)
+	w.DLQ.Retries = append(w.DLQ.Retries, st.retries)
+	w.DLQ.CreatedAts = append(w.DLQ.CreatedAts, m.createdAt)
+}
+
+// write writes back the edited cursor rows and the queued DLQ rows in one
+// statement (none when nothing changed).
+func (b *ackBatch) write(ctx context.Context, tx pgx.Tx) error {
+	w := &b.w
+	for pid, st := range b.states {
 		if st == nil || !st.dirty {
 			continue
 		}
@@ -503,97 +654,18 @@ func (s *Store) ackTx(ctx context.Context, tx pgx.Tx, tenant, group string, item
 		w.Completed = append(w.Completed, st.completed)
 		w.Batches = append(w.Batches, st.batches)
 	}
-	if len(w.PartitionIDs) > 0 || len(w.DLQ.MessageIDs) > 0 {
-		args := []any{w.PartitionIDs, w.Seqs, w.IDs, w.CreatedAts, w.Workers, w.Expires,
-			w.Acked, w.Retries, w.Completed, w.Batches, w.Group, w.Now}
-		sql := ackCursorsOnlySQL
-		if len(w.DLQ.MessageIDs) > 0 {
-			sql = ackWriteSQL
-			args = append(args, w.DLQ.MessageIDs, w.DLQ.PartitionIDs, w.DLQ.Messages, w.DLQ.Retries, w.DLQ.CreatedAts)
-		}
-		if _, err := tx.Exec(ctx, sql, args...); err != nil {
-			return nil, err
-		}
+	if len(w.PartitionIDs) == 0 && len(w.DLQ.MessageIDs) == 0 {
+		return nil
 	}
-	if strict {
-		for _, r := range out {
-			if !r.Success {
-				return nil, rejected("ack_rejected", "ack %s: %s", r.TransactionID, r.Error)
-			}
-		}
+	args := []any{w.PartitionIDs, w.Seqs, w.IDs, w.CreatedAts, w.Workers, w.Expires,
+		w.Acked, w.Retries, w.Completed, w.Batches, w.Group, w.Now}
+	sql := ackCursorsOnlySQL
+	if len(w.DLQ.MessageIDs) > 0 {
+		sql = ackWriteSQL
+		args = append(args, w.DLQ.MessageIDs, w.DLQ.PartitionIDs, w.DLQ.Messages, w.DLQ.Retries, w.DLQ.CreatedAts)
 	}
-	return out, nil
-}
-
-// applyAck is the per-item state machine of a general ack: it edits st and
-// res, and queues a DLQ row in w.
-func applyAck(it AckItem, m *ackMsg, st *cursorState, now time.Time, strict bool, res *AckResult, w *ackWriteParams) {
-	if st == nil {
-		res.Error = ErrInvalidLease
-		return
-	}
-	status := NormalizeAckStatus(it.Status)
-	if st.releasedBy != "" && status != "completed" && (it.LeaseID == "" || it.LeaseID == st.releasedBy) {
-		// An earlier item of this request already gave the lease back for
-		// a retry; the rest of that batch is redelivered with it.
-		res.Success, res.LeaseReleased = true, true
-		return
-	}
-	if m.seq <= st.seq {
-		res.Error = ErrAlreadyCommitted
-		return
-	}
-	ignore := canary.On("ack-ignores-lease")
-	live := st.worker != nil && st.expires != nil && st.expires.After(now)
-	if (!live || (it.LeaseID != "" && *st.worker != it.LeaseID)) && !ignore {
-		res.Error = ErrInvalidLease
-		return
-	}
-	if m.seq > st.leaseMax && !ignore {
-		// Never handed out under this lease: completing it would move the
-		// cursor past a message nobody has seen.
-		res.Error = ErrInvalidLease
-		return
-	}
-	toDLQ := status == "dlq" || (status == "failed" && (strict || st.retries >= m.retryLimit))
-	switch {
-	case status == "completed" || toDLQ || (status == "failed" && canary.On("failed-ack-completes")):
-		if toDLQ {
-			msg := it.Error
-			if msg == "" {
-				msg = "Retries exhausted"
-				if status == "dlq" {
-					msg = "Moved to DLQ"
-				}
-			}
-			w.DLQ.MessageIDs = append(w.DLQ.MessageIDs, m.id)
-			w.DLQ.PartitionIDs = append(w.DLQ.PartitionIDs, it.PartitionID)
-			w.DLQ.Messages = append(w.DLQ.Messages, msg)
-			w.DLQ.Retries = append(w.DLQ.Retries, st.retries)
-			w.DLQ.CreatedAts = append(w.DLQ.CreatedAts, m.createdAt)
-			res.DLQ = true
-		}
-		st.seq, st.id, st.createdAt = m.seq, m.id, &m.createdAt
-		st.acked++
-		st.completed++
-		if st.seq >= st.leaseMax {
-			st.worker, st.expires = nil, nil
-			st.retries = 0
-			st.batches++
-			res.LeaseReleased = true
-		}
-	case status == "failed":
-		st.retries++
-		st.releasedBy = deref(st.worker)
-		st.worker, st.expires = nil, nil
-		res.LeaseReleased = true
-	case status == "retry":
-		st.releasedBy = deref(st.worker)
-		st.worker, st.expires = nil, nil
-		res.LeaseReleased = true
-	}
-	st.dirty = true
-	res.Success = true
+	_, err := tx.Exec(ctx, sql, args...)
+	return err
 }
 
 // extendSQL pushes out every live lease held by a token, of the tenant's

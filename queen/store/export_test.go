@@ -1,5 +1,11 @@
 package store
 
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+)
+
 // RetentionRuleSQL is a retention rule's statement, for the cost tests.
 func RetentionRuleSQL(name string) string {
 	for _, r := range retentionRules {
@@ -42,3 +48,21 @@ const DLQQueuePageSQL = dlqQueuePageSQL
 // RefreshQueueStatsSQL is the snapshot's refresh statement, for the cost
 // tests.
 const RefreshQueueStatsSQL = refreshQueueStatsSQL
+
+// RefAckCompletedSQL is the combined completions statement as it stood
+// before queen.ack_verdict, for the property test that the new agrees.
+const RefAckCompletedSQL = refAckCompletedSQL
+
+// AckTx is ackTx, for the property test that it agrees with the old one.
+func (s *Store) AckTx(ctx context.Context, tx pgx.Tx, tenant, group string, items []AckItem, strict bool) ([]AckResult, error) {
+	return s.ackTx(ctx, tx, tenant, group, items, strict)
+}
+
+// RefAckTx is ackTx as it stood before queen.ack_verdict (ackref_test.go).
+func (s *Store) RefAckTx(ctx context.Context, tx pgx.Tx, tenant, group string, items []AckItem, strict bool) ([]AckResult, error) {
+	return s.refAckTx(ctx, tx, tenant, group, items, strict)
+}
+
+// AckReadSQL is the general ack batch's read, for the test that
+// queen.ack_verdict is inlined.
+const AckReadSQL = ackReadSQL
