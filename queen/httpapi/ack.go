@@ -284,10 +284,10 @@ func (s *Server) transaction(w http.ResponseWriter, r *http.Request) {
 	s.txnDone(w, r, txnID, results, more, extras)
 }
 
-// txnFailed answers a transaction that did not commit and says whether it
-// did: a rollback or a refused KV precondition is an answer of its own
-// (200, success false), too large a KV read a 413, any other error the
-// store's.
+// txnFailed reports whether the transaction failed (err is not nil) and
+// then answers it: a rollback or a refused KV precondition is an answer of
+// its own (200, success false), too large a KV read a 413, any other error
+// the store's.
 func (s *Server) txnFailed(w http.ResponseWriter, r *http.Request, txnID string, err error) bool {
 	if msg, rolledBack := store.IsRollback(err); rolledBack {
 		writeJSON(w, http.StatusOK, txnRolledBack(txnID, msg, store.RollbackReason(err)))
