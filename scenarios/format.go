@@ -84,7 +84,43 @@ func Parse(r io.Reader) (*Scenario, error) {
 	return s, nil
 }
 
+// apply sets what one line of a scenario file says.
 func (s *Scenario) apply(f []string) error {
+	switch f[0] {
+	case "scenario", "seed", "mode", "brokers", "vtime", "converge":
+		return s.applySetting(f)
+	case "tenants":
+		s.TenantNames = f[1:]
+		s.Tenants = nil
+		for _, t := range f[1:] {
+			s.Tenants = append(s.Tenants, TenantID(t))
+		}
+	case "queues":
+		for _, q := range f[1:] {
+			qs, err := parseQueue(q)
+			if err != nil {
+				return err
+			}
+			s.Queues = append(s.Queues, qs)
+		}
+	case "workload":
+		return s.parseWorkload(f[1:])
+	case "fault":
+		fa, err := parseFault(f[1:])
+		if err != nil {
+			return err
+		}
+		s.Faults = append(s.Faults, fa)
+	case "expect":
+		return s.applyExpect(f)
+	default:
+		return fmt.Errorf("unknown key %q", f[0])
+	}
+	return nil
+}
+
+// applySetting sets one of the keys that take a single value.
+func (s *Scenario) applySetting(f []string) error {
 	one := func() (string, error) {
 		if len(f) != 2 {
 			return "", fmt.Errorf("%s takes one value", f[0])
@@ -114,22 +150,6 @@ func (s *Scenario) apply(f []string) error {
 				err = fmt.Errorf("brokers must be 1..3")
 			}
 		}
-	case "tenants":
-		s.TenantNames = f[1:]
-		s.Tenants = nil
-		for _, t := range f[1:] {
-			s.Tenants = append(s.Tenants, TenantID(t))
-		}
-	case "queues":
-		for _, q := range f[1:] {
-			qs, err := parseQueue(q)
-			if err != nil {
-				return err
-			}
-			s.Queues = append(s.Queues, qs)
-		}
-	case "workload":
-		return s.parseWorkload(f[1:])
 	case "vtime":
 		if v, err = one(); err == nil {
 			s.VTime, err = time.ParseDuration(v)
@@ -138,33 +158,29 @@ func (s *Scenario) apply(f []string) error {
 		if v, err = one(); err == nil {
 			s.Converge, err = time.ParseDuration(v)
 		}
-	case "fault":
-		fa, err := parseFault(f[1:])
-		if err != nil {
-			return err
-		}
-		s.Faults = append(s.Faults, fa)
-	case "expect":
-		if len(f) < 2 {
-			return fmt.Errorf("expect needs properties or sometimes")
-		}
-		switch f[1] {
-		case "properties":
-			for _, p := range f[2:] {
-				if _, ok := sim.CheckerNamed(p); !ok {
-					return fmt.Errorf("unknown property %q", p)
-				}
-			}
-			s.Expect = f[2:]
-		case "sometimes":
-			s.Sometimes = f[2:]
-		default:
-			return fmt.Errorf("expect %s: want properties or sometimes", f[1])
-		}
-	default:
-		return fmt.Errorf("unknown key %q", f[0])
 	}
 	return err
+}
+
+// applyExpect reads an "expect properties" or "expect sometimes" line.
+func (s *Scenario) applyExpect(f []string) error {
+	if len(f) < 2 {
+		return fmt.Errorf("expect needs properties or sometimes")
+	}
+	switch f[1] {
+	case "properties":
+		for _, p := range f[2:] {
+			if _, ok := sim.CheckerNamed(p); !ok {
+				return fmt.Errorf("unknown property %q", p)
+			}
+		}
+		s.Expect = f[2:]
+	case "sometimes":
+		s.Sometimes = f[2:]
+	default:
+		return fmt.Errorf("expect %s: want properties or sometimes", f[1])
+	}
+	return nil
 }
 
 // parseQueue reads name(partitions=N,leaseTime=Ds,groups=a|b,completedRetention=Ds,maxWait=Ds,delayed=Ds,window=Ds,priority=N,late=...).
@@ -318,6 +334,36 @@ func parseFault(f []string) (sim.FaultAt, error) {
 // Print writes s in the scenario format; Parse(Print(s)) gives s back.
 func Print(w io.Writer, s *Scenario) error {
 	b := &strings.Builder{}
+	printHeader(b, s)
+	if len(s.Queues) > 0 {
+		var qs []string
+		for _, q := range s.Queues {
+			qs = append(qs, queueSpec(q))
+		}
+		fmt.Fprintf(b, "queues    %s\n", strings.Join(qs, " "))
+	}
+	printWorkload(b, s)
+	if s.VTime > 0 {
+		fmt.Fprintf(b, "vtime     %s\n", s.VTime)
+	}
+	if s.Converge > 0 {
+		fmt.Fprintf(b, "converge  %s\n", s.Converge)
+	}
+	for _, f := range s.Faults {
+		printFault(b, f)
+	}
+	if len(s.Expect) > 0 {
+		fmt.Fprintf(b, "expect properties %s\n", strings.Join(s.Expect, " "))
+	}
+	if len(s.Sometimes) > 0 {
+		fmt.Fprintf(b, "expect sometimes  %s\n", strings.Join(s.Sometimes, " "))
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// printHeader writes the scenario, seed, mode, brokers and tenants lines.
+func printHeader(b *strings.Builder, s *Scenario) {
 	fmt.Fprintf(b, "scenario  %s\n", s.Name)
 	fmt.Fprintf(b, "seed      %#x\n", s.Seed)
 	if s.Mode != "" {
@@ -329,30 +375,33 @@ func Print(w io.Writer, s *Scenario) error {
 	if len(s.TenantNames) > 0 {
 		fmt.Fprintf(b, "tenants   %s\n", strings.Join(s.TenantNames, " "))
 	}
-	if len(s.Queues) > 0 {
-		var qs []string
-		for _, q := range s.Queues {
-			spec := fmt.Sprintf("%s(partitions=%d,leaseTime=%ds,groups=%s", q.Name, q.Partitions, q.LeaseSecs, strings.Join(q.Groups, "|"))
-			if q.CompletedRetentionSecs > 0 {
-				spec += fmt.Sprintf(",completedRetention=%ds", q.CompletedRetentionSecs)
-			}
-			if q.MaxWaitSecs > 0 {
-				spec += fmt.Sprintf(",maxWait=%ds", q.MaxWaitSecs)
-			}
-			if q.DelayedSecs > 0 {
-				spec += fmt.Sprintf(",delayed=%ds", q.DelayedSecs)
-			}
-			if q.WindowSecs > 0 {
-				spec += fmt.Sprintf(",window=%ds", q.WindowSecs)
-			}
-			if q.Priority != 0 {
-				spec += fmt.Sprintf(",priority=%d", q.Priority)
-			}
-			spec += printLate(q.Late)
-			qs = append(qs, spec+")")
-		}
-		fmt.Fprintf(b, "queues    %s\n", strings.Join(qs, " "))
+}
+
+// queueSpec gives a queue as parseQueue reads it, its options printed only
+// when set.
+func queueSpec(q sim.QueueSpec) string {
+	spec := fmt.Sprintf("%s(partitions=%d,leaseTime=%ds,groups=%s", q.Name, q.Partitions, q.LeaseSecs, strings.Join(q.Groups, "|"))
+	if q.CompletedRetentionSecs > 0 {
+		spec += fmt.Sprintf(",completedRetention=%ds", q.CompletedRetentionSecs)
 	}
+	if q.MaxWaitSecs > 0 {
+		spec += fmt.Sprintf(",maxWait=%ds", q.MaxWaitSecs)
+	}
+	if q.DelayedSecs > 0 {
+		spec += fmt.Sprintf(",delayed=%ds", q.DelayedSecs)
+	}
+	if q.WindowSecs > 0 {
+		spec += fmt.Sprintf(",window=%ds", q.WindowSecs)
+	}
+	if q.Priority != 0 {
+		spec += fmt.Sprintf(",priority=%d", q.Priority)
+	}
+	spec += printLate(q.Late)
+	return spec + ")"
+}
+
+// printWorkload writes the workload line.
+func printWorkload(b *strings.Builder, s *Scenario) {
 	w8 := s.Weights
 	fmt.Fprintf(b, "workload  clients=%d ops=%d push=%d pop=%d ack=%d extend=%d txn=%d abandon=%d reuse=%d%% fail=%d%%",
 		s.Clients, s.Ops, w8.Push, w8.Pop, w8.Ack, w8.Extend, w8.Txn, w8.Abandon, w8.ReusePct, w8.FailPct)
@@ -368,37 +417,25 @@ func Print(w io.Writer, s *Scenario) error {
 		}
 	}
 	fmt.Fprintln(b)
-	if s.VTime > 0 {
-		fmt.Fprintf(b, "vtime     %s\n", s.VTime)
+}
+
+// printFault writes one fault line.
+func printFault(b *strings.Builder, f sim.FaultAt) {
+	broker := "all"
+	if f.Broker >= 0 {
+		broker = strconv.Itoa(f.Broker)
 	}
-	if s.Converge > 0 {
-		fmt.Fprintf(b, "converge  %s\n", s.Converge)
+	fmt.Fprintf(b, "fault at=%s %s broker=%s", f.At, f.Kind, broker)
+	if f.For > 0 {
+		fmt.Fprintf(b, " for=%s", f.For)
 	}
-	for _, f := range s.Faults {
-		broker := "all"
-		if f.Broker >= 0 {
-			broker = strconv.Itoa(f.Broker)
-		}
-		fmt.Fprintf(b, "fault at=%s %s broker=%s", f.At, f.Kind, broker)
-		if f.For > 0 {
-			fmt.Fprintf(b, " for=%s", f.For)
-		}
-		if f.By != 0 {
-			fmt.Fprintf(b, " by=%s", f.By)
-		}
-		if f.Count != 0 {
-			fmt.Fprintf(b, " count=%d", f.Count)
-		}
-		b.WriteString("\n")
+	if f.By != 0 {
+		fmt.Fprintf(b, " by=%s", f.By)
 	}
-	if len(s.Expect) > 0 {
-		fmt.Fprintf(b, "expect properties %s\n", strings.Join(s.Expect, " "))
+	if f.Count != 0 {
+		fmt.Fprintf(b, " count=%d", f.Count)
 	}
-	if len(s.Sometimes) > 0 {
-		fmt.Fprintf(b, "expect sometimes  %s\n", strings.Join(s.Sometimes, " "))
-	}
-	_, err := io.WriteString(w, b.String())
-	return err
+	b.WriteString("\n")
 }
 
 // parseSecs reads a duration option in whole seconds.

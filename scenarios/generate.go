@@ -11,6 +11,9 @@ import (
 // Generate derives a whole scenario from a seed: cluster size, tenants,
 // queues, workload mix and fault schedule. The same seed always gives the
 // same scenario, and Print freezes it into a file.
+//
+// The steps below draw from one stream in a fixed order: every draw a seed
+// made stays where it was, so each seed keeps its scenario.
 func Generate(seed uint64) *Scenario {
 	rng := rand.New(rand.NewPCG(seed, 0x5ce7a410))
 	s := &Scenario{Generated: true}
@@ -18,6 +21,31 @@ func Generate(seed uint64) *Scenario {
 	s.Seed = seed
 	s.Mode = "lockstep"
 	p := planOf(seed)
+	drawCluster(s, rng, p)
+	drawWorkload(s, rng, p)
+	retention := drawRetention(s, rng, p)
+	fired := map[string]bool{}
+	drawFaults(s, rng, p, retention, fired)
+	p.forceFault(s, seed, fired)
+	drawTimersAndReadOnly(s, rng, seed, p, retention, fired)
+	drawEvictionAndStream(s, rng, p, fired)
+	addEncryption(s, seed, 10*time.Second, 60, p)
+	// A quarter of the leaving pops' clients are gone before the broker
+	// starts on them: it must claim nothing for them.
+	s.Weights.EarlyPct = 25
+	addHostileFaults(s, seed, fired, p)
+	addRetentionProbe(s, seed)
+	addLeaderCuts(s, seed)
+	addSealedPaths(s, seed)
+	addLateExtendsAndSecondSpool(s, seed)
+	addQueueOptions(s, seed, p)
+	addLateGroups(s, seed, p)
+	expectFired(s, fired)
+	return s
+}
+
+// drawCluster draws a lockstep scenario's brokers, tenants and queues.
+func drawCluster(s *Scenario, rng *rand.Rand, p plan) {
 	s.Brokers = 1 + rng.IntN(3)
 	if p.fault == "broker.crash" {
 		s.Brokers = max(s.Brokers, 2)
@@ -31,6 +59,11 @@ func Generate(seed uint64) *Scenario {
 	if rng.IntN(2) == 0 {
 		s.Queues = append(s.Queues, sim.QueueSpec{Name: "billing.invoices", Partitions: 1 + rng.IntN(2), LeaseSecs: 5 + rng.IntN(26), Groups: []string{"mailer"}})
 	}
+}
+
+// drawWorkload draws a lockstep scenario's clients, operations and
+// workload weights.
+func drawWorkload(s *Scenario, rng *rand.Rand, p plan) {
 	s.Clients = 2 + rng.IntN(5)
 	s.Ops = 150 + rng.IntN(151)
 	s.VTime = 120 * time.Second
@@ -48,6 +81,11 @@ func Generate(seed uint64) *Scenario {
 		s.Queues[0].Partitions = max(s.Queues[0].Partitions, 2)
 		s.Weights.HotPct = 60 + rng.IntN(31)
 	}
+}
+
+// drawRetention decides whether the first queue has completed retention,
+// and sets it if so.
+func drawRetention(s *Scenario, rng *rand.Rand, p plan) bool {
 	retention := rng.IntN(3) == 0
 	// Retention keeps outages away: a row that must meet one has none.
 	retention = retention && (p.calm() || p.fault == "broker.crash" || p.fault == "clock.skew") || p.queue == "retention"
@@ -62,44 +100,62 @@ func Generate(seed uint64) *Scenario {
 			s.Queues[0].Groups = append(s.Queues[0].Groups, "audit")
 		}
 	}
-	fired := map[string]bool{}
+	return retention
+}
+
+// drawFaults draws up to four faults of the stream's schedule, marking
+// each kind it adds in fired. A run with retention, or a calm row, keeps
+// only crashes and skewed clocks (the others' draws are still made).
+func drawFaults(s *Scenario, rng *rand.Rand, p plan, retention bool, fired map[string]bool) {
 	for n := rng.IntN(5); n > 0; n-- {
 		at := time.Duration(5+rng.IntN(90)) * time.Second
 		k := rng.IntN(7)
 		if (retention || p.calm()) && k != 3 && k != 4 {
 			continue
 		}
-		switch {
-		case k == 0:
-			s.Faults = append(s.Faults, sim.FaultAt{At: at, Kind: "pg.refuse", Broker: -1, For: time.Duration(3+rng.IntN(12)) * time.Second})
-		case k == 1:
-			s.Faults = append(s.Faults, sim.FaultAt{At: at, Kind: "pg.blackhole", Broker: -1, For: time.Duration(3+rng.IntN(12)) * time.Second})
-		case k == 2:
-			s.Faults = append(s.Faults, sim.FaultAt{At: at, Kind: "pg.reset", Broker: -1})
-		case k == 3 && s.Brokers > 1:
-			b := rng.IntN(s.Brokers)
-			s.Faults = append(s.Faults, sim.FaultAt{At: at, Kind: "broker.crash", Broker: b},
-				sim.FaultAt{At: at + time.Duration(5+rng.IntN(20))*time.Second, Kind: "broker.start", Broker: b})
-		case k == 5:
-			// An outage under load fills the spools; their disks fail
-			// some writes meanwhile.
-			s.Faults = append(s.Faults, sim.FaultAt{At: at, Kind: "pg.refuse", Broker: -1, For: time.Duration(8+rng.IntN(8)) * time.Second},
-				sim.FaultAt{At: at, Kind: []string{"spool.eio", "spool.enospc", "spool.torn"}[rng.IntN(3)], Broker: -1, Count: 1 + rng.IntN(3)})
-			fired["pg.refuse"] = true
-			if rng.IntN(2) == 0 {
-				// A record PostgreSQL refuses, spooled beside the
-				// clients' buffered pushes of the same outage.
-				s.Faults = append(s.Faults, sim.FaultAt{At: at + 2*time.Second, Kind: "spool.poison", Broker: -1})
-				fired["spool.quarantined"] = true
-			}
-		case k == 4:
-			s.Faults = append(s.Faults, sim.FaultAt{At: at, Kind: "clock.skew", Broker: rng.IntN(s.Brokers), By: time.Duration(rng.IntN(20001)-10000) * time.Millisecond})
-		default:
-			continue
+		if drawFault(s, rng, k, at, fired) {
+			fired[s.Faults[len(s.Faults)-1].Kind] = true
 		}
-		fired[s.Faults[len(s.Faults)-1].Kind] = true
 	}
-	p.forceFault(s, seed, fired)
+}
+
+// drawFault adds the fault of kind number k at at, if k names one for this
+// cluster, and says whether it did.
+func drawFault(s *Scenario, rng *rand.Rand, k int, at time.Duration, fired map[string]bool) bool {
+	switch {
+	case k == 0:
+		s.Faults = append(s.Faults, sim.FaultAt{At: at, Kind: "pg.refuse", Broker: -1, For: time.Duration(3+rng.IntN(12)) * time.Second})
+	case k == 1:
+		s.Faults = append(s.Faults, sim.FaultAt{At: at, Kind: "pg.blackhole", Broker: -1, For: time.Duration(3+rng.IntN(12)) * time.Second})
+	case k == 2:
+		s.Faults = append(s.Faults, sim.FaultAt{At: at, Kind: "pg.reset", Broker: -1})
+	case k == 3 && s.Brokers > 1:
+		b := rng.IntN(s.Brokers)
+		s.Faults = append(s.Faults, sim.FaultAt{At: at, Kind: "broker.crash", Broker: b},
+			sim.FaultAt{At: at + time.Duration(5+rng.IntN(20))*time.Second, Kind: "broker.start", Broker: b})
+	case k == 5:
+		// An outage under load fills the spools; their disks fail
+		// some writes meanwhile.
+		s.Faults = append(s.Faults, sim.FaultAt{At: at, Kind: "pg.refuse", Broker: -1, For: time.Duration(8+rng.IntN(8)) * time.Second},
+			sim.FaultAt{At: at, Kind: []string{"spool.eio", "spool.enospc", "spool.torn"}[rng.IntN(3)], Broker: -1, Count: 1 + rng.IntN(3)})
+		fired["pg.refuse"] = true
+		if rng.IntN(2) == 0 {
+			// A record PostgreSQL refuses, spooled beside the
+			// clients' buffered pushes of the same outage.
+			s.Faults = append(s.Faults, sim.FaultAt{At: at + 2*time.Second, Kind: "spool.poison", Broker: -1})
+			fired["spool.quarantined"] = true
+		}
+	case k == 4:
+		s.Faults = append(s.Faults, sim.FaultAt{At: at, Kind: "clock.skew", Broker: rng.IntN(s.Brokers), By: time.Duration(rng.IntN(20001)-10000) * time.Millisecond})
+	default:
+		return false
+	}
+	return true
+}
+
+// drawTimersAndReadOnly sets the timer and KV weights of a timer row and,
+// chosen by the seed's bits, a failover's read-only window.
+func drawTimersAndReadOnly(s *Scenario, rng *rand.Rand, seed uint64, p plan, retention bool, fired map[string]bool) {
 	_ = rng.IntN(2) // timers were a coin toss; the row decides now (the draw keeps the stream)
 	if p.timers {
 		// Timers fired by whichever broker's sweeper gets them, and KV
@@ -114,6 +170,12 @@ func Generate(seed uint64) *Scenario {
 			For: time.Duration(3+(h>>35)%10) * time.Second})
 		fired["pg.readonly"] = true
 	}
+}
+
+// drawEvictionAndStream gives the first queue a maxWait in some runs
+// without outages, and the workload a streaming query in some runs
+// without timers.
+func drawEvictionAndStream(s *Scenario, rng *rand.Rand, p plan, fired map[string]bool) {
 	if calm := !fired["pg.refuse"] && !fired["pg.blackhole"] && !fired["pg.reset"] && !fired["pg.readonly"]; calm && (rng.IntN(3) == 0 || p.queue == "eviction") {
 		// Eviction while groups read at their own speeds: a message may
 		// go unconsumed once it waited maxWait, never sooner. No outages:
@@ -129,17 +191,11 @@ func Generate(seed uint64) *Scenario {
 		// KV, whose rarer reads it would crowd out).
 		s.Weights.Stream = 15 + rng.IntN(16)
 	}
-	addEncryption(s, seed, 10*time.Second, 60, p)
-	// A quarter of the leaving pops' clients are gone before the broker
-	// starts on them: it must claim nothing for them.
-	s.Weights.EarlyPct = 25
-	addHostileFaults(s, seed, fired, p)
-	addRetentionProbe(s, seed)
-	addLeaderCuts(s, seed)
-	addSealedPaths(s, seed)
-	addLateExtendsAndSecondSpool(s, seed)
-	addQueueOptions(s, seed, p)
-	addLateGroups(s, seed, p)
+}
+
+// expectFired lists the fault kinds that fired as the ones the run must
+// meet, and every checker as a property.
+func expectFired(s *Scenario, fired map[string]bool) {
 	delete(fired, "broker.start")
 	for _, k := range []string{"pg.refuse", "pg.blackhole", "pg.reset", "broker.crash", "clock.skew", "spool.eio", "spool.enospc", "spool.torn",
 		"spool.poison", "spool.quarantined", "pg.readonly", "spool.corrupted"} {
@@ -150,7 +206,6 @@ func Generate(seed uint64) *Scenario {
 	for _, c := range sim.Checkers {
 		s.Expect = append(s.Expect, c.Name)
 	}
-	return s
 }
 
 // GenerateFree derives a free-running scenario from a seed: two or three
@@ -168,6 +223,32 @@ func GenerateFree(seed uint64) *Scenario {
 	s.Name = fmt.Sprintf("free-seed-%#x", seed)
 	s.Seed = seed
 	s.Mode = "free"
+	// The steps draw from one stream in a fixed order, so each seed keeps
+	// its scenario.
+	drawFreeCluster(s, rng)
+	at := drawDelayAndReset(s, rng)
+	rolling := drawRollingRestart(s, rng, at)
+	drawMesh(s, rng)
+	drawSkewAndCrash(s, rng, at, rolling)
+	drawFreeTimersAndHolds(s, rng)
+	addEncryption(s, seed, 200*time.Millisecond, 1, plan{})
+	addFreeReadOnlyAndStall(s, seed, at)
+	// A streaming query's cycles, their commits held like the rest.
+	s.Weights.Stream = 8 + rng.IntN(8)
+	addWakeProbeAndRecreate(s, seed, at)
+	// Lease recovery and fairness bound waits in wall time, which a loaded
+	// machine stretches; free-running runs judge what holds whatever the
+	// timing.
+	addHostileFreeFaults(s, seed, at)
+	addLeaderCuts(s, seed)
+	s.Expect = []string{"leader-passes", "no-loss", "no-double-delivery", "fifo", "dedup", "tenant", "answers", "redelivery", "timers", "kv", "stream", "edges", "sealed", "quarantine", "timer-claims", "lost-wake", "recreate",
+		"spool-corrupt", "row-lock"}
+	return s
+}
+
+// drawFreeCluster draws a free-running scenario's brokers, tenants, hot
+// queue, clients and workload weights.
+func drawFreeCluster(s *Scenario, rng *rand.Rand) {
 	s.Brokers = 2 + rng.IntN(2)
 	addTenants(s, rng)
 	s.Queues = []sim.QueueSpec{{Name: "hot", Partitions: 2 + rng.IntN(3), LeaseSecs: 2 + rng.IntN(3),
@@ -176,6 +257,12 @@ func GenerateFree(seed uint64) *Scenario {
 	s.Ops = s.Clients * (50 + rng.IntN(30))
 	s.Converge = 30 * time.Second
 	s.Weights = sim.Weights{Push: 50, Pop: 30, Ack: 15, Txn: 2, ReusePct: 5, FailPct: 5, HotPct: 60 + rng.IntN(31), Foreign: 1}
+}
+
+// drawDelayAndReset delays one broker's database path and, in half the
+// seeds, resets every broker's connections; it returns when the faults
+// start.
+func drawDelayAndReset(s *Scenario, rng *rand.Rand) time.Duration {
 	delayed := rng.IntN(s.Brokers)
 	// The clients' work takes a second or two of wall time: faults come early.
 	at := time.Duration(100+rng.IntN(300)) * time.Millisecond
@@ -186,6 +273,12 @@ func GenerateFree(seed uint64) *Scenario {
 		s.Faults = append(s.Faults, sim.FaultAt{At: at + time.Duration(rng.IntN(400))*time.Millisecond, Kind: "pg.reset", Broker: -1})
 		s.Sometimes = append(s.Sometimes, "pg.reset")
 	}
+	return at
+}
+
+// drawRollingRestart schedules a rolling restart in half the seeds, and
+// says whether it did.
+func drawRollingRestart(s *Scenario, rng *rand.Rand, at time.Duration) bool {
 	rolling := rng.IntN(2) == 0
 	if rolling {
 		// A rolling restart: each broker in turn stops gracefully with
@@ -198,6 +291,12 @@ func GenerateFree(seed uint64) *Scenario {
 		}
 		s.Sometimes = append(s.Sometimes, "broker.stop")
 	}
+	return rolling
+}
+
+// drawMesh sets the share of long polls and, in two thirds of the seeds,
+// a lossy or a slow and reordering mesh.
+func drawMesh(s *Scenario, rng *rand.Rand) {
 	// Long polls, woken across brokers by the mesh; the mesh loses,
 	// delays or reorders frames in some runs (only latency may grow).
 	s.Weights.PollPct = 20 + rng.IntN(30)
@@ -211,6 +310,11 @@ func GenerateFree(seed uint64) *Scenario {
 			sim.FaultAt{At: 0, Kind: "mesh.reorder", Broker: -1, For: time.Minute})
 		s.Sometimes = append(s.Sometimes, "mesh.delayed", "mesh.reordered")
 	}
+}
+
+// drawSkewAndCrash skews a broker's clock in half the seeds and kills a
+// broker in a third of those without a rolling restart.
+func drawSkewAndCrash(s *Scenario, rng *rand.Rand, at time.Duration, rolling bool) {
 	if rng.IntN(2) == 0 {
 		// A broker's clock is off: it paces its loops and mints ids by
 		// it, and must decide nothing by it.
@@ -227,6 +331,11 @@ func GenerateFree(seed uint64) *Scenario {
 			sim.FaultAt{At: t + time.Duration(300+rng.IntN(500))*time.Millisecond, Kind: "broker.start", Broker: b})
 		s.Sometimes = append(s.Sometimes, "broker.crash")
 	}
+}
+
+// drawFreeTimersAndHolds sets the timer, KV and leaving weights, and
+// holds COMMITs on every broker's database path.
+func drawFreeTimersAndHolds(s *Scenario, rng *rand.Rand) {
 	// Timers and KV rows, scheduled and put on one broker and fired or
 	// read on another, through whatever faults the run has.
 	s.Weights.Timer, s.Weights.KV = 2+rng.IntN(4), 2+rng.IntN(3)
@@ -241,7 +350,12 @@ func GenerateFree(seed uint64) *Scenario {
 	s.Faults = append(s.Faults, sim.FaultAt{At: 0, Kind: "pg.hold", Broker: -1, For: time.Minute,
 		By: time.Duration(30+rng.IntN(51)) * time.Millisecond})
 	s.Sometimes = append(s.Sometimes, "pg.hold")
-	addEncryption(s, seed, 200*time.Millisecond, 1, plan{})
+}
+
+// addFreeReadOnlyAndStall adds, chosen by the seed's bits, not its stream,
+// a read-only window with the retention leader's lock session cut, the
+// share of burst pushes and a slow sweeper.
+func addFreeReadOnlyAndStall(s *Scenario, seed uint64, at time.Duration) {
 	if h := seedBits(seed); (h>>27)%3 == 0 {
 		// A failover's read-only window on one broker's address, and
 		// the retention leader's lock session ended over and over.
@@ -261,8 +375,11 @@ func GenerateFree(seed uint64) *Scenario {
 			For: 3 * time.Second, By: time.Second})
 		s.Sometimes = append(s.Sometimes, "sweeper.stall")
 	}
-	// A streaming query's cycles, their commits held like the rest.
-	s.Weights.Stream = 8 + rng.IntN(8)
+}
+
+// addWakeProbeAndRecreate adds the wake probes and the queue recreation,
+// placed by the seed's bits, not its stream.
+func addWakeProbeAndRecreate(s *Scenario, seed uint64, at time.Duration) {
 	// Two wake probes, with every mesh frame dropped while they run: a
 	// long poll parked on one broker, its message pushed through another,
 	// must be answered within the periodic floor (seed bits choose when).
@@ -275,14 +392,6 @@ func GenerateFree(seed uint64) *Scenario {
 	s.Faults = append(s.Faults, sim.FaultAt{At: at + time.Duration((seedBits(seed)>>51)%800)*time.Millisecond, Kind: "queue.recreate",
 		Broker: int((seedBits(seed) >> 57) % uint64(s.Brokers)), Count: 1})
 	s.Sometimes = append(s.Sometimes, "queue.recreate")
-	// Lease recovery and fairness bound waits in wall time, which a loaded
-	// machine stretches; free-running runs judge what holds whatever the
-	// timing.
-	addHostileFreeFaults(s, seed, at)
-	addLeaderCuts(s, seed)
-	s.Expect = []string{"leader-passes", "no-loss", "no-double-delivery", "fifo", "dedup", "tenant", "answers", "redelivery", "timers", "kv", "stream", "edges", "sealed", "quarantine", "timer-claims", "lost-wake", "recreate",
-		"spool-corrupt", "row-lock"}
-	return s
 }
 
 // addHostileFreeFaults adds the free-running fault classes of issue 28,

@@ -116,63 +116,43 @@ func run(o options) error {
 	fmt.Printf("queen-bench: %d windows of %s per workload, PostgreSQL on :%d (fsync on), broker %s\n\n",
 		o.windows, o.window, pg.Port, e.url)
 	if o.scale {
-		r, err := e.scale(ctx, o.size)
-		if err != nil {
-			return fmt.Errorf("scale: %w", err)
-		}
-		r.print()
-		body, _ := json.MarshalIndent(r, "", "  ")
-		return os.WriteFile(o.out, append(body, '\n'), 0o644)
+		return e.runScale(ctx, o)
 	}
+	return e.runAll(ctx, o, pg, dir)
+}
+
+// selected reports whether the -only list names the measurement (an empty
+// list names every one).
+func (o options) selected(name string) bool {
+	return o.only == "" || strings.Contains(","+o.only+",", ","+name+",")
+}
+
+// runScale runs the scale mode and writes its figures to o.out.
+func (e *env) runScale(ctx context.Context, o options) error {
+	r, err := e.scale(ctx, o.size)
+	if err != nil {
+		return fmt.Errorf("scale: %w", err)
+	}
+	r.print()
+	body, _ := json.MarshalIndent(r, "", "  ")
+	return os.WriteFile(o.out, append(body, '\n'), 0o644)
+}
+
+// runAll runs the selected workloads and measurements, verifies what was
+// stored, and writes the result to o.out; it fails if exactly-once
+// verification did.
+func (e *env) runAll(ctx context.Context, o options, pg *pglocal.Cluster, dir string) error {
 	res := result{Window: o.window.String(), Windows: o.windows, Started: time.Now().UTC()}
-	compare := func(late bool) error {
-		for _, w := range workloads() {
-			if w.late != late || (o.only != "" && !strings.Contains(","+o.only+",", ","+w.name+",")) {
-				continue
-			}
-			c, err := e.compare(ctx, w)
-			if w.teardown != nil {
-				w.teardown()
-			}
-			if err != nil {
-				return fmt.Errorf("%s: %w", w.name, err)
-			}
-			res.Comparisons = append(res.Comparisons, c)
-			c.print()
-		}
-		return nil
-	}
-	if err := compare(false); err != nil {
+	if err := e.compareAll(ctx, o, &res, false); err != nil {
 		return err
 	}
-	if o.only == "" || strings.Contains(","+o.only+",", ",latency,") {
-		lat, err := e.latency(ctx)
-		if err != nil {
-			return fmt.Errorf("latency: %w", err)
-		}
-		res.Latency = &lat
-		lat.print()
-	}
-	if o.only == "" || strings.Contains(","+o.only+",", ",mesh,") {
-		m, err := e.mesh(ctx, pg, dir)
-		if err != nil {
-			return fmt.Errorf("mesh: %w", err)
-		}
-		res.Mesh = &m
-		m.print()
-	}
-	if !o.skipBoot && (o.only == "" || strings.Contains(","+o.only+",", ",bootstrap,")) {
-		b, err := e.bootstrap(ctx, o.parts)
-		if err != nil {
-			return fmt.Errorf("bootstrap: %w", err)
-		}
-		res.Bootstrap = &b
-		b.print()
+	if err := e.measureOthers(ctx, o, pg, dir, &res); err != nil {
+		return err
 	}
 	// Late workloads run after bootstrap: the rows they add would slow it
 	// (bootstrap took 57 s after push-b1-recording's 200,000 messages, 25 s
 	// without them), so the figures stay comparable across runs.
-	if err := compare(true); err != nil {
+	if err := e.compareAll(ctx, o, &res, true); err != nil {
 		return err
 	}
 	if err := e.verifyStored(ctx, &res); err != nil {
@@ -186,6 +166,56 @@ func run(o options) error {
 	fmt.Printf("\nwritten %s\n", o.out)
 	if !res.ExactlyOnce {
 		return fmt.Errorf("exactly-once verification failed: %v", res.Violations)
+	}
+	return nil
+}
+
+// compareAll compares the selected workloads, the late ones or the others,
+// adding each comparison to res and printing it.
+func (e *env) compareAll(ctx context.Context, o options, res *result, late bool) error {
+	for _, w := range workloads() {
+		if w.late != late || !o.selected(w.name) {
+			continue
+		}
+		c, err := e.compare(ctx, w)
+		if w.teardown != nil {
+			w.teardown()
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", w.name, err)
+		}
+		res.Comparisons = append(res.Comparisons, c)
+		c.print()
+	}
+	return nil
+}
+
+// measureOthers runs the selected latency, mesh and bootstrap
+// measurements, adding each to res and printing it.
+func (e *env) measureOthers(ctx context.Context, o options, pg *pglocal.Cluster, dir string, res *result) error {
+	if o.selected("latency") {
+		lat, err := e.latency(ctx)
+		if err != nil {
+			return fmt.Errorf("latency: %w", err)
+		}
+		res.Latency = &lat
+		lat.print()
+	}
+	if o.selected("mesh") {
+		m, err := e.mesh(ctx, pg, dir)
+		if err != nil {
+			return fmt.Errorf("mesh: %w", err)
+		}
+		res.Mesh = &m
+		m.print()
+	}
+	if !o.skipBoot && o.selected("bootstrap") {
+		b, err := e.bootstrap(ctx, o.parts)
+		if err != nil {
+			return fmt.Errorf("bootstrap: %w", err)
+		}
+		res.Bootstrap = &b
+		b.print()
 	}
 	return nil
 }

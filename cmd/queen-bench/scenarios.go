@@ -43,88 +43,19 @@ func (e *env) pushToPop(ctx context.Context, queue, pushURL string, popper *env,
 	var pushP50, pushP99 []float64
 	before, selfBefore := e.cpu(), cpuSeconds(os.Getpid(), false)
 	for win := 0; win < e.o.windows; win++ {
-		var mu sync.Mutex
-		var samples, pushes []float64
-		wctx, cancel := context.WithTimeout(ctx, e.o.window)
-		var wg sync.WaitGroup
-		var sent atomic.Int64
-		errs := make(chan error, producers+4)
-		for p := 0; p < producers; p++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				t := time.NewTicker(every)
-				defer t.Stop()
-				for i := 0; ; i++ {
-					select {
-					case <-wctx.Done():
-						return
-					case <-t.C:
-					}
-					body := fmt.Sprintf(`{"items":[{"queue":%q,"partition":"p%d","transactionId":"lat-%d-%d-%d","payload":{"t":%d}}]}`,
-						queue, p%8, win, p, i, time.Now().UnixNano())
-					t0 := time.Now()
-					code, resp, err := e.http.do(context.WithoutCancel(ctx), "POST", pushURL+"/api/v1/push", []byte(body))
-					if err != nil || code != 201 {
-						errs <- fmt.Errorf("push: %d %s %v", code, resp, err)
-						return
-					}
-					mu.Lock()
-					pushes = append(pushes, float64(time.Since(t0))/1e6)
-					mu.Unlock()
-					sent.Add(1)
-				}
-			}()
-		}
-		var got atomic.Int64
-		consume := func(c context.Context) {
-			for c.Err() == nil {
-				_, err := popper.popAck(c, queue, "", 100, true, func(p popped) {
-					now := time.Now().UnixNano()
-					mu.Lock()
-					defer mu.Unlock()
-					for _, m := range p.Messages {
-						var d struct{ T int64 }
-						if json.Unmarshal(m.Data, &d) == nil {
-							samples = append(samples, float64(now-d.T)/1e6)
-						}
-					}
-					got.Add(int64(len(p.Messages)))
-				})
-				if err != nil {
-					errs <- err
-					return
-				}
-			}
-		}
-		cctx, stopConsumers := context.WithCancel(ctx)
-		var cwg sync.WaitGroup
-		for c := 0; c < 4; c++ {
-			cwg.Add(1)
-			go func() { defer cwg.Done(); consume(cctx) }()
-		}
-		wg.Wait()
-		cancel()
-		// Let the consumers drain what was sent, then stop them.
-		deadline := time.Now().Add(10 * time.Second)
-		for got.Load() < sent.Load() && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-		}
-		stopConsumers()
-		cwg.Wait()
-		close(errs)
-		for err := range errs {
+		lw, err := e.latencyWindow(ctx, queue, pushURL, popper, every, win, producers)
+		if err != nil {
 			return r, err
 		}
-		if got.Load() != sent.Load() {
-			ledger.problem("latency window %d: %d pushed, %d delivered", win, sent.Load(), got.Load())
+		if lw.got.Load() != lw.sent.Load() {
+			ledger.problem("latency window %d: %d pushed, %d delivered", win, lw.sent.Load(), lw.got.Load())
 		}
-		ledger.addQueued(queue, sent.Load())
-		r.Samples += len(samples)
-		r.P50PerWin = append(r.P50PerWin, percentile(samples, 0.50))
-		r.P99PerWin = append(r.P99PerWin, percentile(samples, 0.99))
-		pushP50 = append(pushP50, percentile(pushes, 0.50))
-		pushP99 = append(pushP99, percentile(pushes, 0.99))
+		ledger.addQueued(queue, lw.sent.Load())
+		r.Samples += len(lw.samples)
+		r.P50PerWin = append(r.P50PerWin, percentile(lw.samples, 0.50))
+		r.P99PerWin = append(r.P99PerWin, percentile(lw.samples, 0.99))
+		pushP50 = append(pushP50, percentile(lw.pushes, 0.50))
+		pushP99 = append(pushP99, percentile(lw.pushes, 0.99))
 	}
 	r.PushP50ms, r.PushP99ms = median(pushP50), median(pushP99)
 	after, selfAfter := e.cpu(), cpuSeconds(os.Getpid(), false)
@@ -135,6 +66,104 @@ func (e *env) pushToPop(ctx context.Context, queue, pushURL string, popper *env,
 	r.P50ms, r.P99ms = median(r.P50PerWin), median(r.P99PerWin)
 	r.Met = r.P99ms < r.TargetP99
 	return r, nil
+}
+
+// latWindow is what one window of pushToPop measured: end-to-end latencies
+// (samples) and push latencies in ms, messages sent and received, and the
+// producers' and consumers' errors.
+type latWindow struct {
+	mu              sync.Mutex
+	samples, pushes []float64
+	sent, got       atomic.Int64
+	errs            chan error
+}
+
+// latencyWindow runs one window of pushToPop: producers push through
+// pushURL each every tick for the window, four consumers pop and ack from
+// popper, and once the producers stop the consumers get up to 10 s to
+// drain what was sent. It returns the first error a producer or consumer
+// met.
+func (e *env) latencyWindow(ctx context.Context, queue, pushURL string, popper *env, every time.Duration, win, producers int) (*latWindow, error) {
+	lw := &latWindow{errs: make(chan error, producers+4)}
+	wctx, cancel := context.WithTimeout(ctx, e.o.window)
+	var wg sync.WaitGroup
+	for p := 0; p < producers; p++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e.latencyProducer(ctx, wctx, lw, queue, pushURL, every, win, p)
+		}()
+	}
+	cctx, stopConsumers := context.WithCancel(ctx)
+	var cwg sync.WaitGroup
+	for c := 0; c < 4; c++ {
+		cwg.Add(1)
+		go func() { defer cwg.Done(); lw.consume(cctx, popper, queue) }()
+	}
+	wg.Wait()
+	cancel()
+	// Let the consumers drain what was sent, then stop them.
+	deadline := time.Now().Add(10 * time.Second)
+	for lw.got.Load() < lw.sent.Load() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	stopConsumers()
+	cwg.Wait()
+	close(lw.errs)
+	for err := range lw.errs {
+		return lw, err
+	}
+	return lw, nil
+}
+
+// latencyProducer pushes one message stamped with its send time every
+// tick until wctx ends (a push in flight finishes: it is not cancelled),
+// recording each push's latency; it stops at the first failed push.
+func (e *env) latencyProducer(ctx, wctx context.Context, lw *latWindow, queue, pushURL string, every time.Duration, win, p int) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for i := 0; ; i++ {
+		select {
+		case <-wctx.Done():
+			return
+		case <-t.C:
+		}
+		body := fmt.Sprintf(`{"items":[{"queue":%q,"partition":"p%d","transactionId":"lat-%d-%d-%d","payload":{"t":%d}}]}`,
+			queue, p%8, win, p, i, time.Now().UnixNano())
+		t0 := time.Now()
+		code, resp, err := e.http.do(context.WithoutCancel(ctx), "POST", pushURL+"/api/v1/push", []byte(body))
+		if err != nil || code != 201 {
+			lw.errs <- fmt.Errorf("push: %d %s %v", code, resp, err)
+			return
+		}
+		lw.mu.Lock()
+		lw.pushes = append(lw.pushes, float64(time.Since(t0))/1e6)
+		lw.mu.Unlock()
+		lw.sent.Add(1)
+	}
+}
+
+// consume pops and acks from popper until c ends, recording each
+// message's latency from its send stamp; it stops at the first error.
+func (lw *latWindow) consume(c context.Context, popper *env, queue string) {
+	for c.Err() == nil {
+		_, err := popper.popAck(c, queue, "", 100, true, func(p popped) {
+			now := time.Now().UnixNano()
+			lw.mu.Lock()
+			defer lw.mu.Unlock()
+			for _, m := range p.Messages {
+				var d struct{ T int64 }
+				if json.Unmarshal(m.Data, &d) == nil {
+					lw.samples = append(lw.samples, float64(now-d.T)/1e6)
+				}
+			}
+			lw.got.Add(int64(len(p.Messages)))
+		})
+		if err != nil {
+			lw.errs <- err
+			return
+		}
+	}
 }
 
 func (r latencyResult) print() {

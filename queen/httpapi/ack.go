@@ -278,24 +278,42 @@ func (s *Server) transaction(w http.ResponseWriter, r *http.Request) {
 	}
 	results, more, err := s.store.TransactionWith(r.Context(), tenantOf(r), ops, leases, subOf(r), extras)
 	release()
+	if s.txnFailed(w, r, txnID, err) {
+		return
+	}
+	s.txnDone(w, r, txnID, results, more, extras)
+}
+
+// txnFailed reports whether the transaction failed (err is not nil) and
+// then answers it: a rollback or a refused KV precondition is an answer of
+// its own (200, success false), too large a KV read a 413, any other error
+// the store's.
+func (s *Server) txnFailed(w http.ResponseWriter, r *http.Request, txnID string, err error) bool {
 	if msg, rolledBack := store.IsRollback(err); rolledBack {
 		writeJSON(w, http.StatusOK, txnRolledBack(txnID, msg, store.RollbackReason(err)))
-		return
+		return true
 	}
 	var pre *store.KVPrecondition
 	if errors.As(err, &pre) {
 		writeJSON(w, http.StatusOK, txnKVRefused(txnID, pre))
-		return
+		return true
 	}
 	if errors.Is(err, store.ErrKVReadTooLarge) {
 		writeCoded(w, http.StatusRequestEntityTooLarge, "payload_too_large", "kv_read_too_large",
 			"the transaction's kv reads exceed QUEEN_KV_MAX_READ_BYTES; nothing was written")
-		return
+		return true
 	}
 	if err != nil {
 		s.storeError(w, r, "transaction", err)
-		return
+		return true
 	}
+	return false
+}
+
+// txnDone wakes what a committed transaction pushed and timed, and answers
+// its results (timers and KV only when the transaction had some).
+func (s *Server) txnDone(w http.ResponseWriter, r *http.Request, txnID string, results []store.TxnResult, more store.TxnExtrasResult,
+	extras store.TxnExtras) {
 	out, pushed := txnResults(results)
 	s.notifyPushed(tenantOf(r), pushed)
 	s.hintSweeper(more.Timers)

@@ -225,14 +225,21 @@ type route struct {
 	handle  http.HandlerFunc
 }
 
-// routes is the route table. Every route declares its level:
-// TestEveryRouteDeclaresItsLevel fails for one that does not, and the
+// routes is the route table, one list per area. Every route declares its
+// level: TestEveryRouteDeclaresItsLevel fails for one that does not, and the
 // middleware refuses it. Public: health only. Metrics: the scrapes
 // (QUEEN_METRICS_ALLOW_CIDRS, QUEEN_METRICS_TOKEN, else read-only). Admin:
 // system routes, deletes of queues and groups, stats refresh. Produce:
 // push and timer schedules (write-only tokens pass). ReadOnly: other reads
 // and the streams state read. ReadWrite: the rest, pops included.
 func (s *Server) routes() []route {
+	return slices.Concat(s.messageRoutes(), s.resourceRoutes(), s.timerKVRoutes(), s.groupRoutes(), s.statusRoutes(),
+		s.analyticsRoutes(), s.siteRoutes())
+}
+
+// messageRoutes lists the message routes: configure, push, pop, ack,
+// lease extension and transactions.
+func (s *Server) messageRoutes() []route {
 	return []route{
 		{"POST /api/v1/configure", auth.ReadWrite, s.configure},
 		{"POST /api/v1/push", auth.Produce, s.push},
@@ -243,6 +250,12 @@ func (s *Server) routes() []route {
 		{"POST /api/v1/ack/batch", auth.ReadWrite, s.ackBatch},
 		{"POST /api/v1/lease/{leaseId}/extend", auth.ReadWrite, s.extendLease},
 		{"POST /api/v1/transaction", auth.ReadWrite, s.transaction},
+	}
+}
+
+// resourceRoutes lists the dead-letter, resource, system and session routes.
+func (s *Server) resourceRoutes() []route {
+	return []route{
 		{"GET /api/v1/dlq", auth.ReadOnly, s.listDLQ},
 		{"GET /api/v1/resources/queues", auth.ReadOnly, s.listQueues},
 		{"GET /api/v1/resources/queues/{queue}", auth.ReadOnly, s.getQueue},
@@ -257,6 +270,12 @@ func (s *Server) routes() []route {
 		{"GET /api/v1/system/shared-state", auth.Admin, s.getSharedState},
 		{"GET /api/v1/system/cluster", auth.ReadOnly, s.cluster},
 		{"GET /api/v1/session", auth.ReadOnly, s.session},
+	}
+}
+
+// timerKVRoutes lists the timer and KV routes.
+func (s *Server) timerKVRoutes() []route {
+	return []route{
 		{"POST /api/v1/timers", auth.Produce, s.timers},
 		{"GET /api/v1/timers/{queue}", auth.ReadOnly, s.listTimers},
 		{"GET /api/v1/timers/{queue}/{timerKey...}", auth.ReadOnly, s.peekTimer},
@@ -265,6 +284,12 @@ func (s *Server) routes() []route {
 		{"GET /api/v1/kv/{ns}/{key...}", auth.ReadOnly, s.kvGet},
 		{"PUT /api/v1/kv/{ns}/{key...}", auth.ReadWrite, s.kvPut},
 		{"DELETE /api/v1/kv/{ns}/{key...}", auth.ReadWrite, s.kvDelete},
+	}
+}
+
+// groupRoutes lists the consumer-group routes.
+func (s *Server) groupRoutes() []route {
+	return []route{
 		{"GET /api/v1/consumer-groups", auth.ReadOnly, s.listGroups},
 		{"GET /api/v1/consumer-groups/lagging", auth.ReadOnly, s.laggingGroups},
 		{"GET /api/v1/consumer-groups/{group}", auth.ReadOnly, s.getGroup},
@@ -273,6 +298,13 @@ func (s *Server) routes() []route {
 		{"POST /api/v1/consumer-groups/{group}/queues/{queue}/seek", auth.ReadWrite, s.seekGroup},
 		{"POST /api/v1/consumer-groups/{group}/queues/{queue}/partitions/{partition}/seek", auth.ReadWrite, s.seekPartition},
 		{"POST /api/v1/consumer-groups/{group}/subscription", auth.ReadWrite, s.setSubscription},
+	}
+}
+
+// statusRoutes lists the stats refresh, status, migration, namespace and
+// task resource, and message browsing routes.
+func (s *Server) statusRoutes() []route {
+	return []route{
 		{"POST /api/v1/stats/refresh", auth.Admin, s.refreshStats},
 		{"GET /api/v1/status", auth.ReadOnly, s.status},
 		{"GET /api/v1/status/queues", auth.ReadOnly, s.statusQueues},
@@ -290,6 +322,12 @@ func (s *Server) routes() []route {
 		{"GET /api/v1/messages/{partitionId}/{transactionId}", auth.ReadOnly, s.getMessage},
 		{"DELETE /api/v1/messages/{partitionId}/{transactionId}", auth.ReadWrite, s.deleteMessage},
 		{"POST /api/v1/messages/{partitionId}/{transactionId}/retry", auth.ReadWrite, s.retryMessage},
+	}
+}
+
+// analyticsRoutes lists the analytics and trace routes.
+func (s *Server) analyticsRoutes() []route {
+	return []route{
 		{"GET /api/v1/analytics/queue-lag", auth.ReadOnly, s.queueLag},
 		{"GET /api/v1/analytics/queue-ops", auth.ReadOnly, s.queueOps},
 		{"GET /api/v1/analytics/queue-parked-replicas", auth.ReadOnly, s.queueParkedReplicas},
@@ -301,6 +339,12 @@ func (s *Server) routes() []route {
 		{"GET /api/v1/traces/names", auth.ReadOnly, s.traceNamesList},
 		{"GET /api/v1/traces/by-name/{traceName}", auth.ReadOnly, s.tracesByName},
 		{"GET /api/v1/traces/{partitionId}/{transactionId}", auth.ReadOnly, s.tracesOfMessage},
+	}
+}
+
+// siteRoutes lists the streams routes, the health check, the metrics scrapes and the dashboard.
+func (s *Server) siteRoutes() []route {
+	return []route{
 		{"POST /streams/v1/queries", auth.ReadWrite, s.registerQuery},
 		{"POST /streams/v1/cycle", auth.ReadWrite, s.cycle},
 		{"POST /streams/v1/state/get", auth.ReadOnly, s.stateGet},

@@ -105,30 +105,11 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The parent holds the log and is ours; it must be traversable by the
-	// postgres user when we run as root.
-	if err := os.MkdirAll(filepath.Dir(dataDir), 0o755); err != nil {
-		return nil, fmt.Errorf("pglocal: create %s: %w", filepath.Dir(dataDir), err)
+	if err := makeDataDir(dataDir, cred); err != nil {
+		return nil, err
 	}
-	if err := os.MkdirAll(dataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("pglocal: create %s: %w", dataDir, err)
-	}
-	if cred != nil {
-		if err := chownTree(dataDir, int(cred.Uid), int(cred.Gid)); err != nil {
-			return nil, err
-		}
-	}
-	if _, err := os.Stat(filepath.Join(dataDir, "PG_VERSION")); errors.Is(err, os.ErrNotExist) {
-		args := []string{"-D", dataDir, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C"}
-		if o.Ephemeral {
-			args = append(args, "--no-sync")
-		}
-		cmd := exec.CommandContext(ctx, filepath.Join(bin, "initdb"), args...)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-		cmd.Dir = os.TempDir()
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("pglocal: initdb %s: %w\n%s", dataDir, err, out)
-		}
+	if err := initDataDir(ctx, bin, dataDir, cred, o.Ephemeral); err != nil {
+		return nil, err
 	}
 	port := o.Port
 	if port == 0 {
@@ -144,20 +125,7 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pglocal: open log: %w", err)
 	}
-	args := []string{"-D", dataDir, "-p", strconv.Itoa(port),
-		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=",
-		"-c", "max_connections=400", "-c", "shared_buffers=128MB"}
-	if o.Ephemeral {
-		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
-	}
-	if o.Replication {
-		args = append(args, "-c", "wal_level=replica", "-c", "max_wal_senders=10", "-c", "wal_log_hints=on",
-			"-c", "hot_standby=on", "-c", "wal_keep_size=512MB")
-	}
-	for _, kv := range o.Settings {
-		args = append(args, "-c", kv)
-	}
-	cmd := exec.Command(filepath.Join(bin, "postgres"), args...)
+	cmd := exec.Command(filepath.Join(bin, "postgres"), postgresArgs(dataDir, port, o)...)
 	cmd.Dir = os.TempDir()
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// Pdeathsig: a test binary that dies must not leave its cluster behind.
@@ -173,6 +141,63 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// makeDataDir creates the data directory and its parent, and gives the
+// data directory to the postgres user when cred says we run as root.
+func makeDataDir(dataDir string, cred *syscall.Credential) error {
+	// The parent holds the log and is ours; it must be traversable by the
+	// postgres user when we run as root.
+	if err := os.MkdirAll(filepath.Dir(dataDir), 0o755); err != nil {
+		return fmt.Errorf("pglocal: create %s: %w", filepath.Dir(dataDir), err)
+	}
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return fmt.Errorf("pglocal: create %s: %w", dataDir, err)
+	}
+	if cred != nil {
+		if err := chownTree(dataDir, int(cred.Uid), int(cred.Gid)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// initDataDir runs initdb on a data directory that has no cluster yet
+// (without fsyncs for an ephemeral one); one that has is left as it is.
+func initDataDir(ctx context.Context, bin, dataDir string, cred *syscall.Credential, ephemeral bool) error {
+	if _, err := os.Stat(filepath.Join(dataDir, "PG_VERSION")); !errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	args := []string{"-D", dataDir, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C"}
+	if ephemeral {
+		args = append(args, "--no-sync")
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "initdb"), args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	cmd.Dir = os.TempDir()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("pglocal: initdb %s: %w\n%s", dataDir, err, out)
+	}
+	return nil
+}
+
+// postgresArgs gives the postgres command line: loopback TCP only, the
+// ephemeral and replication settings when asked, then o.Settings.
+func postgresArgs(dataDir string, port int, o Options) []string {
+	args := []string{"-D", dataDir, "-p", strconv.Itoa(port),
+		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=",
+		"-c", "max_connections=400", "-c", "shared_buffers=128MB"}
+	if o.Ephemeral {
+		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
+	}
+	if o.Replication {
+		args = append(args, "-c", "wal_level=replica", "-c", "max_wal_senders=10", "-c", "wal_log_hints=on",
+			"-c", "hot_standby=on", "-c", "wal_keep_size=512MB")
+	}
+	for _, kv := range o.Settings {
+		args = append(args, "-c", kv)
+	}
+	return args
 }
 
 func (c *Cluster) waitReady(ctx context.Context, logPath string) error {

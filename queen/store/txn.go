@@ -117,33 +117,13 @@ func (s *Store) transactionOnce(ctx context.Context, tenant string, ops []TxnOp,
 	if canary.On("tenant-dropped") {
 		pushTenant = DefaultTenant
 	}
-	var items []PushItem
-	byGroup := map[string][]int{}
-	var groups []string
-	lp := txnLockParams{Leases: append([]string{}, requiredLeases...), Tenant: tenant}
-	for i, op := range ops {
-		switch op.Type {
-		case "push":
-			items = append(items, op.Items...)
-		case "ack":
-			g := op.Group
-			if g == "" {
-				g = QueueModeGroup
-			}
-			if _, ok := byGroup[g]; !ok {
-				groups = append(groups, g)
-			}
-			byGroup[g] = append(byGroup[g], i)
-			lp.PartitionIDs = append(lp.PartitionIDs, op.Ack.PartitionID)
-			lp.Groups = append(lp.Groups, g)
-		default:
-			return nil, more, rejected("bad_request", "operations[%d]: unknown type %q", i, op.Type)
-		}
+	plan, err := planTxn(tenant, ops, requiredLeases)
+	if err != nil {
+		return nil, more, err
 	}
-	sort.Strings(groups)
 	// Names resolve (and queues and partitions are created) before the
 	// transaction: creating them is harmless if it rolls back.
-	rows, err := s.pushRows(ctx, pushTenant, items, producerSub)
+	rows, err := s.pushRows(ctx, pushTenant, plan.items, producerSub)
 	if err != nil {
 		return nil, more, err
 	}
@@ -152,45 +132,106 @@ func (s *Store) transactionOnce(ctx context.Context, tenant string, ops []TxnOp,
 	var pushed []appendOut
 	acked := make([]AckResult, len(ops))
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := s.lockForTxn(ctx, tx, lp, requiredLeases); err != nil {
+		if err := s.lockForTxn(ctx, tx, plan.lp, requiredLeases); err != nil {
 			return err
 		}
 		var err error
 		if pushed, err = s.appendInTx(ctx, tx, rows); err != nil {
 			return err
 		}
-		for _, g := range groups {
-			idx := byGroup[g]
-			acks := make([]AckItem, len(idx))
-			for j, i := range idx {
-				acks[j] = ops[i].Ack
-				if acks[j].LeaseID == "" && len(requiredLeases) == 1 {
-					acks[j].LeaseID = requiredLeases[0]
-				}
-			}
-			res, err := s.ackTx(ctx, tx, tenant, g, acks, true)
-			if err != nil {
-				return err
-			}
-			for j, i := range idx {
-				acked[i] = res[j]
-			}
+		if err := s.ackTxnGroups(ctx, tx, tenant, ops, plan, requiredLeases, acked); err != nil {
+			return err
 		}
-		if len(extras.Timers) > 0 {
-			if more.Timers, err = s.applyTimers(ctx, tx, tenant, producerSub, extras.Timers); err != nil {
-				return err
-			}
-		}
-		if len(extras.KV) > 0 {
-			if more.KV, err = s.applyKV(ctx, tx, tenant, extras.KV, extras.MaxKVRead); err != nil {
-				return err
-			}
-		}
-		return nil
+		return s.applyTxnExtras(ctx, tx, tenant, producerSub, extras, &more)
 	})
 	if err != nil {
 		return nil, more, err
 	}
+	return txnResults(ops, rows, pushed, acked), more, nil
+}
+
+// txnPlan is what a transaction's operations ask for: the items pushed,
+// the indexes of the acks of each consumer group, the groups in order, and
+// the cursor rows to lock first.
+type txnPlan struct {
+	items   []PushItem
+	byGroup map[string][]int
+	groups  []string
+	lp      txnLockParams
+}
+
+// planTxn sorts a transaction's operations into pushed items and acks by
+// group (groups in name order), refusing an unknown operation type.
+func planTxn(tenant string, ops []TxnOp, requiredLeases []string) (txnPlan, error) {
+	p := txnPlan{byGroup: map[string][]int{}, lp: txnLockParams{Leases: append([]string{}, requiredLeases...), Tenant: tenant}}
+	for i, op := range ops {
+		switch op.Type {
+		case "push":
+			p.items = append(p.items, op.Items...)
+		case "ack":
+			g := op.Group
+			if g == "" {
+				g = QueueModeGroup
+			}
+			if _, ok := p.byGroup[g]; !ok {
+				p.groups = append(p.groups, g)
+			}
+			p.byGroup[g] = append(p.byGroup[g], i)
+			p.lp.PartitionIDs = append(p.lp.PartitionIDs, op.Ack.PartitionID)
+			p.lp.Groups = append(p.lp.Groups, g)
+		default:
+			return p, rejected("bad_request", "operations[%d]: unknown type %q", i, op.Type)
+		}
+	}
+	sort.Strings(p.groups)
+	return p, nil
+}
+
+// ackTxnGroups applies a transaction's acks in tx, one ackTx per consumer
+// group, and records each ack's outcome at its operation's index in acked.
+// An ack without a lease id takes the transaction's one required lease.
+func (s *Store) ackTxnGroups(ctx context.Context, tx pgx.Tx, tenant string, ops []TxnOp, p txnPlan, requiredLeases []string,
+	acked []AckResult) error {
+	for _, g := range p.groups {
+		idx := p.byGroup[g]
+		acks := make([]AckItem, len(idx))
+		for j, i := range idx {
+			acks[j] = ops[i].Ack
+			if acks[j].LeaseID == "" && len(requiredLeases) == 1 {
+				acks[j].LeaseID = requiredLeases[0]
+			}
+		}
+		res, err := s.ackTx(ctx, tx, tenant, g, acks, true)
+		if err != nil {
+			return err
+		}
+		for j, i := range idx {
+			acked[i] = res[j]
+		}
+	}
+	return nil
+}
+
+// applyTxnExtras applies a transaction's timers, then its KV operations,
+// in tx, their results into more (the timers' kept if the KV fail).
+func (s *Store) applyTxnExtras(ctx context.Context, tx pgx.Tx, tenant, producerSub string, extras TxnExtras, more *TxnExtrasResult) error {
+	var err error
+	if len(extras.Timers) > 0 {
+		if more.Timers, err = s.applyTimers(ctx, tx, tenant, producerSub, extras.Timers); err != nil {
+			return err
+		}
+	}
+	if len(extras.KV) > 0 {
+		if more.KV, err = s.applyKV(ctx, tx, tenant, extras.KV, extras.MaxKVRead); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// txnResults gives each ack its result and each pushed item its own, in
+// the order of the operations and their items.
+func txnResults(ops []TxnOp, rows []appendRow, pushed []appendOut, acked []AckResult) []TxnResult {
 	var out []TxnResult
 	next := 0
 	for i, op := range ops {
@@ -206,7 +247,7 @@ func (s *Store) transactionOnce(ctx context.Context, tenant string, ops []TxnOp,
 				MessageID: o.messageID, PartitionID: r.pid, QueueName: it.Queue, Duplicate: !o.queued})
 		}
 	}
-	return out, more, nil
+	return out
 }
 
 // lockForTxn runs txnLockSQL and checks every required lease is held.
