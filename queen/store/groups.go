@@ -5,8 +5,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/queen-go/queen/queen/canary"
 )
 
 // Consumer-group management: the cursors (partition_consumers) and the
@@ -193,11 +191,7 @@ func (s *Store) Seek(ctx context.Context, tenant, group, queue string, partition
 		}
 		s.marks.forget(tenant, queue, group)
 	}
-	sql := seekSQL
-	if canary.On("seek-skips-one") {
-		sql = seekSkipsOne.apply(sql)
-	}
-	rows, err := s.pool.Query(ctx, sql, tenant, group, queue, partition, toEnd, to, s.dbNow())
+	rows, err := s.pool.Query(ctx, text("seek"), tenant, group, queue, partition, toEnd, to, s.dbNow())
 	if err != nil {
 		return 0, nil, err
 	}

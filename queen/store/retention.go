@@ -92,9 +92,20 @@ type retentionRule struct {
 	queues, partitions, cutoff, kept string
 }
 
-// sql is the rule's statement (retentionSQL).
+// sql is the rule's statement (retentionSQL); the statement table
+// (statements.go) builds each rule's once, as retention.<name>.
 func (r retentionRule) sql() string {
 	return fmt.Sprintf(retentionSQL, r.queues, r.partitions, r.cutoff, r.kept)
+}
+
+// retentionRuleSQL is the statement of the rule named name.
+func retentionRuleSQL(name string) string {
+	for _, r := range retentionRules {
+		if r.name == name {
+			return r.sql()
+		}
+	}
+	panic("store: no retention rule " + name)
 }
 
 // noCap keeps no row by its seq: only the cutoff decides.
@@ -187,13 +198,7 @@ func (s *Store) retentionPass(ctx context.Context, q querier, batch int) (Retent
 	counts := map[string]*int64{"expired": &r.Expired, "completed": &r.Completed, "evicted": &r.Evicted}
 	var errs []error
 	for _, rule := range retentionRules {
-		sql := rule.sql()
-		if rule.name == "completed" && canary.On("retention-ignores-group") {
-			sql = retentionIgnoresGroupSub.apply(retentionIgnoresGroupMin.apply(sql))
-		}
-		if rule.name == "evicted" && canary.On("evict-early") {
-			sql = evictEarly.apply(sql)
-		}
+		sql := text("retention." + rule.name)
 		// Rules are isolated: one that fails (a statement timeout, say)
 		// is reported, and the others still run.
 		for round := 0; round < maxRetentionRounds; round++ {
