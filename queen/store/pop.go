@@ -450,12 +450,17 @@ func (s *Store) subscribed(ctx context.Context, req PopRequest) (string, error) 
 	return p.QueueID, nil
 }
 
+// queuesForSQL lists tenant $1's queues of namespace $2 and task $3 (empty:
+// any),
+// highest priority first.
+const queuesForSQL = `SELECT name FROM queen.queues
+		WHERE tenant_id = $1 AND ($2 = '' OR namespace = $2) AND ($3 = '' OR task = $3)
+		ORDER BY priority DESC, name`
+
 // QueuesFor lists the tenant's queues matching a namespace and/or task,
 // highest priority first: the order a discovery pop tries them in.
 func (s *Store) QueuesFor(ctx context.Context, tenant, namespace, task string) ([]string, error) {
-	rows, err := s.pool.Query(ctx, `SELECT name FROM queen.queues
-		WHERE tenant_id = $1 AND ($2 = '' OR namespace = $2) AND ($3 = '' OR task = $3)
-		ORDER BY priority DESC, name`, tenant, namespace, task)
+	rows, err := s.pool.Query(ctx, queuesForSQL, tenant, namespace, task)
 	if err != nil {
 		return nil, err
 	}
