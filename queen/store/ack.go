@@ -684,11 +684,7 @@ RETURNING pc.lease_expires_at`
 func (s *Store) ExtendLease(ctx context.Context, tenant, leaseID string, seconds int) (int64, *time.Time, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	sql := extendSQL
-	if canary.On(extendRevives.canary) {
-		sql = extendRevives.apply(sql)
-	}
-	rows, err := s.pool.Query(ctx, sql, tenant, leaseID, s.dbNow(), seconds)
+	rows, err := s.pool.Query(ctx, text("lease.extend"), tenant, leaseID, s.dbNow(), seconds)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -12,84 +12,109 @@ import "strings"
 type variant struct {
 	canary   string
 	old, new string
+	// rewrite, when set, replaces the plain substitution of old by new:
+	// a rewrite no single replacement can say (strandedSQL).
+	rewrite func(string) string
 }
 
-// apply rewrites sql; the caller has checked canary.On(v.canary).
-func (v variant) apply(sql string) string { return strings.Replace(sql, v.old, v.new, 1) }
+// apply rewrites sql; text applies it only when v.canary is on.
+func (v variant) apply(sql string) string {
+	if v.rewrite != nil {
+		return v.rewrite(sql)
+	}
+	return strings.Replace(sql, v.old, v.new, 1)
+}
 
 var (
+	// stranded: appends ordered at creation, not commit (strandedSQL).
+	stranded = variant{canary: "stranded", rewrite: strandedSQL}
 	// dedupRaises: a resent transactionId hits the unique index as an error.
-	dedupRaises = variant{"dedup-raises", "ON CONFLICT (partition_id, transaction_id) DO NOTHING", ""}
+	dedupRaises = variant{canary: "dedup-raises", old: "ON CONFLICT (partition_id, transaction_id) DO NOTHING", new: ""}
 	// timerEarly: claims (and fires) timers up to two seconds early.
-	timerEarly = variant{"timer-early", "<= coalesce($1::timestamptz, now())\n", "<= coalesce($1::timestamptz, now()) + interval '2 seconds'\n"}
+	timerEarly = variant{canary: "timer-early", old: "<= coalesce($1::timestamptz, now())\n", new: "<= coalesce($1::timestamptz, now()) + interval '2 seconds'\n"}
 	// kvTTLIgnored: reads see expired rows until the sweeper prunes them.
-	kvTTLIgnored = variant{"kv-ttl-ignored", kvLive, "true"}
+	kvTTLIgnored = variant{canary: "kv-ttl-ignored", old: kvLive, new: "true"}
 	// kvGetManyTTLIgnored: getMany alone sees expired rows (get and
 	// getPrefix do not), so only a workload reading every way sees it.
-	kvGetManyTTLIgnored = variant{"kv-getmany-ttl-ignored", kvLive, "true"}
+	kvGetManyTTLIgnored = variant{canary: "kv-getmany-ttl-ignored", old: kvLive, new: "true"}
 	// sealCacheTrusted: the append takes the process's cached "this
 	// queue does not encrypt" for the truth, as before the statement read
 	// it: encryption turned on from another broker stores plaintext.
-	sealCacheTrusted     = variant{"seal-cache-trusted", "\n\tWHERE NOT EXISTS (SELECT 1 FROM unsealed)", ""}
-	sealCacheTrustedFlag = variant{"seal-cache-trusted", "coalesce(l.seal AND NOT i.enc, false)", "false"}
+	sealCacheTrusted     = variant{canary: "seal-cache-trusted", old: "\n\tWHERE NOT EXISTS (SELECT 1 FROM unsealed)", new: ""}
+	sealCacheTrustedFlag = variant{canary: "seal-cache-trusted", old: "coalesce(l.seal AND NOT i.enc, false)", new: "false"}
 	// timerClaimIgnoresLease: a sweeper claims a due timer whatever claim
 	// another sweeper holds on it.
-	timerClaimIgnoresLease = variant{"timer-claim-ignores-lease", "WHERE greatest(deliver_at, coalesce(claimed_until, deliver_at)) <=", "WHERE deliver_at <="}
+	timerClaimIgnoresLease = variant{canary: "timer-claim-ignores-lease", old: "WHERE greatest(deliver_at, coalesce(claimed_until, deliver_at)) <=", new: "WHERE deliver_at <="}
 	// claimUnfair: lowest partition id first, whoever was served last.
-	claimUnfairOrder = variant{"claim-unfair", `/*order*/ pc.lease_acquired_at ASC NULLS FIRST,`, ``}
-	claimUnfairPick  = variant{"claim-unfair", `ORDER BY c.acquired ASC NULLS FIRST, c.partition_id`, `ORDER BY c.partition_id`}
+	claimUnfairOrder = variant{canary: "claim-unfair", old: `/*order*/ pc.lease_acquired_at ASC NULLS FIRST,`, new: ``}
+	claimUnfairPick  = variant{canary: "claim-unfair", old: `ORDER BY c.acquired ASC NULLS FIRST, c.partition_id`, new: `ORDER BY c.partition_id`}
 	// popIgnoresLease: a live lease does not keep a partition from a pop.
-	popIgnoresLease = variant{"pop-ignores-lease", `(pc.lease_expires_at IS NULL OR pc.lease_expires_at <= coalesce($8::timestamptz, now()))`, `TRUE`}
+	popIgnoresLease = variant{canary: "pop-ignores-lease", old: `(pc.lease_expires_at IS NULL OR pc.lease_expires_at <= coalesce($8::timestamptz, now()))`, new: `TRUE`}
 	// delayIgnored: a pop claims and reads messages delayedProcessing
 	// still hides, as if the queue had no delay.
-	delayIgnoredHead   = variant{"delay-ignored", "WHERE (SELECT delayed_processing FROM q) = 0", "WHERE TRUE"}
-	delayIgnoredHidden = variant{"delay-ignored", "CASE WHEN q.delayed_processing = 0 THEN NULL", "CASE WHEN TRUE THEN NULL"}
+	delayIgnoredHead   = variant{canary: "delay-ignored", old: "WHERE (SELECT delayed_processing FROM q) = 0", new: "WHERE TRUE"}
+	delayIgnoredHidden = variant{canary: "delay-ignored", old: "CASE WHEN q.delayed_processing = 0 THEN NULL", new: "CASE WHEN TRUE THEN NULL"}
 	// windowIgnored: a pop serves a partition whose newest message is
 	// younger than the queue's windowBuffer.
-	windowIgnored = variant{"window-ignored", "AND ((SELECT window_buffer FROM q) = 0", "AND (TRUE"}
+	windowIgnored = variant{canary: "window-ignored", old: "AND ((SELECT window_buffer FROM q) = 0", new: "AND (TRUE"}
 	// retentionIgnoresGroup: completed retention deletes what any one
 	// group consumed, whatever the others.
-	retentionIgnoresGroupMin = variant{"retention-ignores-group", "min(pc.last_consumed_seq)", "max(pc.last_consumed_seq)"}
-	retentionIgnoresGroupSub = variant{"retention-ignores-group", "/*subscribed*/", "AND false"}
+	retentionIgnoresGroupMin = variant{canary: "retention-ignores-group", old: "min(pc.last_consumed_seq)", new: "max(pc.last_consumed_seq)"}
+	retentionIgnoresGroupSub = variant{canary: "retention-ignores-group", old: "/*subscribed*/", new: "AND false"}
 	// evictEarly: eviction at a tenth of maxWaitTimeSeconds.
-	evictEarly = variant{"evict-early", "secs => q.max_wait_time_seconds", "secs => q.max_wait_time_seconds / 10.0"}
+	evictEarly = variant{canary: "evict-early", old: "secs => q.max_wait_time_seconds", new: "secs => q.max_wait_time_seconds / 10.0"}
 	// extendRevives: an extend renews its token's lease whether or not it
 	// is still live, so a lease that expired (or was released, its expiry
 	// NULL) comes back to life while nobody else claimed the partition.
-	extendRevives = variant{"extend-revives", " AND pc.lease_expires_at > coalesce($3::timestamptz, now())", ""}
+	extendRevives = variant{canary: "extend-revives", old: " AND pc.lease_expires_at > coalesce($3::timestamptz, now())", new: ""}
 	// subscriptionSkipsOne: a group subscribing with mode new or from
 	// gets its cursor one message past its start point, so the first
 	// message after it is never delivered to the group.
-	subscriptionSkipsOne = variant{"subscription-skips-one", "x.created_at <= m.subscription_timestamp), 0) END", "x.created_at <= m.subscription_timestamp), 0) + 1 END"}
+	subscriptionSkipsOne = variant{canary: "subscription-skips-one", old: "x.created_at <= m.subscription_timestamp), 0) END", new: "x.created_at <= m.subscription_timestamp), 0) + 1 END"}
 	// seekSkipsOne: a seek to a timestamp puts the cursor one message
 	// past it.
-	seekSkipsOne = variant{"seek-skips-one", "m.created_at <= $6::timestamptz), 0) END", "m.created_at <= $6::timestamptz), 0) + 1 END"}
+	seekSkipsOne = variant{canary: "seek-skips-one", old: "m.created_at <= $6::timestamptz), 0) END", new: "m.created_at <= $6::timestamptz), 0) + 1 END"}
 )
 
-// canaryVariant is one variant and a statement it rewrites.
-type canaryVariant struct {
-	v    variant
-	stmt string
+// statementVariants is the substitution table of the planted bugs that
+// are statement variants: a statement's name (as in statements) to the
+// rewrites of its text, applied in order by substitute for the one canary
+// switched on, and only in the canary build (text). A statement run under
+// several names (kv.get and kv.getMany) lists each rewrite under every
+// name it affects, so a rewrite of one use leaves the others alone.
+var statementVariants = map[string][]variant{
+	"append":              {stranded, dedupRaises, sealCacheTrusted, sealCacheTrustedFlag},
+	"timer.claim":         {timerEarly, timerClaimIgnoresLease},
+	"kv.get":              {kvTTLIgnored},
+	"kv.getMany":          {kvGetManyTTLIgnored, kvTTLIgnored},
+	"kv.getPrefix":        {kvTTLIgnored},
+	"kv.getPrefixOpen":    {kvTTLIgnored},
+	"pop":                 popVariants,
+	"pop.partition":       popVariants,
+	"pop.one":             popOneVariants,
+	"pop.partition.one":   popOneVariants,
+	"retention.completed": {retentionIgnoresGroupMin, retentionIgnoresGroupSub},
+	"retention.evicted":   {evictEarly},
+	"lease.extend":        {extendRevives},
+	"subscribe":           {subscriptionSkipsOne},
+	"seek":                {seekSkipsOne},
 }
 
-// canaryVariants pairs every variant with each statement it rewrites, for
-// the test.
-func canaryVariants() []canaryVariant {
-	rule := func(name string) string {
-		for _, r := range retentionRules {
-			if r.name == name {
-				return r.sql()
-			}
+var (
+	// popVariants rewrite the general pop statements.
+	popVariants = []variant{claimUnfairOrder, claimUnfairPick, popIgnoresLease, delayIgnoredHead, delayIgnoredHidden, windowIgnored}
+	// popOneVariants rewrite the one-partition pop statements, which
+	// rank nothing, so claimUnfairPick has nothing to rewrite there.
+	popOneVariants = []variant{claimUnfairOrder, popIgnoresLease, delayIgnoredHead, delayIgnoredHidden, windowIgnored}
+)
+
+// substitute is sql as the canary named canaryName rewrites it: every
+// variant of vs that belongs to that canary, in order.
+func substitute(sql string, vs []variant, canaryName string) string {
+	for _, v := range vs {
+		if v.canary == canaryName {
+			sql = v.apply(sql)
 		}
-		return ""
 	}
-	return []canaryVariant{
-		{dedupRaises, appendSQL}, {sealCacheTrusted, appendSQL}, {sealCacheTrustedFlag, appendSQL}, {timerEarly, claimTimersSQL}, {timerClaimIgnoresLease, claimTimersSQL}, {kvTTLIgnored, kvGetSQL}, {kvTTLIgnored, kvGetPrefixSQL}, {kvTTLIgnored, kvGetPrefixOpenSQL}, {kvGetManyTTLIgnored, kvGetSQL},
-		{claimUnfairOrder, popSQL}, {claimUnfairPick, popSQL}, {popIgnoresLease, popSQL}, {claimUnfairOrder, popOneSQL}, {popIgnoresLease, popOneSQL},
-		{delayIgnoredHead, popSQL}, {delayIgnoredHidden, popSQL}, {delayIgnoredHead, popOneSQL}, {delayIgnoredHidden, popOneSQL},
-		{windowIgnored, popSQL}, {windowIgnored, popOneSQL},
-		{retentionIgnoresGroupMin, rule("completed")}, {retentionIgnoresGroupSub, rule("completed")}, {evictEarly, rule("evicted")},
-		{extendRevives, extendSQL},
-		{subscriptionSkipsOne, subscribeSQL}, {seekSkipsOne, seekSQL},
-	}
+	return sql
 }

@@ -6,17 +6,24 @@ import (
 )
 
 // TestCanaryVariantsApply: every planted bug that rewrites a statement still
-// finds the text it rewrites, so a change to a statement cannot disarm its
-// canary silently (the canaries run only under -tags canary; this runs in
-// make test). The stranded canary's rewrite of appendSQL is a function that
-// panics when it no longer matches.
+// finds the text it rewrites in the statement its table entry names, so a
+// change to a statement cannot disarm its canary silently (the canaries run
+// only under -tags canary; this runs in make test). The stranded canary's
+// rewrite is a function that panics when it no longer matches.
 func TestCanaryVariantsApply(t *testing.T) {
-	for _, c := range canaryVariants() {
-		if c.stmt == "" || !strings.Contains(c.stmt, c.v.old) || c.v.apply(c.stmt) == c.stmt {
-			t.Errorf("canary %s no longer rewrites its statement: %q not found", c.v.canary, c.v.old)
+	for name, vs := range statementVariants {
+		st, ok := statements[name]
+		if !ok {
+			t.Errorf("canary table names statement %q, which the statement table does not hold", name)
+			continue
 		}
-	}
-	if strandedSQL(appendSQL) == appendSQL {
-		t.Error("canary stranded no longer rewrites appendSQL")
+		for _, v := range vs {
+			if v.rewrite == nil && !strings.Contains(st.text, v.old) {
+				t.Errorf("canary %s no longer rewrites statement %s: %q not found", v.canary, name, v.old)
+			}
+			if v.apply(st.text) == st.text || substitute(st.text, vs, v.canary) == st.text {
+				t.Errorf("canary %s leaves statement %s as it is", v.canary, name)
+			}
+		}
 	}
 }

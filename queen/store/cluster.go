@@ -66,13 +66,27 @@ SELECT ns.namespace, (SELECT count(*) FROM (SELECT 1 FROM queen.kv k WHERE k.ten
 	AND (k.expires_at IS NULL OR k.expires_at > coalesce($2::timestamptz, now())) LIMIT $3) c)
 FROM ns WHERE ns.namespace IS NOT NULL LIMIT 100`
 
+// clusterBrokersSQL lists each broker's latest stats minute of the last ten
+// ($1 now).
+const clusterBrokersSQL = `SELECT DISTINCT ON (broker_id) broker_id, hostname, port, minute, requests
+			FROM queen.stats_broker_minutes WHERE minute >= coalesce($1::timestamptz, now()) - interval '10 minutes'
+			ORDER BY broker_id, minute DESC`
+
+// clusterLeaderSQL names the session holding the advisory lock $1 (empty
+// when none does).
+const clusterLeaderSQL = `SELECT coalesce((SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+				WHERE l.locktype = 'advisory' AND l.granted AND l.classid = 0 AND l.objid = $1 AND l.objsubid = 1
+				AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) LIMIT 1), '')`
+
+// clusterTimersSQL counts tenant $1's timers per queue, with the next one due.
+const clusterTimersSQL = `SELECT queue, count(*), min(deliver_at) FROM queen.log_timers WHERE tenant_id = $1
+			GROUP BY queue ORDER BY queue LIMIT 100`
+
 // Cluster reads the cluster view for a tenant.
 func (s *Store) Cluster(ctx context.Context, tenant string) (ClusterView, error) {
 	var v ClusterView
 	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx, now time.Time) error {
-		rows, err := tx.Query(ctx, `SELECT DISTINCT ON (broker_id) broker_id, hostname, port, minute, requests
-			FROM queen.stats_broker_minutes WHERE minute >= coalesce($1::timestamptz, now()) - interval '10 minutes'
-			ORDER BY broker_id, minute DESC`, now)
+		rows, err := tx.Query(ctx, clusterBrokersSQL, now)
 		if err != nil {
 			return err
 		}
@@ -85,16 +99,12 @@ func (s *Store) Cluster(ctx context.Context, tenant string) (ClusterView, error)
 		}
 		leaders := []LeaderHold{{Name: "retention", Lock: RetentionLock}, {Name: "stats", Lock: StatsLock}}
 		for i := range leaders {
-			if err := tx.QueryRow(ctx, `SELECT coalesce((SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-				WHERE l.locktype = 'advisory' AND l.granted AND l.classid = 0 AND l.objid = $1 AND l.objsubid = 1
-				AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) LIMIT 1), '')`,
-				leaders[i].Lock).Scan(&leaders[i].Holder); err != nil {
+			if err := tx.QueryRow(ctx, clusterLeaderSQL, leaders[i].Lock).Scan(&leaders[i].Holder); err != nil {
 				return err
 			}
 		}
 		v.Leaders = leaders
-		rows, err = tx.Query(ctx, `SELECT queue, count(*), min(deliver_at) FROM queen.log_timers WHERE tenant_id = $1
-			GROUP BY queue ORDER BY queue LIMIT 100`, tenant)
+		rows, err = tx.Query(ctx, clusterTimersSQL, tenant)
 		if err != nil {
 			return err
 		}

@@ -60,6 +60,26 @@ const dlqQueuePageSQL = `SELECT x.* FROM queen.queues q
 	WHERE q.tenant_id = $1 AND q.name = $2
 	ORDER BY x.failed_at DESC, x.id DESC LIMIT $7 OFFSET $8`
 
+// dlqListHead and dlqListTail join a page of dead letters (dlqPageSQL or
+// dlqQueuePageSQL, named d) to their messages, partitions and queues.
+const (
+	dlqListHead = `SELECT m.id::text, m.transaction_id, p.id::text, q.name, p.name, d.consumer_group,
+				d.error_message, d.retry_count, m.payload, m.is_encrypted, m.producer_sub, m.created_at, d.failed_at
+			FROM (`
+	dlqListTail = `) d
+			JOIN queen.messages m ON m.id = d.message_id
+			JOIN queen.partitions p ON p.id = d.partition_id
+			JOIN queen.queues q ON q.id = p.queue_id
+			ORDER BY d.failed_at DESC, d.id DESC`
+)
+
+// dlqListSQL is the page of the tenant's dead letters, joined; dlqQueueListSQL
+// the same of one queue.
+const (
+	dlqListSQL      = dlqListHead + dlqPageSQL + dlqListTail
+	dlqQueueListSQL = dlqListHead + dlqQueuePageSQL + dlqListTail
+)
+
 // ListDLQ returns dead-lettered messages, newest failure first, and the
 // total matching the filter.
 func (s *Store) ListDLQ(ctx context.Context, f DLQFilter) ([]DLQEntry, int64, error) {
@@ -87,17 +107,11 @@ func (s *Store) ListDLQ(ctx context.Context, f DLQFilter) ([]DLQEntry, int64, er
 		}
 		// The page is chosen on the dead letters alone; only its rows are
 		// joined to their messages (before, every match was, then sorted).
-		page := dlqPageSQL
+		list := dlqListSQL
 		if f.Queue != "" {
-			page = dlqQueuePageSQL
+			list = dlqQueueListSQL
 		}
-		rows, err := tx.Query(ctx, `SELECT m.id::text, m.transaction_id, p.id::text, q.name, p.name, d.consumer_group,
-				d.error_message, d.retry_count, m.payload, m.is_encrypted, m.producer_sub, m.created_at, d.failed_at
-			FROM (`+page+`) d
-			JOIN queen.messages m ON m.id = d.message_id
-			JOIN queen.partitions p ON p.id = d.partition_id
-			JOIN queen.queues q ON q.id = p.queue_id
-			ORDER BY d.failed_at DESC, d.id DESC`, f.Tenant, f.Queue, f.Group, f.Partition, f.From, f.To, f.Limit, f.Offset)
+		rows, err := tx.Query(ctx, list, f.Tenant, f.Queue, f.Group, f.Partition, f.From, f.To, f.Limit, f.Offset)
 		if err != nil {
 			return err
 		}

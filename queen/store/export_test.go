@@ -28,12 +28,15 @@ const QueuePartitionsSQL = queuePartitionsSQL
 
 // WildcardPopSQL is the wildcard pop statement of one partition, for the
 // cost tests.
-var WildcardPopSQL = popSQLFor(false, true)
+var WildcardPopSQL = text("pop.one")
 
 // PopStatements are the statements a pop of one partition can run: the
 // lean one it runs and the general one, for the test that they agree.
 func PopStatements(partition bool) (one, general string) {
-	return popSQLFor(partition, true), popSQLFor(partition, false)
+	if partition {
+		return text("pop.partition.one"), text("pop.partition")
+	}
+	return text("pop.one"), text("pop")
 }
 
 // AckCompletedSQL is the completions statement, for the HOT test.

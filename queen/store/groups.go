@@ -5,8 +5,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/queen-go/queen/queen/canary"
 )
 
 // Consumer-group management: the cursors (partition_consumers) and the
@@ -179,6 +177,9 @@ WHERE pc.partition_id = p.id AND q.tenant_id = $1 AND pc.consumer_group = $2 AND
 	AND ($4::text IS NULL OR p.name = $4) AND (NOT $5 OR p.last_seq > 0)
 RETURNING p.last_message_at`
 
+// forgetWatermarkSQL deletes group $3's watermark on tenant $1's queue $2.
+const forgetWatermarkSQL = `DELETE FROM queen.consumer_watermarks WHERE tenant_id = $1 AND queue_name = $2 AND consumer_group = $3`
+
 // Seek moves a group's cursors on a queue; see seekSQL. It answers how many
 // moved and, for one partition, when the message it now stands on was
 // stored.
@@ -188,16 +189,12 @@ func (s *Store) Seek(ctx context.Context, tenant, group, queue string, partition
 	if !toEnd && partition == nil {
 		// A group sent back in time has a backlog again: its watermark
 		// is stale (a seek to the end, or of one partition, keeps it).
-		if _, err := s.pool.Exec(ctx, `DELETE FROM queen.consumer_watermarks WHERE tenant_id = $1 AND queue_name = $2 AND consumer_group = $3`, tenant, queue, group); err != nil {
+		if _, err := s.pool.Exec(ctx, forgetWatermarkSQL, tenant, queue, group); err != nil {
 			return 0, nil, err
 		}
 		s.marks.forget(tenant, queue, group)
 	}
-	sql := seekSQL
-	if canary.On("seek-skips-one") {
-		sql = seekSkipsOne.apply(sql)
-	}
-	rows, err := s.pool.Query(ctx, sql, tenant, group, queue, partition, toEnd, to, s.dbNow())
+	rows, err := s.pool.Query(ctx, text("seek"), tenant, group, queue, partition, toEnd, to, s.dbNow())
 	if err != nil {
 		return 0, nil, err
 	}
@@ -208,15 +205,25 @@ func (s *Store) Seek(ctx context.Context, tenant, group, queue string, partition
 	return len(ats), ats[0], nil
 }
 
+// partitionExistsSQL tells whether tenant $1's queue $2 has partition $3.
+const partitionExistsSQL = `SELECT EXISTS (SELECT 1 FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+		WHERE q.tenant_id = $1 AND q.name = $2 AND p.name = $3)`
+
 // PartitionExists reports whether the tenant's queue has that partition.
 func (s *Store) PartitionExists(ctx context.Context, tenant, queue, partition string) (bool, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	var ok bool
-	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
-		WHERE q.tenant_id = $1 AND q.name = $2 AND p.name = $3)`, tenant, queue, partition).Scan(&ok)
+	err := s.pool.QueryRow(ctx, partitionExistsSQL, tenant, queue, partition).Scan(&ok)
 	return ok, err
 }
+
+// setSubscriptionSQL moves group $2's subscription instant to $3 (not mode
+// all) and drops its watermarks.
+const setSubscriptionSQL = `WITH marks AS (DELETE FROM queen.consumer_watermarks WHERE tenant_id = $1 AND consumer_group = $2),
+		moved AS (UPDATE queen.consumer_groups_metadata SET subscription_timestamp = $3
+			WHERE tenant_id = $1 AND consumer_group = $2 AND subscription_mode <> 'all' RETURNING 1)
+		SELECT count(*) FROM moved`
 
 // SetSubscription sets the subscription instant of every subscription the
 // group has, and drops its watermarks. Cursors already placed do not move.
@@ -224,10 +231,7 @@ func (s *Store) SetSubscription(ctx context.Context, tenant, group string, at ti
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	var n int64
-	err := s.pool.QueryRow(ctx, `WITH marks AS (DELETE FROM queen.consumer_watermarks WHERE tenant_id = $1 AND consumer_group = $2),
-		moved AS (UPDATE queen.consumer_groups_metadata SET subscription_timestamp = $3
-			WHERE tenant_id = $1 AND consumer_group = $2 AND subscription_mode <> 'all' RETURNING 1)
-		SELECT count(*) FROM moved`, tenant, group, at).Scan(&n)
+	err := s.pool.QueryRow(ctx, setSubscriptionSQL, tenant, group, at).Scan(&n)
 	s.marks.forget(tenant, "", group)
 	return n, err
 }

@@ -11,8 +11,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/queen-go/queen/queen/canary"
 )
 
 // KVOp is one operation on a tenant's key-value rows. A row whose
@@ -272,7 +270,7 @@ func (s *Store) kvOp(ctx context.Context, q querier, tenant string, op KVOp, bud
 	r := KVResult{Op: op.Op, Key: op.Key}
 	switch op.Op {
 	case "get":
-		rows, err := s.kvRows(ctx, q, kvGetSQL, s.kvArgs(tenant, op))
+		rows, err := s.kvRows(ctx, q, "kv.get", s.kvArgs(tenant, op))
 		if err != nil || len(rows) == 0 {
 			return r, err
 		}
@@ -280,11 +278,11 @@ func (s *Store) kvOp(ctx context.Context, q querier, tenant string, op KVOp, bud
 	case "getMany":
 		return s.kvGetMany(ctx, q, tenant, op, budget)
 	case "getPrefix":
-		sql, args := kvGetPrefixOpenSQL, s.kvArgs(tenant, op)
+		name, args := "kv.getPrefixOpen", s.kvArgs(tenant, op)
 		if upper, ok := prefixUpper(op.Prefix); ok {
-			sql, args["upper"] = kvGetPrefixSQL, upper
+			name, args["upper"] = "kv.getPrefix", upper
 		}
-		rows, err := s.kvRows(ctx, q, sql, args)
+		rows, err := s.kvRows(ctx, q, name, args)
 		if err != nil {
 			return r, err
 		}
@@ -348,7 +346,7 @@ func (s *Store) kvIncr(ctx context.Context, q querier, tenant string, op KVOp, r
 		if ok, err := s.kvIncrStep(ctx, q, kvIncrUpdateSQL, args, &r); ok || err != nil {
 			return r, err
 		}
-		rows, err := s.kvRows(ctx, q, kvGetSQL, s.kvArgs(tenant, KVOp{Op: "get", NS: op.NS, Key: op.Key}))
+		rows, err := s.kvRows(ctx, q, "kv.get", s.kvArgs(tenant, KVOp{Op: "get", NS: op.NS, Key: op.Key}))
 		if err != nil {
 			return r, err
 		}
@@ -403,11 +401,7 @@ func (r *KVResult) found(row KVRow) {
 // Rows the read budget cuts are in neither list.
 func (s *Store) kvGetMany(ctx context.Context, q querier, tenant string, op KVOp, budget *kvBudget) (KVResult, error) {
 	r := KVResult{Op: op.Op}
-	sql := kvGetSQL
-	if canary.On(kvGetManyTTLIgnored.canary) {
-		sql = kvGetManyTTLIgnored.apply(sql)
-	}
-	rows, err := s.kvRows(ctx, q, sql, s.kvArgs(tenant, op))
+	rows, err := s.kvRows(ctx, q, "kv.getMany", s.kvArgs(tenant, op))
 	if err != nil {
 		return r, err
 	}
@@ -442,7 +436,7 @@ func keysOnly(rows []KVRow, only bool) []KVRow {
 func (s *Store) kvNotApplied(ctx context.Context, q querier, tenant string, op KVOp, r KVResult, why string) (KVResult, error) {
 	get := op
 	get.Op = "get"
-	rows, err := s.kvRows(ctx, q, kvGetSQL, s.kvArgs(tenant, get))
+	rows, err := s.kvRows(ctx, q, "kv.get", s.kvArgs(tenant, get))
 	if err != nil {
 		return r, err
 	}
@@ -488,11 +482,10 @@ func isJSONNumber(v json.RawMessage) bool {
 	return len(v) > 0 && (v[0] == '-' || v[0] >= '0' && v[0] <= '9')
 }
 
-func (s *Store) kvRows(ctx context.Context, q querier, sql string, args pgx.NamedArgs) ([]KVRow, error) {
-	if canary.On("kv-ttl-ignored") {
-		sql = kvTTLIgnored.apply(sql)
-	}
-	res, err := q.Query(ctx, sql, args)
+// kvRows runs the read statement named name (kv.get, kv.getMany,
+// kv.getPrefix or kv.getPrefixOpen) and collects its rows.
+func (s *Store) kvRows(ctx context.Context, q querier, name string, args pgx.NamedArgs) ([]KVRow, error) {
+	res, err := q.Query(ctx, text(name), args)
 	if err != nil {
 		return nil, err
 	}

@@ -96,16 +96,21 @@ func (s *Store) ListMessages(ctx context.Context, f MessageFilter) ([]MessageRow
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (MessageRow, error) { return scanMessageRow(r) })
 }
 
+// consumptionModeSQL tells whether queue-mode consumers read tenant $1's
+// queue $2 (empty: any)
+// and how many named groups do.
+const consumptionModeSQL = `
+		SELECT coalesce(bool_or(pc.consumer_group = '__QUEUE_MODE__'), false),
+			count(DISTINCT pc.consumer_group) FILTER (WHERE pc.consumer_group <> '__QUEUE_MODE__')
+		FROM queen.partition_consumers pc JOIN queen.queues q ON q.id = pc.queue_id
+		WHERE q.tenant_id = $1 AND ($2 = '' OR q.name = $2)`
+
 // ConsumptionMode says how a queue (or all queues, for "") is consumed:
 // by the queue-mode group, by named groups, both or neither.
 func (s *Store) ConsumptionMode(ctx context.Context, tenant, queue string) (hasQueueMode bool, busGroups int, err error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	err = s.pool.QueryRow(ctx, `
-		SELECT coalesce(bool_or(pc.consumer_group = '__QUEUE_MODE__'), false),
-			count(DISTINCT pc.consumer_group) FILTER (WHERE pc.consumer_group <> '__QUEUE_MODE__')
-		FROM queen.partition_consumers pc JOIN queen.queues q ON q.id = pc.queue_id
-		WHERE q.tenant_id = $1 AND ($2 = '' OR q.name = $2)`, tenant, queue).Scan(&hasQueueMode, &busGroups)
+	err = s.pool.QueryRow(ctx, consumptionModeSQL, tenant, queue).Scan(&hasQueueMode, &busGroups)
 	return hasQueueMode, busGroups, err
 }
 
@@ -133,36 +138,48 @@ type GroupCursor struct {
 	LeaseExpiresAt *time.Time
 }
 
+// messageDetailSQL reads message $1's payload and its queue's options.
+const messageDetailSQL = `SELECT m.payload, m.is_encrypted, q.lease_time, q.retry_limit, q.retry_delay, q.ttl, q.priority
+			FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id
+			WHERE m.id = $1`
+
+// messageLastErrorSQL reads message $1's latest dead letter.
+const messageLastErrorSQL = `SELECT error_message, retry_count FROM queen.dead_letter_queue WHERE message_id = $1
+			ORDER BY failed_at DESC LIMIT 1`
+
+// messageGroupsSQL lists each group's view of message $1: consumed, and its
+// live lease's expiry.
+const messageGroupsSQL = `SELECT pc.consumer_group, pc.last_consumed_seq >= m.seq,
+				CASE WHEN pc.lease_expires_at > coalesce($2::timestamptz, now()) THEN pc.lease_expires_at END
+			FROM queen.partition_consumers pc JOIN queen.messages m ON m.id = $1
+			WHERE pc.partition_id = m.partition_id ORDER BY 1`
+
+// messageOneSQL is messageStatusSQL for one message of the tenant.
+const messageOneSQL = messageStatusSQL + `
+			WHERE q.tenant_id = @tenant AND p.id = @pid AND m.transaction_id = @txid`
+
 // GetMessage returns one message, or ErrNotFound.
 func (s *Store) GetMessage(ctx context.Context, tenant, partitionID, txid string) (MessageDetail, error) {
 	var d MessageDetail
 	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx, now time.Time) error {
 		var err error
-		d.MessageRow, err = scanMessageRow(tx.QueryRow(ctx, messageStatusSQL+`
-			WHERE q.tenant_id = @tenant AND p.id = @pid AND m.transaction_id = @txid`,
-			pgx.NamedArgs{"tenant": tenant, "pid": partitionID, "txid": txid, "now": s.dbNow()}))
+		d.MessageRow, err = scanMessageRow(tx.QueryRow(ctx, messageOneSQL, pgx.NamedArgs{"tenant": tenant, "pid": partitionID, "txid": txid, "now": s.dbNow()}))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNotFound
 		}
 		if err != nil {
 			return err
 		}
-		if err := tx.QueryRow(ctx, `SELECT m.payload, m.is_encrypted, q.lease_time, q.retry_limit, q.retry_delay, q.ttl, q.priority
-			FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id
-			WHERE m.id = $1`, d.ID).Scan(&d.Payload, &d.IsEncrypted, &d.Config.LeaseTime, &d.Config.RetryLimit, &d.Config.RetryDelay,
-			&d.Config.TTL, &d.Config.Priority); err != nil {
+		if err := tx.QueryRow(ctx, messageDetailSQL, d.ID).Scan(&d.Payload, &d.IsEncrypted, &d.Config.LeaseTime,
+			&d.Config.RetryLimit, &d.Config.RetryDelay, &d.Config.TTL, &d.Config.Priority); err != nil {
 			return err
 		}
 		d.Payload = s.openPayload(crypt.Stored(d.Payload, d.IsEncrypted))
-		err = tx.QueryRow(ctx, `SELECT error_message, retry_count FROM queen.dead_letter_queue WHERE message_id = $1
-			ORDER BY failed_at DESC LIMIT 1`, d.ID).Scan(&d.ErrorMessage, &d.DLQRetries)
+		err = tx.QueryRow(ctx, messageLastErrorSQL, d.ID).Scan(&d.ErrorMessage, &d.DLQRetries)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}
-		rows, err := tx.Query(ctx, `SELECT pc.consumer_group, pc.last_consumed_seq >= m.seq,
-				CASE WHEN pc.lease_expires_at > coalesce($2::timestamptz, now()) THEN pc.lease_expires_at END
-			FROM queen.partition_consumers pc JOIN queen.messages m ON m.id = $1
-			WHERE pc.partition_id = m.partition_id ORDER BY 1`, d.ID, s.dbNow())
+		rows, err := tx.Query(ctx, messageGroupsSQL, d.ID, s.dbNow())
 		if err != nil {
 			return err
 		}
@@ -176,14 +193,16 @@ func (s *Store) GetMessage(ctx context.Context, tenant, partitionID, txid string
 	return d, err
 }
 
+// deleteMessageSQL deletes tenant $1's message $3 of partition $2.
+const deleteMessageSQL = `DELETE FROM queen.messages m USING queen.partitions p, queen.queues q
+		WHERE m.partition_id = p.id AND p.queue_id = q.id AND q.tenant_id = $1 AND p.id = $2 AND m.transaction_id = $3`
+
 // DeleteMessage deletes one message row (its DLQ rows go with it; cursors
 // stay). It reports whether there was one.
 func (s *Store) DeleteMessage(ctx context.Context, tenant, partitionID, txid string) (bool, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	tag, err := s.pool.Exec(ctx, `DELETE FROM queen.messages m USING queen.partitions p, queen.queues q
-		WHERE m.partition_id = p.id AND p.queue_id = q.id AND q.tenant_id = $1 AND p.id = $2 AND m.transaction_id = $3`,
-		tenant, partitionID, txid)
+	tag, err := s.pool.Exec(ctx, deleteMessageSQL, tenant, partitionID, txid)
 	return tag.RowsAffected() > 0, err
 }
 
@@ -202,6 +221,16 @@ func (s *Store) RetryMessage(ctx context.Context, tenant, partitionID, txid stri
 	return freshRetry(s, func() (Retried, error) { return s.retryMessageOnce(ctx, tenant, partitionID, txid) })
 }
 
+// retryDeadLetterSQL reads the latest dead letter of tenant $1's message $3
+// of partition $2.
+const retryDeadLetterSQL = `SELECT d.id, q.name, p.name, m.payload, m.is_encrypted, m.trace_id::text, m.producer_sub
+		FROM queen.dead_letter_queue d JOIN queen.messages m ON m.id = d.message_id
+		JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id
+		WHERE q.tenant_id = $1 AND p.id = $2 AND m.transaction_id = $3 ORDER BY d.failed_at DESC, d.id DESC LIMIT 1`
+
+// deleteDeadLetterSQL deletes dead letter $1.
+const deleteDeadLetterSQL = `DELETE FROM queen.dead_letter_queue WHERE id = $1`
+
 // retryMessageOnce is one attempt of RetryMessage.
 func (s *Store) retryMessageOnce(ctx context.Context, tenant, partitionID, txid string) (Retried, error) {
 	var r Retried
@@ -210,11 +239,7 @@ func (s *Store) retryMessageOnce(ctx context.Context, tenant, partitionID, txid 
 	var trace *string
 	var sub *string
 	var sealed bool
-	err := s.pool.QueryRow(ctx, `SELECT d.id, q.name, p.name, m.payload, m.is_encrypted, m.trace_id::text, m.producer_sub
-		FROM queen.dead_letter_queue d JOIN queen.messages m ON m.id = d.message_id
-		JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id
-		WHERE q.tenant_id = $1 AND p.id = $2 AND m.transaction_id = $3 ORDER BY d.failed_at DESC, d.id DESC LIMIT 1`,
-		tenant, partitionID, txid).Scan(&dlqID, &r.Queue, &r.Partition, &payload, &sealed, &trace, &sub)
+	err := s.pool.QueryRow(ctx, retryDeadLetterSQL, tenant, partitionID, txid).Scan(&dlqID, &r.Queue, &r.Partition, &payload, &sealed, &trace, &sub)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, ErrNotFound
 	}
@@ -238,7 +263,7 @@ func (s *Store) retryMessageOnce(ctx context.Context, tenant, partitionID, txid 
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `DELETE FROM queen.dead_letter_queue WHERE id = $1`, dlqID); err != nil {
+		if _, err := tx.Exec(ctx, deleteDeadLetterSQL, dlqID); err != nil {
 			return err
 		}
 		out, err := s.appendDistinct(ctx, tx, rows)

@@ -17,6 +17,7 @@ FROM unnest($2::text[], $3::text[]) AS k(qn, pn)
 JOIN queen.queues q ON q.tenant_id = $1 AND q.name = k.qn
 JOIN queen.partitions p ON p.queue_id = q.id AND p.name = k.pn`
 
+// lookupPartitionsParams are lookupPartitionsSQL's arguments, $1 to $3.
 type lookupPartitionsParams struct {
 	Tenant     string
 	Queues     []string
@@ -31,6 +32,7 @@ SELECT v.id, $1, v.name, nullif(v.ns, ''), nullif(v.task, ''), $6, $7, $8, $9, c
 FROM unnest($2::uuid[], $3::text[], $4::text[], $5::text[]) AS v(id, name, ns, task)
 ON CONFLICT (tenant_id, name) DO NOTHING`
 
+// createQueuesParams are createQueuesSQL's arguments, $1 to $10.
 type createQueuesParams struct {
 	Tenant                                 string
 	IDs, Names, Namespaces, Tasks          []string
@@ -55,6 +57,7 @@ JOIN queen.queues q ON q.tenant_id = $1 AND q.name = v.qn
 ON CONFLICT (queue_id, name) DO NOTHING
 RETURNING id::text, queue_id::text`
 
+// createPartitionsParams are createPartitionsSQL's arguments, $1 to $5.
 type createPartitionsParams struct {
 	Tenant                  string
 	IDs, Queues, Partitions []string
@@ -72,6 +75,7 @@ JOIN queen.queues q ON q.id = v.qid
 JOIN queen.consumer_groups_metadata g ON g.tenant_id = $1 AND g.queue_name = q.name
 ON CONFLICT DO NOTHING`
 
+// createConsumersParams are createConsumersSQL's arguments, $1 to $4.
 type createConsumersParams struct {
 	Tenant       string
 	PartitionIDs []string
@@ -130,7 +134,7 @@ func (s *Store) lookupPartitions(ctx context.Context, tenant string, keys []part
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	rows, err := s.pool.Query(ctx, lookupPartitionsSQL, p.Tenant, p.Queues, p.Partitions)
+	rows, err := s.pool.Query(ctx, text("partitions.lookup"), argsOf(p)...)
 	if err != nil {
 		return err
 	}
@@ -178,11 +182,10 @@ func (s *Store) createPartitions(ctx context.Context, tenant string, keys []part
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, createQueuesSQL, qp.Tenant, qp.IDs, qp.Names, qp.Namespaces, qp.Tasks,
-			qp.LeaseTime, qp.RetryLimit, qp.RetryDelay, qp.TTL, qp.Now); err != nil {
+		if _, err := tx.Exec(ctx, text("queues.create"), argsOf(qp)...); err != nil {
 			return fmt.Errorf("create queues: %w", err)
 		}
-		rows, err := tx.Query(ctx, createPartitionsSQL, pp.Tenant, pp.IDs, pp.Queues, pp.Partitions, pp.Now)
+		rows, err := tx.Query(ctx, text("partitions.create"), argsOf(pp)...)
 		if err != nil {
 			return fmt.Errorf("create partitions: %w", err)
 		}
@@ -201,7 +204,7 @@ func (s *Store) createPartitions(ctx context.Context, tenant string, keys []part
 		if len(cp.PartitionIDs) == 0 {
 			return nil
 		}
-		if _, err := tx.Exec(ctx, createConsumersSQL, cp.Tenant, cp.PartitionIDs, cp.QueueIDs, cp.Now); err != nil {
+		if _, err := tx.Exec(ctx, text("consumers.create"), argsOf(cp)...); err != nil {
 			return fmt.Errorf("create cursors: %w", err)
 		}
 		return nil

@@ -10,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/queen-go/queen/queen/canary"
 	"github.com/queen-go/queen/queen/crypt"
 )
 
@@ -238,9 +237,10 @@ per_partition AS (
 ),` + popLeaseSQL + `
 ORDER BY p.seq`
 
-// popSQLFor returns the statement for a wildcard or a specific-partition
-// pop claiming one partition or several.
-func popSQLFor(partition, one bool) string {
+// popText builds the statement for a wildcard or a specific-partition pop
+// claiming one partition or several; the statement table (statements.go)
+// holds the four, built once.
+func popText(partition, one bool) string {
 	sql := popSQL
 	if one {
 		sql = popOneSQL
@@ -249,21 +249,10 @@ func popSQLFor(partition, one bool) string {
 		sql = strings.Replace(sql, `/*partition*/ TRUE`,
 			`pc.partition_id = (SELECT p2.id FROM queen.partitions p2 WHERE p2.queue_id = $1 AND p2.name = $10::text)`, 1)
 	}
-	if canary.On("claim-unfair") {
-		sql = claimUnfairPick.apply(claimUnfairOrder.apply(sql))
-	}
-	if canary.On("pop-ignores-lease") {
-		sql = popIgnoresLease.apply(sql)
-	}
-	if canary.On(delayIgnoredHead.canary) {
-		sql = delayIgnoredHidden.apply(delayIgnoredHead.apply(sql))
-	}
-	if canary.On(windowIgnored.canary) {
-		sql = windowIgnored.apply(sql)
-	}
 	return sql
 }
 
+// popParams are the wildcard pop's arguments, $1 to $9 (popClaimSQL).
 type popParams struct {
 	QueueID      string
 	Group        string
@@ -274,7 +263,29 @@ type popParams struct {
 	AutoAck      bool
 	Now          *time.Time
 	MaxBytes     int64
-	Partition    string
+}
+
+// popPartitionParams are a specific-partition pop's: the partition's name
+// is $10.
+type popPartitionParams struct {
+	popParams
+	Partition string
+}
+
+// popStatement names the pop statement for p and the partition ("": a
+// wildcard pop) and gives its arguments.
+func popStatement(p popParams, partition string) (string, []any) {
+	name := "pop"
+	if partition != "" {
+		name = "pop.partition"
+	}
+	if p.Partitions == 1 {
+		name += ".one"
+	}
+	if partition != "" {
+		return name, argsOf(popPartitionParams{p, partition})
+	}
+	return name, argsOf(p)
 }
 
 // popOnce is one attempt of Pop (stale.go): it claims up to req.Partitions
@@ -304,17 +315,14 @@ func (s *Store) popOnce(ctx context.Context, req PopRequest) (PopResult, error) 
 		return res, err
 	}
 	p := popParams{QueueID: qid, Group: req.Group, Partitions: req.Partitions, Batch: req.Batch, LeaseID: s.ids.New(),
-		LeaseSeconds: req.LeaseSeconds, AutoAck: req.AutoAck, Now: s.dbNow(), MaxBytes: req.MaxBytes, Partition: req.Partition}
+		LeaseSeconds: req.LeaseSeconds, AutoAck: req.AutoAck, Now: s.dbNow(), MaxBytes: req.MaxBytes}
 	if p.MaxBytes <= 0 {
 		p.MaxBytes = math.MaxInt64
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	args := []any{p.QueueID, p.Group, p.Partitions, p.Batch, p.LeaseID, p.LeaseSeconds, p.AutoAck, p.Now, p.MaxBytes}
-	if p.Partition != "" {
-		args = append(args, p.Partition)
-	}
-	rows, err := s.pool.Query(ctx, popSQLFor(p.Partition != "", p.Partitions == 1), args...)
+	name, args := popStatement(p, req.Partition)
+	rows, err := s.pool.Query(ctx, text(name), args...)
 	if err != nil {
 		return res, err
 	}
@@ -398,6 +406,8 @@ FROM queen.partitions p, mode m
 WHERE p.queue_id = $2
 ON CONFLICT DO NOTHING`
 
+// subscribeParams are subscribeSQL's arguments, $1 to $7 (lockQueueSQL
+// takes Tenant and Queue).
 type subscribeParams struct {
 	Tenant, QueueID, Group, Queue, Mode string
 	From                                *time.Time
@@ -430,11 +440,7 @@ func (s *Store) subscribed(ctx context.Context, req PopRequest) (string, error) 
 			}
 			return err
 		}
-		sql := subscribeSQL
-		if canary.On("subscription-skips-one") {
-			sql = subscriptionSkipsOne.apply(sql)
-		}
-		_, err := tx.Exec(ctx, sql, p.Tenant, p.QueueID, p.Group, p.Queue, p.Mode, p.From, p.Now)
+		_, err := tx.Exec(ctx, text("subscribe"), argsOf(p)...)
 		return err
 	})
 	if err != nil {
@@ -444,12 +450,17 @@ func (s *Store) subscribed(ctx context.Context, req PopRequest) (string, error) 
 	return p.QueueID, nil
 }
 
+// queuesForSQL lists tenant $1's queues of namespace $2 and task $3 (empty:
+// any),
+// highest priority first.
+const queuesForSQL = `SELECT name FROM queen.queues
+		WHERE tenant_id = $1 AND ($2 = '' OR namespace = $2) AND ($3 = '' OR task = $3)
+		ORDER BY priority DESC, name`
+
 // QueuesFor lists the tenant's queues matching a namespace and/or task,
 // highest priority first: the order a discovery pop tries them in.
 func (s *Store) QueuesFor(ctx context.Context, tenant, namespace, task string) ([]string, error) {
-	rows, err := s.pool.Query(ctx, `SELECT name FROM queen.queues
-		WHERE tenant_id = $1 AND ($2 = '' OR namespace = $2) AND ($3 = '' OR task = $3)
-		ORDER BY priority DESC, name`, tenant, namespace, task)
+	rows, err := s.pool.Query(ctx, queuesForSQL, tenant, namespace, task)
 	if err != nil {
 		return nil, err
 	}

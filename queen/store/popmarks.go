@@ -20,6 +20,8 @@ import (
 // this often when nothing moves.
 const popMarkFresh = "10 seconds"
 
+// popMarkParams are popMarkSetSQL's arguments, $1 to $3 (popMarkCheckSQL
+// takes the first two).
 type popMarkParams struct {
 	QueueID string
 	Group   string
@@ -66,7 +68,7 @@ func (s *Store) markEmpty(ctx context.Context, p popMarkParams) error {
 	// left unchecked could hide a message until the mark grows stale.
 	ctx, cancel := s.bound(context.WithoutCancel(ctx))
 	defer cancel()
-	tag, err := s.pool.Exec(ctx, popMarkSetSQL, p.QueueID, p.Group, p.Now)
+	tag, err := s.pool.Exec(ctx, text("popMark.set"), argsOf(p)...)
 	if err != nil || tag.RowsAffected() == 0 {
 		return err
 	}

@@ -114,6 +114,7 @@ SELECT i.ord, i.id::text, a.id IS NOT NULL, (SELECT count(*) FROM advanced), coa
 FROM input i LEFT JOIN appended a ON a.id = i.id LEFT JOIN locked l ON l.id = i.pid
 ORDER BY i.ord`
 
+// appendParams are appendSQL's arguments, $1 to $9.
 type appendParams struct {
 	IDs, PartitionIDs, TransactionIDs, TraceIDs, Payloads, ProducerSubs []string
 	Now                                                                 *time.Time
@@ -313,21 +314,14 @@ func (s *Store) appendRowsWaiting(ctx context.Context, q querier, rows []appendR
 		p.ProducerSubs = append(p.ProducerSubs, r.sub)
 		p.Encrypted = append(p.Encrypted, r.payload.Sealed())
 	}
-	sql := appendSQL
 	if canary.On("stranded") {
+		// The canary's append runs in a transaction of its own; its
+		// statement text is the table's (strandedSQL).
 		if _, pool := q.(*pgxpool.Pool); pool {
 			return s.appendStranded(ctx, q, rows)
 		}
-		sql = strandedSQL(sql)
 	}
-	if canary.On("dedup-raises") {
-		sql = dedupRaises.apply(sql)
-	}
-	if canary.On(sealCacheTrusted.canary) {
-		sql = sealCacheTrustedFlag.apply(sealCacheTrusted.apply(sql))
-	}
-	res, err := q.Query(ctx, sql, p.IDs, p.PartitionIDs, p.TransactionIDs, p.TraceIDs, p.Payloads, p.ProducerSubs, p.Now, p.Encrypted,
-		p.LockWait)
+	res, err := q.Query(ctx, text("append"), argsOf(p)...)
 	if err != nil {
 		return nil, err
 	}

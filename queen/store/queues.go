@@ -145,6 +145,26 @@ type ConfigureResult struct {
 	DefaultPartitionID string
 }
 
+// configureQueueSQL creates the tenant's queue or sets its options ($1 to
+// $21), and answers its row (queueColumns).
+const configureQueueSQL = `
+			INSERT INTO queen.queues (id, tenant_id, name, namespace, task, priority, lease_time, retry_limit,
+				retry_delay, max_queue_size, ttl, dead_letter_queue, dlq_after_max_retries, delayed_processing,
+				window_buffer, retention_seconds, completed_retention_seconds, retention_enabled,
+				encryption_enabled, max_wait_time_seconds, created_at)
+			VALUES ($1, $2, $3, nullif($4, ''), nullif($5, ''), $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)
+			ON CONFLICT (tenant_id, name) DO UPDATE SET
+				namespace = EXCLUDED.namespace, task = EXCLUDED.task, priority = EXCLUDED.priority,
+				lease_time = EXCLUDED.lease_time, retry_limit = EXCLUDED.retry_limit,
+				retry_delay = EXCLUDED.retry_delay, max_queue_size = EXCLUDED.max_queue_size, ttl = EXCLUDED.ttl,
+				dead_letter_queue = EXCLUDED.dead_letter_queue, dlq_after_max_retries = EXCLUDED.dlq_after_max_retries,
+				delayed_processing = EXCLUDED.delayed_processing, window_buffer = EXCLUDED.window_buffer,
+				retention_seconds = EXCLUDED.retention_seconds,
+				completed_retention_seconds = EXCLUDED.completed_retention_seconds,
+				retention_enabled = EXCLUDED.retention_enabled, encryption_enabled = EXCLUDED.encryption_enabled,
+				max_wait_time_seconds = EXCLUDED.max_wait_time_seconds
+			RETURNING ` + queueColumns
+
 // Configure creates or updates a queue and makes sure its Default partition
 // exists. Merge keeps unmentioned options; Replace resets them.
 func (s *Store) Configure(ctx context.Context, in ConfigureInput) (ConfigureResult, error) {
@@ -170,23 +190,7 @@ func (s *Store) Configure(ctx context.Context, in ConfigureInput) (ConfigureResu
 		}
 		in.Patch.Apply(&q.Options)
 		o := q.Options
-		err = tx.QueryRow(ctx, `
-			INSERT INTO queen.queues (id, tenant_id, name, namespace, task, priority, lease_time, retry_limit,
-				retry_delay, max_queue_size, ttl, dead_letter_queue, dlq_after_max_retries, delayed_processing,
-				window_buffer, retention_seconds, completed_retention_seconds, retention_enabled,
-				encryption_enabled, max_wait_time_seconds, created_at)
-			VALUES ($1, $2, $3, nullif($4, ''), nullif($5, ''), $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)
-			ON CONFLICT (tenant_id, name) DO UPDATE SET
-				namespace = EXCLUDED.namespace, task = EXCLUDED.task, priority = EXCLUDED.priority,
-				lease_time = EXCLUDED.lease_time, retry_limit = EXCLUDED.retry_limit,
-				retry_delay = EXCLUDED.retry_delay, max_queue_size = EXCLUDED.max_queue_size, ttl = EXCLUDED.ttl,
-				dead_letter_queue = EXCLUDED.dead_letter_queue, dlq_after_max_retries = EXCLUDED.dlq_after_max_retries,
-				delayed_processing = EXCLUDED.delayed_processing, window_buffer = EXCLUDED.window_buffer,
-				retention_seconds = EXCLUDED.retention_seconds,
-				completed_retention_seconds = EXCLUDED.completed_retention_seconds,
-				retention_enabled = EXCLUDED.retention_enabled, encryption_enabled = EXCLUDED.encryption_enabled,
-				max_wait_time_seconds = EXCLUDED.max_wait_time_seconds
-			RETURNING `+queueColumns,
+		err = tx.QueryRow(ctx, configureQueueSQL,
 			q.ID, in.Tenant, in.Queue, q.Namespace, q.Task, o.Priority, o.LeaseTime, o.RetryLimit,
 			o.RetryDelay, o.MaxSize, o.TTL, o.DeadLetterQueue, o.DLQAfterMaxRetries, o.DelayedProcessing,
 			o.WindowBuffer, o.RetentionSeconds, o.CompletedRetentionSeconds, o.RetentionEnabled,
@@ -458,15 +462,19 @@ func queueInfo(ctx context.Context, tx pgx.Tx, q Queue, now time.Time) (QueueInf
 	return infos[0], nil
 }
 
+// deleteQueueSQL deletes tenant $1's queue $2 with its subscriptions and
+// watermarks.
+const deleteQueueSQL = `
+		WITH subs AS (DELETE FROM queen.consumer_groups_metadata WHERE tenant_id = $1 AND queue_name = $2),
+		marks AS (DELETE FROM queen.consumer_watermarks WHERE tenant_id = $1 AND queue_name = $2)
+		DELETE FROM queen.queues WHERE tenant_id = $1 AND name = $2`
+
 // DeleteQueue removes a queue and, by cascade, its partitions, messages,
 // cursors and DLQ rows. It reports whether the queue existed.
 func (s *Store) DeleteQueue(ctx context.Context, tenant, name string) (bool, error) {
 	// The queue's subscriptions and watermarks go with it: a queue created
 	// again under the same name starts with none.
-	tag, err := s.pool.Exec(ctx, `
-		WITH subs AS (DELETE FROM queen.consumer_groups_metadata WHERE tenant_id = $1 AND queue_name = $2),
-		marks AS (DELETE FROM queen.consumer_watermarks WHERE tenant_id = $1 AND queue_name = $2)
-		DELETE FROM queen.queues WHERE tenant_id = $1 AND name = $2`, tenant, name)
+	tag, err := s.pool.Exec(ctx, deleteQueueSQL, tenant, name)
 	if !canary.On("delete-keeps-cache") {
 		s.cache.forgetQueue(tenant, name)
 	}
@@ -534,6 +542,12 @@ SELECT coalesce(avg(secs), 0), coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER
 	coalesce(avg(n), 0), coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY n), 0), coalesce(min(n), 0), coalesce(max(n), 0)
 FROM lag`
 
+// namespacesSQL lists tenant $1's namespaces.
+const namespacesSQL = `SELECT DISTINCT namespace FROM queen.queues WHERE tenant_id = $1 AND namespace IS NOT NULL AND namespace <> '' ORDER BY 1`
+
+// tasksSQL lists tenant $1's tasks.
+const tasksSQL = `SELECT DISTINCT task FROM queen.queues WHERE tenant_id = $1 AND task IS NOT NULL AND task <> '' ORDER BY 1`
+
 // Overview counts the tenant's objects and spreads their lag.
 func (s *Store) Overview(ctx context.Context, tenant string) (Overview, error) {
 	var o Overview
@@ -546,14 +560,14 @@ func (s *Store) Overview(ctx context.Context, tenant string) (Overview, error) {
 		if err := tx.QueryRow(ctx, overviewLagSQL, tenant, now).Scan(&t.Avg, &t.Median, &t.Min, &t.Max, &n.Avg, &n.Median, &n.Min, &n.Max); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `SELECT DISTINCT namespace FROM queen.queues WHERE tenant_id = $1 AND namespace IS NOT NULL AND namespace <> '' ORDER BY 1`, tenant)
+		rows, err := tx.Query(ctx, namespacesSQL, tenant)
 		if err != nil {
 			return err
 		}
 		if o.Namespaces, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
 			return err
 		}
-		rows, err = tx.Query(ctx, `SELECT DISTINCT task FROM queen.queues WHERE tenant_id = $1 AND task IS NOT NULL AND task <> '' ORDER BY 1`, tenant)
+		rows, err = tx.Query(ctx, tasksSQL, tenant)
 		if err != nil {
 			return err
 		}

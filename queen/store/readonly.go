@@ -102,6 +102,9 @@ func (s *Store) Ping(ctx context.Context) error {
 	}
 }
 
+// readOnlySQL reads whether the session's transactions are read-only.
+const readOnlySQL = `SELECT current_setting('transaction_read_only')`
+
 func (s *Store) ping(ctx context.Context) error {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -109,7 +112,7 @@ func (s *Store) ping(ctx context.Context) error {
 	}
 	defer conn.Release()
 	var ro string
-	if err := conn.QueryRow(ctx, `SELECT current_setting('transaction_read_only')`).Scan(&ro); err != nil {
+	if err := conn.QueryRow(ctx, readOnlySQL).Scan(&ro); err != nil {
 		return fmt.Errorf("ping: %w", err)
 	}
 	if was := s.readOnly.ReadOnly(); was != (ro == "on") {

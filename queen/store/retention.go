@@ -32,6 +32,9 @@ type Leader struct {
 	id   int64
 }
 
+// tryLeaderSQL tries the session advisory lock $1.
+const tryLeaderSQL = `SELECT pg_try_advisory_lock($1)`
+
 // TryLeader takes the session advisory lock id on a dedicated connection.
 // It returns ok=false when another broker holds it; Release must be called
 // when ok.
@@ -40,12 +43,15 @@ func (s *Store) TryLeader(ctx context.Context, id int64) (l *Leader, ok bool, er
 	if err != nil {
 		return nil, false, err
 	}
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, id).Scan(&ok); err != nil || !ok {
+	if err := conn.QueryRow(ctx, tryLeaderSQL, id).Scan(&ok); err != nil || !ok {
 		conn.Release()
 		return nil, false, err
 	}
 	return &Leader{s: s, conn: conn, id: id}, true, nil
 }
+
+// unlockLeaderSQL releases the session advisory lock $1.
+const unlockLeaderSQL = `SELECT pg_advisory_unlock($1)`
 
 // Release gives the lock back and the session to the pool.
 func (l *Leader) Release() {
@@ -53,7 +59,7 @@ func (l *Leader) Release() {
 	// the leader (and a shutdown waiting for it) until TCP gives up.
 	ctx, cancel := l.s.bound(context.Background())
 	defer cancel()
-	if _, err := l.conn.Exec(ctx, `SELECT pg_advisory_unlock($1)`, l.id); err != nil {
+	if _, err := l.conn.Exec(ctx, unlockLeaderSQL, l.id); err != nil {
 		// A connection that may still hold the lock must not go back
 		// to the pool; closing it releases the lock server-side.
 		_ = l.conn.Conn().Close(context.Background())
@@ -92,9 +98,20 @@ type retentionRule struct {
 	queues, partitions, cutoff, kept string
 }
 
-// sql is the rule's statement (retentionSQL).
+// sql is the rule's statement (retentionSQL); the statement table
+// (statements.go) builds each rule's once, as retention.<name>.
 func (r retentionRule) sql() string {
 	return fmt.Sprintf(retentionSQL, r.queues, r.partitions, r.cutoff, r.kept)
+}
+
+// retentionRuleSQL is the statement of the rule named name.
+func retentionRuleSQL(name string) string {
+	for _, r := range retentionRules {
+		if r.name == name {
+			return r.sql()
+		}
+	}
+	panic("store: no retention rule " + name)
 }
 
 // noCap keeps no row by its seq: only the cutoff decides.
@@ -187,13 +204,7 @@ func (s *Store) retentionPass(ctx context.Context, q querier, batch int) (Retent
 	counts := map[string]*int64{"expired": &r.Expired, "completed": &r.Completed, "evicted": &r.Evicted}
 	var errs []error
 	for _, rule := range retentionRules {
-		sql := rule.sql()
-		if rule.name == "completed" && canary.On("retention-ignores-group") {
-			sql = retentionIgnoresGroupSub.apply(retentionIgnoresGroupMin.apply(sql))
-		}
-		if rule.name == "evicted" && canary.On("evict-early") {
-			sql = evictEarly.apply(sql)
-		}
+		sql := text("retention." + rule.name)
 		// Rules are isolated: one that fails (a statement timeout, say)
 		// is reported, and the others still run.
 		for round := 0; round < maxRetentionRounds; round++ {

@@ -12,6 +12,9 @@ import (
 // stored sealed (queen/crypt) and opened on every read, so clients see
 // plaintext and the database does not.
 
+// queueEncryptedSQL reads whether tenant $1's queue $2 encrypts.
+const queueEncryptedSQL = `SELECT encryption_enabled FROM queen.queues WHERE tenant_id = $1 AND name = $2`
+
 // queueEncrypted reports whether the tenant's queue asks for encryption
 // (false for a queue that does not exist), cached like the names. It is a
 // hint that saves a second round trip: appendSQL reads the queue's setting
@@ -24,7 +27,7 @@ func (s *Store) queueEncrypted(ctx context.Context, q querier, tenant, queue str
 		return v == "t", nil
 	}
 	var on bool
-	rows, err := q.Query(ctx, `SELECT encryption_enabled FROM queen.queues WHERE tenant_id = $1 AND name = $2`, tenant, queue)
+	rows, err := q.Query(ctx, queueEncryptedSQL, tenant, queue)
 	if err != nil {
 		return false, err
 	}

@@ -261,16 +261,20 @@ func (s *Store) QueueBuckets(ctx context.Context, f StatsFilter) ([]QueueBucket,
 	})
 }
 
+// brokerMinutesSQL lists the stats minutes in [$1, $2) of broker $3
+// (empty: every one).
+const brokerMinutesSQL = `SELECT minute, broker_id, hostname, port, requests, server_errors, db_errors,
+			push_requests, push_messages, pop_requests, pop_messages, ack_requests, ack_messages, latency_count,
+			latency_sum_ms, latency_p50_ms, latency_p99_ms, latency_max_ms, cpu_user_us, cpu_sys_us, samples, gauges
+		FROM queen.stats_broker_minutes WHERE minute >= $1 AND minute < $2 AND ($3 = '' OR broker_id = $3)
+		ORDER BY minute, broker_id`
+
 // BrokerMinutes reads every broker's minutes in [from, to) (broker "" for
 // all), oldest first.
 func (s *Store) BrokerMinutes(ctx context.Context, broker string, from, to time.Time) ([]BrokerMinute, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	rows, err := s.pool.Query(ctx, `SELECT minute, broker_id, hostname, port, requests, server_errors, db_errors,
-			push_requests, push_messages, pop_requests, pop_messages, ack_requests, ack_messages, latency_count,
-			latency_sum_ms, latency_p50_ms, latency_p99_ms, latency_max_ms, cpu_user_us, cpu_sys_us, samples, gauges
-		FROM queen.stats_broker_minutes WHERE minute >= $1 AND minute < $2 AND ($3 = '' OR broker_id = $3)
-		ORDER BY minute, broker_id`, from, to, broker)
+	rows, err := s.pool.Query(ctx, brokerMinutesSQL, from, to, broker)
 	if err != nil {
 		return nil, err
 	}

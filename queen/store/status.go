@@ -24,6 +24,14 @@ type ErrorCount struct {
 	Count int64
 }
 
+// topDeadLetterErrorsSQL counts the five commonest errors of tenant $1's
+// newest $2 dead letters.
+const topDeadLetterErrorsSQL = `SELECT e, count(*) FROM (
+			SELECT coalesce(d.error_message, '') AS e FROM queen.dead_letter_queue d
+			JOIN queen.partitions p ON p.id = d.partition_id JOIN queen.queues q ON q.id = p.queue_id
+			WHERE q.tenant_id = $1 ORDER BY d.failed_at DESC LIMIT $2) newest
+		GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 5`
+
 // TopDeadLetterErrors are the five most common errors among the tenant's
 // newest topErrorsWindow dead letters, read along dead_letter_queue's
 // failed_at index (counting every one scanned a million rows per status
@@ -31,11 +39,7 @@ type ErrorCount struct {
 func (s *Store) TopDeadLetterErrors(ctx context.Context, tenant string) ([]ErrorCount, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	rows, err := s.pool.Query(ctx, `SELECT e, count(*) FROM (
-			SELECT coalesce(d.error_message, '') AS e FROM queen.dead_letter_queue d
-			JOIN queen.partitions p ON p.id = d.partition_id JOIN queen.queues q ON q.id = p.queue_id
-			WHERE q.tenant_id = $1 ORDER BY d.failed_at DESC LIMIT $2) newest
-		GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 5`, tenant, topErrorsWindow)
+	rows, err := s.pool.Query(ctx, topDeadLetterErrorsSQL, tenant, topErrorsWindow)
 	if err != nil {
 		return nil, err
 	}
@@ -50,6 +54,15 @@ func (s *Store) TopDeadLetterErrors(ctx context.Context, tenant string) ([]Error
 // are counted over.
 const topErrorsWindow = 1000
 
+// messagesPerBucketSQL counts tenant $1's messages created in [$5, $6) per
+// $7-second bucket.
+const messagesPerBucketSQL = `
+		SELECT to_timestamp(floor(extract(epoch FROM m.created_at) / $7) * $7), count(*)
+		FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id
+		WHERE q.tenant_id = $1 AND ($2 = '' OR q.name = $2) AND ($3 = '' OR q.namespace = $3) AND ($4 = '' OR q.task = $4)
+			AND m.created_at >= $5 AND m.created_at < $6
+		GROUP BY 1`
+
 // MessagesPerBucket counts the tenant's stored messages created in each
 // bucket of width step within [from, to), optionally for one queue,
 // namespace or task. Buckets with none are left out (the caller fills
@@ -57,12 +70,7 @@ const topErrorsWindow = 1000
 func (s *Store) MessagesPerBucket(ctx context.Context, tenant, queue, namespace, task string, from, to time.Time, step time.Duration) (map[time.Time]int64, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	rows, err := s.pool.Query(ctx, `
-		SELECT to_timestamp(floor(extract(epoch FROM m.created_at) / $7) * $7), count(*)
-		FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id
-		WHERE q.tenant_id = $1 AND ($2 = '' OR q.name = $2) AND ($3 = '' OR q.namespace = $3) AND ($4 = '' OR q.task = $4)
-			AND m.created_at >= $5 AND m.created_at < $6
-		GROUP BY 1`, tenant, queue, namespace, task, from, to, step.Seconds())
+	rows, err := s.pool.Query(ctx, messagesPerBucketSQL, tenant, queue, namespace, task, from, to, step.Seconds())
 	if err != nil {
 		return nil, err
 	}

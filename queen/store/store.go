@@ -163,6 +163,23 @@ type querier interface {
 // Pool exposes the pool for health and metrics.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
+// migrationLockSQL waits for the migration advisory lock $1.
+const migrationLockSQL = `SELECT pg_advisory_lock($1)`
+
+// migrationUnlockSQL releases the migration advisory lock $1.
+const migrationUnlockSQL = `SELECT pg_advisory_unlock($1)`
+
+// migrationsTableSQL creates the schema and its migrations ledger.
+const migrationsTableSQL = `CREATE SCHEMA IF NOT EXISTS queen;
+		CREATE TABLE IF NOT EXISTS queen.schema_migrations (
+			version text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`
+
+// migrationDoneSQL tells whether migration $1 ran.
+const migrationDoneSQL = `SELECT EXISTS (SELECT 1 FROM queen.schema_migrations WHERE version = $1)`
+
+// migrationRecordSQL records migration $1 as run.
+const migrationRecordSQL = `INSERT INTO queen.schema_migrations (version) VALUES ($1)`
+
 // Migrate applies every embedded migration not yet applied. It holds an
 // advisory lock for the duration, so brokers starting together take turns;
 // each migration runs in its own transaction and is recorded in
@@ -173,15 +190,13 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 		return fmt.Errorf("migrate: acquire: %w", err)
 	}
 	defer conn.Release()
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, migrationLock); err != nil {
+	if _, err := conn.Exec(ctx, migrationLockSQL, migrationLock); err != nil {
 		return fmt.Errorf("migrate: lock: %w", err)
 	}
 	defer func() {
-		_, _ = conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, migrationLock)
+		_, _ = conn.Exec(context.WithoutCancel(ctx), migrationUnlockSQL, migrationLock)
 	}()
-	if _, err := conn.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS queen;
-		CREATE TABLE IF NOT EXISTS queen.schema_migrations (
-			version text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+	if _, err := conn.Exec(ctx, migrationsTableSQL); err != nil {
 		return fmt.Errorf("migrate: bookkeeping table: %w", err)
 	}
 	names, err := fs.Glob(migrationFS, "migrations/*.sql")
@@ -192,7 +207,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	for _, name := range names {
 		version := strings.TrimSuffix(strings.TrimPrefix(name, "migrations/"), ".sql")
 		var done bool
-		if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM queen.schema_migrations WHERE version = $1)`, version).Scan(&done); err != nil {
+		if err := conn.QueryRow(ctx, migrationDoneSQL, version).Scan(&done); err != nil {
 			return fmt.Errorf("migrate %s: %w", version, err)
 		}
 		if done {
@@ -206,7 +221,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 			if err := migrateConcurrently(ctx, conn, string(body)); err != nil {
 				return fmt.Errorf("migrate %s: %w", version, err)
 			}
-			if _, err := conn.Exec(ctx, `INSERT INTO queen.schema_migrations (version) VALUES ($1)`, version); err != nil {
+			if _, err := conn.Exec(ctx, migrationRecordSQL, version); err != nil {
 				return fmt.Errorf("migrate %s: %w", version, err)
 			}
 			continue
@@ -215,7 +230,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 			if _, err := tx.Exec(ctx, string(body)); err != nil {
 				return err
 			}
-			_, err := tx.Exec(ctx, `INSERT INTO queen.schema_migrations (version) VALUES ($1)`, version)
+			_, err := tx.Exec(ctx, migrationRecordSQL, version)
 			return err
 		})
 		if err != nil {
@@ -236,6 +251,15 @@ const noTransaction = "-- queen:no-transaction"
 // EXISTS statement.
 var concurrentIndex = regexp.MustCompile(`(?i)^CREATE\s+(UNIQUE\s+)?INDEX\s+CONCURRENTLY\s+IF\s+NOT\s+EXISTS\s+(\w+)\s+ON\s+(\w+)\.`)
 
+// dropIndexSQL drops an index, schema and name formatted in (identifiers
+// cannot be arguments; both come from the embedded migration's text).
+const dropIndexSQL = `DROP INDEX CONCURRENTLY IF EXISTS %s.%s`
+
+// invalidIndexSQL tells whether index $2 of schema $1 was left INVALID by an
+// interrupted build.
+const invalidIndexSQL = `SELECT EXISTS (SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+				JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2 AND NOT i.indisvalid)`
+
 // migrateConcurrently runs a no-transaction migration's statements (split
 // at semicolons ending a line), each on its own. An index that an earlier,
 // interrupted build left INVALID is dropped and built again: IF NOT EXISTS
@@ -248,13 +272,12 @@ func migrateConcurrently(ctx context.Context, conn *pgxpool.Conn, body string) e
 		}
 		if m := concurrentIndex.FindStringSubmatch(stmt); m != nil {
 			var invalid bool
-			err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-				JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2 AND NOT i.indisvalid)`, m[3], m[2]).Scan(&invalid)
+			err := conn.QueryRow(ctx, invalidIndexSQL, m[3], m[2]).Scan(&invalid)
 			if err != nil {
 				return err
 			}
 			if invalid {
-				if _, err := conn.Exec(ctx, `DROP INDEX CONCURRENTLY IF EXISTS `+m[3]+`.`+m[2]); err != nil {
+				if _, err := conn.Exec(ctx, fmt.Sprintf(dropIndexSQL, m[3], m[2])); err != nil {
 					return err
 				}
 			}
@@ -278,6 +301,9 @@ func stripComments(stmt string) string {
 	return b.String()
 }
 
+// nowSQL is the database's now, or the injected one ($1).
+const nowSQL = `SELECT coalesce($1::timestamptz, now())`
+
 // inTx runs fn in a READ COMMITTED transaction and hands it the database's
 // notion of now, read once at the start.
 func (s *Store) inTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx, now time.Time) error) error {
@@ -288,7 +314,7 @@ func (s *Store) inTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx
 	}
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var now time.Time
-		if err := tx.QueryRow(ctx, `SELECT coalesce($1::timestamptz, now())`, s.dbNow()).Scan(&now); err != nil {
+		if err := tx.QueryRow(ctx, nowSQL, s.dbNow()).Scan(&now); err != nil {
 			return err
 		}
 		return fn(ctx, tx, now)
@@ -298,7 +324,7 @@ func (s *Store) inTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx
 // Now returns the database's current instant (or the injected one).
 func (s *Store) Now(ctx context.Context) (time.Time, error) {
 	var now time.Time
-	err := s.pool.QueryRow(ctx, `SELECT coalesce($1::timestamptz, now())`, s.dbNow()).Scan(&now)
+	err := s.pool.QueryRow(ctx, nowSQL, s.dbNow()).Scan(&now)
 	return now, err
 }
 

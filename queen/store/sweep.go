@@ -82,14 +82,7 @@ type ClaimedTimer struct {
 func (s *Store) ClaimTimers(ctx context.Context, token string, lease time.Duration, limit int) ([]ClaimedTimer, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	sql := claimTimersSQL
-	if canary.On("timer-early") {
-		sql = timerEarly.apply(sql)
-	}
-	if canary.On(timerClaimIgnoresLease.canary) {
-		sql = timerClaimIgnoresLease.apply(sql)
-	}
-	rows, err := s.pool.Query(ctx, sql, s.dbNow(), float64(lease.Milliseconds()), token, limit)
+	rows, err := s.pool.Query(ctx, text("timer.claim"), s.dbNow(), float64(lease.Milliseconds()), token, limit)
 	if err != nil {
 		return nil, err
 	}

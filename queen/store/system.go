@@ -16,10 +16,13 @@ const (
 	FlagPopMaintenance = "pop_maintenance_mode"
 )
 
+// flagSQL reads system flag $1.
+const flagSQL = `SELECT value FROM queen.system_state WHERE key = $1`
+
 // Flag reads a system flag; an absent row is false.
 func (s *Store) Flag(ctx context.Context, key string) (bool, error) {
 	var raw []byte
-	err := s.pool.QueryRow(ctx, `SELECT value FROM queen.system_state WHERE key = $1`, key).Scan(&raw)
+	err := s.pool.QueryRow(ctx, flagSQL, key).Scan(&raw)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
@@ -35,12 +38,15 @@ func (s *Store) Flag(ctx context.Context, key string) (bool, error) {
 	return v.Enabled, nil
 }
 
+// setFlagSQL sets system flag $1 to $2 at $3.
+const setFlagSQL = `
+			INSERT INTO queen.system_state (key, value, updated_at) VALUES ($1, jsonb_build_object('enabled', $2::bool), $3)
+			ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = EXCLUDED.updated_at`
+
 // SetFlag writes a system flag.
 func (s *Store) SetFlag(ctx context.Context, key string, enabled bool) error {
 	return s.inTx(ctx, func(ctx context.Context, tx pgx.Tx, now time.Time) error {
-		_, err := tx.Exec(ctx, `
-			INSERT INTO queen.system_state (key, value, updated_at) VALUES ($1, jsonb_build_object('enabled', $2::bool), $3)
-			ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = EXCLUDED.updated_at`, key, enabled, now)
+		_, err := tx.Exec(ctx, setFlagSQL, key, enabled, now)
 		return err
 	})
 }

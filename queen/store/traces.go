@@ -126,6 +126,11 @@ WHERE tn.trace_name = $2 AND q.tenant_id = $1
 ORDER BY t.created_at, t.id
 LIMIT $3 OFFSET $4`
 
+// tracesByNameCountSQL counts tenant $1's traces named $2.
+const tracesByNameCountSQL = `SELECT count(*) FROM queen.message_trace_names tn
+			JOIN queen.message_traces t ON t.id = tn.trace_id JOIN queen.partitions p ON p.id = t.partition_id
+			JOIN queen.queues q ON q.id = p.queue_id WHERE tn.trace_name = $2 AND q.tenant_id = $1`
+
 // TracesByName pages through one name's traces and counts them all.
 func (s *Store) TracesByName(ctx context.Context, tenant, name string, limit, offset int) ([]Trace, int64, error) {
 	ctx, cancel := s.bound(ctx)
@@ -147,9 +152,7 @@ func (s *Store) TracesByName(ctx context.Context, tenant, name string, limit, of
 	}
 	if len(out) == 0 && offset > 0 {
 		// Past the end: count without the page.
-		err = s.pool.QueryRow(ctx, `SELECT count(*) FROM queen.message_trace_names tn
-			JOIN queen.message_traces t ON t.id = tn.trace_id JOIN queen.partitions p ON p.id = t.partition_id
-			JOIN queen.queues q ON q.id = p.queue_id WHERE tn.trace_name = $2 AND q.tenant_id = $1`, tenant, name).Scan(&total)
+		err = s.pool.QueryRow(ctx, tracesByNameCountSQL, tenant, name).Scan(&total)
 	}
 	return out, total, err
 }

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"sort"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -48,11 +49,13 @@ WHERE pc.worker_id = ANY($1::text[])
 ORDER BY pc.partition_id, pc.consumer_group
 FOR UPDATE OF pc`
 
+// txnLockParams are txnLockSQL's arguments, $1 to $5; lockForTxn sets Now.
 type txnLockParams struct {
 	Leases       []string
 	PartitionIDs []string
 	Groups       []string
 	Tenant       string
+	Now          *time.Time
 }
 
 // Transaction applies ops all-or-nothing. Every lease in requiredLeases must
@@ -255,7 +258,8 @@ func (s *Store) lockForTxn(ctx context.Context, tx pgx.Tx, p txnLockParams, requ
 	if len(p.Leases) == 0 && len(p.PartitionIDs) == 0 {
 		return nil
 	}
-	rows, err := tx.Query(ctx, txnLockSQL, p.Leases, p.PartitionIDs, p.Groups, p.Tenant, s.dbNow())
+	p.Now = s.dbNow()
+	rows, err := tx.Query(ctx, text("txn.lock"), argsOf(p)...)
 	if err != nil {
 		return err
 	}

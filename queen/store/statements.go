@@ -1,0 +1,96 @@
+package store
+
+import (
+	"fmt"
+	"reflect"
+	"sync"
+)
+
+// statement is one named statement: its text and, when it has one, the
+// params struct that is its argument list (a zero value; nil when the
+// statement takes named arguments or its arguments are bound by hand).
+type statement struct {
+	text   string
+	params any
+}
+
+// statements is the statement table: every statement that has a canary
+// variant (canaries.go) or a params struct, by name. Its texts are built
+// once, at package initialisation; a call gets its text through text(name),
+// which in the canary build applies the switched-on canary's rewrites.
+var statements = map[string]statement{
+	"append":              {appendSQL, appendParams{}},
+	"pop":                 {popText(false, false), popParams{}},
+	"pop.one":             {popText(false, true), popParams{}},
+	"pop.partition":       {popText(true, false), popPartitionParams{}},
+	"pop.partition.one":   {popText(true, true), popPartitionParams{}},
+	"subscribe":           {subscribeSQL, subscribeParams{}},
+	"seek":                {seekSQL, nil},
+	"lease.extend":        {extendSQL, nil},
+	"timer.claim":         {claimTimersSQL, nil},
+	"kv.get":              {kvGetSQL, nil},
+	"kv.getMany":          {kvGetSQL, nil},
+	"kv.getPrefix":        {kvGetPrefixSQL, nil},
+	"kv.getPrefixOpen":    {kvGetPrefixOpenSQL, nil},
+	"retention.expired":   {retentionRuleSQL("expired"), nil},
+	"retention.completed": {retentionRuleSQL("completed"), nil},
+	"retention.evicted":   {retentionRuleSQL("evicted"), nil},
+	"partitions.lookup":   {lookupPartitionsSQL, lookupPartitionsParams{}},
+	"queues.create":       {createQueuesSQL, createQueuesParams{}},
+	"partitions.create":   {createPartitionsSQL, createPartitionsParams{}},
+	"consumers.create":    {createConsumersSQL, createConsumersParams{}},
+	"popMark.set":         {popMarkSetSQL, popMarkParams{}},
+	"txn.lock":            {txnLockSQL, txnLockParams{}},
+}
+
+// baseText is the production text of the statement named name. An unknown
+// name is a programming error (TestStatementNamesAreRegistered reads every
+// text call of the package), so it panics rather than run no statement.
+func baseText(name string) string {
+	st, ok := statements[name]
+	if !ok {
+		panic("store: no statement named " + name)
+	}
+	return st.text
+}
+
+// argFields caches, per params struct type, the index paths of its fields
+// in declaration order (an embedded struct's fields in its place).
+var argFields sync.Map // reflect.Type -> [][]int
+
+// argsOf is a params struct as its statement's arguments: its fields in
+// declaration order, the first one $1. The params struct is the argument
+// list; nothing unpacks it by hand, so a field added or moved moves its
+// placeholder with it (TestParamsMatchPlaceholders holds the count).
+func argsOf(p any) []any {
+	v := reflect.ValueOf(p)
+	paths := fieldPaths(v.Type())
+	args := make([]any, len(paths))
+	for i, path := range paths {
+		args[i] = v.FieldByIndex(path).Interface()
+	}
+	return args
+}
+
+// fieldPaths returns t's argument fields, computed once per type.
+func fieldPaths(t reflect.Type) [][]int {
+	if paths, ok := argFields.Load(t); ok {
+		return paths.([][]int)
+	}
+	if t.Kind() != reflect.Struct {
+		panic(fmt.Sprintf("store: params %s is not a struct", t))
+	}
+	var paths [][]int
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if f.Anonymous && f.Type.Kind() == reflect.Struct {
+			for _, sub := range fieldPaths(f.Type) {
+				paths = append(paths, append([]int{i}, sub...))
+			}
+			continue
+		}
+		paths = append(paths, []int{i})
+	}
+	argFields.Store(t, paths)
+	return paths
+}
