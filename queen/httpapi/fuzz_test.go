@@ -202,6 +202,7 @@ func FuzzAckBatchParsersAgree(f *testing.F) {
 	f.Add([]byte(`{"Acknowledgments":[{"TransactionId":"t","partitionId":"p"}]}`))
 	f.Add([]byte(`{"acknowledgments":[{"transactionId":"t","partitionId":"p","status":null,"leaseId":5}],"n":1e999}`))
 	f.Add([]byte(`{"acknowledgments":[null,{"transactionId":"t","partitionId":"p","status":false}]}`))
+	f.Add([]byte(`{"acknowledgments":[{"transactionId":"t","partitionId":"p","status":null},{"transactionId":"u","partitionId":"p","status":true}]}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		if caseVariantKeys(body) {
 			return
