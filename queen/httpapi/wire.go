@@ -9,7 +9,7 @@ import (
 // Typed wire structs of the hot routes (push, pop, ack). A well-formed body
 // decodes straight into them (the push body by hand, decodePushFast, else
 // with encoding/json); a body whose values do not fit their types is read
-// key by key into the same structs (pushItemFields, ackItemFields), so the
+// key by key into the same structs (parsePushItem, parseAck), so the
 // one check of an item (pushItemWire.item, ackItemWire.item) can name the
 // field that is wrong.
 
@@ -33,10 +33,10 @@ type ackItemWire struct {
 	LeaseID       wireString `json:"leaseId"`
 	Error         wireString `json:"error"`
 	// notString marks the fields above, in their order, whose value was
-	// of another type (only the key-by-key reading, ackItemFields, sees
+	// of another type (only the key-by-key reading, parseAck, sees
 	// one: the typed decode refuses the body).
 	notString [5]bool
-	// keyByKey marks an item read by ackItemFields, whose refusals come in
+	// keyByKey marks an item read by parseAck, whose refusals come in
 	// that reading's order (see item).
 	keyByKey bool
 }
