@@ -13,34 +13,58 @@ import (
 	"github.com/queen-go/queen/queen/store"
 )
 
-// parseAck validates one acknowledgement object.
+// parseAck reads one acknowledgement object key by key, keys matched
+// exactly, and checks it: the single ack, the transaction route's ack
+// operations and the items of an ack batch the typed decode refuses.
 func parseAck(o obj, path string) (store.AckItem, error) {
-	var a store.AckItem
-	var ok bool
-	var err error
-	if a.TransactionID, ok, err = o.str("transactionId", path); err != nil || !ok || a.TransactionID == "" {
+	w := ackItemWire{keyByKey: true}
+	w.notString[0] = !o.wire("transactionId", &w.TransactionID)
+	w.notString[1] = !o.wire("partitionId", &w.PartitionID)
+	// JS clients may send a boolean status: true is completed, false failed.
+	var done bool
+	if raw, ok := o["status"]; ok && !isNull(raw) && json.Unmarshal(raw, &done) == nil {
+		w.Status = map[bool]wireString{true: "completed", false: "failed"}[done]
+	} else {
+		w.notString[2] = !o.wire("status", &w.Status)
+	}
+	w.notString[3] = !o.wire("leaseId", &w.LeaseID)
+	w.notString[4] = !o.wire("error", &w.Error)
+	return w.item(path)
+}
+
+// item checks one decoded acknowledgement and names the first field that
+// is wrong: the one place the ack rules live. A transactionId or
+// partitionId of another type is as good as absent. The transactionId's
+// limits come right after its presence when the item was read key by key,
+// and last when it came from the typed batch decode, as each reading always
+// answered; the two orders differ only in which of two refusals is named.
+func (w *ackItemWire) item(path string) (store.AckItem, error) {
+	a := store.AckItem{TransactionID: string(w.TransactionID), PartitionID: string(w.PartitionID),
+		Status: string(w.Status), LeaseID: string(w.LeaseID), Error: string(w.Error)}
+	if a.TransactionID == "" {
 		return a, bad("%stransactionId is required", path)
 	}
-	if err := limits.TransactionID.Check(path, a.TransactionID); err != nil {
-		return a, err
-	}
-	if a.PartitionID, ok, err = o.str("partitionId", path); err != nil || !ok || a.PartitionID == "" {
-		return a, bad("%spartitionId is required to ensure message uniqueness", path)
-	}
-	// JS clients may send a boolean status: true is completed, false failed.
-	if raw, present := o["status"]; present && !isNull(raw) {
-		var b bool
-		if json.Unmarshal(raw, &b) == nil {
-			a.Status = map[bool]string{true: "completed", false: "failed"}[b]
-		} else if a.Status, _, err = o.limited("status", limits.Status, path); err != nil {
+	if w.keyByKey {
+		if err := limits.TransactionID.Check(path, a.TransactionID); err != nil {
 			return a, err
 		}
 	}
-	if a.LeaseID, _, err = o.limited("leaseId", limits.LeaseID, path); err != nil {
-		return a, err
+	if a.PartitionID == "" {
+		return a, bad("%spartitionId is required to ensure message uniqueness", path)
 	}
-	if a.Error, _, err = o.limited("error", limits.ErrorText, path); err != nil {
-		return a, err
+	for i, f := range [...]struct {
+		v     string
+		limit limits.Field
+	}{{a.Status, limits.Status}, {a.LeaseID, limits.LeaseID}, {a.Error, limits.ErrorText}} {
+		if err := notAString(w.notString[2+i], path, f.limit.Name); err != nil {
+			return a, err
+		}
+		if err := f.limit.Check(path, f.v); err != nil {
+			return a, err
+		}
+	}
+	if !w.keyByKey {
+		return a, limits.TransactionID.Check(path, a.TransactionID)
 	}
 	return a, nil
 }
@@ -65,50 +89,24 @@ func (s *Server) ack(w http.ResponseWriter, r *http.Request) {
 	s.applyAcks(w, r, group, []store.AckItem{item})
 }
 
-// parseAckBatchTyped decodes a well-formed ack batch in one pass; ok is
-// false when the body does not fit the typed shape (the caller then reads
-// it field by field to name the bad field). The rules the types cannot
-// express answer their own 400 here, as parseAck words them.
-func parseAckBatchTyped(body []byte) (group string, items []store.AckItem, ok bool, err error) {
+// parseAckBatch decodes and checks an ack batch: in one pass when its
+// values fit the typed structs, else key by key (parseAckBatchFields), so
+// that the answer names the field whose value does not fit.
+func parseAckBatch(body []byte) (group string, items []store.AckItem, err error) {
 	var b ackBatchBody
 	if json.Unmarshal(body, &b) != nil || b.Acknowledgments == nil {
-		return "", nil, false, nil
+		return parseAckBatchFields(body)
 	}
-	if b.ConsumerGroup != nil {
-		if group, err = *b.ConsumerGroup, limits.ConsumerGroup.CheckAs("consumerGroup", *b.ConsumerGroup); err != nil {
-			return "", nil, true, err
-		}
+	if err := limits.ConsumerGroup.Check("", string(b.ConsumerGroup)); err != nil {
+		return "", nil, err
 	}
 	items = make([]store.AckItem, len(*b.Acknowledgments))
-	for i, w := range *b.Acknowledgments {
-		path := fmt.Sprintf("acknowledgments[%d].", i)
-		a := &items[i]
-		if w.TransactionID == nil || *w.TransactionID == "" {
-			return "", nil, true, bad("%stransactionId is required", path)
-		}
-		if w.PartitionID == nil || *w.PartitionID == "" {
-			return "", nil, true, bad("%spartitionId is required to ensure message uniqueness", path)
-		}
-		a.TransactionID, a.PartitionID = *w.TransactionID, *w.PartitionID
-		for _, f := range []struct {
-			to    *string
-			from  *string
-			name  string
-			limit limits.Field
-		}{{&a.Status, w.Status, "status", limits.Status}, {&a.LeaseID, w.LeaseID, "leaseId", limits.LeaseID}, {&a.Error, w.Error, "error", limits.ErrorText}} {
-			if f.from == nil {
-				continue
-			}
-			if err := f.limit.CheckAs(path+f.name, *f.from); err != nil {
-				return "", nil, true, err
-			}
-			*f.to = *f.from
-		}
-		if err := limits.TransactionID.Check(path, a.TransactionID); err != nil {
-			return "", nil, true, err
+	for i := range *b.Acknowledgments {
+		if items[i], err = (*b.Acknowledgments)[i].item(fmt.Sprintf("acknowledgments[%d].", i)); err != nil {
+			return "", nil, err
 		}
 	}
-	return group, items, true, nil
+	return string(b.ConsumerGroup), items, nil
 }
 
 func (s *Server) ackBatch(w http.ResponseWriter, r *http.Request) {
@@ -118,10 +116,7 @@ func (s *Server) ackBatch(w http.ResponseWriter, r *http.Request) {
 		writeBad(w, err)
 		return
 	}
-	group, items, ok, err := parseAckBatchTyped(raw)
-	if !ok {
-		group, items, err = parseAckBatchFields(raw)
-	}
+	group, items, err := parseAckBatch(raw)
 	if err != nil {
 		writeBad(w, err)
 		return
@@ -129,8 +124,9 @@ func (s *Server) ackBatch(w http.ResponseWriter, r *http.Request) {
 	s.applyAcks(w, r, group, items)
 }
 
-// parseAckBatchFields reads an ack batch field by field, so an error names
-// the field.
+// parseAckBatchFields reads an ack batch the typed decode refused, key by
+// key: its keys are matched exactly (encoding/json's struct decoding also
+// takes them in another case), and the first field that is wrong is named.
 func parseAckBatchFields(raw []byte) (string, []store.AckItem, error) {
 	body, err := decodeObject(raw)
 	if err != nil {

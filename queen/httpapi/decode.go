@@ -75,7 +75,7 @@ func (s *pushScan) items() ([]pushItemWire, bool) {
 	if !s.take('[') {
 		return nil, false
 	}
-	items := make([]pushItemWire, 0, 16)
+	items := make([]pushItemWire, 0, 8)
 	s.space()
 	if s.take(']') {
 		return items, true
@@ -100,42 +100,29 @@ func (s *pushScan) items() ([]pushItemWire, bool) {
 	}
 }
 
-// itemStrings holds one item's strings: one allocation for all four.
-type itemStrings [4]string
-
 // item reads one item object into it.
 func (s *pushScan) item(it *pushItemWire) bool {
 	if !s.open() {
 		return false
 	}
-	strs := new(itemStrings)
 	for first := true; ; first = false {
 		key, more, ok := s.key(first)
 		if !ok || !more {
 			return ok
 		}
-		var dst **string
-		var slot *string
+		var dst *wireString
 		switch string(key) {
 		case "queue":
-			dst, slot = &it.Queue, &strs[0]
+			dst = &it.Queue
 		case "partition":
-			dst, slot = &it.Partition, &strs[1]
+			dst = &it.Partition
 		case "transactionId":
-			dst, slot = &it.TransactionID, &strs[2]
+			dst = &it.TransactionID
 		case "traceId":
-			dst, slot = &it.TraceID, &strs[3]
+			dst = &it.TraceID
 		case "payload", "data":
-			s.space()
-			start := s.i
-			if !s.skip(0) {
+			if !s.raw(it, string(key)) {
 				return false
-			}
-			raw := json.RawMessage(append([]byte(nil), s.b[start:s.i]...))
-			if string(key) == "payload" {
-				it.Payload = raw
-			} else {
-				it.Data = raw
 			}
 			continue
 		default:
@@ -144,18 +131,42 @@ func (s *pushScan) item(it *pushItemWire) bool {
 			}
 			continue
 		}
-		s.space()
-		if s.literal("null") {
-			*dst = nil // as encoding/json sets a pointer to null
-			continue
-		}
-		v, ok := s.str()
-		if !ok {
+		if !s.wireString(dst) {
 			return false
 		}
-		*slot = string(v)
-		*dst = slot
 	}
+}
+
+// raw reads the payload (or data) of an item: any JSON, kept as sent.
+func (s *pushScan) raw(it *pushItemWire, key string) bool {
+	s.space()
+	start := s.i
+	if !s.skip(0) {
+		return false
+	}
+	raw := json.RawMessage(append([]byte(nil), s.b[start:s.i]...))
+	if key == "payload" {
+		it.Payload = raw
+	} else {
+		it.Data = raw
+	}
+	return true
+}
+
+// wireString reads a string field's value, a string or null (which
+// replaces an earlier value, as wireString.UnmarshalJSON does).
+func (s *pushScan) wireString(dst *wireString) bool {
+	s.space()
+	if s.literal("null") {
+		*dst = ""
+		return true
+	}
+	v, ok := s.str()
+	if !ok {
+		return false
+	}
+	*dst = wireString(v)
+	return true
 }
 
 // foreignKey reports whether key is none of names even ignoring case

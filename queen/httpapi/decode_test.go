@@ -30,12 +30,7 @@ func pushDecodersAgree(t interface{ Fatalf(string, ...any) }, body []byte) bool 
 func wiresString(ws []pushItemWire) string {
 	var parts []string
 	for _, w := range ws {
-		f := func(p *string) string {
-			if p == nil {
-				return "nil"
-			}
-			return fmt.Sprintf("%q", *p)
-		}
+		f := func(s wireString) string { return fmt.Sprintf("%q", s) }
 		parts = append(parts, fmt.Sprintf("{q:%s p:%s t:%s tr:%s payload:%q data:%q}", f(w.Queue), f(w.Partition),
 			f(w.TransactionID), f(w.TraceID), w.Payload, w.Data))
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/queen-go/queen/queen/clock"
 	"github.com/queen-go/queen/queen/config"
 	"github.com/queen-go/queen/queen/limits"
+	"github.com/queen-go/queen/queen/store"
 )
 
 // Fuzz targets for every body decoder: no input panics, and whatever a
@@ -184,11 +185,12 @@ func contextWithTenant(r *http.Request) context.Context {
 	return context.WithValue(r.Context(), tenantKey, config.DefaultTenant)
 }
 
-// FuzzAckBatchParsersAgree: the one-pass typed decoder of an ack batch and
-// the field-by-field parser agree on every body the typed one takes: the
-// same group and items when it accepts, a refusal from both when it
-// refuses. (The typed decoder also takes keys in another case, as
-// encoding/json matches struct fields; those bodies are not compared.)
+// FuzzAckBatchParsersAgree: the ack parser (parseAckBatch: the typed
+// decode, else the key-by-key reading, then the one check of an item)
+// takes exactly the batches that ackBatchOracle, the batch's rules stated
+// over encoding/json's generic values, takes, and reads the same group and
+// items from them. (encoding/json's struct decoding also takes keys in
+// another case; those bodies are not compared.)
 func FuzzAckBatchParsersAgree(f *testing.F) {
 	f.Add([]byte(`{"acknowledgments":[{"transactionId":"t","partitionId":"p","status":"completed","leaseId":"l"}],"consumerGroup":"g"}`))
 	f.Add([]byte(`{"acknowledgments":[{"transactionId":"t","partitionId":"p","status":true}]}`))
@@ -198,21 +200,75 @@ func FuzzAckBatchParsersAgree(f *testing.F) {
 	f.Add([]byte(`{"acknowledgments":[{"transactionId":"t","partitionId":"p","error":"\u0000"}]}`))
 	f.Add([]byte(`{"acknowledgments":[{"transactionId":"t","partitionId":"p","leaseId":"\u0000"}],"consumerGroup":"\u0000"}`))
 	f.Add([]byte(`{"Acknowledgments":[{"TransactionId":"t","partitionId":"p"}]}`))
+	f.Add([]byte(`{"acknowledgments":[{"transactionId":"t","partitionId":"p","status":null,"leaseId":5}],"n":1e999}`))
+	f.Add([]byte(`{"acknowledgments":[null,{"transactionId":"t","partitionId":"p","status":false}]}`))
+	f.Add([]byte(`{"acknowledgments":[{"transactionId":"t","partitionId":"p","status":null},{"transactionId":"u","partitionId":"p","status":true}]}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		tg, ti, ok, terr := parseAckBatchTyped(body)
-		if !ok || caseVariantKeys(body) {
+		if caseVariantKeys(body) {
 			return
 		}
-		fg, fi, ferr := parseAckBatchFields(body)
+		g, items, err := parseAckBatch(body)
+		og, oitems, ok := ackBatchOracle(body)
 		switch {
-		case terr != nil && ferr == nil:
-			t.Fatalf("typed refused (%v), field by field accepted %q %+v", terr, fg, fi)
-		case terr == nil && ferr != nil:
-			t.Fatalf("typed accepted %q %+v, field by field refused (%v)", tg, ti, ferr)
-		case terr == nil && (tg != fg || !reflect.DeepEqual(ti, fi)):
-			t.Fatalf("typed %q %+v, field by field %q %+v", tg, ti, fg, fi)
+		case err != nil && ok:
+			t.Fatalf("the parser refused (%v), the oracle took %q %+v", err, og, oitems)
+		case err == nil && !ok:
+			t.Fatalf("the parser took %q %+v, the oracle refused", g, items)
+		case err == nil && (g != og || !reflect.DeepEqual(items, oitems)):
+			t.Fatalf("the parser read %q %+v, the oracle %q %+v", g, items, og, oitems)
 		}
 	})
+}
+
+// ackBatchOracle states what an ack batch must hold to be taken, and what
+// it then says, over encoding/json's generic values (keys matched exactly).
+func ackBatchOracle(body []byte) (group string, items []store.AckItem, ok bool) {
+	var b map[string]any
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if !json.Valid(body) || dec.Decode(&b) != nil || b == nil {
+		return "", nil, false
+	}
+	acks, isArray := b["acknowledgments"].([]any)
+	group, ok = oracleString(b, "consumerGroup", limits.ConsumerGroup)
+	if !isArray || !ok {
+		return "", nil, false
+	}
+	items = make([]store.AckItem, len(acks))
+	for i, raw := range acks {
+		o, isObject := raw.(map[string]any)
+		if !isObject {
+			return "", nil, false
+		}
+		a := &items[i]
+		var okT, okP, okS, okL, okE bool
+		a.TransactionID, okT = oracleString(o, "transactionId", limits.TransactionID)
+		a.PartitionID, okP = oracleString(o, "partitionId", limits.Field{})
+		if done, isBool := o["status"].(bool); isBool {
+			a.Status, okS = map[bool]string{true: "completed", false: "failed"}[done], true
+		} else {
+			a.Status, okS = oracleString(o, "status", limits.Status)
+		}
+		a.LeaseID, okL = oracleString(o, "leaseId", limits.LeaseID)
+		a.Error, okE = oracleString(o, "error", limits.ErrorText)
+		if !okT || !okP || !okS || !okL || !okE || a.TransactionID == "" || a.PartitionID == "" {
+			return "", nil, false
+		}
+	}
+	return group, items, true
+}
+
+// oracleString is field name of o: absent or null is "", a string within
+// f's limits is itself, anything else is refused.
+func oracleString(o map[string]any, name string, f limits.Field) (string, bool) {
+	switch v := o[name].(type) {
+	case nil:
+		return "", true
+	case string:
+		return v, f.CheckAs(name, v) == nil
+	default:
+		return "", false
+	}
 }
 
 // caseVariantKeys reports whether any object in body has a key that is not

@@ -15,80 +15,111 @@ import (
 	"github.com/queen-go/queen/queen/waker"
 )
 
-// parsePushItem validates one item. path prefixes field names in errors,
-// e.g. "items[3].".
+// parsePushItem reads one item key by key, keys matched exactly, and
+// checks it; path prefixes field names in errors, e.g. "items[3].". It
+// reads the items of a push body the typed decode refuses (parsePushFields)
+// and of the routes that carry push items inside their own bodies (the
+// transaction's push operations, the stream cycle's push_items).
 func parsePushItem(raw json.RawMessage, path string) (store.PushItem, error) {
-	var it store.PushItem
 	o, _, err := asObject(raw, path[:len(path)-1])
 	if err != nil {
-		return it, err
+		return store.PushItem{}, err
 	}
-	q, ok, err := o.str("queue", path)
-	if err != nil {
-		return it, err
+	var w pushItemWire
+	var notString [4]bool
+	for i, f := range w.strings() {
+		notString[i] = !o.wire(f.name, f.v)
 	}
-	if !ok || q == "" {
-		return it, bad("%squeue is required", path)
-	}
-	it.Queue = q
-	if it.Partition, _, err = o.str("partition", path); err != nil {
-		return it, err
-	}
-	if it.TransactionID, _, err = o.str("transactionId", path); err != nil {
-		return it, err
-	}
-	if it.TraceID, _, err = o.str("traceId", path); err != nil {
-		return it, err
+	w.Payload, w.Data = o["payload"], o["data"]
+	return w.item(path, notString)
+}
+
+// strings lists the item's string fields with their wire names, in the
+// order of the checks.
+func (w *pushItemWire) strings() [4]struct {
+	v    *wireString
+	name string
+} {
+	return [4]struct {
+		v    *wireString
+		name string
+	}{{&w.Queue, "queue"}, {&w.Partition, "partition"}, {&w.TransactionID, "transactionId"}, {&w.TraceID, "traceId"}}
+}
+
+// item checks one decoded item, however it was read, and names the first
+// field that is wrong: the one place the push rules live. notString marks
+// the string fields (in the order of strings) whose value was of another
+// type, which only the key-by-key reading sees (the typed decode refuses
+// the body); it is not a field of pushItemWire, which the hot path keeps
+// small. On a refusal by the limits table the item is returned whole
+// beside the error.
+func (w *pushItemWire) item(path string, notString [4]bool) (store.PushItem, error) {
+	for i, f := range w.strings() {
+		if err := notAString(notString[i], path, f.name); err != nil {
+			return store.PushItem{}, err
+		}
+		if i == 0 && w.Queue == "" {
+			return store.PushItem{}, bad("%squeue is required", path)
+		}
 	}
 	// Clients send the body as payload (JS also as data); a missing one is
 	// stored as JSON null.
-	if p, ok := o["payload"]; ok {
-		it.Payload = crypt.Plain(p)
-	} else if d, ok := o["data"]; ok {
-		it.Payload = crypt.Plain(d)
+	it := store.PushItem{Queue: string(w.Queue), Partition: string(w.Partition), TransactionID: string(w.TransactionID),
+		TraceID: string(w.TraceID), Payload: crypt.Plain(w.Payload)}
+	if w.Payload == nil {
+		it.Payload = crypt.Plain(w.Data)
 	}
 	return it, checkPushItem(it, path)
 }
 
-// parsePushTyped decodes a well-formed push body into items; ok is false
-// when the body does not fit the typed shape (the caller then re-reads it
-// field by field to name the bad field). Field-level rules that the types
-// cannot express answer their own 400 here.
-func parsePushTyped(body []byte) (items []store.PushItem, ok bool, err error) {
+// parsePushBody decodes and checks a push body: in one pass when its values
+// fit the typed structs (decodePushWires), else key by key, so that the
+// answer names the field whose value does not fit.
+func parsePushBody(body []byte) ([]store.PushItem, error) {
 	wires, ok, err := decodePushWires(body)
-	if !ok || err != nil {
-		return nil, ok, err
+	if err != nil {
+		return nil, err
 	}
-	items = make([]store.PushItem, len(wires))
-	for i, w := range wires {
-		path := fmt.Sprintf("items[%d].", i)
-		if w.Queue == nil || *w.Queue == "" {
-			return nil, true, bad("%squeue is required", path)
-		}
-		it := store.PushItem{Queue: *w.Queue, Payload: crypt.Plain(w.Payload)}
-		if w.Payload == nil {
-			it.Payload = crypt.Plain(w.Data)
-		}
-		if w.Partition != nil {
-			it.Partition = *w.Partition
-		}
-		if w.TransactionID != nil {
-			it.TransactionID = *w.TransactionID
-		}
-		if w.TraceID != nil {
-			it.TraceID = *w.TraceID
-		}
-		if err := checkPushItem(it, path); err != nil {
-			return nil, true, err
-		}
-		items[i] = it
+	if !ok {
+		return parsePushFields(body)
 	}
-	return items, true, nil
+	items := make([]store.PushItem, len(wires))
+	for i := range wires {
+		if items[i], err = wires[i].item(fmt.Sprintf("items[%d].", i), [4]bool{}); err != nil {
+			return nil, err
+		}
+	}
+	return items, nil
+}
+
+// parsePushFields reads a push body the typed decode refused, key by key:
+// its keys are matched exactly (encoding/json's struct decoding also takes
+// them in another case), and the first item that is wrong is named.
+func parsePushFields(raw []byte) ([]store.PushItem, error) {
+	body, err := decodeObject(raw)
+	if err != nil {
+		return nil, err
+	}
+	rawItems, ok, err := body.array("items", "")
+	if err != nil || !ok {
+		return nil, bad("items array is required")
+	}
+	if err := tooManyItems(len(rawItems)); err != nil {
+		return nil, err
+	}
+	items := make([]store.PushItem, len(rawItems))
+	for i, raw := range rawItems {
+		if items[i], err = parsePushItem(raw, fmt.Sprintf("items[%d].", i)); err != nil {
+			return nil, err
+		}
+	}
+	return items, nil
 }
 
 // decodePushWires decodes a push body into its items' wire structs: by
 // hand when the body is the common kind (decodePushFast), else with
-// encoding/json; ok is false when the body does not fit the typed shape.
+// encoding/json into the same structs; ok is false when the body does not
+// fit them (a value of another type, items not an array of objects).
 // More items than limits.PushItems is a 413 (the hand-written decoder
 // stops reading there).
 func decodePushWires(body []byte) ([]pushItemWire, bool, error) {
@@ -128,8 +159,8 @@ func tooManyItems(n int) error {
 	return nil
 }
 
-// checkPushItem applies the rules both parsers share: every field within
-// what the database stores (queen/limits).
+// checkPushItem holds an item's fields to what the database stores
+// (queen/limits).
 func checkPushItem(it store.PushItem, path string) error {
 	if err := limits.CheckAll(path, limits.Value{Field: limits.Queue, V: it.Queue}, limits.Value{Field: limits.Partition, V: it.Partition},
 		limits.Value{Field: limits.TransactionID, V: it.TransactionID}, limits.Value{Field: limits.TraceID, V: it.TraceID}); err != nil {
@@ -143,31 +174,7 @@ func (s *Server) parsePush(r *http.Request) ([]store.PushItem, error) {
 	if err != nil {
 		return nil, err
 	}
-	if items, ok, err := parsePushTyped(raw); ok {
-		return items, err
-	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &m); err != nil || m == nil {
-		if err == nil {
-			return nil, bad("Invalid JSON: body must be an object")
-		}
-		return nil, bad("Invalid JSON: %v", err)
-	}
-	body := obj(m)
-	rawItems, ok, err := body.array("items", "")
-	if err != nil || !ok {
-		return nil, bad("items array is required")
-	}
-	if err := tooManyItems(len(rawItems)); err != nil {
-		return nil, err
-	}
-	items := make([]store.PushItem, len(rawItems))
-	for i, raw := range rawItems {
-		if items[i], err = parsePushItem(raw, fmt.Sprintf("items[%d].", i)); err != nil {
-			return nil, err
-		}
-	}
-	return items, nil
+	return parsePushBody(raw)
 }
 
 func (s *Server) push(w http.ResponseWriter, r *http.Request) {
