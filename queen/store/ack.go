@@ -270,8 +270,7 @@ func (s *Store) ackStatement(ctx context.Context, rows []ackRow) ([]AckResult, e
 		p.Groups = append(p.Groups, r.Group)
 		p.Tenants = append(p.Tenants, r.Tenant)
 	}
-	res, err := s.pool.Query(ctx, ackCompletedSQL, p.PartitionIDs, p.TransactionIDs, p.LeaseIDs, p.Groups, p.Tenants,
-		p.Now, p.IgnoreLease, p.LockWait)
+	res, err := s.pool.Query(ctx, text("ack.completed"), argsOf(p)...)
 	if err != nil {
 		return nil, err
 	}
@@ -371,7 +370,9 @@ WITH cursors AS (
 	RETURNING 1
 )`
 
-type ackWriteParams struct {
+// ackCursorsParams is ackCursorsOnlySQL's argument list: the cursor rows a
+// general ack moved, one array element per partition.
+type ackCursorsParams struct {
 	PartitionIDs                       []string
 	Seqs                               []int64
 	IDs                                []string
@@ -381,11 +382,30 @@ type ackWriteParams struct {
 	Acked, Retries, Completed, Batches []int
 	Group                              string
 	Now                                *time.Time
-	DLQ                                struct {
-		MessageIDs, PartitionIDs, Messages []string
-		Retries                            []int
-		CreatedAts                         []time.Time
-	}
+}
+
+// ackDLQParams are the dead-lettered messages ackWriteSQL adds after the
+// cursor rows' arguments.
+type ackDLQParams struct {
+	DLQMessageIDs, DLQPartitionIDs, DLQMessages []string
+	DLQRetries                                  []int
+	DLQCreatedAts                               []time.Time
+}
+
+// ackWriteParams is ackWriteSQL's argument list: the cursors, then the DLQ
+// rows.
+type ackWriteParams struct {
+	ackCursorsParams
+	ackDLQParams
+}
+
+// ackReadParams is ackReadSQL's argument list.
+type ackReadParams struct {
+	PartitionIDs, TransactionIDs []string
+	Group, Tenant                string
+	Now                          *time.Time
+	LeaseIDs                     []string
+	IgnoreLease                  bool
 }
 
 // ackMsg is an acked message as ackReadSQL read it, with the lease rule's
@@ -442,7 +462,7 @@ func (s *Store) ackTx(ctx context.Context, tx pgx.Tx, tenant, group string, item
 	if err := s.readAcks(ctx, tx, tenant, group, b); err != nil {
 		return nil, err
 	}
-	b.w = ackWriteParams{Group: group, Now: s.dbNow()}
+	b.w = ackWriteParams{ackCursorsParams: ackCursorsParams{Group: group, Now: s.dbNow()}}
 	for _, i := range b.order() {
 		b.apply(i)
 	}
@@ -462,12 +482,14 @@ func (s *Store) ackTx(ctx context.Context, tx pgx.Tx, tenant, group string, item
 // readAcks runs ackReadSQL for b's items and fills b's answers (not found,
 // not owned, the names), messages and cursor rows.
 func (s *Store) readAcks(ctx context.Context, tx pgx.Tx, tenant, group string, b *ackBatch) error {
-	pids, txids, leases := make([]string, len(b.items)), make([]string, len(b.items)), make([]string, len(b.items))
+	p := ackReadParams{Group: group, Tenant: tenant, Now: s.dbNow(), IgnoreLease: canary.On("ack-ignores-lease")}
 	for i, it := range b.items {
-		pids[i], txids[i], leases[i] = it.PartitionID, it.TransactionID, it.LeaseID
+		p.PartitionIDs = append(p.PartitionIDs, it.PartitionID)
+		p.TransactionIDs = append(p.TransactionIDs, it.TransactionID)
+		p.LeaseIDs = append(p.LeaseIDs, it.LeaseID)
 		b.out[i] = AckResult{Index: i, TransactionID: it.TransactionID}
 	}
-	rows, err := tx.Query(ctx, ackReadSQL, pids, txids, group, tenant, s.dbNow(), leases, canary.On("ack-ignores-lease"))
+	rows, err := tx.Query(ctx, text("ack.read"), argsOf(p)...)
 	if err != nil {
 		return err
 	}
@@ -628,11 +650,11 @@ func (b *ackBatch) deadLetter(it AckItem, m *ackMsg, st *cursorState, status str
 		}
 	}
 	w := &b.w
-	w.DLQ.MessageIDs = append(w.DLQ.MessageIDs, m.id)
-	w.DLQ.PartitionIDs = append(w.DLQ.PartitionIDs, it.PartitionID)
-	w.DLQ.Messages = append(w.DLQ.Messages, msg)
-	w.DLQ.Retries = append(w.DLQ.Retries, st.retries)
-	w.DLQ.CreatedAts = append(w.DLQ.CreatedAts, m.createdAt)
+	w.DLQMessageIDs = append(w.DLQMessageIDs, m.id)
+	w.DLQPartitionIDs = append(w.DLQPartitionIDs, it.PartitionID)
+	w.DLQMessages = append(w.DLQMessages, msg)
+	w.DLQRetries = append(w.DLQRetries, st.retries)
+	w.DLQCreatedAts = append(w.DLQCreatedAts, m.createdAt)
 }
 
 // write writes back the edited cursor rows and the queued DLQ rows in one
@@ -654,17 +676,14 @@ func (b *ackBatch) write(ctx context.Context, tx pgx.Tx) error {
 		w.Completed = append(w.Completed, st.completed)
 		w.Batches = append(w.Batches, st.batches)
 	}
-	if len(w.PartitionIDs) == 0 && len(w.DLQ.MessageIDs) == 0 {
+	if len(w.PartitionIDs) == 0 && len(w.DLQMessageIDs) == 0 {
 		return nil
 	}
-	args := []any{w.PartitionIDs, w.Seqs, w.IDs, w.CreatedAts, w.Workers, w.Expires,
-		w.Acked, w.Retries, w.Completed, w.Batches, w.Group, w.Now}
-	sql := ackCursorsOnlySQL
-	if len(w.DLQ.MessageIDs) > 0 {
-		sql = ackWriteSQL
-		args = append(args, w.DLQ.MessageIDs, w.DLQ.PartitionIDs, w.DLQ.Messages, w.DLQ.Retries, w.DLQ.CreatedAts)
+	if len(w.DLQMessageIDs) == 0 {
+		_, err := tx.Exec(ctx, text("ack.cursors"), argsOf(w.ackCursorsParams)...)
+		return err
 	}
-	_, err := tx.Exec(ctx, sql, args...)
+	_, err := tx.Exec(ctx, text("ack.write"), argsOf(*w)...)
 	return err
 }
 
@@ -711,11 +730,14 @@ func deref(s *string) string {
 	return *s
 }
 
+// partitionOwnerSQL is the tenant owning a partition.
+const partitionOwnerSQL = `SELECT q.tenant_id::text FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE p.id = $1::uuid`
+
 // canaryOwner is the tenant owning a partition, for the ack-ignores-tenant
 // canary only: acking as the owner whoever asked.
 func (s *Store) canaryOwner(ctx context.Context, pid, asked string) string {
 	var owner string
-	err := s.pool.QueryRow(ctx, `SELECT q.tenant_id::text FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE p.id = $1::uuid`, pid).Scan(&owner)
+	err := s.pool.QueryRow(ctx, partitionOwnerSQL, pid).Scan(&owner)
 	if err != nil {
 		return asked
 	}

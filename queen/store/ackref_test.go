@@ -174,7 +174,7 @@ func (s *Store) refAckTx(ctx context.Context, tx pgx.Tx, tenant, group string, i
 		}
 		return msgs[ia].seq < msgs[ib].seq
 	})
-	w := ackWriteParams{Group: group, Now: s.dbNow()}
+	w := ackWriteParams{ackCursorsParams: ackCursorsParams{Group: group, Now: s.dbNow()}}
 	for _, i := range order {
 		refApplyAck(items[i], msgs[i], states[items[i].PartitionID], now, strict, &out[i], &w)
 	}
@@ -193,13 +193,13 @@ func (s *Store) refAckTx(ctx context.Context, tx pgx.Tx, tenant, group string, i
 		w.Completed = append(w.Completed, st.completed)
 		w.Batches = append(w.Batches, st.batches)
 	}
-	if len(w.PartitionIDs) > 0 || len(w.DLQ.MessageIDs) > 0 {
+	if len(w.PartitionIDs) > 0 || len(w.DLQMessageIDs) > 0 {
 		args := []any{w.PartitionIDs, w.Seqs, w.IDs, w.CreatedAts, w.Workers, w.Expires,
 			w.Acked, w.Retries, w.Completed, w.Batches, w.Group, w.Now}
 		sql := ackCursorsOnlySQL
-		if len(w.DLQ.MessageIDs) > 0 {
+		if len(w.DLQMessageIDs) > 0 {
 			sql = ackWriteSQL
-			args = append(args, w.DLQ.MessageIDs, w.DLQ.PartitionIDs, w.DLQ.Messages, w.DLQ.Retries, w.DLQ.CreatedAts)
+			args = append(args, w.DLQMessageIDs, w.DLQPartitionIDs, w.DLQMessages, w.DLQRetries, w.DLQCreatedAts)
 		}
 		if _, err := tx.Exec(ctx, sql, args...); err != nil {
 			return nil, err
@@ -256,11 +256,11 @@ func refApplyAck(it AckItem, m *ackMsg, st *cursorState, now time.Time, strict b
 					msg = "Moved to DLQ"
 				}
 			}
-			w.DLQ.MessageIDs = append(w.DLQ.MessageIDs, m.id)
-			w.DLQ.PartitionIDs = append(w.DLQ.PartitionIDs, it.PartitionID)
-			w.DLQ.Messages = append(w.DLQ.Messages, msg)
-			w.DLQ.Retries = append(w.DLQ.Retries, st.retries)
-			w.DLQ.CreatedAts = append(w.DLQ.CreatedAts, m.createdAt)
+			w.DLQMessageIDs = append(w.DLQMessageIDs, m.id)
+			w.DLQPartitionIDs = append(w.DLQPartitionIDs, it.PartitionID)
+			w.DLQMessages = append(w.DLQMessages, msg)
+			w.DLQRetries = append(w.DLQRetries, st.retries)
+			w.DLQCreatedAts = append(w.DLQCreatedAts, m.createdAt)
 			res.DLQ = true
 		}
 		st.seq, st.id, st.createdAt = m.seq, m.id, &m.createdAt

@@ -41,6 +41,10 @@ var statements = map[string]statement{
 	"consumers.create":    {createConsumersSQL, createConsumersParams{}},
 	"popMark.set":         {popMarkSetSQL, popMarkParams{}},
 	"txn.lock":            {txnLockSQL, txnLockParams{}},
+	"ack.completed":       {ackCompletedSQL, ackCompletedParams{}},
+	"ack.read":            {ackReadSQL, ackReadParams{}},
+	"ack.cursors":         {ackCursorsOnlySQL, ackCursorsParams{}},
+	"ack.write":           {ackWriteSQL, ackWriteParams{}},
 }
 
 // baseText is the production text of the statement named name. An unknown
