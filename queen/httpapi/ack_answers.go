@@ -134,7 +134,7 @@ func txnResults(results []store.TxnResult) ([]txnOpResult, []store.PushResult) {
 		out[i].txnPushed = &txnPushed{MessageID: res.MessageID, PartitionID: res.PartitionID,
 			QueueName: res.QueueName, Duplicate: res.Duplicate}
 		if !res.Duplicate {
-			pushed = append(pushed, store.PushResult{Status: "queued", QueueName: res.QueueName})
+			pushed = append(pushed, store.PushResult{Status: "queued", QueueName: res.QueueName, PartitionID: res.PartitionID})
 		}
 	}
 	return out, pushed

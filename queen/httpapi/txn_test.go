@@ -3,6 +3,9 @@ package httpapi_test
 import (
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/queen-go/queen/queen/config"
 )
 
 func TestTransactionPushAndAckAtomically(t *testing.T) {
@@ -90,5 +93,38 @@ func TestTransactionFailedAckGoesStraightToDLQ(t *testing.T) {
 	}
 	if d := e.expect(e.do("GET", "/api/v1/dlq", nil), 200).obj(t); d["total"].(float64) != 1 {
 		t.Fatalf("dlq: %v", d)
+	}
+}
+
+// TestTransactionPushWakesAPopPerPartition: a committed transaction wakes,
+// per queue, one parked pop for every partition it pushed into, as a push
+// does. With a periodic re-check longer than the test, only a wake ends a
+// parked pop; before the transaction's pushes carried their partition ids,
+// both counted as one partition and the second pop slept to its timeout.
+func TestTransactionPushWakesAPopPerPartition(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *config.Config) { c.PopWaitInitial, c.PopWaitMax = time.Minute, time.Minute })
+	e.expect(e.do("POST", "/api/v1/configure", map[string]any{"queue": "tw"}), 200)
+	got := make(chan *popped, 2)
+	for range 2 {
+		go func() { got <- e.pop("/api/v1/pop/queue/tw?wait=true&timeout=30000") }()
+	}
+	time.Sleep(500 * time.Millisecond) // both parked
+	items := []any{
+		map[string]any{"queue": "tw", "partition": "a", "payload": 1, "transactionId": "ta"},
+		map[string]any{"queue": "tw", "partition": "b", "payload": 2, "transactionId": "tb"},
+	}
+	body := map[string]any{"operations": []any{map[string]any{"type": "push", "items": items}}}
+	e.expect(e.do("POST", "/api/v1/transaction", body), 200)
+	deadline := time.After(10 * time.Second)
+	for range 2 {
+		select {
+		case p := <-got:
+			if p == nil {
+				t.Fatal("a woken pop found nothing")
+			}
+		case <-deadline:
+			t.Fatal("a pop parked on a partition the transaction pushed into was not woken")
+		}
 	}
 }
