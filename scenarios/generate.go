@@ -140,6 +140,14 @@ func Generate(seed uint64) *Scenario {
 	addLateExtendsAndSecondSpool(s, seed)
 	addQueueOptions(s, seed, p)
 	addLateGroups(s, seed, p)
+	// A share of the workload's pops go through the broker's consumer
+	// directly, not HTTP, and are judged alike. Drawn after every other
+	// draw, so all else a seed generates stays as it was; plain rows always
+	// have some (the matrix's consume=direct x queue=plain).
+	s.Weights.DirectPct = []int{0, 20, 40}[rng.IntN(3)]
+	if p.queue == "plain" {
+		s.Weights.DirectPct = max(s.Weights.DirectPct, 20)
+	}
 	delete(fired, "broker.start")
 	for _, k := range []string{"pg.refuse", "pg.blackhole", "pg.reset", "broker.crash", "clock.skew", "spool.eio", "spool.enospc", "spool.torn",
 		"spool.poison", "spool.quarantined", "pg.readonly", "spool.corrupted"} {
