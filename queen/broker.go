@@ -30,6 +30,7 @@ import (
 	"github.com/queen-go/queen/queen/clock"
 	"github.com/queen-go/queen/queen/config"
 	"github.com/queen-go/queen/queen/connlimit"
+	"github.com/queen-go/queen/queen/consume"
 	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/dbprobe"
 	"github.com/queen-go/queen/queen/httpapi"
@@ -531,6 +532,11 @@ func (b *Broker) Addr() string { return b.listener.Addr().String() }
 
 // Handler is the broker's HTTP handler, for in-process callers.
 func (b *Broker) Handler() http.Handler { return b.handler }
+
+// Consumer runs the broker's pops, the one its pop routes use (one waker
+// and one drain for both), for callers that pop without HTTP: the
+// simulator.
+func (b *Broker) Consumer() *consume.Consumer { return b.api.Consumer() }
 
 // Store exposes the store, for the simulator's final reads.
 func (b *Broker) Store() *store.Store { return b.store }

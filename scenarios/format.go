@@ -277,6 +277,8 @@ func (s *Scenario) parseWorkload(f []string) error {
 			w.LeaveAutoAckPct = n
 		case "lateextend":
 			w.LateExtendPct = n
+		case "direct":
+			w.DirectPct = n
 		case "timer":
 			w.Timer = n
 		case "kv":
@@ -411,7 +413,7 @@ func printWorkload(b *strings.Builder, s *Scenario) {
 		n         int
 	}{{"hot", "%", w8.HotPct}, {"foreign", "", w8.Foreign}, {"leave", "", w8.Leave}, {"early", "%", w8.EarlyPct}, {"leaveack", "%", w8.LeaveAutoAckPct}, {"poll", "%", w8.PollPct},
 		{"burst", "%", w8.BurstPct}, {"timer", "", w8.Timer}, {"stream", "", w8.Stream}, {"kv", "", w8.KV},
-		{"lateextend", "%", w8.LateExtendPct}} {
+		{"lateextend", "%", w8.LateExtendPct}, {"direct", "%", w8.DirectPct}} {
 		if o.n > 0 {
 			fmt.Fprintf(b, " %s=%d%s", o.key, o.n, o.unit)
 		}

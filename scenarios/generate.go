@@ -40,6 +40,14 @@ func Generate(seed uint64) *Scenario {
 	addLateExtendsAndSecondSpool(s, seed)
 	addQueueOptions(s, seed, p)
 	addLateGroups(s, seed, p)
+	// A share of the workload's pops go through the broker's consumer
+	// directly, not HTTP, and are judged alike. Drawn after every other
+	// draw, so all else a seed generates stays as it was; plain rows always
+	// have some (the matrix's consume=direct x queue=plain).
+	s.Weights.DirectPct = []int{0, 20, 40}[rng.IntN(3)]
+	if p.queue == "plain" {
+		s.Weights.DirectPct = max(s.Weights.DirectPct, 20)
+	}
 	expectFired(s, fired)
 	return s
 }
@@ -241,6 +249,10 @@ func GenerateFree(seed uint64) *Scenario {
 	// timing.
 	addHostileFreeFaults(s, seed, at)
 	addLeaderCuts(s, seed)
+	// A share of the pops, long polls among them, go through the brokers'
+	// consumers directly, racing the HTTP ones on one waker (drawn after
+	// every other draw, so all else a seed generates stays as it was).
+	s.Weights.DirectPct = []int{0, 20, 40}[rng.IntN(3)]
 	s.Expect = []string{"leader-passes", "no-loss", "no-double-delivery", "fifo", "dedup", "tenant", "answers", "redelivery", "timers", "kv", "stream", "edges", "sealed", "quarantine", "timer-claims", "lost-wake", "recreate",
 		"spool-corrupt", "row-lock"}
 	return s

@@ -25,6 +25,7 @@ import (
 	"github.com/queen-go/queen/queen"
 	"github.com/queen-go/queen/queen/clock"
 	"github.com/queen-go/queen/queen/config"
+	"github.com/queen-go/queen/queen/consume"
 	"github.com/queen-go/queen/queen/httpapi"
 	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/spool"
@@ -106,8 +107,11 @@ type node struct {
 	spoolDir string
 	// stall holds this broker's sweeper between a claim and its fire
 	// (sweeper.stall), in ns.
-	stall    atomic.Int64
-	broker   *queen.Broker
+	stall  atomic.Int64
+	broker *queen.Broker
+	// cfg is the configuration broker was started with (the pop route's
+	// defaults, which a direct pop builds its request from).
+	cfg      config.Config
 	skew     time.Duration
 	up       bool
 	restarts int
@@ -283,7 +287,7 @@ func (c *Cluster) Start(ctx context.Context, i int) error {
 		return fmt.Errorf("broker %d: %w", i, err)
 	}
 	c.mu.Lock()
-	n.broker, n.up = b, true
+	n.broker, n.cfg, n.up = b, cfg, true
 	n.restarts++
 	c.mu.Unlock()
 	return nil
@@ -384,6 +388,17 @@ func (c *Cluster) running(i int) *queen.Broker {
 		return n.broker
 	}
 	return nil
+}
+
+// Consumer is broker i's pop runner, the one its pop routes use, and the
+// configuration it was started with; ok is false while it is down.
+func (c *Cluster) Consumer(i int) (cons *consume.Consumer, cfg config.Config, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n := c.nodes[i]; n.up {
+		return n.broker.Consumer(), n.cfg, true
+	}
+	return nil, cfg, false
 }
 
 // Up reports whether broker i is running.

@@ -33,7 +33,9 @@ import (
 //     subscriptionMode new or subscriptionFrom), seek (delivered after its
 //     group's cursor was moved by a seek), autoack, extend-early and
 //     extend-late (an extend of its lease answered, before or after the
-//     lease ended), long-poll, leave (a pop whose client left mid-claim);
+//     lease ended), long-poll, leave (a pop whose client left mid-claim),
+//     direct (a pop driven through the broker's consume.Consumer, not
+//     HTTP);
 //   - edge: an input at or past a limit of queen/limits sent on a route
 //     and answered: edge=<route>:<at|past>;
 //   - fault: a write path or a pop invoked while a fault was active:
@@ -277,6 +279,9 @@ func consumeModes(in Event, sought bool) []string {
 	}
 	if in.Status == "autoack" {
 		modes = append(modes, "autoack")
+	}
+	if in.Direct {
+		modes = append(modes, "direct")
 	}
 	return modes
 }

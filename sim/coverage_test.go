@@ -53,3 +53,22 @@ func cellNames(c sim.Coverage) []string {
 	slices.Sort(out)
 	return out
 }
+
+// A pop driven through the broker's consumer (Direct on its invoke) adds
+// consume=direct beside its own mode; an HTTP pop does not.
+func TestCoverCountsDirectPops(t *testing.T) {
+	m := sim.Msg{Tenant: "t1", Queue: "q", Partition: "p0", Txid: "a", Lease: "L1"}
+	h := []sim.Event{
+		{Kind: sim.KInvoke, Call: 1, Op: "push", VT: 10, Tenant: "t1", Queue: "q", Partition: "p0", Txid: "a"},
+		{Kind: sim.KOK, Call: 1, Op: "push", VT: 11, Code: 201, Status: "queued"},
+		{Kind: sim.KInvoke, Call: 2, Op: "pop", VT: 40, Tenant: "t1", Queue: "q", LeaseSecs: 5, Direct: true},
+		{Kind: sim.KOK, Call: 2, Op: "pop", VT: 41, Code: 200, Msgs: []sim.Msg{m}},
+	}
+	if cov := sim.Cover(h); cov["consume=direct x queue=plain"] == 0 || cov["consume=queue-mode x queue=plain"] == 0 {
+		t.Errorf("direct queue-mode pop: got %v", cellNames(cov))
+	}
+	h[2].Direct = false
+	if cov := sim.Cover(h); cov["consume=direct x queue=plain"] != 0 {
+		t.Errorf("HTTP pop counted as direct: got %v", cellNames(cov))
+	}
+}

@@ -75,6 +75,10 @@ type Event struct {
 	// Foreign marks an ack or extend sent under another tenant than the
 	// lease's: it must not succeed, and it counts for nothing else.
 	Foreign bool `json:"foreign,omitempty"`
+	// Direct marks a pop that went through its broker's consume.Consumer
+	// rather than HTTP (Weights.DirectPct): recorded and judged as an HTTP
+	// pop is, its answer's status the one the pop route would have given.
+	Direct bool `json:"direct,omitempty"`
 
 	// Late subscriptions (subs.go): SubMode is the subscriptionMode a
 	// late group's pop sends ("new", or "from" for subscriptionFrom), and

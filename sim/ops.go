@@ -109,10 +109,7 @@ func (a *actor) pop(ctx context.Context, c, b int, tenant string, q QueueSpec, g
 	if autoAck {
 		status = "autoack"
 	}
-	grp := g
-	if g == QueueMode {
-		grp = ""
-	}
+	grp := wireGroup(g)
 	call := a.hist.Invoke(Event{Op: "pop", Client: c, Broker: b, VT: a.vt(), Tenant: tenant, Queue: q.Name, Group: grp, LeaseSecs: q.LeaseSecs, Status: status})
 	v := url.Values{"batch": {strconv.Itoa(batch)}}
 	if grp != "" {
@@ -188,32 +185,50 @@ func (a *actor) finishPop(call, b, code int, raw []byte, err error, tenant strin
 			e.Bad = fmt.Sprintf("pop answered %d with %q", code, clip(raw))
 			return
 		}
-		h = &held{tenant: tenant, q: q.Name, g: grp, lease: res.LeaseID, until: a.vt() + int64(q.LeaseSecs)*1000}
-		for _, m := range res.Messages {
-			msg := Msg{Tenant: tenant, Queue: q.Name, Partition: m.Partition, Txid: m.TransactionID, Lease: m.LeaseID, PID: m.PartitionID, ID: m.ID,
-				Data: deliveredAs(m.TransactionID, m.Data)}
-			e.Msgs = append(e.Msgs, msg)
-			msg.Data = nil
-			h.msgs = append(h.msgs, msg)
-		}
-		if autoAck || len(h.msgs) == 0 {
-			h = nil
-		}
+		h = a.delivered(e, res, tenant, q, grp, autoAck)
 	})
+	return h
+}
+
+// delivered records a pop's delivery on its completion e and returns the
+// batch the client now holds (none for autoAck).
+func (a *actor) delivered(e *Event, res popAnswer, tenant string, q QueueSpec, grp string, autoAck bool) *held {
+	h := &held{tenant: tenant, q: q.Name, g: grp, lease: res.LeaseID, until: a.vt() + int64(q.LeaseSecs)*1000}
+	for _, m := range res.Messages {
+		msg := Msg{Tenant: tenant, Queue: q.Name, Partition: m.Partition, Txid: m.TransactionID, Lease: m.LeaseID, PID: m.PartitionID, ID: m.ID,
+			Data: deliveredAs(m.TransactionID, m.Data)}
+		e.Msgs = append(e.Msgs, msg)
+		msg.Data = nil
+		h.msgs = append(h.msgs, msg)
+	}
+	if autoAck || len(h.msgs) == 0 {
+		return nil
+	}
 	return h
 }
 
 // popAnswer is a pop's 200 answer, as the simulator reads it.
 type popAnswer struct {
-	LeaseID  string `json:"leaseId"`
-	Messages []struct {
-		ID            string          `json:"id"`
-		Data          json.RawMessage `json:"data"`
-		TransactionID string          `json:"transactionId"`
-		Partition     string          `json:"partition"`
-		PartitionID   string          `json:"partitionId"`
-		LeaseID       string          `json:"leaseId"`
-	} `json:"messages"`
+	LeaseID  string       `json:"leaseId"`
+	Messages []popMessage `json:"messages"`
+}
+
+// popMessage is one message of a pop's answer.
+type popMessage struct {
+	ID            string          `json:"id"`
+	Data          json.RawMessage `json:"data"`
+	TransactionID string          `json:"transactionId"`
+	Partition     string          `json:"partition"`
+	PartitionID   string          `json:"partitionId"`
+	LeaseID       string          `json:"leaseId"`
+}
+
+// wireGroup is the consumerGroup a pop of g sends ("" in queue mode).
+func wireGroup(g string) string {
+	if g == QueueMode {
+		return ""
+	}
+	return g
 }
 
 // foreign sends an ack of h's messages (or an extend of its lease) under

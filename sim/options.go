@@ -81,6 +81,11 @@ type Weights struct {
 	// second past its expiry while still held, and right after the ack
 	// that let them go. Every such extend must be refused (late-extend).
 	LateExtendPct int
+	// DirectPct is the percentage of workload pops that go through their
+	// broker's consume.Consumer directly rather than over HTTP (chosen
+	// by a counter of the client's pops mixed with the seed, not the
+	// workload's stream), recorded and judged as HTTP pops are.
+	DirectPct int
 }
 
 // DefaultWeights is the workload mix when a scenario names none.

@@ -84,6 +84,8 @@ type client struct {
 	kv     []kvRef
 	// streams are source batches popped and not yet committed.
 	streams []*streamBatch
+	// pops counts its workload pops, for directPop.
+	pops int
 	// extraOps counts the requests of its last step beyond the first (a
 	// burst's), so a burst spends the workload's ops, not adds to them.
 	extraOps int
@@ -511,7 +513,11 @@ func (r *runner) step(rng *rand.Rand, c *client) {
 			// wakes it, through the mesh when it was made elsewhere.
 			waitMS = 100 + pick(400)
 		}
-		h := r.act.pop(r.ctx, c.id, b, tenant, q, g, batch, autoAck, waitMS)
+		pop := r.act.pop
+		if r.directPop(c) {
+			pop = r.act.popDirect
+		}
+		h := pop(r.ctx, c.id, b, tenant, q, g, batch, autoAck, waitMS)
 		switch {
 		case h != nil && w.HotPct > 0:
 			r.edgeTxnAfterPop(c, b, h)
@@ -578,6 +584,20 @@ func (r *runner) leaveAutoAck(g string) bool {
 	}
 	r.leaves++
 	return mix64(r.o.Seed^uint64(r.leaves)*0x9e3779b97f4a7c15)%100 < uint64(r.o.Weights.LeaveAutoAckPct)
+}
+
+// directPop decides whether a workload pop of c goes through its broker's
+// consume.Consumer rather than HTTP (Weights.DirectPct). A counter of c's
+// pops mixed with the seed and c decides, not the workload's stream: seeds
+// without it draw exactly what they drew before, and a seed with it runs
+// the same workload, only some pops the other way.
+func (r *runner) directPop(c *client) bool {
+	if r.o.Weights.DirectPct == 0 {
+		return false
+	}
+	c.pops++
+	x := r.o.Seed ^ uint64(c.id)<<48 ^ uint64(c.pops)*0x9e3779b97f4a7c15
+	return mix64(x^0xd1ec7)%100 < uint64(r.o.Weights.DirectPct)
 }
 
 // mix64 scrambles x (splitmix64's finalizer).

@@ -217,6 +217,10 @@ func (alone) QueueChanged(string, string, bool)         {}
 // commits (or spools) and answers.
 func (s *Server) Drain() { s.drainOnce.Do(func() { close(s.draining) }) }
 
+// Consumer runs this server's pops; callers that pop without HTTP (the
+// simulator) share its waker and drain through it.
+func (s *Server) Consumer() *consume.Consumer { return s.consumer }
+
 // route is one entry of the route table: its pattern, the access level
 // it needs (declared here, never derived from the path), and its handler.
 type route struct {
