@@ -200,7 +200,7 @@ func (s *Store) ackCompleted(ctx context.Context, tenant, group string, items []
 	for i, it := range items {
 		rows[i] = ackRow{AckItem: it, Tenant: tenant, Group: group}
 	}
-	out, err := s.acks.do(ctx, rows)
+	out, err := s.acks.Do(ctx, rows)
 	if err != nil {
 		return nil, err
 	}
@@ -210,39 +210,36 @@ func (s *Store) ackCompleted(ctx context.Context, tenant, group string, items []
 	return out, nil
 }
 
-// ackCombined is the ack combiner's statement: every call's completions in
-// one ackCompletedSQL. Calls that would repeat an item of another (a
-// client's retried ack), and every call after a permanent error, run alone.
-func (s *Store) ackCombined(ctx context.Context, batch []*combined[ackRow, AckResult]) {
-	statement := func(rows []ackRow) ([]AckResult, error) {
-		var out []AckResult
-		err := s.retryContention(ctx, false, func(ctx context.Context) (err error) {
-			out, err = s.ackStatement(ctx, rows)
-			return err
-		})
-		return out, err
-	}
+// ackCombined is the ack combiner's joint statement: the completions of
+// one or more calls in one ackCompletedSQL.
+func (s *Store) ackCombined(ctx context.Context, rows []ackRow) ([]AckResult, error) {
+	var out []AckResult
+	err := s.retryContention(ctx, false, func(ctx context.Context) (err error) {
+		out, err = s.ackStatement(ctx, rows)
+		return err
+	})
+	return out, err
+}
+
+// ackRepeats keeps apart from the joint statement the calls that would
+// repeat an item of an earlier call (a client's retried ack): no
+// (partition, transactionId, group) may appear twice in ackCompletedSQL.
+func ackRepeats(calls [][]ackRow) []bool {
 	type key struct{ pid, txid, group string }
 	seen := map[key]bool{}
-	var joint, repeats []*combined[ackRow, AckResult]
-	for _, b := range batch {
-		repeated := false
-		for _, r := range b.rows {
-			repeated = repeated || seen[key{r.PartitionID, r.TransactionID, r.Group}]
+	apart := make([]bool, len(calls))
+	for i, rows := range calls {
+		for _, r := range rows {
+			apart[i] = apart[i] || seen[key{r.PartitionID, r.TransactionID, r.Group}]
 		}
-		if repeated {
-			repeats = append(repeats, b)
+		if apart[i] {
 			continue
 		}
-		for _, r := range b.rows {
+		for _, r := range rows {
 			seen[key{r.PartitionID, r.TransactionID, r.Group}] = true
 		}
-		joint = append(joint, b)
 	}
-	runJoint(joint, statement, "ack-combiner-swaps")
-	for _, b := range repeats {
-		runCall(b, statement)
-	}
+	return apart
 }
 
 // ackAlone is the ack combiner's alone: one call's completions, tried again

@@ -238,7 +238,7 @@ func (s *Store) pushSome(ctx context.Context, tenant string, items []PushItem, t
 	if err != nil {
 		return todo, err
 	}
-	res, err := s.pushes.do(ctx, rows)
+	res, err := s.pushes.Do(ctx, rows)
 	if err != nil {
 		return todo, err
 	}

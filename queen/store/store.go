@@ -6,7 +6,7 @@
 // struct and the invariant it protects beside it): appendSQL for a push,
 // popSQL for a pop (popOneSQL when it claims one partition), ackCompletedSQL for a batch of completions; a general
 // ack batch or a transaction is a fixed, small number of statements.
-// Concurrent pushes are combined into shared statements (combiner), and
+// Concurrent pushes are combined into shared statements (queen/combine), and
 // names resolve to ids through a process cache (cache).
 //
 // Correctness time is PostgreSQL's: every statement computes
@@ -33,6 +33,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/queen-go/queen/queen/clock"
+	"github.com/queen-go/queen/queen/combine"
 	"github.com/queen-go/queen/queen/crypt"
 
 	"github.com/queen-go/queen/queen/config"
@@ -99,8 +100,8 @@ type Store struct {
 	ids       *ids.Source
 	txTimeout time.Duration
 	cache     *cache
-	pushes    *combiner[appendRow, appendOut]
-	acks      *combiner[ackRow, AckResult]
+	pushes    *combine.Combiner[appendRow, appendOut]
+	acks      *combine.Combiner[ackRow, AckResult]
 	cipher    *crypt.Cipher
 	marks     *watermarkThrottle
 	popMarks  *popMarkThrottle
@@ -136,10 +137,12 @@ func New(pool *pgxpool.Pool, o Options) *Store {
 		marks: &watermarkThrottle{clock: o.Clock, last: map[[3]string]time.Time{}}, log: o.Log,
 		popMarks: newPopMarkThrottle(o.Clock, o.PopMarkEvery), subChecks: newPopMarkThrottle(o.Clock, o.PopMarkEvery),
 		readOnly: o.ReadOnly}
-	s.pushes = &combiner[appendRow, appendOut]{run: s.appendCombined, alone: s.appendAlone,
-		key: func(r appendRow) string { return r.pid }, maxInFlight: o.PushStatements, maxRows: o.PushBatchRows}
-	s.acks = &combiner[ackRow, AckResult]{run: s.ackCombined, alone: s.ackAlone, key: ackKey,
-		maxInFlight: o.AckStatements, maxRows: o.PushBatchRows}
+	s.pushes = combine.New(combine.Options[appendRow, appendOut]{Joint: s.appendCombined, Alone: s.appendAlone,
+		Key: func(r appendRow) string { return r.pid }, MaxInFlight: o.PushStatements, MaxRows: o.PushBatchRows,
+		SwapCanary: "combiner-swaps", Permanent: permanent, LockTimedOut: lockTimedOut})
+	s.acks = combine.New(combine.Options[ackRow, AckResult]{Joint: s.ackCombined, Alone: s.ackAlone, Key: ackKey,
+		Apart: ackRepeats, MaxInFlight: o.AckStatements, MaxRows: o.PushBatchRows,
+		SwapCanary: "ack-combiner-swaps", Permanent: permanent, LockTimedOut: lockTimedOut})
 	return s
 }
 
