@@ -1,6 +1,8 @@
 package queen_test
 
 import (
+	"go/parser"
+	"go/token"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -46,5 +48,42 @@ func TestSeamsAreRespected(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestImportArrowsPointOneWay pins who may import whom among the statement
+// and policy packages: queen/store holds statements only and imports none of
+// the packages that decide policy over them; queen/combine knows no
+// statements and imports nothing of queen but canary and admission.
+func TestImportArrowsPointOneWay(t *testing.T) {
+	const mod = "github.com/queen-go/queen/queen/"
+	rules := map[string]func(imp string) bool{
+		"store": func(imp string) bool {
+			return !strings.HasPrefix(imp, mod+"pushpath") && !strings.HasPrefix(imp, mod+"consume") &&
+				!strings.HasPrefix(imp, mod+"httpapi")
+		},
+		"combine": func(imp string) bool {
+			return !strings.HasPrefix(imp, mod) || imp == mod+"canary" || imp == mod+"admission"
+		},
+	}
+	for dir, allowed := range rules {
+		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		if err != nil || len(files) == 0 {
+			t.Fatalf("no Go files in %s: %v", dir, err)
+		}
+		for _, f := range files {
+			if strings.HasSuffix(f, "_test.go") {
+				continue
+			}
+			parsed, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.ImportsOnly)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, imp := range parsed.Imports {
+				if path := strings.Trim(imp.Path.Value, `"`); !allowed(path) {
+					t.Errorf("%s imports %s", f, path)
+				}
+			}
+		}
 	}
 }
