@@ -214,7 +214,7 @@ func (s *Store) ackCompleted(ctx context.Context, tenant, group string, items []
 // one or more calls in one ackCompletedSQL.
 func (s *Store) ackCombined(ctx context.Context, rows []ackRow) ([]AckResult, error) {
 	var out []AckResult
-	err := s.retryContention(ctx, false, func(ctx context.Context) (err error) {
+	err := s.retry.Run(ctx, false, func(ctx context.Context) (err error) {
 		out, err = s.ackStatement(ctx, rows)
 		return err
 	})
@@ -246,7 +246,7 @@ func ackRepeats(calls [][]ackRow) []bool {
 // while a cursor lock keeps them out, until the call's bound.
 func (s *Store) ackAlone(ctx context.Context, rows []ackRow) ([]AckResult, error) {
 	var out []AckResult
-	err := s.retryContention(ctx, true, func(ctx context.Context) (err error) {
+	err := s.retry.Run(ctx, true, func(ctx context.Context) (err error) {
 		out, err = s.ackStatement(ctx, rows)
 		return err
 	})
@@ -259,7 +259,7 @@ func ackKey(r ackRow) string { return r.PartitionID + "/" + r.Group }
 // ackStatement runs ackCompletedSQL over rows and answers one result per
 // row, in order.
 func (s *Store) ackStatement(ctx context.Context, rows []ackRow) ([]AckResult, error) {
-	p := ackCompletedParams{Now: s.dbNow(), IgnoreLease: canary.On("ack-ignores-lease"), LockWait: lockWait()}
+	p := ackCompletedParams{Now: s.dbNow(), IgnoreLease: canary.On("ack-ignores-lease"), LockWait: LockWait()}
 	for _, r := range rows {
 		p.PartitionIDs = append(p.PartitionIDs, r.PartitionID)
 		p.TransactionIDs = append(p.TransactionIDs, r.TransactionID)

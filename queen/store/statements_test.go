@@ -2,7 +2,6 @@ package store_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -10,7 +9,6 @@ import (
 	"time"
 
 	"github.com/queen-go/queen/queen/clock"
-	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/store/storetest"
@@ -233,77 +231,6 @@ func TestRetentionClearsABacklogInOnePass(t *testing.T) {
 	res, err := s.RetentionPass(ctx, 100)
 	if err != nil || res.Expired != 2500 {
 		t.Fatalf("one pass: %+v %v", res, err)
-	}
-}
-
-// Concurrent pushes are combined into shared statements, and each still
-// gets exact answers: every transactionId is queued once, a repeat is a
-// duplicate carrying the stored id, and a request PostgreSQL refuses fails
-// alone.
-func TestCombinedPushesAnswerEachRequestExactly(t *testing.T) {
-	t.Parallel()
-	s, _ := timedStore(t, store.Options{PushStatements: 1})
-	ctx := context.Background()
-	const workers, each = 24, 20
-	type answer struct{ status, id string }
-	var mu sync.Mutex
-	got := map[string][]answer{}
-	var wg sync.WaitGroup
-	errs := make(chan error, workers*each)
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < each; i++ {
-				txid := fmt.Sprint("t", (w*each+i)%(workers*each/2)) // every txid pushed twice
-				items := []store.PushItem{{Queue: "comb", Partition: fmt.Sprint("p", i%3), TransactionID: txid}}
-				if w == 0 && i == 5 {
-					// jsonb refuses \u0000: a permanent error for this request only.
-					items = append(items, store.PushItem{Queue: "comb", TransactionID: "poison",
-						Payload: crypt.Plain(json.RawMessage(`{"s":"\u0000"}`))})
-				}
-				res, err := s.Push(ctx, tenant, items, "")
-				if w == 0 && i == 5 {
-					if err == nil {
-						errs <- fmt.Errorf("poison push succeeded: %+v", res)
-					}
-					continue
-				}
-				if err != nil {
-					errs <- err
-					continue
-				}
-				mu.Lock()
-				got[txid] = append(got[txid], answer{res[0].Status, res[0].MessageID})
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
-	for txid, as := range got {
-		queued := 0
-		for _, a := range as {
-			if a.status == "queued" {
-				queued++
-			}
-			if a.id != as[0].id {
-				t.Errorf("%s: answers name different messages: %+v", txid, as)
-			}
-		}
-		if queued > 1 {
-			t.Errorf("%s: queued %d times", txid, queued)
-		}
-	}
-	var rows, poison int
-	if err := s.Pool().QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE transaction_id = 'poison') FROM queen.messages`).Scan(&rows, &poison); err != nil {
-		t.Fatal(err)
-	}
-	if rows != len(got) || poison != 0 {
-		t.Fatalf("stored %d rows (%d poison) for %d transactionIds", rows, poison, len(got))
 	}
 }
 

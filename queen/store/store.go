@@ -6,8 +6,11 @@
 // struct and the invariant it protects beside it): appendSQL for a push,
 // popSQL for a pop (popOneSQL when it claims one partition), ackCompletedSQL for a batch of completions; a general
 // ack batch or a transaction is a fixed, small number of statements.
-// Concurrent pushes are combined into shared statements (queen/combine), and
-// names resolve to ids through a process cache (cache).
+// Pushes reach it as rows (PushRows) and one append statement (AppendRows):
+// combining concurrent pushes and retrying them is queen/pushpath's, over
+// queen/combine. Concurrent completions are still combined here (the ack
+// combiner, also over queen/combine). Names resolve to ids through a
+// process cache (cache).
 //
 // Correctness time is PostgreSQL's: every statement computes
 // coalesce($now, now()) inline and decides lease expiry, delays and windows
@@ -65,12 +68,9 @@ type Options struct {
 	// CacheTTL bounds how long a cached name -> id entry is trusted
 	// (QUEEN_CACHE_REFRESH_INTERVAL_MS). Zero means 60 s.
 	CacheTTL time.Duration
-	// PushStatements is how many combined push statements may be in flight
-	// at once; pushes arriving while they run wait and go together in the
-	// next one. Zero means 4.
-	PushStatements int
-	// PushBatchRows caps the rows of one combined push statement. Zero
-	// means 1000.
+	// PushBatchRows caps the rows of one combined completion (ack)
+	// statement (QUEEN_PUSH_BATCH_ROWS, which caps a combined push's too:
+	// pushpath.Options). Zero means 1000.
 	PushBatchRows int
 	// AckStatements is how many combined completion statements may be in
 	// flight at once; acks of completions arriving while they run wait and
@@ -100,8 +100,8 @@ type Store struct {
 	ids       *ids.Source
 	txTimeout time.Duration
 	cache     *cache
-	pushes    *combine.Combiner[appendRow, appendOut]
 	acks      *combine.Combiner[ackRow, AckResult]
+	retry     combine.Retry
 	cipher    *crypt.Cipher
 	marks     *watermarkThrottle
 	popMarks  *popMarkThrottle
@@ -124,9 +124,6 @@ func New(pool *pgxpool.Pool, o Options) *Store {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	if o.PushStatements <= 0 {
-		o.PushStatements = 4
-	}
 	if o.PushBatchRows <= 0 {
 		o.PushBatchRows = 1000
 	}
@@ -137,12 +134,10 @@ func New(pool *pgxpool.Pool, o Options) *Store {
 		marks: &watermarkThrottle{clock: o.Clock, last: map[[3]string]time.Time{}}, log: o.Log,
 		popMarks: newPopMarkThrottle(o.Clock, o.PopMarkEvery), subChecks: newPopMarkThrottle(o.Clock, o.PopMarkEvery),
 		readOnly: o.ReadOnly}
-	s.pushes = combine.New(combine.Options[appendRow, appendOut]{Joint: s.appendCombined, Alone: s.appendAlone,
-		Key: func(r appendRow) string { return r.pid }, MaxInFlight: o.PushStatements, MaxRows: o.PushBatchRows,
-		SwapCanary: "combiner-swaps", Permanent: permanent, LockTimedOut: lockTimedOut})
+	s.retry = s.newRetry()
 	s.acks = combine.New(combine.Options[ackRow, AckResult]{Joint: s.ackCombined, Alone: s.ackAlone, Key: ackKey,
 		Apart: ackRepeats, MaxInFlight: o.AckStatements, MaxRows: o.PushBatchRows,
-		SwapCanary: "ack-combiner-swaps", Permanent: permanent, LockTimedOut: lockTimedOut})
+		SwapCanary: "ack-combiner-swaps", Permanent: IsPermanent, LockTimedOut: LockTimedOut})
 	return s
 }
 
