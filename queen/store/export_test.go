@@ -107,3 +107,31 @@ func (s *Store) Push(ctx context.Context, tenant string, items []PushItem, produ
 	}
 	return out, nil
 }
+
+// Ack is the store tests' way to acknowledge: what queen/consume's Ack does
+// for one caller (its statements), without the combiner; the combining and
+// its retries are consume's, and tested there.
+func (s *Store) Ack(ctx context.Context, tenant, group string, items []AckItem) ([]AckResult, error) {
+	tenant, group = s.AckScope(ctx, tenant, group, items)
+	ctx, cancel := s.Bound(ctx)
+	defer cancel()
+	if !AllCompletedAndDistinct(items) {
+		return s.AckInTx(ctx, tenant, group, items)
+	}
+	rows := make([]AckRow, len(items))
+	for i, it := range items {
+		rows[i] = AckRow{AckItem: it, Tenant: tenant, Group: group}
+	}
+	var out []AckResult
+	err := s.retry.Run(ctx, false, func(ctx context.Context) (err error) {
+		out, err = s.AckCompletions(ctx, rows)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		out[i].Index = i
+	}
+	return out, nil
+}

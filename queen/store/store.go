@@ -6,11 +6,10 @@
 // struct and the invariant it protects beside it): appendSQL for a push,
 // popSQL for a pop (popOneSQL when it claims one partition), ackCompletedSQL for a batch of completions; a general
 // ack batch or a transaction is a fixed, small number of statements.
-// Pushes reach it as rows (PushRows) and one append statement (AppendRows):
-// combining concurrent pushes and retrying them is queen/pushpath's, over
-// queen/combine. Concurrent completions are still combined here (the ack
-// combiner, also over queen/combine). Names resolve to ids through a
-// process cache (cache).
+// Pushes reach it as rows (PushRows) and one append statement (AppendRows),
+// completions as one ackCompletedSQL (AckCompletions): combining concurrent
+// calls and retrying them is queen/pushpath's and queen/consume's, over
+// queen/combine. Names resolve to ids through a process cache (cache).
 //
 // Correctness time is PostgreSQL's: every statement computes
 // coalesce($now, now()) inline and decides lease expiry, delays and windows
@@ -68,15 +67,6 @@ type Options struct {
 	// CacheTTL bounds how long a cached name -> id entry is trusted
 	// (QUEEN_CACHE_REFRESH_INTERVAL_MS). Zero means 60 s.
 	CacheTTL time.Duration
-	// PushBatchRows caps the rows of one combined completion (ack)
-	// statement (QUEEN_PUSH_BATCH_ROWS, which caps a combined push's too:
-	// pushpath.Options). Zero means 1000.
-	PushBatchRows int
-	// AckStatements is how many combined completion statements may be in
-	// flight at once; acks of completions arriving while they run wait and
-	// go together in the next one (up to PushBatchRows items). Zero means
-	// 4.
-	AckStatements int
 	// PopMarkEvery is how seldom this store tries to mark one (queue,
 	// group) fully consumed after an empty wildcard pop (popmarks.go): a
 	// queue whose pushes clear its mark at once is not marked again on
@@ -100,7 +90,6 @@ type Store struct {
 	ids       *ids.Source
 	txTimeout time.Duration
 	cache     *cache
-	acks      *combine.Combiner[ackRow, AckResult]
 	retry     combine.Retry
 	cipher    *crypt.Cipher
 	marks     *watermarkThrottle
@@ -124,20 +113,11 @@ func New(pool *pgxpool.Pool, o Options) *Store {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	if o.PushBatchRows <= 0 {
-		o.PushBatchRows = 1000
-	}
-	if o.AckStatements <= 0 {
-		o.AckStatements = 4
-	}
 	s := &Store{pool: pool, dbNow: o.DBNow, ids: o.IDs, txTimeout: o.TxTimeout, cache: newCache(o.Clock, o.CacheTTL), cipher: o.Cipher,
 		marks: &watermarkThrottle{clock: o.Clock, last: map[[3]string]time.Time{}}, log: o.Log,
 		popMarks: newPopMarkThrottle(o.Clock, o.PopMarkEvery), subChecks: newPopMarkThrottle(o.Clock, o.PopMarkEvery),
 		readOnly: o.ReadOnly}
 	s.retry = s.newRetry()
-	s.acks = combine.New(combine.Options[ackRow, AckResult]{Joint: s.ackCombined, Alone: s.ackAlone, Key: ackKey,
-		Apart: ackRepeats, MaxInFlight: o.AckStatements, MaxRows: o.PushBatchRows,
-		SwapCanary: "ack-combiner-swaps", Permanent: IsPermanent, LockTimedOut: LockTimedOut})
 	return s
 }
 

@@ -1,8 +1,9 @@
-package store_test
+package consume_test
 
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -10,10 +11,53 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/queen-go/queen/queen/clock"
+	"github.com/queen-go/queen/queen/consume"
 	"github.com/queen-go/queen/queen/ids"
+	"github.com/queen-go/queen/queen/pushpath"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/store/storetest"
 )
+
+// These tests came from queen/store with the ack combiner and its retries
+// (issue 30): they ack through a Consumer instead of store.Ack.
+
+// acker is a store whose acks go through a Consumer and whose pushes go
+// through a push path, as store.Ack and store.Push did.
+type acker struct {
+	*store.Store
+	c    *consume.Consumer
+	path *pushpath.Path
+}
+
+func (x acker) Ack(ctx context.Context, tenant, group string, items []store.AckItem) ([]store.AckResult, error) {
+	return x.c.Ack(ctx, tenant, group, items)
+}
+
+func (x acker) Push(ctx context.Context, tenant string, items []store.PushItem, sub string) ([]store.PushResult, error) {
+	out, err := x.path.Push(ctx, tenant, sub, items)
+	return out.Results, err
+}
+
+// newAcker is a store, a consumer with ackStatements combined completion
+// statements in flight, and a push path.
+func newAcker(t *testing.T, o store.Options, ackStatements int) (acker, *pgxpool.Pool) {
+	t.Helper()
+	pool := storetest.Pool(t)
+	o.IDs = ids.NewSource(clock.Real{}, nil)
+	s := store.New(pool, o)
+	return acker{s, consume.New(consume.Options{Store: s, Clock: clock.Real{}, AckStatements: ackStatements}),
+		pushpath.New(pushpath.Options{Store: s, IDs: o.IDs})}, pool
+}
+
+func popOne(t *testing.T, s acker, req store.PopRequest) store.PopResult {
+	t.Helper()
+	req.Tenant = tenant
+	res, err := s.Pop(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
 
 // Issue 28, item 8: one row held locked by an outside session must delay
 // that row's writers only. Each test holds a row, starts a call on it (it
@@ -26,14 +70,6 @@ import (
 // stallBound is how long a call on an unrelated queue may take before the
 // test calls it stalled: generous, a busy machine answers in milliseconds.
 const stallBound = 30 * time.Second
-
-// lockedStore is a store with one ack statement in flight. (The push
-// side of item 8 is queen/pushpath's, tested there.)
-func lockedStore(t *testing.T) (*store.Store, *pgxpool.Pool) {
-	t.Helper()
-	pool := storetest.Pool(t)
-	return store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil), AckStatements: 1}), pool
-}
 
 // holdRows runs sql (a SELECT ... FOR UPDATE) in a transaction it keeps
 // open; the returned func releases the rows.
@@ -101,7 +137,7 @@ func answered(t *testing.T, what string, done <-chan error) {
 // acks of six unrelated queues waited 9.7 s in the attack).
 func TestLockedCursorDelaysOnlyItsAcks(t *testing.T) {
 	t.Parallel()
-	s, pool := lockedStore(t)
+	s, pool := newAcker(t, store.Options{}, 1)
 	ctx := context.Background()
 	const queues, each = 6, 8
 	leased := map[string][]store.AckItem{}
@@ -163,4 +199,100 @@ func TestLockedCursorDelaysOnlyItsAcks(t *testing.T) {
 	stillWaiting(t, "the ack of the held cursor", blocked)
 	release()
 	answered(t, "the ack of the held cursor", blocked)
+}
+
+// Completions of concurrent requests go in one statement (the ack
+// combiner), and each request hears only its own items: sixteen consumers
+// of two groups pop and ack with one statement in flight, some acking the
+// same batch twice at once, every request carrying an item that does not
+// exist. Every answer names its own item, each message is completed once
+// per group, and the repeats answer "already committed".
+func TestCombinedAcksAnswerEachRequestExactly(t *testing.T) {
+	t.Parallel()
+	now := time.Now().UTC()
+	s, _ := newAcker(t, store.Options{DBNow: func() *time.Time { v := now; return &v }}, 1)
+	ctx := context.Background()
+	const parts, each = 8, 12
+	for p := range parts {
+		var items []store.PushItem
+		for i := range each {
+			items = append(items, store.PushItem{Queue: "acomb", Partition: fmt.Sprint("p", p), TransactionID: fmt.Sprintf("m%d-%d", p, i)})
+		}
+		if _, err := s.Push(ctx, tenant, items, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	groups := []string{store.QueueModeGroup, "g2"}
+	var mu sync.Mutex
+	completed := map[[2]string]int{}
+	errs := make(chan error, 1000)
+	ack := func(group string, items []store.AckItem) {
+		res, err := s.Ack(ctx, tenant, group, items)
+		if err != nil {
+			errs <- err
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for i, r := range res {
+			switch {
+			case r.Index != i || r.TransactionID != items[i].TransactionID:
+				errs <- fmt.Errorf("answer %d of a request names %q (index %d), its item is %q", i, r.TransactionID, r.Index, items[i].TransactionID)
+			case strings.HasPrefix(items[i].TransactionID, "nope"):
+				if r.Success || r.Error != store.ErrMsgNotFound {
+					errs <- fmt.Errorf("%s: %+v, want not found", items[i].TransactionID, r)
+				}
+			case r.Success:
+				completed[[2]string{group, r.TransactionID}]++
+			case r.Error != store.ErrAlreadyCommitted:
+				errs <- fmt.Errorf("%s in %s: %+v", r.TransactionID, group, r)
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			group := groups[w%2]
+			for round := 0; ; round++ {
+				res, err := s.Pop(ctx, store.PopRequest{Tenant: tenant, Queue: "acomb", Group: group, Batch: 3})
+				if err != nil {
+					errs <- err
+					return
+				}
+				if len(res.Messages) == 0 {
+					return
+				}
+				var items []store.AckItem
+				for _, m := range res.Messages {
+					items = append(items, store.AckItem{PartitionID: m.PartitionID, TransactionID: m.TransactionID, LeaseID: m.LeaseID})
+				}
+				items = append(items, store.AckItem{PartitionID: res.Messages[0].PartitionID, TransactionID: fmt.Sprintf("nope-%d-%d", w, round)})
+				if w%4 == 0 {
+					var twice sync.WaitGroup
+					twice.Add(1)
+					go func() { defer twice.Done(); ack(group, items) }()
+					ack(group, items)
+					twice.Wait()
+					continue
+				}
+				ack(group, items)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for _, g := range groups {
+		for p := range parts {
+			for i := range each {
+				if n := completed[[2]string{g, fmt.Sprintf("m%d-%d", p, i)}]; n != 1 {
+					t.Errorf("m%d-%d completed %d times in %s", p, i, n, g)
+				}
+			}
+		}
+	}
 }
