@@ -51,12 +51,12 @@ func TestSeamsAreRespected(t *testing.T) {
 	}
 }
 
-// TestImportArrowsPointOneWay pins who may import whom among the statement
+// TestSeamsKeepImportArrowsOneWay pins who may import whom among the statement
 // and policy packages: queen/store holds statements only and imports none of
 // the packages that decide policy over them; queen/combine knows no
 // statements and imports nothing of queen but canary and admission; the
 // policy packages (pushpath, consume) run the combiners over store.
-func TestImportArrowsPointOneWay(t *testing.T) {
+func TestSeamsKeepImportArrowsOneWay(t *testing.T) {
 	const mod = "github.com/queen-go/queen/queen/"
 	rules := map[string]func(imp string) bool{
 		"store": func(imp string) bool {
