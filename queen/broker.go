@@ -263,8 +263,8 @@ func (b *Broker) openStore(ctx context.Context) (*crypt.Cipher, error) {
 		cipher, _ = crypt.New(b.cfg.EncryptionKey, b.cfg.EncryptionKeysPrevious...) // checked when the configuration was parsed
 	}
 	b.store = store.New(b.pool, store.Options{DBNow: b.opts.DBNow, IDs: b.opts.IDs, TxTimeout: b.cfg.DBStatementTimeout, Cipher: cipher,
-		Clock: b.opts.Clock, CacheTTL: b.cfg.CacheRefreshInterval, PushStatements: b.cfg.PushStatements,
-		PushBatchRows: b.cfg.PushBatchRows, AckStatements: b.cfg.AckStatements, Log: b.log, ReadOnly: b.readOnly})
+		Clock: b.opts.Clock, CacheTTL: b.cfg.CacheRefreshInterval,
+		Log: b.log, ReadOnly: b.readOnly})
 	if err := b.checkStandby(ctx); err != nil {
 		return nil, err
 	}
@@ -325,7 +325,8 @@ func (b *Broker) apiOptions(ctx context.Context, arbiter *admission.Arbiter, cip
 // was spooled; the drainer replays through it.
 func (b *Broker) newPushPath(arbiter *admission.Arbiter, cipher *crypt.Cipher) *pushpath.Path {
 	pushes := pushpath.New(pushpath.Options{Store: b.store, Spool: b.spool, Diverted: b.maint.Push, Ping: b.probe.Probe,
-		Cipher: cipher, Arbiter: arbiter, IDs: b.opts.IDs, Log: b.log})
+		Cipher: cipher, Arbiter: arbiter, IDs: b.opts.IDs, Log: b.log,
+		PushStatements: b.cfg.PushStatements, PushBatchRows: b.cfg.PushBatchRows})
 	if b.drainer != nil {
 		b.drainer.Replay = pushes.Replay
 	}

@@ -1,6 +1,8 @@
 package queen_test
 
 import (
+	"go/parser"
+	"go/token"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -46,5 +48,55 @@ func TestSeamsAreRespected(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSeamsKeepImportArrowsOneWay pins who may import whom among the statement
+// and policy packages: queen/store holds statements only and imports none of
+// the packages that decide policy over them; queen/combine knows no
+// statements and imports nothing of queen but canary and admission; the
+// policy packages (pushpath, consume) run the combiners over store.
+func TestSeamsKeepImportArrowsOneWay(t *testing.T) {
+	const mod = "github.com/queen-go/queen/queen/"
+	rules := map[string]func(imp string) bool{
+		"store": func(imp string) bool {
+			return !strings.HasPrefix(imp, mod+"pushpath") && !strings.HasPrefix(imp, mod+"consume") &&
+				!strings.HasPrefix(imp, mod+"httpapi")
+		},
+		"combine": func(imp string) bool {
+			return !strings.HasPrefix(imp, mod) || imp == mod+"canary" || imp == mod+"admission"
+		},
+	}
+	rules["pushpath"] = func(string) bool { return true }
+	rules["consume"] = func(string) bool { return true }
+	imported := map[string]bool{}
+	for dir, allowed := range rules {
+		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		if err != nil || len(files) == 0 {
+			t.Fatalf("no Go files in %s: %v", dir, err)
+		}
+		for _, f := range files {
+			if strings.HasSuffix(f, "_test.go") {
+				continue
+			}
+			parsed, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.ImportsOnly)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, imp := range parsed.Imports {
+				path := strings.Trim(imp.Path.Value, `"`)
+				if !allowed(path) {
+					t.Errorf("%s imports %s", f, path)
+				}
+				imported[dir+" "+path] = true
+			}
+		}
+	}
+	// The combiners are the policy packages': they run them over store.
+	for _, arrow := range []string{"pushpath " + mod + "combine", "pushpath " + mod + "store",
+		"consume " + mod + "combine", "consume " + mod + "store"} {
+		if !imported[arrow] {
+			t.Errorf("%s no longer imports %s", strings.Fields(arrow)[0], strings.Fields(arrow)[1])
+		}
 	}
 }

@@ -32,8 +32,11 @@
 //     consume what it claimed. An answer that could not be written gives
 //     its claim back (Release), so the next pop gets the messages at once
 //     rather than after the lease.
+//   - Acks are settled here too (Ack): completions of concurrent requests
+//     share one statement through the ack combiner, and each request hears
+//     only its own items (ack.go names the retry layers).
 //
-// Imports flow one way: httpapi -> consume -> store, waker, clock.
+// Imports flow one way: httpapi -> consume -> store, combine, waker, clock.
 package consume
 
 import (
@@ -43,6 +46,7 @@ import (
 
 	"github.com/queen-go/queen/queen/canary"
 	"github.com/queen-go/queen/queen/clock"
+	"github.com/queen-go/queen/queen/combine"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/waker"
 )
@@ -73,6 +77,13 @@ type Options struct {
 	// back at once still hid its partition meanwhile).
 	OnClaim func(Claim)
 	Log     *slog.Logger
+	// AckStatements is how many combined completion statements may be in
+	// flight at once (QUEEN_ACK_STATEMENTS); acks of completions arriving
+	// while they run wait and go together in the next one. Zero means 4.
+	AckStatements int
+	// AckBatchRows caps the items of one combined completion statement
+	// (QUEEN_PUSH_BATCH_ROWS). Zero means 1000.
+	AckBatchRows int
 }
 
 // Claim is one claim a pop made, for Options.OnClaim.
@@ -85,7 +96,8 @@ type Claim struct {
 
 // Consumer runs pops. It is safe for concurrent use.
 type Consumer struct {
-	o Options
+	o    Options
+	acks *combine.Combiner[store.AckRow, store.AckResult]
 }
 
 // New returns a Consumer.
@@ -93,7 +105,7 @@ func New(o Options) *Consumer {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Consumer{o: o}
+	return &Consumer{o: o, acks: newAckCombiner(o)}
 }
 
 // Request is what a pop waits for.

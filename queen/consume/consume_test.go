@@ -13,6 +13,7 @@ import (
 	"github.com/queen-go/queen/queen/config"
 	"github.com/queen-go/queen/queen/consume"
 	"github.com/queen-go/queen/queen/ids"
+	"github.com/queen-go/queen/queen/pushpath"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/store/storetest"
 	"github.com/queen-go/queen/queen/waker"
@@ -71,7 +72,8 @@ func (r *rig) push(t *testing.T, q string, txids ...string) {
 	for i, id := range txids {
 		items[i] = store.PushItem{Queue: q, TransactionID: id}
 	}
-	if _, err := r.st.Push(context.Background(), tenant, items, ""); err != nil {
+	// Through a push path, as the broker pushes (store.Push left the store).
+	if err := pushpath.New(pushpath.Options{Store: r.st}).Replay(context.Background(), tenant, items); err != nil {
 		t.Fatal(err)
 	}
 }

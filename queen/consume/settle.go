@@ -22,7 +22,7 @@ func (c *Consumer) Complete(tenant string, res store.PopResult) bool {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	out, err := c.o.Store.Ack(ctx, tenant, res.Group, items)
+	out, err := c.Ack(ctx, tenant, res.Group, items)
 	if err == nil {
 		for _, r := range out {
 			if !r.Success {

@@ -168,7 +168,7 @@ func (s *Server) applyAcks(w http.ResponseWriter, r *http.Request, group string,
 	if err != nil {
 		return
 	}
-	results, err := s.store.Ack(ctx, tenantOf(r), group, items)
+	results, err := s.consumer.Ack(ctx, tenantOf(r), group, items)
 	release()
 	if err != nil {
 		s.storeError(w, r, "ack", err)

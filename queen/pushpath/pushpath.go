@@ -1,7 +1,7 @@
 // Package pushpath owns a push from validated items to a durable answer, and
 // the replay of what it could not commit. A push is either committed to
-// PostgreSQL (store.Push, whose combiner merges concurrent pushes into one
-// statement) and answered "queued" or "duplicate" only after COMMIT, or
+// PostgreSQL (the push combiner merges concurrent pushes into one
+// statement; commit.go names the retry layers around it) and answered "queued" or "duplicate" only after COMMIT, or
 // appended to the on-disk spool, sealed when a key is set, and answered
 // "buffered"; the spool's drain hands it back to Replay later, under the same
 // transactionIds, so it is stored once.
@@ -22,6 +22,7 @@ import (
 	"log/slog"
 
 	"github.com/queen-go/queen/queen/admission"
+	"github.com/queen-go/queen/queen/combine"
 	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/spool"
@@ -42,17 +43,27 @@ type Options struct {
 	Arbiter *admission.Arbiter // meters the database work; nil: none
 	IDs     *ids.Source        // mints missing transactionIds
 	Log     *slog.Logger
+	// PushStatements is how many combined push statements may be in
+	// flight at once (QUEEN_PUSH_STATEMENTS); pushes arriving while they
+	// run wait and go together in the next one. Zero means 4.
+	PushStatements int
+	// PushBatchRows caps the rows of one combined push statement
+	// (QUEEN_PUSH_BATCH_ROWS). Zero means 1000.
+	PushBatchRows int
 }
 
 // Path is one broker's push path. It is safe for concurrent use.
-type Path struct{ o Options }
+type Path struct {
+	o      Options
+	pushes *combine.Combiner[store.AppendRow, store.AppendOut]
+}
 
 // New returns the push path.
 func New(o Options) *Path {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Path{o: o}
+	return &Path{o: o, pushes: newCombiner(o)}
 }
 
 // Outcome is what became of a push: Results when it committed, Buffered when
@@ -95,7 +106,7 @@ func (p *Path) Push(ctx context.Context, tenant, sub string, items []store.PushI
 	if err != nil {
 		return Outcome{}, ErrCancelled
 	}
-	results, err := p.o.Store.Push(ctx, tenant, items, sub)
+	results, err := p.commit(ctx, tenant, items, sub)
 	release()
 	if err == nil {
 		return Outcome{Results: results}, nil
@@ -125,7 +136,7 @@ func (p *Path) Push(ctx context.Context, tenant, sub string, items []store.PushI
 // statement as a live push, under the tenant and producer stamped at push
 // time, so a record already committed answers duplicate.
 func (p *Path) Replay(ctx context.Context, tenant string, items []store.PushItem) error {
-	_, err := p.o.Store.Push(ctx, tenant, items, "")
+	_, err := p.commit(ctx, tenant, items, "")
 	return err
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/queen-go/queen/queen/admission"
 	"github.com/queen-go/queen/queen/clock"
 	"github.com/queen-go/queen/queen/ids"
+	"github.com/queen-go/queen/queen/pushpath"
 	"github.com/queen-go/queen/queen/spool"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/store/storetest"
@@ -103,11 +104,8 @@ func newEnv(t *testing.T, fs spool.FS) *env {
 	e.st = store.New(storetest.Pool(t), store.Options{IDs: ids.NewSource(clock.Real{}, nil)})
 	e.sp = open(t, e.dir, fs, c)
 	e.d = &spool.Drainer{Spool: e.sp, Every: 100 * time.Millisecond, MaxBatch: 2, Arbiter: admission.New(4, 0.05),
-		Ping: e.st.Ping,
-		Replay: func(ctx context.Context, tenant string, items []store.PushItem) error {
-			_, err := e.st.Push(ctx, tenant, items, "")
-			return err
-		}}
+		Ping:   e.st.Ping,
+		Replay: pushpath.New(pushpath.Options{Store: e.st}).Replay}
 	return e
 }
 
@@ -128,7 +126,7 @@ func TestDrainReplaysExactlyOnceUnderItsTenant(t *testing.T) {
 	e := newEnv(t, nil)
 	ctx := context.Background()
 	// "a" already committed before the outage: replay must not write it again.
-	if _, err := e.st.Push(ctx, t1, []store.PushItem{{Queue: "q", Partition: "p", TransactionID: "a"}}, ""); err != nil {
+	if err := e.d.Replay(ctx, t1, []store.PushItem{{Queue: "q", Partition: "p", TransactionID: "a"}}); err != nil {
 		t.Fatal(err)
 	}
 	for _, txid := range []string{"a", "b", "c", "d", "e"} {

@@ -54,22 +54,28 @@ func NormalizeAckStatus(s string) string {
 	return "failed"
 }
 
-// Ack applies acknowledgements for one consumer group. Per-item failures
-// are results, not errors. A batch of completions (the common case) is one
-// statement; a batch with failures, retries or DLQ moves is two statements
-// in one short transaction. Neither count grows with the batch.
-func (s *Store) Ack(ctx context.Context, tenant, group string, items []AckItem) ([]AckResult, error) {
+// AckScope is the tenant and group an ack's statements run under: group ""
+// is queue mode (QueueModeGroup); under the ack-ignores-tenant canary the
+// tenant is the first item's partition's owner, whoever asked.
+func (s *Store) AckScope(ctx context.Context, tenant, group string, items []AckItem) (string, string) {
 	if canary.On("ack-ignores-tenant") && len(items) > 0 {
 		tenant = s.canaryOwner(ctx, items[0].PartitionID, tenant)
 	}
 	if group == "" {
 		group = QueueModeGroup
 	}
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
-	if allCompletedAndDistinct(items) {
-		return s.ackCompleted(ctx, tenant, group, items)
-	}
+	return tenant, group
+}
+
+// Bound applies the client-side statement bound (TxTimeout), so a database
+// that stopped answering fails the call instead of hanging it.
+func (s *Store) Bound(ctx context.Context) (context.Context, context.CancelFunc) { return s.bound(ctx) }
+
+// AckInTx applies a general ack batch (failures, retries, DLQ moves, or a
+// repeated item) for one consumer group: two statements in one short
+// transaction, however long the batch. Per-item failures are results, not
+// errors.
+func (s *Store) AckInTx(ctx context.Context, tenant, group string, items []AckItem) ([]AckResult, error) {
 	var out []AckResult
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
@@ -78,6 +84,11 @@ func (s *Store) Ack(ctx context.Context, tenant, group string, items []AckItem) 
 	})
 	return out, err
 }
+
+// AllCompletedAndDistinct reports whether items are completions only, no
+// (partition, transactionId) twice: what one ackCompletedSQL (AckCompletions)
+// takes; anything else goes to AckInTx.
+func AllCompletedAndDistinct(items []AckItem) bool { return allCompletedAndDistinct(items) }
 
 func allCompletedAndDistinct(items []AckItem) bool {
 	type key struct{ pid, txid string }
@@ -187,82 +198,25 @@ var ackVerdicts = map[string]string{
 	"committed": ErrAlreadyCommitted, "ok": "",
 }
 
-// ackRow is one completion in the ack combiner: the item and whose it is.
-type ackRow struct {
+// AckRow is one completion as AckCompletions takes it: the item and whose
+// it is.
+type AckRow struct {
 	AckItem
 	Tenant, Group string
 }
 
-// ackCompleted completes items of one request through the ack combiner,
-// with the completions of whatever other requests are waiting.
-func (s *Store) ackCompleted(ctx context.Context, tenant, group string, items []AckItem) ([]AckResult, error) {
-	rows := make([]ackRow, len(items))
-	for i, it := range items {
-		rows[i] = ackRow{AckItem: it, Tenant: tenant, Group: group}
-	}
-	out, err := s.acks.do(ctx, rows)
-	if err != nil {
-		return nil, err
-	}
-	for i := range out {
-		out[i].Index = i
-	}
-	return out, nil
+// AckCompletions runs one ackCompletedSQL over rows (completions of one or
+// more requests, no (partition, transactionId, group) twice) and answers one
+// result per row, in order, Index the row's. It waits at most LockWait for
+// a cursor row. It neither combines nor retries.
+func (s *Store) AckCompletions(ctx context.Context, rows []AckRow) ([]AckResult, error) {
+	return s.ackStatement(ctx, rows)
 }
-
-// ackCombined is the ack combiner's statement: every call's completions in
-// one ackCompletedSQL. Calls that would repeat an item of another (a
-// client's retried ack), and every call after a permanent error, run alone.
-func (s *Store) ackCombined(ctx context.Context, batch []*combined[ackRow, AckResult]) {
-	statement := func(rows []ackRow) ([]AckResult, error) {
-		var out []AckResult
-		err := s.retryContention(ctx, false, func(ctx context.Context) (err error) {
-			out, err = s.ackStatement(ctx, rows)
-			return err
-		})
-		return out, err
-	}
-	type key struct{ pid, txid, group string }
-	seen := map[key]bool{}
-	var joint, repeats []*combined[ackRow, AckResult]
-	for _, b := range batch {
-		repeated := false
-		for _, r := range b.rows {
-			repeated = repeated || seen[key{r.PartitionID, r.TransactionID, r.Group}]
-		}
-		if repeated {
-			repeats = append(repeats, b)
-			continue
-		}
-		for _, r := range b.rows {
-			seen[key{r.PartitionID, r.TransactionID, r.Group}] = true
-		}
-		joint = append(joint, b)
-	}
-	runJoint(joint, statement, "ack-combiner-swaps")
-	for _, b := range repeats {
-		runCall(b, statement)
-	}
-}
-
-// ackAlone is the ack combiner's alone: one call's completions, tried again
-// while a cursor lock keeps them out, until the call's bound.
-func (s *Store) ackAlone(ctx context.Context, rows []ackRow) ([]AckResult, error) {
-	var out []AckResult
-	err := s.retryContention(ctx, true, func(ctx context.Context) (err error) {
-		out, err = s.ackStatement(ctx, rows)
-		return err
-	})
-	return out, err
-}
-
-// ackKey is the cursor row an ack row locks.
-func ackKey(r ackRow) string { return r.PartitionID + "/" + r.Group }
 
 // ackStatement runs ackCompletedSQL over rows and answers one result per
 // row, in order.
-func (s *Store) ackStatement(ctx context.Context, rows []ackRow) ([]AckResult, error) {
-	p := ackCompletedParams{Now: s.dbNow(), IgnoreLease: canary.On("ack-ignores-lease"), LockWait: lockWait()}
+func (s *Store) ackStatement(ctx context.Context, rows []AckRow) ([]AckResult, error) {
+	p := ackCompletedParams{Now: s.dbNow(), IgnoreLease: canary.On("ack-ignores-lease"), LockWait: LockWait()}
 	for _, r := range rows {
 		p.PartitionIDs = append(p.PartitionIDs, r.PartitionID)
 		p.TransactionIDs = append(p.TransactionIDs, r.TransactionID)

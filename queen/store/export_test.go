@@ -69,3 +69,69 @@ func (s *Store) RefAckTx(ctx context.Context, tx pgx.Tx, tenant, group string, i
 // AckReadSQL is the general ack batch's read, for the test that
 // queen.ack_verdict is inlined.
 const AckReadSQL = ackReadSQL
+
+// Push is the store tests' way to put messages in: what queen/pushpath does
+// for one caller (its statements, the stale-name retry), without the
+// combiner; the combining and its retries are pushpath's, and tested there.
+func (s *Store) Push(ctx context.Context, tenant string, items []PushItem, producerSub string) ([]PushResult, error) {
+	out := make([]PushResult, len(items))
+	if len(items) == 0 {
+		return out, nil
+	}
+	todo := make([]int, len(items))
+	for i := range todo {
+		todo[i] = i
+	}
+	_, err := FreshRetry(s, func() (struct{}, error) {
+		sub := make([]PushItem, len(todo))
+		for j, i := range todo {
+			sub[j] = items[i]
+		}
+		rows, err := s.PushRows(ctx, tenant, sub, producerSub)
+		if err != nil {
+			return struct{}{}, err
+		}
+		var res []AppendOut
+		err = s.retry.Run(ctx, false, func(ctx context.Context) (err error) {
+			res, err = s.AppendRows(ctx, rows, LockWait())
+			return err
+		})
+		if err != nil {
+			return struct{}{}, err
+		}
+		todo, err = PushAnswers(items, todo, rows, res, out)
+		return struct{}{}, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Ack is the store tests' way to acknowledge: what queen/consume's Ack does
+// for one caller (its statements), without the combiner; the combining and
+// its retries are consume's, and tested there.
+func (s *Store) Ack(ctx context.Context, tenant, group string, items []AckItem) ([]AckResult, error) {
+	tenant, group = s.AckScope(ctx, tenant, group, items)
+	ctx, cancel := s.Bound(ctx)
+	defer cancel()
+	if !AllCompletedAndDistinct(items) {
+		return s.AckInTx(ctx, tenant, group, items)
+	}
+	rows := make([]AckRow, len(items))
+	for i, it := range items {
+		rows[i] = AckRow{AckItem: it, Tenant: tenant, Group: group}
+	}
+	var out []AckResult
+	err := s.retry.Run(ctx, false, func(ctx context.Context) (err error) {
+		out, err = s.AckCompletions(ctx, rows)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		out[i].Index = i
+	}
+	return out, nil
+}

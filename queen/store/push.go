@@ -160,7 +160,7 @@ WHERE p.id = a.partition_id`
 
 // appendStranded runs the stranded canary's append in an explicit
 // transaction, as the reference broker does.
-func (s *Store) appendStranded(ctx context.Context, q querier, rows []appendRow) ([]appendOut, error) {
+func (s *Store) appendStranded(ctx context.Context, q querier, rows []AppendRow) ([]AppendOut, error) {
 	tx, err := q.(*pgxpool.Pool).Begin(ctx)
 	if err != nil {
 		return nil, err
@@ -181,14 +181,18 @@ func (s *Store) appendStranded(ctx context.Context, q querier, rows []appendRow)
 	return out, err
 }
 
-// appendRow is one message bound for a known partition.
-type appendRow struct {
+// AppendRow is one message bound for a known partition (PushRows makes
+// them; AppendRows stores them).
+type AppendRow struct {
 	id, pid, txid, trace, sub string
 	payload                   crypt.Payload
 }
 
-// appendOut is one row's outcome.
-type appendOut struct {
+// PartitionID is the partition the row goes to: the row lock it waits for.
+func (r AppendRow) PartitionID() string { return r.pid }
+
+// AppendOut is one row's outcome (PushAnswers reads it).
+type AppendOut struct {
 	messageID string
 	queued    bool
 	// gone: the row's partition no longer exists (deleted since its id
@@ -199,49 +203,11 @@ type appendOut struct {
 	needsSeal bool
 }
 
-// Push appends items and returns one result per item, in input order. It
-// returns only after COMMIT: a "queued" answer is durable. Queues and
-// partitions are created on first use. Concurrent pushes are combined into
-// one statement (see combiner).
-func (s *Store) Push(ctx context.Context, tenant string, items []PushItem, producerSub string) ([]PushResult, error) {
-	out := make([]PushResult, len(items))
-	if len(items) == 0 {
-		return out, nil
-	}
-	todo := make([]int, len(items))
-	for i := range todo {
-		todo[i] = i
-	}
-	// Rows in partitions that exist commit whatever others do, so a retry
-	// (freshRetry: a cached partition was deleted through another broker)
-	// pushes only the items whose partition was gone.
-	_, err := freshRetry(s, func() (struct{}, error) {
-		var err error
-		todo, err = s.pushSome(ctx, tenant, items, todo, producerSub, out)
-		return struct{}{}, err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-// pushSome pushes items[todo] and answers each stored one in out. The items
-// whose partition was gone come back, with a *staleIDs naming it.
-func (s *Store) pushSome(ctx context.Context, tenant string, items []PushItem, todo []int, producerSub string,
-	out []PushResult) ([]int, error) {
-	sub := make([]PushItem, len(todo))
-	for j, i := range todo {
-		sub[j] = items[i]
-	}
-	rows, err := s.pushRows(ctx, tenant, sub, producerSub)
-	if err != nil {
-		return todo, err
-	}
-	res, err := s.pushes.do(ctx, rows)
-	if err != nil {
-		return todo, err
-	}
+// PushAnswers answers the items todo names (rows and res are theirs, in
+// order) in out, and returns those whose partition was gone, with an error
+// naming the partitions for FreshRetry. Whatever else the statement wrote
+// is answered: rows in partitions that exist commit whatever others do.
+func PushAnswers(items []PushItem, todo []int, rows []AppendRow, res []AppendOut, out []PushResult) ([]int, error) {
 	var again []int
 	for j, i := range todo {
 		if res[j].gone {
@@ -260,8 +226,24 @@ func (s *Store) pushSome(ctx context.Context, tenant string, items []PushItem, t
 	return nil, nil
 }
 
+// PushRows resolves the items' partitions (queues and partitions are
+// created on first use), mints their message ids and seals their payloads:
+// the rows AppendRows stores. It neither combines nor retries.
+func (s *Store) PushRows(ctx context.Context, tenant string, items []PushItem, producerSub string) ([]AppendRow, error) {
+	return s.pushRows(ctx, tenant, items, producerSub)
+}
+
+// AppendRows is one append statement over rows, on a connection of its
+// own: rows may repeat a (partition, transactionId) pair (the repeat
+// answers duplicate), and it waits at most lockWait for a partition's lock
+// (LockWait). It answers only after COMMIT: a queued outcome is durable.
+// It neither combines nor retries.
+func (s *Store) AppendRows(ctx context.Context, rows []AppendRow, lockWait string) ([]AppendOut, error) {
+	return s.appendDistinctWaiting(ctx, s.pool, rows, lockWait)
+}
+
 // pushRows resolves the items' partitions and mints their message ids.
-func (s *Store) pushRows(ctx context.Context, tenant string, items []PushItem, producerSub string) ([]appendRow, error) {
+func (s *Store) pushRows(ctx context.Context, tenant string, items []PushItem, producerSub string) ([]AppendRow, error) {
 	keys := make([]partName, len(items))
 	for i, it := range items {
 		keys[i] = partName{tenant: tenant, queue: it.Queue, partition: it.Partition}
@@ -273,7 +255,7 @@ func (s *Store) pushRows(ctx context.Context, tenant string, items []PushItem, p
 	if err != nil {
 		return nil, err
 	}
-	rows := make([]appendRow, len(items))
+	rows := make([]AppendRow, len(items))
 	for i, it := range items {
 		id := s.ids.New()
 		txid := it.TransactionID
@@ -284,7 +266,7 @@ func (s *Store) pushRows(ctx context.Context, tenant string, items []PushItem, p
 		if it.ProducerSub != "" {
 			sub = it.ProducerSub
 		}
-		rows[i] = appendRow{id: id, pid: pids[keys[i]], txid: txid, trace: it.TraceID, payload: it.Payload, sub: sub}
+		rows[i] = AppendRow{id: id, pid: pids[keys[i]], txid: txid, trace: it.TraceID, payload: it.Payload, sub: sub}
 	}
 	if err := s.sealRows(ctx, tenant, items, rows); err != nil {
 		return nil, err
@@ -294,13 +276,13 @@ func (s *Store) pushRows(ctx context.Context, tenant string, items []PushItem, p
 
 // appendRows runs appendSQL on q for rows whose (partition, transactionId)
 // pairs are distinct, and answers one outcome per row.
-func (s *Store) appendRows(ctx context.Context, q querier, rows []appendRow) ([]appendOut, error) {
+func (s *Store) appendRows(ctx context.Context, q querier, rows []AppendRow) ([]AppendOut, error) {
 	return s.appendRowsWaiting(ctx, q, rows, "")
 }
 
 // appendRowsWaiting is appendRows waiting at most lockWait for a partition's
 // lock ("": the session's lock_timeout).
-func (s *Store) appendRowsWaiting(ctx context.Context, q querier, rows []appendRow, lockWait string) ([]appendOut, error) {
+func (s *Store) appendRowsWaiting(ctx context.Context, q querier, rows []AppendRow, lockWait string) ([]AppendOut, error) {
 	p := appendParams{Now: s.dbNow()}
 	if lockWait != "" {
 		p.LockWait = &lockWait
@@ -325,11 +307,11 @@ func (s *Store) appendRowsWaiting(ctx context.Context, q querier, rows []appendR
 	if err != nil {
 		return nil, err
 	}
-	out := make([]appendOut, len(rows))
+	out := make([]AppendOut, len(rows))
 	var raced, unsealed []int
 	for res.Next() {
 		var ord, advanced int64
-		var o appendOut
+		var o AppendOut
 		if err := res.Scan(&ord, &o.messageID, &o.queued, &advanced, &o.needsSeal); err != nil {
 			res.Close()
 			return nil, err
@@ -357,7 +339,7 @@ func (s *Store) appendRowsWaiting(ctx context.Context, q querier, rows []appendR
 	}
 	if canary.On("dedup-off") {
 		for i := range out {
-			out[i] = appendOut{messageID: rows[i].id, queued: true}
+			out[i] = AppendOut{messageID: rows[i].id, queued: true}
 		}
 	}
 	return out, nil
@@ -368,12 +350,12 @@ func (s *Store) appendRowsWaiting(ctx context.Context, q querier, rows []appendR
 // turned on from another broker) and appends the whole batch again; the first
 // statement wrote nothing. A broker without a key cannot: the write is
 // refused, never stored in the clear.
-func (s *Store) appendSealed(ctx context.Context, q querier, rows []appendRow, idx []int, lockWait string) ([]appendOut, error) {
+func (s *Store) appendSealed(ctx context.Context, q querier, rows []AppendRow, idx []int, lockWait string) ([]AppendOut, error) {
 	if s.cipher == nil {
 		r := rows[idx[0]]
 		return nil, &RefusedError{Reason: fmt.Sprintf("partition %s (transactionId %s): the queue has encryptionEnabled and this broker has no QUEEN_ENCRYPTION_KEY", r.pid, r.txid)}
 	}
-	again := append([]appendRow(nil), rows...)
+	again := append([]AppendRow(nil), rows...)
 	for _, i := range idx {
 		sealed, err := s.cipher.SealPayload(rows[i].payload)
 		if err != nil {
@@ -395,7 +377,7 @@ func payloadText(p crypt.Payload) string {
 
 // lookupDuplicates answers the rows appendSQL did not insert: their
 // (partition, transactionId) is stored already, or their partition is gone.
-func (s *Store) lookupDuplicates(ctx context.Context, q querier, rows []appendRow, raced []int, out []appendOut) error {
+func (s *Store) lookupDuplicates(ctx context.Context, q querier, rows []AppendRow, raced []int, out []AppendOut) error {
 	pids, txids := make([]string, len(raced)), make([]string, len(raced))
 	for j, i := range raced {
 		pids[j], txids[j] = rows[i].pid, rows[i].txid
@@ -408,7 +390,7 @@ func (s *Store) lookupDuplicates(ctx context.Context, q querier, rows []appendRo
 	for _, i := range raced {
 		// Neither inserted nor stored: the partition row is gone (appendSQL
 		// joins it), unless the lookup below finds the row.
-		out[i] = appendOut{gone: true}
+		out[i] = AppendOut{gone: true}
 	}
 	for res.Next() {
 		var ord int64
@@ -416,24 +398,24 @@ func (s *Store) lookupDuplicates(ctx context.Context, q querier, rows []appendRo
 		if err := res.Scan(&ord, &id); err != nil {
 			return err
 		}
-		out[raced[ord-1]] = appendOut{messageID: id}
+		out[raced[ord-1]] = AppendOut{messageID: id}
 	}
 	return res.Err()
 }
 
 // appendDistinct runs appendRows over rows that may repeat a (partition,
 // transactionId) pair: a repeat is answered as a duplicate of the first.
-func (s *Store) appendDistinct(ctx context.Context, q querier, rows []appendRow) ([]appendOut, error) {
+func (s *Store) appendDistinct(ctx context.Context, q querier, rows []AppendRow) ([]AppendOut, error) {
 	return s.appendDistinctWaiting(ctx, q, rows, "")
 }
 
 // appendDistinctWaiting is appendDistinct waiting at most lockWait for a
 // partition's lock ("": the session's lock_timeout).
-func (s *Store) appendDistinctWaiting(ctx context.Context, q querier, rows []appendRow, lockWait string) ([]appendOut, error) {
+func (s *Store) appendDistinctWaiting(ctx context.Context, q querier, rows []AppendRow, lockWait string) ([]AppendOut, error) {
 	type key struct{ pid, txid string }
 	first := make(map[key]int, len(rows))
 	alias := make([]int, len(rows))
-	uniq := make([]appendRow, 0, len(rows))
+	uniq := make([]AppendRow, 0, len(rows))
 	for i, r := range rows {
 		k := key{r.pid, r.txid}
 		if j, ok := first[k]; ok {
@@ -448,14 +430,14 @@ func (s *Store) appendDistinctWaiting(ctx context.Context, q querier, rows []app
 	if err != nil {
 		return nil, err
 	}
-	out := make([]appendOut, len(rows))
+	out := make([]AppendOut, len(rows))
 	taken := make([]bool, len(uniq))
 	for i := range rows {
 		j := alias[i]
 		out[i] = res[j]
 		switch {
 		case taken[j] && canary.On("dedup-off"):
-			out[i] = appendOut{messageID: rows[i].id, queued: true}
+			out[i] = AppendOut{messageID: rows[i].id, queued: true}
 		case taken[j]:
 			out[i].queued = false
 		}

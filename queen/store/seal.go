@@ -52,7 +52,7 @@ func (s *Store) queueEncrypted(ctx context.Context, q querier, tenant, queue str
 // envelope). A plain payload is sealed when its queue encrypts. Whether a queue encrypts comes from the cached
 // hint; appendSQL has the last word (appendSealed). Without a key nothing
 // is sealed or opened: a sealed payload is stored sealed as it came.
-func (s *Store) sealRows(ctx context.Context, tenant string, items []PushItem, rows []appendRow) error {
+func (s *Store) sealRows(ctx context.Context, tenant string, items []PushItem, rows []AppendRow) error {
 	if s.cipher == nil {
 		return nil
 	}

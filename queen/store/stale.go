@@ -44,6 +44,10 @@ func (e *staleIDs) Error() string {
 // Unwrap lets IsRollback and RollbackReason see the path's own error.
 func (e *staleIDs) Unwrap() error { return e.err }
 
+// FreshRetry is freshRetry, for the paths outside the store that resolve
+// names through its cache (queen/pushpath's push).
+func FreshRetry[T any](s *Store, op func() (T, error)) (T, error) { return freshRetry(s, op) }
+
 // freshRetry runs op, and once more after forgetting what a *staleIDs
 // answer names. op must leave nothing behind when it answers *staleIDs (its
 // transaction rolled back), or record what it did finish itself (Push).
@@ -116,7 +120,7 @@ func (s *Store) subscriptionLive(ctx context.Context, queueID, group string) (bo
 }
 
 // goneIDs is the set of partition ids whose rows an append found gone.
-func goneIDs(rows []appendRow, out []appendOut) map[string]bool {
+func goneIDs(rows []AppendRow, out []AppendOut) map[string]bool {
 	var gone map[string]bool
 	for i, o := range out {
 		if o.gone {

@@ -2,15 +2,12 @@ package store_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/queen-go/queen/queen/clock"
-	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/store/storetest"
@@ -236,77 +233,6 @@ func TestRetentionClearsABacklogInOnePass(t *testing.T) {
 	}
 }
 
-// Concurrent pushes are combined into shared statements, and each still
-// gets exact answers: every transactionId is queued once, a repeat is a
-// duplicate carrying the stored id, and a request PostgreSQL refuses fails
-// alone.
-func TestCombinedPushesAnswerEachRequestExactly(t *testing.T) {
-	t.Parallel()
-	s, _ := timedStore(t, store.Options{PushStatements: 1})
-	ctx := context.Background()
-	const workers, each = 24, 20
-	type answer struct{ status, id string }
-	var mu sync.Mutex
-	got := map[string][]answer{}
-	var wg sync.WaitGroup
-	errs := make(chan error, workers*each)
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < each; i++ {
-				txid := fmt.Sprint("t", (w*each+i)%(workers*each/2)) // every txid pushed twice
-				items := []store.PushItem{{Queue: "comb", Partition: fmt.Sprint("p", i%3), TransactionID: txid}}
-				if w == 0 && i == 5 {
-					// jsonb refuses \u0000: a permanent error for this request only.
-					items = append(items, store.PushItem{Queue: "comb", TransactionID: "poison",
-						Payload: crypt.Plain(json.RawMessage(`{"s":"\u0000"}`))})
-				}
-				res, err := s.Push(ctx, tenant, items, "")
-				if w == 0 && i == 5 {
-					if err == nil {
-						errs <- fmt.Errorf("poison push succeeded: %+v", res)
-					}
-					continue
-				}
-				if err != nil {
-					errs <- err
-					continue
-				}
-				mu.Lock()
-				got[txid] = append(got[txid], answer{res[0].Status, res[0].MessageID})
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
-	for txid, as := range got {
-		queued := 0
-		for _, a := range as {
-			if a.status == "queued" {
-				queued++
-			}
-			if a.id != as[0].id {
-				t.Errorf("%s: answers name different messages: %+v", txid, as)
-			}
-		}
-		if queued > 1 {
-			t.Errorf("%s: queued %d times", txid, queued)
-		}
-	}
-	var rows, poison int
-	if err := s.Pool().QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE transaction_id = 'poison') FROM queen.messages`).Scan(&rows, &poison); err != nil {
-		t.Fatal(err)
-	}
-	if rows != len(got) || poison != 0 {
-		t.Fatalf("stored %d rows (%d poison) for %d transactionIds", rows, poison, len(got))
-	}
-}
-
 // Transactions that push into the same partitions in opposite orders lock
 // them in one global order, so none of them deadlocks.
 func TestConcurrentTransactionsDoNotDeadlock(t *testing.T) {
@@ -345,100 +271,5 @@ func TestConcurrentTransactionsDoNotDeadlock(t *testing.T) {
 	var n int
 	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM queen.messages`).Scan(&n); err != nil || n != 2+4*25*2 {
 		t.Fatalf("stored %d messages: %v", n, err)
-	}
-}
-
-// Completions of concurrent requests go in one statement (the ack
-// combiner), and each request hears only its own items: sixteen consumers
-// of two groups pop and ack with one statement in flight, some acking the
-// same batch twice at once, every request carrying an item that does not
-// exist. Every answer names its own item, each message is completed once
-// per group, and the repeats answer "already committed".
-func TestCombinedAcksAnswerEachRequestExactly(t *testing.T) {
-	t.Parallel()
-	s, _ := timedStore(t, store.Options{AckStatements: 1})
-	ctx := context.Background()
-	const parts, each = 8, 12
-	for p := range parts {
-		var items []store.PushItem
-		for i := range each {
-			items = append(items, store.PushItem{Queue: "acomb", Partition: fmt.Sprint("p", p), TransactionID: fmt.Sprintf("m%d-%d", p, i)})
-		}
-		if _, err := s.Push(ctx, tenant, items, ""); err != nil {
-			t.Fatal(err)
-		}
-	}
-	groups := []string{store.QueueModeGroup, "g2"}
-	var mu sync.Mutex
-	completed := map[[2]string]int{}
-	errs := make(chan error, 1000)
-	ack := func(group string, items []store.AckItem) {
-		res, err := s.Ack(ctx, tenant, group, items)
-		if err != nil {
-			errs <- err
-			return
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		for i, r := range res {
-			switch {
-			case r.Index != i || r.TransactionID != items[i].TransactionID:
-				errs <- fmt.Errorf("answer %d of a request names %q (index %d), its item is %q", i, r.TransactionID, r.Index, items[i].TransactionID)
-			case strings.HasPrefix(items[i].TransactionID, "nope"):
-				if r.Success || r.Error != store.ErrMsgNotFound {
-					errs <- fmt.Errorf("%s: %+v, want not found", items[i].TransactionID, r)
-				}
-			case r.Success:
-				completed[[2]string{group, r.TransactionID}]++
-			case r.Error != store.ErrAlreadyCommitted:
-				errs <- fmt.Errorf("%s in %s: %+v", r.TransactionID, group, r)
-			}
-		}
-	}
-	var wg sync.WaitGroup
-	for w := range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			group := groups[w%2]
-			for round := 0; ; round++ {
-				res, err := s.Pop(ctx, store.PopRequest{Tenant: tenant, Queue: "acomb", Group: group, Batch: 3})
-				if err != nil {
-					errs <- err
-					return
-				}
-				if len(res.Messages) == 0 {
-					return
-				}
-				var items []store.AckItem
-				for _, m := range res.Messages {
-					items = append(items, store.AckItem{PartitionID: m.PartitionID, TransactionID: m.TransactionID, LeaseID: m.LeaseID})
-				}
-				items = append(items, store.AckItem{PartitionID: res.Messages[0].PartitionID, TransactionID: fmt.Sprintf("nope-%d-%d", w, round)})
-				if w%4 == 0 {
-					var twice sync.WaitGroup
-					twice.Add(1)
-					go func() { defer twice.Done(); ack(group, items) }()
-					ack(group, items)
-					twice.Wait()
-					continue
-				}
-				ack(group, items)
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
-	for _, g := range groups {
-		for p := range parts {
-			for i := range each {
-				if n := completed[[2]string{g, fmt.Sprintf("m%d-%d", p, i)}]; n != 1 {
-					t.Errorf("m%d-%d completed %d times in %s", p, i, n, g)
-				}
-			}
-		}
 	}
 }

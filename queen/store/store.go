@@ -6,8 +6,10 @@
 // struct and the invariant it protects beside it): appendSQL for a push,
 // popSQL for a pop (popOneSQL when it claims one partition), ackCompletedSQL for a batch of completions; a general
 // ack batch or a transaction is a fixed, small number of statements.
-// Concurrent pushes are combined into shared statements (combiner), and
-// names resolve to ids through a process cache (cache).
+// Pushes reach it as rows (PushRows) and one append statement (AppendRows),
+// completions as one ackCompletedSQL (AckCompletions): combining concurrent
+// calls and retrying them is queen/pushpath's and queen/consume's, over
+// queen/combine. Names resolve to ids through a process cache (cache).
 //
 // Correctness time is PostgreSQL's: every statement computes
 // coalesce($now, now()) inline and decides lease expiry, delays and windows
@@ -33,6 +35,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/queen-go/queen/queen/clock"
+	"github.com/queen-go/queen/queen/combine"
 	"github.com/queen-go/queen/queen/crypt"
 
 	"github.com/queen-go/queen/queen/config"
@@ -64,18 +67,6 @@ type Options struct {
 	// CacheTTL bounds how long a cached name -> id entry is trusted
 	// (QUEEN_CACHE_REFRESH_INTERVAL_MS). Zero means 60 s.
 	CacheTTL time.Duration
-	// PushStatements is how many combined push statements may be in flight
-	// at once; pushes arriving while they run wait and go together in the
-	// next one. Zero means 4.
-	PushStatements int
-	// PushBatchRows caps the rows of one combined push statement. Zero
-	// means 1000.
-	PushBatchRows int
-	// AckStatements is how many combined completion statements may be in
-	// flight at once; acks of completions arriving while they run wait and
-	// go together in the next one (up to PushBatchRows items). Zero means
-	// 4.
-	AckStatements int
 	// PopMarkEvery is how seldom this store tries to mark one (queue,
 	// group) fully consumed after an empty wildcard pop (popmarks.go): a
 	// queue whose pushes clear its mark at once is not marked again on
@@ -99,8 +90,7 @@ type Store struct {
 	ids       *ids.Source
 	txTimeout time.Duration
 	cache     *cache
-	pushes    *combiner[appendRow, appendOut]
-	acks      *combiner[ackRow, AckResult]
+	retry     combine.Retry
 	cipher    *crypt.Cipher
 	marks     *watermarkThrottle
 	popMarks  *popMarkThrottle
@@ -123,23 +113,11 @@ func New(pool *pgxpool.Pool, o Options) *Store {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	if o.PushStatements <= 0 {
-		o.PushStatements = 4
-	}
-	if o.PushBatchRows <= 0 {
-		o.PushBatchRows = 1000
-	}
-	if o.AckStatements <= 0 {
-		o.AckStatements = 4
-	}
 	s := &Store{pool: pool, dbNow: o.DBNow, ids: o.IDs, txTimeout: o.TxTimeout, cache: newCache(o.Clock, o.CacheTTL), cipher: o.Cipher,
 		marks: &watermarkThrottle{clock: o.Clock, last: map[[3]string]time.Time{}}, log: o.Log,
 		popMarks: newPopMarkThrottle(o.Clock, o.PopMarkEvery), subChecks: newPopMarkThrottle(o.Clock, o.PopMarkEvery),
 		readOnly: o.ReadOnly}
-	s.pushes = &combiner[appendRow, appendOut]{run: s.appendCombined, alone: s.appendAlone,
-		key: func(r appendRow) string { return r.pid }, maxInFlight: o.PushStatements, maxRows: o.PushBatchRows}
-	s.acks = &combiner[ackRow, AckResult]{run: s.ackCombined, alone: s.ackAlone, key: ackKey,
-		maxInFlight: o.AckStatements, maxRows: o.PushBatchRows}
+	s.retry = s.newRetry()
 	return s
 }
 

@@ -255,7 +255,7 @@ func (s *Store) cycleOnce(ctx context.Context, p CycleParams) (CycleResult, erro
 	upKeys, upValues, delKeys := collapseState(p.State)
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	var pushed []appendOut
+	var pushed []AppendOut
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var queue *string
 		var queryOK, locked bool

@@ -128,7 +128,7 @@ func (s *Store) FireTimers(ctx context.Context, token string, claimed []ClaimedT
 func (s *Store) fireTimersOnce(ctx context.Context, token string, claimed []ClaimedTimer) ([]FiredTimer, error) {
 	// Names resolve (partitions are created) outside the transaction, as
 	// for any push: harmless if it rolls back.
-	rows := make([]appendRow, len(claimed))
+	rows := make([]AppendRow, len(claimed))
 	byTenant := map[string][]int{}
 	for i, c := range claimed {
 		byTenant[c.Tenant] = append(byTenant[c.Tenant], i)
@@ -152,7 +152,7 @@ func (s *Store) fireTimersOnce(ctx context.Context, token string, claimed []Clai
 					payload = again
 				}
 			}
-			rows[i] = appendRow{id: c.MessageID, pid: pids[keys[j]], txid: c.Txn, payload: payload, sub: c.ProducerSub}
+			rows[i] = AppendRow{id: c.MessageID, pid: pids[keys[j]], txid: c.Txn, payload: payload, sub: c.ProducerSub}
 		}
 	}
 	ctx, cancel := s.bound(ctx)
@@ -163,7 +163,7 @@ func (s *Store) fireTimersOnce(ctx context.Context, token string, claimed []Clai
 		if err != nil {
 			return err
 		}
-		var push []appendRow
+		var push []AppendRow
 		var which []int
 		for i, c := range claimed {
 			if held[[3]string{c.Tenant, c.Queue, c.TimerKey}] {

@@ -132,7 +132,7 @@ func (s *Store) transactionOnce(ctx context.Context, tenant string, ops []TxnOp,
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	var pushed []appendOut
+	var pushed []AppendOut
 	acked := make([]AckResult, len(ops))
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if err := s.lockForTxn(ctx, tx, plan.lp, requiredLeases); err != nil {
@@ -234,7 +234,7 @@ func (s *Store) applyTxnExtras(ctx context.Context, tx pgx.Tx, tenant, producerS
 
 // txnResults gives each ack its result and each pushed item its own, in
 // the order of the operations and their items.
-func txnResults(ops []TxnOp, rows []appendRow, pushed []appendOut, acked []AckResult) []TxnResult {
+func txnResults(ops []TxnOp, rows []AppendRow, pushed []AppendOut, acked []AckResult) []TxnResult {
 	var out []TxnResult
 	next := 0
 	for i, op := range ops {
@@ -289,7 +289,7 @@ func (s *Store) lockForTxn(ctx context.Context, tx pgx.Tx, p txnLockParams, requ
 // appendInTx appends rows inside tx; a partition deleted meanwhile (its
 // cached id is stale) rolls the whole transaction back with a *staleIDs
 // naming the gone ids, for freshRetry.
-func (s *Store) appendInTx(ctx context.Context, tx pgx.Tx, rows []appendRow) ([]appendOut, error) {
+func (s *Store) appendInTx(ctx context.Context, tx pgx.Tx, rows []AppendRow) ([]AppendOut, error) {
 	if len(rows) == 0 {
 		return nil, nil
 	}

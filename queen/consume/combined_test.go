@@ -1,8 +1,9 @@
-package store_test
+package consume_test
 
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -10,10 +11,53 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/queen-go/queen/queen/clock"
+	"github.com/queen-go/queen/queen/consume"
 	"github.com/queen-go/queen/queen/ids"
+	"github.com/queen-go/queen/queen/pushpath"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/store/storetest"
 )
+
+// These tests came from queen/store with the ack combiner and its retries
+// (issue 30): they ack through a Consumer instead of store.Ack.
+
+// acker is a store whose acks go through a Consumer and whose pushes go
+// through a push path, as store.Ack and store.Push did.
+type acker struct {
+	*store.Store
+	c    *consume.Consumer
+	path *pushpath.Path
+}
+
+func (x acker) Ack(ctx context.Context, tenant, group string, items []store.AckItem) ([]store.AckResult, error) {
+	return x.c.Ack(ctx, tenant, group, items)
+}
+
+func (x acker) Push(ctx context.Context, tenant string, items []store.PushItem, sub string) ([]store.PushResult, error) {
+	out, err := x.path.Push(ctx, tenant, sub, items)
+	return out.Results, err
+}
+
+// newAcker is a store, a consumer with ackStatements combined completion
+// statements in flight, and a push path.
+func newAcker(t *testing.T, o store.Options, ackStatements int) (acker, *pgxpool.Pool) {
+	t.Helper()
+	pool := storetest.Pool(t)
+	o.IDs = ids.NewSource(clock.Real{}, nil)
+	s := store.New(pool, o)
+	return acker{s, consume.New(consume.Options{Store: s, Clock: clock.Real{}, AckStatements: ackStatements}),
+		pushpath.New(pushpath.Options{Store: s, IDs: o.IDs})}, pool
+}
+
+func popOne(t *testing.T, s acker, req store.PopRequest) store.PopResult {
+	t.Helper()
+	req.Tenant = tenant
+	res, err := s.Pop(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
 
 // Issue 28, item 8: one row held locked by an outside session must delay
 // that row's writers only. Each test holds a row, starts a call on it (it
@@ -26,13 +70,6 @@ import (
 // stallBound is how long a call on an unrelated queue may take before the
 // test calls it stalled: generous, a busy machine answers in milliseconds.
 const stallBound = 30 * time.Second
-
-// lockedStore is a store with one push and one ack statement in flight.
-func lockedStore(t *testing.T) (*store.Store, *pgxpool.Pool) {
-	t.Helper()
-	pool := storetest.Pool(t)
-	return store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil), PushStatements: 1, AckStatements: 1}), pool
-}
 
 // holdRows runs sql (a SELECT ... FOR UPDATE) in a transaction it keeps
 // open; the returned func releases the rows.
@@ -75,55 +112,6 @@ func awaitLockWaiters(t *testing.T, pool *pgxpool.Pool, n int) {
 	}
 }
 
-// pushOthers pushes, from many goroutines at once, to queues other than
-// the locked one, each call bounded by stallBound, and returns once all
-// answered.
-func pushOthers(t *testing.T, s *store.Store) {
-	t.Helper()
-	const workers, each = 12, 5
-	errs := make(chan error, workers*each)
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range each {
-				ctx, cancel := context.WithTimeout(context.Background(), stallBound)
-				res, err := s.Push(ctx, tenant, []store.PushItem{{Queue: fmt.Sprint("free-", w%6), Partition: fmt.Sprint("p", i%2)}}, "")
-				cancel()
-				if err == nil && res[0].Status != "queued" {
-					err = fmt.Errorf("answered %+v", res[0])
-				}
-				if err != nil {
-					errs <- fmt.Errorf("push to free-%d while another queue's partition is locked: %w", w%6, err)
-					return // one stalled push says it; no need to wait out the rest
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
-}
-
-// blockedPush pushes txid into queue's partition in the background; the
-// channel answers once it returned.
-func blockedPush(s *store.Store, queue, partition, txid string) <-chan error {
-	done := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 4*stallBound)
-		defer cancel()
-		res, err := s.Push(ctx, tenant, []store.PushItem{{Queue: queue, Partition: partition, TransactionID: txid}}, "")
-		if err == nil && res[0].Status != "queued" {
-			err = fmt.Errorf("push %s answered %+v", txid, res[0])
-		}
-		done <- err
-	}()
-	return done
-}
-
 func stillWaiting(t *testing.T, what string, done <-chan error) {
 	t.Helper()
 	select {
@@ -145,38 +133,11 @@ func answered(t *testing.T, what string, done <-chan error) {
 	}
 }
 
-// A session holding one partition row delays pushes into that partition
-// only (before: pushes to every other queue waited behind the blocked
-// combined statement, 39.6 s in the attack).
-func TestLockedPartitionDelaysOnlyItsPushes(t *testing.T) {
-	t.Parallel()
-	s, pool := lockedStore(t)
-	push(t, s, "held", "", "seed")
-	release := holdRows(t, pool, `SELECT p.id FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
-		WHERE q.name = 'held' FOR UPDATE OF p`)
-	blocked := []<-chan error{blockedPush(s, "held", "", "b0")}
-	awaitLockWaiters(t, pool, 1)
-	blocked = append(blocked, blockedPush(s, "held", "", "b1"), blockedPush(s, "held", "", "b2"))
-	pushOthers(t, s)
-	for i, b := range blocked {
-		stillWaiting(t, fmt.Sprint("push b", i), b)
-	}
-	release()
-	for i, b := range blocked {
-		answered(t, fmt.Sprint("push b", i), b)
-	}
-	var n int
-	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id
-		JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'held'`).Scan(&n); err != nil || n != 4 {
-		t.Fatalf("the held queue stores %d messages (%v), want 4", n, err)
-	}
-}
-
 // A session holding one cursor row delays acks of that cursor only (before:
 // acks of six unrelated queues waited 9.7 s in the attack).
 func TestLockedCursorDelaysOnlyItsAcks(t *testing.T) {
 	t.Parallel()
-	s, pool := lockedStore(t)
+	s, pool := newAcker(t, store.Options{}, 1)
 	ctx := context.Background()
 	const queues, each = 6, 8
 	leased := map[string][]store.AckItem{}
@@ -240,42 +201,98 @@ func TestLockedCursorDelaysOnlyItsAcks(t *testing.T) {
 	answered(t, "the ack of the held cursor", blocked)
 }
 
-// A queue being deleted (its cascade holding the partition rows while it
-// deletes the messages: seconds for a big queue; here it waits on one
-// message row an outside session holds) delays pushes into that queue only
-// (before: every push elsewhere waited, 5.4 s in the attack). A push that
-// waited for the deleted queue lands in the queue created again.
-func TestQueueDeleteDelaysOnlyItsPushes(t *testing.T) {
+// Completions of concurrent requests go in one statement (the ack
+// combiner), and each request hears only its own items: sixteen consumers
+// of two groups pop and ack with one statement in flight, some acking the
+// same batch twice at once, every request carrying an item that does not
+// exist. Every answer names its own item, each message is completed once
+// per group, and the repeats answer "already committed".
+func TestCombinedAcksAnswerEachRequestExactly(t *testing.T) {
 	t.Parallel()
-	s, pool := lockedStore(t)
+	now := time.Now().UTC()
+	s, _ := newAcker(t, store.Options{DBNow: func() *time.Time { v := now; return &v }}, 1)
 	ctx := context.Background()
-	for i := range 20 {
-		push(t, s, "doomed", fmt.Sprint("p", i%2), fmt.Sprint("d", i))
-	}
-	release := holdRows(t, pool, `SELECT 1 FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id
-		JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'doomed' AND m.transaction_id = 'd7' FOR UPDATE OF m`)
-	deleted := make(chan error, 1)
-	go func() {
-		existed, err := s.DeleteQueue(ctx, tenant, "doomed")
-		if err == nil && !existed {
-			err = fmt.Errorf("the queue did not exist")
+	const parts, each = 8, 12
+	for p := range parts {
+		var items []store.PushItem
+		for i := range each {
+			items = append(items, store.PushItem{Queue: "acomb", Partition: fmt.Sprint("p", p), TransactionID: fmt.Sprintf("m%d-%d", p, i)})
 		}
-		deleted <- err
-	}()
-	awaitLockWaiters(t, pool, 1)
-	// Into a partition the queue has (and this broker has cached), so the
-	// push goes to the combiner and waits there for the partition row.
-	blocked := blockedPush(s, "doomed", "p0", "after")
-	awaitLockWaiters(t, pool, 2)
-	pushOthers(t, s)
-	stillWaiting(t, "the delete", deleted)
-	stillWaiting(t, "the push into the queue being deleted", blocked)
-	release()
-	answered(t, "the delete", deleted)
-	answered(t, "the push into the queue being deleted", blocked)
-	var n int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id
-		JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'doomed'`).Scan(&n); err != nil || n != 1 {
-		t.Fatalf("the queue created again stores %d messages (%v), want 1", n, err)
+		if _, err := s.Push(ctx, tenant, items, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	groups := []string{store.QueueModeGroup, "g2"}
+	var mu sync.Mutex
+	completed := map[[2]string]int{}
+	errs := make(chan error, 1000)
+	ack := func(group string, items []store.AckItem) {
+		res, err := s.Ack(ctx, tenant, group, items)
+		if err != nil {
+			errs <- err
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for i, r := range res {
+			switch {
+			case r.Index != i || r.TransactionID != items[i].TransactionID:
+				errs <- fmt.Errorf("answer %d of a request names %q (index %d), its item is %q", i, r.TransactionID, r.Index, items[i].TransactionID)
+			case strings.HasPrefix(items[i].TransactionID, "nope"):
+				if r.Success || r.Error != store.ErrMsgNotFound {
+					errs <- fmt.Errorf("%s: %+v, want not found", items[i].TransactionID, r)
+				}
+			case r.Success:
+				completed[[2]string{group, r.TransactionID}]++
+			case r.Error != store.ErrAlreadyCommitted:
+				errs <- fmt.Errorf("%s in %s: %+v", r.TransactionID, group, r)
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			group := groups[w%2]
+			for round := 0; ; round++ {
+				res, err := s.Pop(ctx, store.PopRequest{Tenant: tenant, Queue: "acomb", Group: group, Batch: 3})
+				if err != nil {
+					errs <- err
+					return
+				}
+				if len(res.Messages) == 0 {
+					return
+				}
+				var items []store.AckItem
+				for _, m := range res.Messages {
+					items = append(items, store.AckItem{PartitionID: m.PartitionID, TransactionID: m.TransactionID, LeaseID: m.LeaseID})
+				}
+				items = append(items, store.AckItem{PartitionID: res.Messages[0].PartitionID, TransactionID: fmt.Sprintf("nope-%d-%d", w, round)})
+				if w%4 == 0 {
+					var twice sync.WaitGroup
+					twice.Add(1)
+					go func() { defer twice.Done(); ack(group, items) }()
+					ack(group, items)
+					twice.Wait()
+					continue
+				}
+				ack(group, items)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for _, g := range groups {
+		for p := range parts {
+			for i := range each {
+				if n := completed[[2]string{g, fmt.Sprintf("m%d-%d", p, i)}]; n != 1 {
+					t.Errorf("m%d-%d completed %d times in %s", p, i, n, g)
+				}
+			}
+		}
 	}
 }

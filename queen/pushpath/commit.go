@@ -1,0 +1,97 @@
+package pushpath
+
+import (
+	"context"
+
+	"github.com/queen-go/queen/queen/combine"
+	"github.com/queen-go/queen/queen/store"
+)
+
+// The retry layers of a push, outermost first, all here:
+//
+//   - the stale-name retry (store.FreshRetry, in store): a cached
+//     partition id that names a partition deleted through another broker
+//     is forgotten and only the items whose partition was gone are pushed
+//     again, once (rows in partitions that exist commit whatever others do);
+//   - the combiner (queen/combine): concurrent pushes share one append
+//     statement; a permanent error re-runs each push by itself, a lock wait
+//     that ran out (store.LockWait) sends each push to run alone, outside
+//     the combiner's slots;
+//   - the contention retry (combine.Retry, over the store's Retry): a
+//     statement that lost a lock race runs again after a short pause; in a
+//     slot a lock wait that ran out returns at once, alone it is tried again
+//     for as long as the push's bound allows.
+//
+// Anything that still fails is the push's error: Push decides whether the
+// spool keeps it.
+
+// newCombiner builds the push combiner over o's store.
+func newCombiner(o Options) *combine.Combiner[store.AppendRow, store.AppendOut] {
+	if o.PushStatements <= 0 {
+		o.PushStatements = 4
+	}
+	if o.PushBatchRows <= 0 {
+		o.PushBatchRows = 1000
+	}
+	st := o.Store
+	statement := func(alone bool) combine.Statement[store.AppendRow, store.AppendOut] {
+		return func(ctx context.Context, rows []store.AppendRow) ([]store.AppendOut, error) {
+			var out []store.AppendOut
+			err := st.Retry().Run(ctx, alone, func(ctx context.Context) (err error) {
+				out, err = st.AppendRows(ctx, rows, store.LockWait())
+				return err
+			})
+			return out, err
+		}
+	}
+	return combine.New(combine.Options[store.AppendRow, store.AppendOut]{
+		Joint: statement(false), Alone: statement(true), Key: store.AppendRow.PartitionID,
+		MaxInFlight: o.PushStatements, MaxRows: o.PushBatchRows, SwapCanary: "combiner-swaps",
+		Permanent: store.IsPermanent, LockTimedOut: store.LockTimedOut})
+}
+
+// commit appends items and returns one result per item, in input order. It
+// returns only after COMMIT: a "queued" answer is durable. Queues and
+// partitions are created on first use. Concurrent pushes are combined into
+// one statement.
+func (p *Path) commit(ctx context.Context, tenant string, items []store.PushItem, producerSub string) ([]store.PushResult, error) {
+	out := make([]store.PushResult, len(items))
+	if len(items) == 0 {
+		return out, nil
+	}
+	todo := make([]int, len(items))
+	for i := range todo {
+		todo[i] = i
+	}
+	// Rows in partitions that exist commit whatever others do, so a retry
+	// (a cached partition was deleted through another broker) pushes only
+	// the items whose partition was gone.
+	_, err := store.FreshRetry(p.o.Store, func() (struct{}, error) {
+		var err error
+		todo, err = p.pushSome(ctx, tenant, items, todo, producerSub, out)
+		return struct{}{}, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// pushSome pushes items[todo] and answers each stored one in out. The items
+// whose partition was gone come back, with an error naming it.
+func (p *Path) pushSome(ctx context.Context, tenant string, items []store.PushItem, todo []int, producerSub string,
+	out []store.PushResult) ([]int, error) {
+	sub := make([]store.PushItem, len(todo))
+	for j, i := range todo {
+		sub[j] = items[i]
+	}
+	rows, err := p.o.Store.PushRows(ctx, tenant, sub, producerSub)
+	if err != nil {
+		return todo, err
+	}
+	res, err := p.pushes.Do(ctx, rows)
+	if err != nil {
+		return todo, err
+	}
+	return store.PushAnswers(items, todo, rows, res, out)
+}
