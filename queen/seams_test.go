@@ -100,3 +100,60 @@ func TestSeamsKeepImportArrowsOneWay(t *testing.T) {
 		}
 	}
 }
+
+// layers places every package of the broker on a layer: a package imports
+// only packages of lower layers, so the import graph reads top-down from the
+// route table to the statements, with no upward arrow. A new package must be
+// given a layer here; placing it is the decision of where its concern sits.
+var layers = map[string]int{
+	// Leaves: seams and switches that know no other queen package.
+	"admission": 0, "canary": 0, "clock": 0, "connlimit": 0, "crypt": 0, "dashboard": 0, "pglocal": 0, "waker": 0,
+	// Mechanisms over the seams.
+	"auth": 1, "background": 1, "combine": 1, "dbprobe": 1, "ids": 1, "mesh": 1,
+	"limits": 2,
+	"config": 3,
+	// The statements.
+	"store": 4,
+	// Services and policy over the statements.
+	"analytics": 5, "consume": 5, "leader": 5, "spool": 5, "store/storetest": 5, "sweeper": 5,
+	"maintenance": 6, "pushpath": 6,
+	// The wire.
+	"httpapi": 7,
+}
+
+// TestPackagesImportOnlyLowerLayers fails on an import that points up or
+// sideways in layers, and on a package under queen/ that has no layer.
+func TestPackagesImportOnlyLowerLayers(t *testing.T) {
+	const mod = "github.com/queen-go/queen/queen/"
+	err := filepath.Walk(".", func(path string, info os.FileInfo, err error) error {
+		if err != nil || info.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return err
+		}
+		dir := filepath.ToSlash(filepath.Dir(path))
+		if dir == "." {
+			return nil // package queen wires every layer together
+		}
+		own, ok := layers[dir]
+		if !ok {
+			t.Errorf("%s: package %s has no layer in seams_test.go's layers", path, dir)
+			return nil
+		}
+		parsed, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		for _, imp := range parsed.Imports {
+			p := strings.Trim(imp.Path.Value, `"`)
+			if !strings.HasPrefix(p, mod) {
+				continue
+			}
+			if l, ok := layers[strings.TrimPrefix(p, mod)]; !ok || l >= own {
+				t.Errorf("%s (layer %d) imports %s (layer %d, known %v): arrows point down only", path, own, p, l, ok)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
