@@ -54,20 +54,6 @@ func popAll(t *testing.T, s *store.Store, q string) []store.Message {
 	return res.Messages
 }
 
-func TestTransactionIntoAQueueRecreatedElsewhere(t *testing.T) {
-	t.Parallel()
-	a, b := twoBrokers(t)
-	recreatedElsewhere(t, a, b, "stale-txn")
-	res, err := a.Transaction(context.Background(), tenant, []store.TxnOp{{Type: "push",
-		Items: []store.PushItem{{Queue: "stale-txn", TransactionID: "in-txn", Payload: crypt.Plain(json.RawMessage(`1`))}}}}, nil, "")
-	if err != nil || len(res) != 1 || !res[0].Success || res[0].Duplicate {
-		t.Fatalf("transaction through the broker that did not delete: %+v %v", res, err)
-	}
-	if got := popAll(t, b, "stale-txn"); len(got) != 2 || got[1].TransactionID != "in-txn" {
-		t.Fatalf("stored: %+v", got)
-	}
-}
-
 func TestStreamsCycleIntoAQueueRecreatedElsewhere(t *testing.T) {
 	t.Parallel()
 	a, b := twoBrokers(t)

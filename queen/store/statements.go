@@ -40,7 +40,7 @@ var statements = map[string]statement{
 	"partitions.create":   {createPartitionsSQL, createPartitionsParams{}},
 	"consumers.create":    {createConsumersSQL, createConsumersParams{}},
 	"popMark.set":         {popMarkSetSQL, popMarkParams{}},
-	"txn.lock":            {txnLockSQL, txnLockParams{}},
+	"txn.lock":            {txnLockSQL, TxnLockParams{}},
 	"ack.completed":       {ackCompletedSQL, ackCompletedParams{}},
 	"ack.read":            {ackReadSQL, ackReadParams{}},
 	"ack.cursors":         {ackCursorsOnlySQL, ackCursorsParams{}},
