@@ -54,31 +54,6 @@ func popAll(t *testing.T, s *store.Store, q string) []store.Message {
 	return res.Messages
 }
 
-func TestStreamsCycleIntoAQueueRecreatedElsewhere(t *testing.T) {
-	t.Parallel()
-	a, b := twoBrokers(t)
-	ctx := context.Background()
-	src, err := a.Push(ctx, tenant, []store.PushItem{{Queue: "stale-src", Payload: crypt.Plain(json.RawMessage(`1`))}}, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	q, err := a.RegisterQuery(ctx, store.RegisterParams{Tenant: tenant, Name: "stale-query", SourceQueue: "stale-src",
-		SinkQueue: "stale-sink", ConfigHash: "h"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	recreatedElsewhere(t, a, b, "stale-sink")
-	res, err := a.Cycle(ctx, store.CycleParams{Tenant: tenant, QueryID: q.ID, PartitionID: src[0].PartitionID,
-		State: []store.StateOp{{Key: "k", Value: json.RawMessage(`{"n":1}`)}},
-		Push:  []store.PushItem{{Queue: "stale-sink", TransactionID: "from-cycle", Payload: crypt.Plain(json.RawMessage(`2`))}}})
-	if err != nil || len(res.Pushed) != 1 || res.Pushed[0].Status != "queued" || res.StateOpsApplied != 1 {
-		t.Fatalf("cycle through the broker that did not delete: %+v %v", res, err)
-	}
-	if got := popAll(t, b, "stale-sink"); len(got) != 2 || got[1].TransactionID != "from-cycle" {
-		t.Fatalf("stored: %+v", got)
-	}
-}
-
 // The fire runs with the claim just taken: before, it failed and the timer
 // waited out the claim's lease.
 func TestTimerIntoAQueueRecreatedElsewhereFiresAtOnce(t *testing.T) {

@@ -10,7 +10,8 @@ import (
 // The statements a transaction composes (queen/txn runs them, in one pgx
 // transaction it begins itself): the cursor lock, the append, the strict
 // ack, the timers and the KV operations. Each runs on the transaction it is
-// handed; none begins, retries or decides anything.
+// handed; none begins, retries or decides anything. The append and the
+// rollback errors serve queen/streams' cycle too.
 
 // txnLockSQL locks, before anything else in a transaction, every cursor row
 // it relies on: the rows holding its requiredLeases and the rows its acks
@@ -108,6 +109,10 @@ func (s *Store) ApplyKVInTx(ctx context.Context, tx pgx.Tx, tenant string, ops [
 // failure code (bad_request, ack_rejected, push_rejected): IsRollback and
 // RollbackReason read it.
 func Rejected(reason, format string, a ...any) error { return rejected(reason, format, a...) }
+
+// Rollback is a business failure that rolls a transaction back, without a
+// failure code (a streams cycle's): IsRollback reads it.
+func Rollback(msg string) error { return rollback("%s", msg) }
 
 // TransactionID is the row's transactionId (the given one, or its message
 // id).
