@@ -67,11 +67,6 @@ func (s *Store) LockTxnCursors(ctx context.Context, tx pgx.Tx, p TxnLockParams) 
 // stale) fails the append with a rollback naming the gone ids, which
 // FreshRetry reads to forget them.
 func (s *Store) AppendInTx(ctx context.Context, tx pgx.Tx, rows []AppendRow) ([]AppendOut, error) {
-	return s.appendInTx(ctx, tx, rows)
-}
-
-// appendInTx is AppendInTx (streams.go calls it too).
-func (s *Store) appendInTx(ctx context.Context, tx pgx.Tx, rows []AppendRow) ([]AppendOut, error) {
 	if len(rows) == 0 {
 		return nil, nil
 	}
