@@ -55,13 +55,20 @@ func TestSeamsAreRespected(t *testing.T) {
 // and policy packages: queen/store holds statements only and imports none of
 // the packages that decide policy over them; queen/combine knows no
 // statements and imports nothing of queen but canary and admission; the
-// policy packages (pushpath, consume) run the combiners over store.
+// policy packages (pushpath, consume) run the combiners over store; queen/txn
+// (the transaction route) and queen/streams (the streams cycle) compose
+// store's statements, import nothing else of queen but canary, and are
+// reached from httpapi.
 func TestSeamsKeepImportArrowsOneWay(t *testing.T) {
 	const mod = "github.com/queen-go/queen/queen/"
 	rules := map[string]func(imp string) bool{
 		"store": func(imp string) bool {
 			return !strings.HasPrefix(imp, mod+"pushpath") && !strings.HasPrefix(imp, mod+"consume") &&
-				!strings.HasPrefix(imp, mod+"httpapi")
+				!strings.HasPrefix(imp, mod+"httpapi") && !strings.HasPrefix(imp, mod+"txn") &&
+				!strings.HasPrefix(imp, mod+"streams")
+		},
+		"txn": func(imp string) bool {
+			return !strings.HasPrefix(imp, mod) || imp == mod+"store" || imp == mod+"canary"
 		},
 		"combine": func(imp string) bool {
 			return !strings.HasPrefix(imp, mod) || imp == mod+"canary" || imp == mod+"admission"
@@ -69,6 +76,8 @@ func TestSeamsKeepImportArrowsOneWay(t *testing.T) {
 	}
 	rules["pushpath"] = func(string) bool { return true }
 	rules["consume"] = func(string) bool { return true }
+	rules["streams"] = rules["txn"]
+	rules["httpapi"] = func(string) bool { return true }
 	imported := map[string]bool{}
 	for dir, allowed := range rules {
 		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
@@ -92,9 +101,12 @@ func TestSeamsKeepImportArrowsOneWay(t *testing.T) {
 			}
 		}
 	}
-	// The combiners are the policy packages': they run them over store.
+	// The combiners are the policy packages': they run them over store. The
+	// transaction's and the streams cycle's policies are txn's and streams',
+	// over store, and httpapi calls them.
 	for _, arrow := range []string{"pushpath " + mod + "combine", "pushpath " + mod + "store",
-		"consume " + mod + "combine", "consume " + mod + "store"} {
+		"consume " + mod + "combine", "consume " + mod + "store",
+		"txn " + mod + "store", "httpapi " + mod + "txn", "streams " + mod + "store", "httpapi " + mod + "streams"} {
 		if !imported[arrow] {
 			t.Errorf("%s no longer imports %s", strings.Fields(arrow)[0], strings.Fields(arrow)[1])
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/limits"
 	"github.com/queen-go/queen/queen/store"
+	"github.com/queen-go/queen/queen/txn"
 )
 
 // parseAck reads one acknowledgement object key by key, keys matched
@@ -249,7 +250,7 @@ func (s *Server) transaction(w http.ResponseWriter, r *http.Request) {
 			leases = append(leases, l)
 		}
 	}
-	ops := make([]store.TxnOp, len(rawOps))
+	ops := make([]txn.Op, len(rawOps))
 	names := make([]string, len(rawOps))
 	for i, raw := range rawOps {
 		if ops[i], err = parseTxnOp(raw, i); err != nil {
@@ -272,7 +273,8 @@ func (s *Server) transaction(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return
 	}
-	results, more, err := s.store.TransactionWith(r.Context(), tenantOf(r), ops, leases, subOf(r), extras)
+	results, more, err := txn.Run(r.Context(), s.store, txn.Request{Tenant: tenantOf(r), Ops: ops, RequiredLeases: leases, ProducerSub: subOf(r),
+		Extras: extras})
 	release()
 	if s.txnFailed(w, r, txnID, err) {
 		return
@@ -308,8 +310,8 @@ func (s *Server) txnFailed(w http.ResponseWriter, r *http.Request, txnID string,
 
 // txnDone wakes what a committed transaction pushed and timed, and answers
 // its results (timers and KV only when the transaction had some).
-func (s *Server) txnDone(w http.ResponseWriter, r *http.Request, txnID string, results []store.TxnResult, more store.TxnExtrasResult,
-	extras store.TxnExtras) {
+func (s *Server) txnDone(w http.ResponseWriter, r *http.Request, txnID string, results []txn.Result, more txn.ExtrasResult,
+	extras txn.Extras) {
 	out, pushed := txnResults(results)
 	s.notifyPushed(tenantOf(r), pushed)
 	s.hintSweeper(more.Timers)
@@ -325,8 +327,8 @@ func (s *Server) txnDone(w http.ResponseWriter, r *http.Request, txnID string, r
 
 // parseTxnExtras reads a transaction's timers and kv arrays, as POST
 // /api/v1/timers and POST /api/v1/kv read theirs.
-func (s *Server) parseTxnExtras(body obj) (store.TxnExtras, error) {
-	x := store.TxnExtras{MaxKVRead: s.cfg.KVMaxReadBytes}
+func (s *Server) parseTxnExtras(body obj) (txn.Extras, error) {
+	x := txn.Extras{MaxKVRead: s.cfg.KVMaxReadBytes}
 	var err error
 	if raw, ok := body["timers"]; ok && !isNull(raw) {
 		if x.Timers, err = s.parseTimerOps(raw); err != nil {
@@ -341,18 +343,18 @@ func (s *Server) parseTxnExtras(body obj) (store.TxnExtras, error) {
 	return x, nil
 }
 
-func parseTxnOp(raw json.RawMessage, i int) (store.TxnOp, error) {
+func parseTxnOp(raw json.RawMessage, i int) (txn.Op, error) {
 	path := fmt.Sprintf("operations[%d]", i)
 	o, _, err := asObject(raw, path)
 	if err != nil {
-		return store.TxnOp{}, err
+		return txn.Op{}, err
 	}
 	path += "."
 	typ, _, err := o.str("type", path)
 	if err != nil {
-		return store.TxnOp{}, err
+		return txn.Op{}, err
 	}
-	op := store.TxnOp{Type: typ}
+	op := txn.Op{Type: typ}
 	switch typ {
 	case "push":
 		items, ok, err := o.array("items", path)

@@ -5,6 +5,7 @@ import (
 
 	"github.com/queen-go/queen/queen/pushpath"
 	"github.com/queen-go/queen/queen/store"
+	"github.com/queen-go/queen/queen/txn"
 )
 
 // errorAnswer is the body of a refused or failed call.
@@ -122,7 +123,7 @@ func newKVPreconditionFailed(pre *store.KVPrecondition) *kvPreconditionFailed {
 
 // txnResults is the answer's results for a committed transaction, and the
 // pushes that were not duplicates, whose pops to wake.
-func txnResults(results []store.TxnResult) ([]txnOpResult, []store.PushResult) {
+func txnResults(results []txn.Result) ([]txnOpResult, []store.PushResult) {
 	out := make([]txnOpResult, len(results))
 	pushed := []store.PushResult{}
 	for i, res := range results {

@@ -10,6 +10,7 @@ import (
 	"github.com/queen-go/queen/queen/pushpath"
 	"github.com/queen-go/queen/queen/spool"
 	"github.com/queen-go/queen/queen/store"
+	"github.com/queen-go/queen/queen/txn"
 )
 
 // keysOf is the sorted keys of v's JSON object, and the raw JSON.
@@ -37,7 +38,7 @@ func keysOf(t *testing.T, v any) (string, map[string]json.RawMessage) {
 // null, a refusal's results are [] and a missing row's version and value
 // are null.
 func TestAckAnswersKeepTheirKeys(t *testing.T) {
-	out, pushed := txnResults([]store.TxnResult{{Type: "push", MessageID: "m"}, {Type: "push", Duplicate: true}, {Type: "ack"}})
+	out, pushed := txnResults([]txn.Result{{Type: "push", MessageID: "m"}, {Type: "push", Duplicate: true}, {Type: "ack"}})
 	pre := &store.KVPrecondition{Index: 1, Result: store.KVResult{Op: "put", Reason: "absent"}}
 	failed := pushpath.Outcome{Buffered: []spool.Event{{Queue: "q"}}, SpoolErr: errors.New("disk full")}
 	for _, c := range []struct {

@@ -12,6 +12,7 @@ import (
 	"github.com/queen-go/queen/queen/limits"
 	"github.com/queen-go/queen/queen/pushpath"
 	"github.com/queen-go/queen/queen/store"
+	"github.com/queen-go/queen/queen/txn"
 	"github.com/queen-go/queen/queen/waker"
 )
 
@@ -139,7 +140,7 @@ func decodePushWires(body []byte) ([]pushItemWire, bool, error) {
 
 // tooManyTxnItems applies limits.PushItems to a transaction: its push
 // operations together are one push.
-func tooManyTxnItems(ops []store.TxnOp) error {
+func tooManyTxnItems(ops []txn.Op) error {
 	n := 0
 	for _, op := range ops {
 		n += len(op.Items)

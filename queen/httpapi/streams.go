@@ -11,6 +11,7 @@ import (
 	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/limits"
 	"github.com/queen-go/queen/queen/store"
+	"github.com/queen-go/queen/queen/streams"
 )
 
 // The streaming SDKs' routes (contract-streams.md): register a query,
@@ -141,7 +142,7 @@ func (s *Server) cycle(w http.ResponseWriter, r *http.Request) {
 	if !s.ownsStreamPartition(w, r, p.PartitionID) {
 		return
 	}
-	res, err := s.store.Cycle(r.Context(), p)
+	res, err := streams.Cycle(r.Context(), s.store, p)
 	if msg, ok := store.IsRollback(err); ok {
 		writeJSON(w, http.StatusOK, rolledBackCycle(p, msg))
 		return
@@ -156,8 +157,8 @@ func (s *Server) cycle(w http.ResponseWriter, r *http.Request) {
 
 // cycleParams reads a cycle body. Null or missing lists are empty, a null
 // ack is a flush cycle, release_lease defaults to true.
-func (s *Server) cycleParams(r *http.Request) (store.CycleParams, error) {
-	var p store.CycleParams
+func (s *Server) cycleParams(r *http.Request) (streams.CycleParams, error) {
+	var p streams.CycleParams
 	body, err := readStreamsBody(r)
 	if err != nil {
 		return p, err
@@ -197,12 +198,12 @@ func (s *Server) cycleParams(r *http.Request) (store.CycleParams, error) {
 	return p, err
 }
 
-func stateOps(body obj) ([]store.StateOp, error) {
+func stateOps(body obj) ([]streams.StateOp, error) {
 	raws, _, err := body.array("state_ops", "")
 	if err != nil {
 		return nil, err
 	}
-	ops := make([]store.StateOp, len(raws))
+	ops := make([]streams.StateOp, len(raws))
 	for i, raw := range raws {
 		path := fmt.Sprintf("state_ops[%d].", i)
 		o, _, err := asObject(raw, path[:len(path)-1])
@@ -222,14 +223,14 @@ func stateOps(body obj) ([]store.StateOp, error) {
 		}
 		switch typ {
 		case "upsert":
-			ops[i] = store.StateOp{Key: key, Value: o["value"]}
+			ops[i] = streams.StateOp{Key: key, Value: o["value"]}
 			if isNull(o["value"]) {
 				ops[i].Value = nil // stored as {}
 			} else if err := limits.JSON(path+"value", o["value"]); err != nil {
 				return nil, err
 			}
 		case "delete":
-			ops[i] = store.StateOp{Key: key, Delete: true}
+			ops[i] = streams.StateOp{Key: key, Delete: true}
 		default:
 			return nil, bad("%stype must be upsert or delete", path)
 		}
@@ -237,12 +238,12 @@ func stateOps(body obj) ([]store.StateOp, error) {
 	return ops, nil
 }
 
-func cycleAck(body obj) (*store.CycleAck, error) {
+func cycleAck(body obj) (*streams.CycleAck, error) {
 	o, ok, err := body.object("ack", "")
 	if err != nil || !ok {
 		return nil, err
 	}
-	a := &store.CycleAck{Count: 1, Completed: true}
+	a := &streams.CycleAck{Count: 1, Completed: true}
 	if a.TransactionID, _, err = o.limited("transactionId", limits.TransactionID, "ack."); err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 
 	"github.com/queen-go/queen/queen/store"
+	"github.com/queen-go/queen/queen/streams"
 )
 
 // The answers of the streaming SDKs' routes (streams.go), in the shapes
@@ -63,12 +64,12 @@ type cycleAckResult struct {
 }
 
 // rolledBackCycle is the answer of a cycle that failed with msg.
-func rolledBackCycle(p store.CycleParams, msg string) cycleAnswer {
+func rolledBackCycle(p streams.CycleParams, msg string) cycleAnswer {
 	return cycleAnswer{QueryID: p.QueryID, PartitionID: p.PartitionID, PushResults: []pushResultWire{}, Error: &msg}
 }
 
 // committedCycle is the answer of a cycle that committed res.
-func committedCycle(p store.CycleParams, res store.CycleResult) cycleAnswer {
+func committedCycle(p streams.CycleParams, res streams.CycleResult) cycleAnswer {
 	a := cycleAnswer{Success: true, QueryID: p.QueryID, PartitionID: p.PartitionID, QueueName: &res.QueueName,
 		StateOpsApplied: res.StateOpsApplied, PushResults: pushResults(res.Pushed)}
 	if a.PushResults == nil {

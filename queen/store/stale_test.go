@@ -54,45 +54,6 @@ func popAll(t *testing.T, s *store.Store, q string) []store.Message {
 	return res.Messages
 }
 
-func TestTransactionIntoAQueueRecreatedElsewhere(t *testing.T) {
-	t.Parallel()
-	a, b := twoBrokers(t)
-	recreatedElsewhere(t, a, b, "stale-txn")
-	res, err := a.Transaction(context.Background(), tenant, []store.TxnOp{{Type: "push",
-		Items: []store.PushItem{{Queue: "stale-txn", TransactionID: "in-txn", Payload: crypt.Plain(json.RawMessage(`1`))}}}}, nil, "")
-	if err != nil || len(res) != 1 || !res[0].Success || res[0].Duplicate {
-		t.Fatalf("transaction through the broker that did not delete: %+v %v", res, err)
-	}
-	if got := popAll(t, b, "stale-txn"); len(got) != 2 || got[1].TransactionID != "in-txn" {
-		t.Fatalf("stored: %+v", got)
-	}
-}
-
-func TestStreamsCycleIntoAQueueRecreatedElsewhere(t *testing.T) {
-	t.Parallel()
-	a, b := twoBrokers(t)
-	ctx := context.Background()
-	src, err := a.Push(ctx, tenant, []store.PushItem{{Queue: "stale-src", Payload: crypt.Plain(json.RawMessage(`1`))}}, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	q, err := a.RegisterQuery(ctx, store.RegisterParams{Tenant: tenant, Name: "stale-query", SourceQueue: "stale-src",
-		SinkQueue: "stale-sink", ConfigHash: "h"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	recreatedElsewhere(t, a, b, "stale-sink")
-	res, err := a.Cycle(ctx, store.CycleParams{Tenant: tenant, QueryID: q.ID, PartitionID: src[0].PartitionID,
-		State: []store.StateOp{{Key: "k", Value: json.RawMessage(`{"n":1}`)}},
-		Push:  []store.PushItem{{Queue: "stale-sink", TransactionID: "from-cycle", Payload: crypt.Plain(json.RawMessage(`2`))}}})
-	if err != nil || len(res.Pushed) != 1 || res.Pushed[0].Status != "queued" || res.StateOpsApplied != 1 {
-		t.Fatalf("cycle through the broker that did not delete: %+v %v", res, err)
-	}
-	if got := popAll(t, b, "stale-sink"); len(got) != 2 || got[1].TransactionID != "from-cycle" {
-		t.Fatalf("stored: %+v", got)
-	}
-}
-
 // The fire runs with the claim just taken: before, it failed and the timer
 // waited out the claim's lease.
 func TestTimerIntoAQueueRecreatedElsewhereFiresAtOnce(t *testing.T) {

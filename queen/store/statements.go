@@ -40,11 +40,18 @@ var statements = map[string]statement{
 	"partitions.create":   {createPartitionsSQL, createPartitionsParams{}},
 	"consumers.create":    {createConsumersSQL, createConsumersParams{}},
 	"popMark.set":         {popMarkSetSQL, popMarkParams{}},
-	"txn.lock":            {txnLockSQL, txnLockParams{}},
+	"txn.lock":            {txnLockSQL, TxnLockParams{}},
 	"ack.completed":       {ackCompletedSQL, ackCompletedParams{}},
 	"ack.read":            {ackReadSQL, ackReadParams{}},
 	"ack.cursors":         {ackCursorsOnlySQL, ackCursorsParams{}},
 	"ack.write":           {ackWriteSQL, ackWriteParams{}},
+
+	// A streams cycle's (queen/streams composes them).
+	"streams.cycleCheck":    {cycleCheckSQL, CycleCheckParams{}},
+	"streams.stateUpsert":   {stateUpsertSQL, StateUpsertParams{}},
+	"streams.stateDelete":   {stateDeleteSQL, StateDeleteParams{}},
+	"streams.cycleAckCheck": {cycleAckCheckSQL, CycleAckCheckParams{}},
+	"streams.cycleAck":      {cycleAckSQL, CycleAckParams{}},
 }
 
 // baseText is the production text of the statement named name. An unknown

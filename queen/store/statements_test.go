@@ -3,7 +3,6 @@ package store_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -230,46 +229,5 @@ func TestRetentionClearsABacklogInOnePass(t *testing.T) {
 	res, err := s.RetentionPass(ctx, 100)
 	if err != nil || res.Expired != 2500 {
 		t.Fatalf("one pass: %+v %v", res, err)
-	}
-}
-
-// Transactions that push into the same partitions in opposite orders lock
-// them in one global order, so none of them deadlocks.
-func TestConcurrentTransactionsDoNotDeadlock(t *testing.T) {
-	t.Parallel()
-	s, _ := timedStore(t, store.Options{})
-	ctx := context.Background()
-	push(t, s, "tx", "a", "seed-a") // create both partitions first
-	push(t, s, "tx", "b", "seed-b")
-	var wg sync.WaitGroup
-	errs := make(chan error, 64)
-	for w := 0; w < 4; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			first, second := "a", "b"
-			if w%2 == 1 {
-				first, second = "b", "a"
-			}
-			for i := 0; i < 25; i++ {
-				ops := []store.TxnOp{
-					{Type: "push", Items: []store.PushItem{{Queue: "tx", Partition: first, TransactionID: fmt.Sprintf("w%d-%d-1", w, i)}}},
-					{Type: "push", Items: []store.PushItem{{Queue: "tx", Partition: second, TransactionID: fmt.Sprintf("w%d-%d-2", w, i)}}},
-				}
-				if _, err := s.Transaction(ctx, tenant, ops, nil, ""); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatalf("transaction failed (a deadlock?): %v", err)
-	}
-	var n int
-	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM queen.messages`).Scan(&n); err != nil || n != 2+4*25*2 {
-		t.Fatalf("stored %d messages: %v", n, err)
 	}
 }

@@ -8,15 +8,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/queen-go/queen/queen/canary"
 )
 
 // Streams: the server side of Queen's streaming SDKs (contract-streams.md).
-// A query is registered by name; each cycle commits the query's state
-// changes for one source partition, its sink pushes and the source ack in
-// one transaction, so a cycle that loses its lease leaves nothing behind
-// and the next pop replays the same messages onto the same state.
+// A query is registered by name; each cycle (queen/streams composes it of
+// the statements below) commits the query's state changes for one source
+// partition, its sink pushes and the source ack in one transaction.
 
 // StreamQuery is a registered query.
 type StreamQuery struct {
@@ -146,45 +143,6 @@ func checkStreamsGrant(ctx context.Context, tx pgx.Tx, tenant string) error {
 	return nil
 }
 
-// StateOp is one state change: an upsert of Value (JSON) or a delete.
-type StateOp struct {
-	Delete bool
-	Key    string
-	Value  json.RawMessage
-}
-
-// CycleAck is a cycle's source ack: the message (by transactionId, in the
-// cycle's partition) the group's cursor moves to, under LeaseID.
-type CycleAck struct {
-	TransactionID, LeaseID string
-	Completed              bool // false: a nack (lease given back, cursor kept)
-	Count                  int
-}
-
-// CycleParams is one cycle.
-type CycleParams struct {
-	Tenant, QueryID, PartitionID, Group string
-	State                               []StateOp
-	Push                                []PushItem
-	Ack                                 *CycleAck
-	ReleaseLease                        bool
-	ProducerSub                         string
-}
-
-// CycleAckResult is what the ack did.
-type CycleAckResult struct {
-	Count         int
-	LeaseReleased bool
-}
-
-// CycleResult is a committed cycle.
-type CycleResult struct {
-	QueueName       string
-	StateOpsApplied int
-	Pushed          []PushResult
-	Ack             *CycleAckResult
-}
-
 // cycleCheckSQL finds the tenant's source partition's queue name ($1
 // partition, $2 tenant) and whether the tenant's query $3 exists, then
 // serialises cycles of one (query, partition) until commit.
@@ -234,124 +192,78 @@ UPDATE queen.partition_consumers pc SET
 FROM queen.messages m
 WHERE m.partition_id = $1 AND m.transaction_id = $2 AND pc.partition_id = $1 AND pc.consumer_group = $3`
 
-// Cycle commits one cycle, or nothing: a business failure (unknown query
-// or partition, the acked message missing, a lease that is not held) is
-// an error IsRollback recognises, with the text the SDKs show. A sink push
-// into a partition whose cached id went stale (deleted through another
-// broker) rolls back and runs once more, resolved afresh (freshRetry).
-func (s *Store) Cycle(ctx context.Context, p CycleParams) (CycleResult, error) {
-	return freshRetry(s, func() (CycleResult, error) { return s.cycleOnce(ctx, p) })
+// CycleCheckParams are cycleCheckSQL's arguments, $1 to $3.
+type CycleCheckParams struct {
+	PartitionID, Tenant, QueryID string
 }
 
-// cycleOnce is one attempt of Cycle.
-func (s *Store) cycleOnce(ctx context.Context, p CycleParams) (CycleResult, error) {
-	var res CycleResult
-	// Sink names resolve (queues and partitions are created) before the
-	// transaction: creating them is harmless if it rolls back.
-	rows, err := s.pushRows(ctx, p.Tenant, p.Push, p.ProducerSub)
-	if err != nil {
-		return res, err
-	}
-	upKeys, upValues, delKeys := collapseState(p.State)
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
-	var pushed []AppendOut
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var queue *string
-		var queryOK, locked bool
-		if err := tx.QueryRow(ctx, cycleCheckSQL, p.PartitionID, p.Tenant, p.QueryID).Scan(&queue, &queryOK, &locked); err != nil {
-			return err
-		}
-		switch {
-		case !queryOK:
-			return rollback("query not found")
-		case queue == nil:
-			return rollback("partition not found")
-		}
-		res.QueueName = *queue
-		if len(upKeys) > 0 {
-			if _, err := tx.Exec(ctx, stateUpsertSQL, p.QueryID, p.PartitionID, upKeys, upValues, s.dbNow()); err != nil {
-				return err
-			}
-		}
-		if len(delKeys) > 0 {
-			if _, err := tx.Exec(ctx, stateDeleteSQL, p.QueryID, p.PartitionID, delKeys); err != nil {
-				return err
-			}
-		}
-		var err error
-		if pushed, err = s.appendInTx(ctx, tx, rows); err != nil {
-			return err
-		}
-		if p.Ack != nil {
-			res.Ack, err = s.cycleAck(ctx, tx, p)
-		}
-		return err
-	})
-	if err != nil {
-		return CycleResult{}, err
-	}
-	res.StateOpsApplied = len(p.State)
-	for i, r := range rows {
-		o := pushed[i]
-		pr := PushResult{Index: i, Status: "duplicate", MessageID: o.messageID, TransactionID: r.txid,
-			PartitionID: r.pid, QueueName: p.Push[i].Queue, TraceID: p.Push[i].TraceID}
-		if o.queued {
-			pr.Status = "queued"
-		}
-		res.Pushed = append(res.Pushed, pr)
-	}
-	return res, nil
+// CycleCheck runs cycleCheckSQL in tx: the name of the queue of the
+// tenant's partition (nil: no such partition of the tenant's) and whether
+// the tenant's query exists. Cycles of one (query, partition) wait for one
+// another from here until tx ends.
+func (s *Store) CycleCheck(ctx context.Context, tx pgx.Tx, p CycleCheckParams) (queue *string, queryOK bool, err error) {
+	var locked bool
+	err = tx.QueryRow(ctx, text("streams.cycleCheck"), argsOf(p)...).Scan(&queue, &queryOK, &locked)
+	return queue, queryOK, err
 }
 
-// cycleAck applies the source ack inside the cycle's transaction.
-func (s *Store) cycleAck(ctx context.Context, tx pgx.Tx, p CycleParams) (*CycleAckResult, error) {
-	a := p.Ack
-	var seq *int64
-	var held bool
-	if err := tx.QueryRow(ctx, cycleAckCheckSQL, p.PartitionID, a.TransactionID, p.Group, a.LeaseID, s.dbNow()).Scan(&seq, &held); err != nil {
-		return nil, err
-	}
-	if seq == nil {
-		return nil, rollback("Message not found")
-	}
-	if !held && !canary.On("cycle-ignores-lease") {
-		return nil, rollback("Invalid or expired lease")
-	}
-	release := p.ReleaseLease || !a.Completed
-	if _, err := tx.Exec(ctx, cycleAckSQL, p.PartitionID, a.TransactionID, p.Group, a.Count, release, a.Completed, s.dbNow()); err != nil {
-		return nil, err
-	}
-	out := &CycleAckResult{LeaseReleased: release}
-	if a.Completed {
-		out.Count = a.Count
-	}
-	return out, nil
+// StateUpsertParams are stateUpsertSQL's arguments, $1 to $5; UpsertState
+// sets Now.
+type StateUpsertParams struct {
+	QueryID, PartitionID string
+	Keys, Values         []string // JSON values, one per key
+	Now                  *time.Time
 }
 
-// collapseState reduces ops applied in order to their net effect per key:
-// the last op on a key wins (an upsert writes its value, a delete
-// removes the row).
-func collapseState(ops []StateOp) (upKeys, upValues, delKeys []string) {
-	last := map[string]int{}
-	for i, op := range ops {
-		last[op.Key] = i
-	}
-	for i, op := range ops {
-		if last[op.Key] != i {
-			continue
-		}
-		if op.Delete {
-			delKeys = append(delKeys, op.Key)
-			continue
-		}
-		v := op.Value
-		if len(v) == 0 {
-			v = json.RawMessage(`{}`)
-		}
-		upKeys, upValues = append(upKeys, op.Key), append(upValues, string(v))
-	}
-	return upKeys, upValues, delKeys
+// UpsertState runs stateUpsertSQL in tx.
+func (s *Store) UpsertState(ctx context.Context, tx pgx.Tx, p StateUpsertParams) error {
+	p.Now = s.dbNow()
+	_, err := tx.Exec(ctx, text("streams.stateUpsert"), argsOf(p)...)
+	return err
+}
+
+// StateDeleteParams are stateDeleteSQL's arguments, $1 to $3.
+type StateDeleteParams struct {
+	QueryID, PartitionID string
+	Keys                 []string
+}
+
+// DeleteState runs stateDeleteSQL in tx.
+func (s *Store) DeleteState(ctx context.Context, tx pgx.Tx, p StateDeleteParams) error {
+	_, err := tx.Exec(ctx, text("streams.stateDelete"), argsOf(p)...)
+	return err
+}
+
+// CycleAckCheckParams are cycleAckCheckSQL's arguments, $1 to $5;
+// CycleAckCheck sets Now.
+type CycleAckCheckParams struct {
+	PartitionID, TransactionID, Group, LeaseID string
+	Now                                        *time.Time
+}
+
+// CycleAckCheck runs cycleAckCheckSQL in tx: the acked message's seq (nil:
+// no such message) and whether the lease is held, live and covers it. It
+// locks the group's cursor row.
+func (s *Store) CycleAckCheck(ctx context.Context, tx pgx.Tx, p CycleAckCheckParams) (seq *int64, held bool, err error) {
+	p.Now = s.dbNow()
+	err = tx.QueryRow(ctx, text("streams.cycleAckCheck"), argsOf(p)...).Scan(&seq, &held)
+	return seq, held, err
+}
+
+// CycleAckParams are cycleAckSQL's arguments, $1 to $7; CycleAckMove sets
+// Now.
+type CycleAckParams struct {
+	PartitionID, TransactionID, Group string
+	Count                             int
+	Release, Completed                bool
+	Now                               *time.Time
+}
+
+// CycleAckMove runs cycleAckSQL in tx.
+func (s *Store) CycleAckMove(ctx context.Context, tx pgx.Tx, p CycleAckParams) error {
+	p.Now = s.dbNow()
+	_, err := tx.Exec(ctx, text("streams.cycleAck"), argsOf(p)...)
+	return err
 }
 
 // partitionOwnedSQL tells whether partition $1 exists and belongs to a
