@@ -58,9 +58,12 @@ func (f surfaceFunction) ddl() string {
 // text: a broker whose statements changed runs it again at start (and
 // only then), so a database's functions are always the statements of the
 // newest broker that migrated it, as for any migration.
-func generatedMigration() migration {
+func generatedMigration() migration { return generatedMigrationOf(surfaceFunctions) }
+
+// generatedMigrationOf is the generated step that creates fns.
+func generatedMigrationOf(fns []surfaceFunction) migration {
 	var b strings.Builder
-	for _, f := range surfaceFunctions {
+	for _, f := range fns {
 		b.WriteString(f.ddl())
 	}
 	sum := sha256.Sum256([]byte(b.String()))
