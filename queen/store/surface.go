@@ -12,8 +12,10 @@ import (
 // dedup, lock-order or seq rule is written once and the surface cannot keep
 // an old one. The broker itself runs the constants as named statements, not
 // these functions: a function that writes is volatile, so PostgreSQL never
-// inlines it and plans its body again on every call (no plan cache for SQL
-// functions before PostgreSQL 18), and the canary variants (canaries.go)
+// inlines it and plans its body again for every calling statement (SQL
+// functions have no plan cache before PostgreSQL 18; a 10-row append took
+// 0.56-0.73 ms as the prepared statement and 1.5-3.4 ms through
+// append_rows, PostgreSQL 15), and the canary variants (canaries.go)
 // rewrite the statement text the broker sends, which a function call would
 // hide from them. The functions carry no canary: the surface never did.
 
@@ -55,9 +57,10 @@ func (f surfaceFunction) ddl() string {
 // generatedMigration (re)creates the surface's functions from the
 // constants. It sits in the order as 020_surface_statements, before
 // migration 021 that calls them, and its ledger key carries a hash of its
-// text: a broker whose statements changed runs it again at start (and
-// only then), so a database's functions are always the statements of the
-// newest broker that migrated it, as for any migration.
+// text: a broker whose statements changed runs it again at its first start
+// on a database (and only then), so an upgrade brings the functions along.
+// (Brokers of two versions each starting for the first time on one database
+// leave the later starter's text, as a downgrade would.)
 func generatedMigration() migration { return generatedMigrationOf(surfaceFunctions) }
 
 // generatedMigrationOf is the generated step that creates fns.
