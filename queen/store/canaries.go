@@ -41,7 +41,7 @@ var (
 	// queue does not encrypt" for the truth, as before the statement read
 	// it: encryption turned on from another broker stores plaintext.
 	sealCacheTrusted     = variant{canary: "seal-cache-trusted", old: "\n\tWHERE NOT EXISTS (SELECT 1 FROM unsealed)", new: ""}
-	sealCacheTrustedFlag = variant{canary: "seal-cache-trusted", old: "coalesce(l.seal AND NOT i.enc, false)", new: "false"}
+	sealCacheTrustedFlag = variant{canary: "seal-cache-trusted", old: "coalesce($10::boolean AND l.seal AND NOT i.enc, false)", new: "false"}
 	// timerClaimIgnoresLease: a sweeper claims a due timer whatever claim
 	// another sweeper holds on it.
 	timerClaimIgnoresLease = variant{canary: "timer-claim-ignores-lease", old: "WHERE greatest(deliver_at, coalesce(claimed_until, deliver_at)) <=", new: "WHERE deliver_at <="}

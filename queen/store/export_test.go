@@ -135,3 +135,36 @@ func (s *Store) Ack(ctx context.Context, tenant, group string, items []AckItem) 
 	}
 	return out, nil
 }
+
+// SurfaceFunction is one of the SQL surface's statement functions.
+type SurfaceFunction struct{ Signature, Returns, Volatility, Body string }
+
+// SurfaceFunctions are the SQL surface's statement functions, for the test
+// that they are the statements.
+func SurfaceFunctions() []SurfaceFunction {
+	out := make([]SurfaceFunction, len(surfaceFunctions))
+	for i, f := range surfaceFunctions {
+		out[i] = SurfaceFunction{f.signature, f.returns, f.volatility, f.body}
+	}
+	return out
+}
+
+// SurfaceStatements are the statements the SQL surface's functions must
+// be, by function name: the constants themselves, not surfaceFunctions'
+// copy of them.
+var SurfaceStatements = map[string]string{"append_rows": appendSQL, "append_duplicates": dupLookupSQL}
+
+// SurfaceMigration is the generated step for fns (surfaceFunctions when
+// nil): its ledger key and its text, for the test that a database an
+// older broker migrated gets this broker's functions.
+func SurfaceMigration(fns []SurfaceFunction) (version, body string) {
+	m := generatedMigration()
+	if fns != nil {
+		own := make([]surfaceFunction, len(fns))
+		for i, f := range fns {
+			own[i] = surfaceFunction{f.Signature, f.Returns, f.Volatility, f.Body}
+		}
+		m = generatedMigrationOf(own)
+	}
+	return m.version, m.body
+}

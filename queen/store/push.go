@@ -70,6 +70,11 @@ type PushResult struct {
 // locked (OF p): the queue row is read, so concurrent pushes to one queue do
 // not queue behind each other.
 //
+// Seal check ($10): true for every broker append. The SQL surface's push
+// (queen.append_rows, which is this statement) passes false: it holds no
+// key and stores each payload as its is_encrypted says (contract-admin.md
+// 7.1), as it did before it ran this statement.
+//
 // Lock wait ($9, the combiner's rowLockWait; NULL in a transaction, which keeps
 // its own): set in the CTE that locks, as a one-time filter evaluated
 // before its first row lock, so a partition held elsewhere fails this
@@ -88,7 +93,7 @@ locked AS (
 	FOR NO KEY UPDATE OF p
 ),
 unsealed AS (
-	SELECT 1 FROM input i JOIN locked l ON l.id = i.pid WHERE l.seal AND NOT i.enc LIMIT 1
+	SELECT 1 FROM input i JOIN locked l ON l.id = i.pid WHERE $10::boolean AND l.seal AND NOT i.enc LIMIT 1
 ),
 fresh AS (
 	SELECT i.*, l.last_seq + row_number() OVER (PARTITION BY i.pid ORDER BY i.ord) AS seq
@@ -110,16 +115,17 @@ advanced AS (
 	WHERE p.id = a.partition_id
 	RETURNING p.id
 )
-SELECT i.ord, i.id::text, a.id IS NOT NULL, (SELECT count(*) FROM advanced), coalesce(l.seal AND NOT i.enc, false)
+SELECT i.ord, i.id::text, a.id IS NOT NULL, (SELECT count(*) FROM advanced), coalesce($10::boolean AND l.seal AND NOT i.enc, false)
 FROM input i LEFT JOIN appended a ON a.id = i.id LEFT JOIN locked l ON l.id = i.pid
 ORDER BY i.ord`
 
-// appendParams are appendSQL's arguments, $1 to $9.
+// appendParams are appendSQL's arguments, $1 to $10.
 type appendParams struct {
 	IDs, PartitionIDs, TransactionIDs, TraceIDs, Payloads, ProducerSubs []string
 	Now                                                                 *time.Time
 	Encrypted                                                           []bool
 	LockWait                                                            *string
+	SealCheck                                                           bool
 }
 
 // dupLookupSQL finds the stored rows of the rows appendSQL did not insert:
@@ -283,7 +289,7 @@ func (s *Store) appendRows(ctx context.Context, q querier, rows []AppendRow) ([]
 // appendRowsWaiting is appendRows waiting at most lockWait for a partition's
 // lock ("": the session's lock_timeout).
 func (s *Store) appendRowsWaiting(ctx context.Context, q querier, rows []AppendRow, lockWait string) ([]AppendOut, error) {
-	p := appendParams{Now: s.dbNow()}
+	p := appendParams{Now: s.dbNow(), SealCheck: true}
 	if lockWait != "" {
 		p.LockWait = &lockWait
 	}

@@ -110,7 +110,7 @@ func BenchmarkArgsOf(b *testing.B) {
 	wait := "1s"
 	ids := make([]string, 10)
 	p := appendParams{IDs: ids, PartitionIDs: ids, TransactionIDs: ids, TraceIDs: ids, Payloads: ids, ProducerSubs: ids,
-		Now: &now, Encrypted: make([]bool, 10), LockWait: &wait}
+		Now: &now, Encrypted: make([]bool, 10), LockWait: &wait, SealCheck: true}
 	b.Run("argsOf", func(b *testing.B) {
 		b.ReportAllocs()
 		for i := 0; i < b.N; i++ {
@@ -121,7 +121,7 @@ func BenchmarkArgsOf(b *testing.B) {
 		b.ReportAllocs()
 		for i := 0; i < b.N; i++ {
 			sink = []any{p.IDs, p.PartitionIDs, p.TransactionIDs, p.TraceIDs, p.Payloads, p.ProducerSubs, p.Now, p.Encrypted,
-				p.LockWait}
+				p.LockWait, p.SealCheck}
 		}
 	})
 }

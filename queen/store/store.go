@@ -158,7 +158,8 @@ const migrationDoneSQL = `SELECT EXISTS (SELECT 1 FROM queen.schema_migrations W
 // migrationRecordSQL records migration $1 as run.
 const migrationRecordSQL = `INSERT INTO queen.schema_migrations (version) VALUES ($1)`
 
-// Migrate applies every embedded migration not yet applied. It holds an
+// Migrate applies every migration not yet applied: the embedded files and
+// the generated step (generatedMigration), in name order. It holds an
 // advisory lock for the duration, so brokers starting together take turns;
 // each migration runs in its own transaction and is recorded in
 // queen.schema_migrations, so a rerun is a no-op.
@@ -177,45 +178,64 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	if _, err := conn.Exec(ctx, migrationsTableSQL); err != nil {
 		return fmt.Errorf("migrate: bookkeeping table: %w", err)
 	}
-	names, err := fs.Glob(migrationFS, "migrations/*.sql")
+	steps, err := migrations()
 	if err != nil {
 		return err
 	}
-	sort.Strings(names)
-	for _, name := range names {
-		version := strings.TrimSuffix(strings.TrimPrefix(name, "migrations/"), ".sql")
-		var done bool
-		if err := conn.QueryRow(ctx, migrationDoneSQL, version).Scan(&done); err != nil {
-			return fmt.Errorf("migrate %s: %w", version, err)
-		}
-		if done {
-			continue
-		}
-		body, err := migrationFS.ReadFile(name)
-		if err != nil {
-			return err
-		}
-		if strings.HasPrefix(string(body), noTransaction) {
-			if err := migrateConcurrently(ctx, conn, string(body)); err != nil {
-				return fmt.Errorf("migrate %s: %w", version, err)
-			}
-			if _, err := conn.Exec(ctx, migrationRecordSQL, version); err != nil {
-				return fmt.Errorf("migrate %s: %w", version, err)
-			}
-			continue
-		}
-		err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, string(body)); err != nil {
-				return err
-			}
-			_, err := tx.Exec(ctx, migrationRecordSQL, version)
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("migrate %s: %w", version, err)
+	for _, m := range steps {
+		if err := migrateOne(ctx, conn, m); err != nil {
+			return fmt.Errorf("migrate %s: %w", m.version, err)
 		}
 	}
 	return nil
+}
+
+// migration is one step of the schema: its ledger key (the file's name
+// without .sql, or the generated step's name and text hash), its place in
+// the order, and its SQL.
+type migration struct {
+	version, order, body string
+}
+
+// migrations are the embedded files and the generated step, in order.
+func migrations() ([]migration, error) {
+	names, err := fs.Glob(migrationFS, "migrations/*.sql")
+	if err != nil {
+		return nil, err
+	}
+	steps := []migration{generatedMigration()}
+	for _, name := range names {
+		body, err := migrationFS.ReadFile(name)
+		if err != nil {
+			return nil, err
+		}
+		version := strings.TrimSuffix(strings.TrimPrefix(name, "migrations/"), ".sql")
+		steps = append(steps, migration{version: version, order: version, body: string(body)})
+	}
+	sort.Slice(steps, func(i, j int) bool { return steps[i].order < steps[j].order })
+	return steps, nil
+}
+
+// migrateOne runs m unless the ledger records it, and records it.
+func migrateOne(ctx context.Context, conn *pgxpool.Conn, m migration) error {
+	var done bool
+	if err := conn.QueryRow(ctx, migrationDoneSQL, m.version).Scan(&done); err != nil || done {
+		return err
+	}
+	if strings.HasPrefix(m.body, noTransaction) {
+		if err := migrateConcurrently(ctx, conn, m.body); err != nil {
+			return err
+		}
+		_, err := conn.Exec(ctx, migrationRecordSQL, m.version)
+		return err
+	}
+	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, m.body); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, migrationRecordSQL, m.version)
+		return err
+	})
 }
 
 // noTransaction opens a migration whose statements run one by one outside
