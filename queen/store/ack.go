@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"strings"
 	"time"
@@ -54,17 +55,13 @@ func NormalizeAckStatus(s string) string {
 	return "failed"
 }
 
-// AckScope is the tenant and group an ack's statements run under: group ""
-// is queue mode (QueueModeGroup); under the ack-ignores-tenant canary the
-// tenant is the first item's partition's owner, whoever asked.
-func (s *Store) AckScope(ctx context.Context, tenant, group string, items []AckItem) (string, string) {
-	if canary.On("ack-ignores-tenant") && len(items) > 0 {
-		tenant = s.canaryOwner(ctx, items[0].PartitionID, tenant)
-	}
+// AckGroup is the consumer group an ack's statements run under: group ""
+// is queue mode (QueueModeGroup).
+func AckGroup(group string) string {
 	if group == "" {
-		group = QueueModeGroup
+		return QueueModeGroup
 	}
-	return tenant, group
+	return group
 }
 
 // Bound applies the client-side statement bound (TxTimeout), so a database
@@ -686,13 +683,12 @@ func deref(s *string) string {
 // partitionOwnerSQL is the tenant owning a partition.
 const partitionOwnerSQL = `SELECT q.tenant_id::text FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE p.id = $1::uuid`
 
-// canaryOwner is the tenant owning a partition, for the ack-ignores-tenant
-// canary only: acking as the owner whoever asked.
-func (s *Store) canaryOwner(ctx context.Context, pid, asked string) string {
+// PartitionOwner is the tenant owning partition pid (the
+// ack-ignores-tenant canary of queen/consume acks as it, whoever asked).
+func (s *Store) PartitionOwner(ctx context.Context, pid string) (string, error) {
 	var owner string
-	err := s.pool.QueryRow(ctx, partitionOwnerSQL, pid).Scan(&owner)
-	if err != nil {
-		return asked
+	if err := s.pool.QueryRow(ctx, partitionOwnerSQL, pid).Scan(&owner); err != nil {
+		return "", fmt.Errorf("owner of partition %s: %w", pid, err)
 	}
-	return owner
+	return owner, nil
 }

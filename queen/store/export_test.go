@@ -117,7 +117,7 @@ func (s *Store) Push(ctx context.Context, tenant string, items []PushItem, produ
 // for one caller (its statements), without the combiner; the combining and
 // its retries are consume's, and tested there.
 func (s *Store) Ack(ctx context.Context, tenant, group string, items []AckItem) ([]AckResult, error) {
-	tenant, group = s.AckScope(ctx, tenant, group, items)
+	group = AckGroup(group)
 	ctx, cancel := s.Bound(ctx)
 	defer cancel()
 	if !AllCompletedAndDistinct(items) {
