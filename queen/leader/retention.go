@@ -10,6 +10,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/queen-go/queen/queen/canary"
 	"github.com/queen-go/queen/queen/store"
 )
 
@@ -45,14 +46,32 @@ func (r *Retention) passLed(ctx context.Context, lead *store.Leader) error {
 	// lock: if it dies (a failover), the pass stops with it.
 	// A rule that fails does not hold back the others, nor partition
 	// cleanup: each is reported, and the rest runs.
-	res, rulesErr := lead.RetentionPass(ctx, r.Batch)
+	on := r.on(lead)
+	res, rulesErr := on.RetentionPass(ctx, r.Batch)
 	var cleanErr error
 	if ctx.Err() == nil {
-		res.Partitions, cleanErr = lead.CleanupPartitions(ctx, r.Batch, r.CleanupDays)
+		res.Partitions, cleanErr = on.CleanupPartitions(ctx, r.Batch, r.CleanupDays)
 	}
 	if res.Expired+res.Completed+res.Evicted+res.Partitions > 0 {
 		r.Log.Info("retention pass", "expired", res.Expired, "completed", res.Completed, "evicted", res.Evicted,
 			"emptyPartitions", res.Partitions)
 	}
 	return errors.Join(rulesErr, cleanErr)
+}
+
+// retentionRunner runs a retention pass's statements: a store.Leader on the
+// lock's session, or the store itself on its pool.
+type retentionRunner interface {
+	RetentionPass(ctx context.Context, batch int) (store.RetentionResult, error)
+	CleanupPartitions(ctx context.Context, batch, days int) (int64, error)
+}
+
+// on is where a pass's statements run: the lock's session, so a pass stops
+// with it. The retention-on-pool canary runs them on the pool instead: a
+// leader whose lock session died keeps deleting.
+func (r *Retention) on(lead *store.Leader) retentionRunner {
+	if canary.On("retention-on-pool") {
+		return r.Store // a deposed leader keeps acting
+	}
+	return lead
 }

@@ -3,6 +3,7 @@ package pushpath
 import (
 	"context"
 
+	"github.com/queen-go/queen/queen/canary"
 	"github.com/queen-go/queen/queen/combine"
 	"github.com/queen-go/queen/queen/store"
 )
@@ -38,7 +39,7 @@ func newCombiner(o Options) *combine.Combiner[store.AppendRow, store.AppendOut] 
 		return func(ctx context.Context, rows []store.AppendRow) ([]store.AppendOut, error) {
 			var out []store.AppendOut
 			err := st.Retry().Run(ctx, alone, func(ctx context.Context) (err error) {
-				out, err = st.AppendRows(ctx, rows, store.LockWait())
+				out, err = appendRows(ctx, st, rows)
 				return err
 			})
 			return out, err
@@ -48,6 +49,17 @@ func newCombiner(o Options) *combine.Combiner[store.AppendRow, store.AppendOut] 
 		Joint: statement(false), Alone: statement(true), Key: store.AppendRow.PartitionID,
 		MaxInFlight: o.PushStatements, MaxRows: o.PushBatchRows, SwapCanary: "combiner-swaps",
 		Permanent: store.IsPermanent, LockTimedOut: store.LockTimedOut})
+}
+
+// appendRows is one append statement over rows, waiting at most
+// store.LockWait for a partition's lock. The stranded canary commits it the
+// reference broker's way instead (store.AppendRowsStranded): its own
+// explicit transaction, the partitions' order moved only after COMMIT.
+func appendRows(ctx context.Context, st *store.Store, rows []store.AppendRow) ([]store.AppendOut, error) {
+	if canary.On("stranded") {
+		return st.AppendRowsStranded(ctx, rows)
+	}
+	return st.AppendRows(ctx, rows, store.LockWait())
 }
 
 // commit appends items and returns one result per item, in input order. It

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"strings"
 	"time"
@@ -54,17 +55,13 @@ func NormalizeAckStatus(s string) string {
 	return "failed"
 }
 
-// AckScope is the tenant and group an ack's statements run under: group ""
-// is queue mode (QueueModeGroup); under the ack-ignores-tenant canary the
-// tenant is the first item's partition's owner, whoever asked.
-func (s *Store) AckScope(ctx context.Context, tenant, group string, items []AckItem) (string, string) {
-	if canary.On("ack-ignores-tenant") && len(items) > 0 {
-		tenant = s.canaryOwner(ctx, items[0].PartitionID, tenant)
-	}
+// AckGroup is the consumer group an ack's statements run under: group ""
+// is queue mode (QueueModeGroup).
+func AckGroup(group string) string {
 	if group == "" {
-		group = QueueModeGroup
+		return QueueModeGroup
 	}
-	return tenant, group
+	return group
 }
 
 // Bound applies the client-side statement bound (TxTimeout), so a database
@@ -116,7 +113,8 @@ func allCompletedAndDistinct(items []AckItem) bool {
 // and covers the item (seq <= lease_max_seq). A consumer whose lease
 // expired cannot complete a message that was handed to someone else. The
 // rule is queen.ack_verdict (migration 019), which ackReadSQL calls too;
-// $7 is the ack-ignores-lease canary's switch.
+// its ignore_lease is false here, true only as the ack-ignores-lease canary
+// rewrites the statement (canaries.go).
 //
 // Invariant (cursor moves forward only): the cursor moves to the highest
 // accepted seq, never back; the lease ends when it reaches lease_max_seq.
@@ -127,7 +125,7 @@ func allCompletedAndDistinct(items []AckItem) bool {
 // (extend, release, transactions, the listings) ignores without a live
 // expiry.
 //
-// Lock wait ($8, the combiner's rowLockWait; NULL keeps the session's): set in
+// Lock wait ($7, the combiner's rowLockWait; NULL keeps the session's): set in
 // the CTE that locks, as appendSQL does, so a cursor row held elsewhere
 // fails this statement (55P03, nothing written) instead of holding its
 // combiner slot.
@@ -148,7 +146,7 @@ cur AS (
 	SELECT pc.partition_id, pc.consumer_group, pc.last_consumed_seq, pc.worker_id, pc.lease_expires_at, pc.lease_max_seq
 	FROM queen.partition_consumers pc
 	WHERE (pc.partition_id, pc.consumer_group) IN (SELECT pid, grp FROM found WHERE owned)
-		AND (SELECT $8::text IS NULL OR set_config('lock_timeout', $8, true) <> '')
+		AND (SELECT $7::text IS NULL OR set_config('lock_timeout', $7, true) <> '')
 	ORDER BY pc.partition_id, pc.consumer_group
 	FOR UPDATE
 ),
@@ -158,7 +156,7 @@ judged AS (
 		WHEN NOT f.owned THEN 'not_owned'
 		WHEN c.partition_id IS NULL THEN 'invalid_lease'
 		ELSE queen.ack_verdict(f.seq, c.last_consumed_seq, c.worker_id, c.lease_expires_at, c.lease_max_seq,
-			f.lease, clock.now, $7::bool) END AS verdict
+			f.lease, clock.now, false) END AS verdict
 	FROM found f LEFT JOIN cur c ON c.partition_id = f.pid AND c.consumer_group = f.grp, clock
 ),
 accepted AS (
@@ -189,7 +187,6 @@ ORDER BY i.ord`
 type ackCompletedParams struct {
 	PartitionIDs, TransactionIDs, LeaseIDs, Groups, Tenants []string
 	Now                                                     *time.Time
-	IgnoreLease                                             bool
 	LockWait                                                string
 }
 
@@ -216,7 +213,7 @@ func (s *Store) AckCompletions(ctx context.Context, rows []AckRow) ([]AckResult,
 // ackStatement runs ackCompletedSQL over rows and answers one result per
 // row, in order.
 func (s *Store) ackStatement(ctx context.Context, rows []AckRow) ([]AckResult, error) {
-	p := ackCompletedParams{Now: s.dbNow(), IgnoreLease: canary.On("ack-ignores-lease"), LockWait: LockWait()}
+	p := ackCompletedParams{Now: s.dbNow(), LockWait: LockWait()}
 	for _, r := range rows {
 		p.PartitionIDs = append(p.PartitionIDs, r.PartitionID)
 		p.TransactionIDs = append(p.TransactionIDs, r.TransactionID)
@@ -255,8 +252,8 @@ func (s *Store) ackStatement(ctx context.Context, rows []AckRow) ([]AckResult, e
 // applies): as read, and as it would be once the lease is gone, which an
 // earlier item of the same request can do. It locks the cursor rows FOR
 // UPDATE in partition id order (the global lock order: cursor rows, then
-// partition rows). $6 is the items' lease ids, $7 the ack-ignores-lease
-// canary's switch.
+// partition rows). $6 is the items' lease ids; ignore_lease is false, true
+// only as the ack-ignores-lease canary rewrites the statement.
 const ackReadSQL = `
 WITH input AS (
 	SELECT * FROM unnest($1::uuid[], $2::text[], $6::text[]) WITH ORDINALITY AS v(pid, txid, lease, ord)
@@ -281,8 +278,8 @@ clock AS (SELECT coalesce($5::timestamptz, now()) AS now)
 SELECT i.ord, f.id IS NOT NULL, coalesce(f.owned, false), f.id::text, f.seq, f.created_at, f.pname, f.qname, f.retry_limit,
 	c.partition_id IS NOT NULL, c.last_consumed_seq, c.last_id, c.last_consumed_created_at, c.worker_id,
 	c.lease_expires_at, c.acked_count, c.batch_retry_count, c.lease_max_seq,
-	queen.ack_verdict(f.seq, c.last_consumed_seq, c.worker_id, c.lease_expires_at, c.lease_max_seq, f.lease, clock.now, $7::bool),
-	queen.ack_verdict(f.seq, c.last_consumed_seq, NULL, NULL, c.lease_max_seq, f.lease, clock.now, $7::bool)
+	queen.ack_verdict(f.seq, c.last_consumed_seq, c.worker_id, c.lease_expires_at, c.lease_max_seq, f.lease, clock.now, false),
+	queen.ack_verdict(f.seq, c.last_consumed_seq, NULL, NULL, c.lease_max_seq, f.lease, clock.now, false)
 FROM input i
 LEFT JOIN found f ON f.ord = i.ord
 LEFT JOIN cur c ON c.partition_id = f.pid
@@ -359,7 +356,6 @@ type ackReadParams struct {
 	Group, Tenant                string
 	Now                          *time.Time
 	LeaseIDs                     []string
-	IgnoreLease                  bool
 }
 
 // ackMsg is an acked message as ackReadSQL read it, with the lease rule's
@@ -436,7 +432,7 @@ func (s *Store) ackTx(ctx context.Context, tx pgx.Tx, tenant, group string, item
 // readAcks runs ackReadSQL for b's items and fills b's answers (not found,
 // not owned, the names), messages and cursor rows.
 func (s *Store) readAcks(ctx context.Context, tx pgx.Tx, tenant, group string, b *ackBatch) error {
-	p := ackReadParams{Group: group, Tenant: tenant, Now: s.dbNow(), IgnoreLease: canary.On("ack-ignores-lease")}
+	p := ackReadParams{Group: group, Tenant: tenant, Now: s.dbNow()}
 	for i, it := range b.items {
 		p.PartitionIDs = append(p.PartitionIDs, it.PartitionID)
 		p.TransactionIDs = append(p.TransactionIDs, it.TransactionID)
@@ -687,13 +683,12 @@ func deref(s *string) string {
 // partitionOwnerSQL is the tenant owning a partition.
 const partitionOwnerSQL = `SELECT q.tenant_id::text FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE p.id = $1::uuid`
 
-// canaryOwner is the tenant owning a partition, for the ack-ignores-tenant
-// canary only: acking as the owner whoever asked.
-func (s *Store) canaryOwner(ctx context.Context, pid, asked string) string {
+// PartitionOwner is the tenant owning partition pid (the
+// ack-ignores-tenant canary of queen/consume acks as it, whoever asked).
+func (s *Store) PartitionOwner(ctx context.Context, pid string) (string, error) {
 	var owner string
-	err := s.pool.QueryRow(ctx, partitionOwnerSQL, pid).Scan(&owner)
-	if err != nil {
-		return asked
+	if err := s.pool.QueryRow(ctx, partitionOwnerSQL, pid).Scan(&owner); err != nil {
+		return "", fmt.Errorf("owner of partition %s: %w", pid, err)
 	}
-	return owner
+	return owner, nil
 }

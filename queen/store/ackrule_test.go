@@ -86,12 +86,18 @@ func checkCompletions(rt *rapid.T, pool *pgxpool.Pool, state []cursorRow, items 
 		p, x, l = append(p, it.PartitionID), append(x, it.TransactionID), append(l, it.LeaseID)
 		g, tn = append(g, "g"), append(tn, tenant)
 	}
-	run := func(sql string) ackOutcome {
+	run := func(sql string, args ...any) ackOutcome {
 		return rolledBack(rt, pool, state, func(tx pgx.Tx) (any, error) {
-			return collectRows(context.Background(), tx, sql, p, x, l, g, tn, now, ignore, nil)
+			return collectRows(context.Background(), tx, sql, args...)
 		})
 	}
-	if old, cur := run(store.RefAckCompletedSQL), run(store.AckCompletedSQL); !reflect.DeepEqual(old, cur) {
+	// The old statement took ignore_lease as $7; the new one has it false,
+	// and true only as the ack-ignores-lease canary rewrites it.
+	sql := store.AckCompletedSQL
+	if ignore {
+		sql = store.AckCompletedIgnoringLeaseSQL
+	}
+	if old, cur := run(store.RefAckCompletedSQL, p, x, l, g, tn, now, ignore, nil), run(sql, p, x, l, g, tn, now, nil); !reflect.DeepEqual(old, cur) {
 		rt.Fatalf("combined completions (ignoreLease=%v) of %+v\nold: %+v\nnew: %+v", ignore, items, old, cur)
 	}
 }
@@ -265,9 +271,9 @@ func TestAckVerdictIsInlined(t *testing.T) {
 	m := res.Messages[0]
 	for name, q := range map[string][]any{
 		"ackCompletedSQL": {store.AckCompletedSQL, []string{m.PartitionID}, []string{m.TransactionID}, []string{m.LeaseID},
-			[]string{store.QueueModeGroup}, []string{tenant}, nil, false, nil},
+			[]string{store.QueueModeGroup}, []string{tenant}, nil, nil},
 		"ackReadSQL": {store.AckReadSQL, []string{m.PartitionID}, []string{m.TransactionID}, store.QueueModeGroup, tenant,
-			nil, []string{m.LeaseID}, false},
+			nil, []string{m.LeaseID}},
 	} {
 		plan, err := pool.Query(ctx, "EXPLAIN (VERBOSE) "+q[0].(string), q[1:]...)
 		if err != nil {

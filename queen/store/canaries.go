@@ -67,6 +67,20 @@ var (
 	// is still live, so a lease that expired (or was released, its expiry
 	// NULL) comes back to life while nobody else claimed the partition.
 	extendRevives = variant{canary: "extend-revives", old: " AND pc.lease_expires_at > coalesce($3::timestamptz, now())", new: ""}
+	// ackIgnoresLease: an ack is judged as if every lease were live, held
+	// by its token and covering its message (queen.ack_verdict's
+	// ignore_lease), in the combined completions and the general batch's
+	// read alike; the read calls the rule twice, as read and unleased.
+	ackIgnoresLeaseCompleted = variant{canary: "ack-ignores-lease", old: "f.lease, clock.now, false) END AS verdict", new: "f.lease, clock.now, true) END AS verdict"}
+	ackIgnoresLeaseRead      = variant{canary: "ack-ignores-lease", old: "c.lease_expires_at, c.lease_max_seq, f.lease, clock.now, false)", new: "c.lease_expires_at, c.lease_max_seq, f.lease, clock.now, true)"}
+	ackIgnoresLeaseUnleased  = variant{canary: "ack-ignores-lease", old: "NULL, NULL, c.lease_max_seq, f.lease, clock.now, false)", new: "NULL, NULL, c.lease_max_seq, f.lease, clock.now, true)"}
+	// lockStallsAll: a combined push or ack statement waits for a row
+	// lock as long as it takes (lock_timeout 0, no bound), so it never
+	// fails with 55P03 and its calls never split out to run alone: every
+	// request behind it waits too, as before issue 28 item 8. A NULL lock
+	// wait (a transaction's) still keeps the session's.
+	lockStallsAllAppend = variant{canary: "lock-stalls-all", old: "set_config('lock_timeout', $9, true)", new: "set_config('lock_timeout', '0', true)"}
+	lockStallsAllAck    = variant{canary: "lock-stalls-all", old: "set_config('lock_timeout', $7, true)", new: "set_config('lock_timeout', '0', true)"}
 	// subscriptionSkipsOne: a group subscribing with mode new or from
 	// gets its cursor one message past its start point, so the first
 	// message after it is never delivered to the group.
@@ -83,7 +97,7 @@ var (
 // several names (kv.get and kv.getMany) lists each rewrite under every
 // name it affects, so a rewrite of one use leaves the others alone.
 var statementVariants = map[string][]variant{
-	"append":              {stranded, dedupRaises, sealCacheTrusted, sealCacheTrustedFlag},
+	"append":              {stranded, dedupRaises, sealCacheTrusted, sealCacheTrustedFlag, lockStallsAllAppend},
 	"timer.claim":         {timerEarly, timerClaimIgnoresLease},
 	"kv.get":              {kvTTLIgnored},
 	"kv.getMany":          {kvGetManyTTLIgnored, kvTTLIgnored},
@@ -98,6 +112,8 @@ var statementVariants = map[string][]variant{
 	"lease.extend":        {extendRevives},
 	"subscribe":           {subscriptionSkipsOne},
 	"seek":                {seekSkipsOne},
+	"ack.completed":       {ackIgnoresLeaseCompleted, lockStallsAllAck},
+	"ack.read":            {ackIgnoresLeaseRead, ackIgnoresLeaseUnleased},
 }
 
 var (

@@ -27,3 +27,34 @@ func TestCanaryVariantsApply(t *testing.T) {
 		}
 	}
 }
+
+// canaryStatements are the statements each canary that is a statement
+// variant must rewrite. A canary taken out of a Go branch into the table
+// (ack-ignores-lease was a parameter, lock-stalls-all a lock wait value)
+// fails here if its entry is dropped or misses a statement it used to
+// reach, instead of quietly planting less of its bug.
+var canaryStatements = map[string][]string{
+	"ack-ignores-lease": {"ack.completed", "ack.read"},
+	"lock-stalls-all":   {"append", "ack.completed"},
+}
+
+// TestCanaryVariantsCoverTheirStatements: every statement a canary must
+// rewrite is rewritten by it, by all of its rewrites for that statement.
+func TestCanaryVariantsCoverTheirStatements(t *testing.T) {
+	for c, names := range canaryStatements {
+		for _, name := range names {
+			var n int
+			for _, v := range statementVariants[name] {
+				if v.canary == c {
+					n++
+					if !strings.Contains(statements[name].text, v.old) {
+						t.Errorf("canary %s: %q not found in statement %s", c, v.old, name)
+					}
+				}
+			}
+			if n == 0 {
+				t.Errorf("canary %s does not rewrite statement %s", c, name)
+			}
+		}
+	}
+}

@@ -42,6 +42,11 @@ func PopStatements(partition bool) (one, general string) {
 // AckCompletedSQL is the completions statement, for the HOT test.
 const AckCompletedSQL = ackCompletedSQL
 
+// AckCompletedIgnoringLeaseSQL is the completions statement as the
+// ack-ignores-lease canary rewrites it (its ignore_lease true), for the
+// property test that it does what the old statement's switch did.
+var AckCompletedIgnoringLeaseSQL = substitute(ackCompletedSQL, statementVariants["ack.completed"], "ack-ignores-lease")
+
 // QueueSummariesSQL is the lists' counting statement, for the cost tests.
 const QueueSummariesSQL = queueSummariesSQL
 
@@ -112,7 +117,7 @@ func (s *Store) Push(ctx context.Context, tenant string, items []PushItem, produ
 // for one caller (its statements), without the combiner; the combining and
 // its retries are consume's, and tested there.
 func (s *Store) Ack(ctx context.Context, tenant, group string, items []AckItem) ([]AckResult, error) {
-	tenant, group = s.AckScope(ctx, tenant, group, items)
+	group = AckGroup(group)
 	ctx, cancel := s.Bound(ctx)
 	defer cancel()
 	if !AllCompletedAndDistinct(items) {

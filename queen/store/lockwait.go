@@ -8,7 +8,6 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/queen-go/queen/queen/canary"
 	"github.com/queen-go/queen/queen/combine"
 )
 
@@ -21,15 +20,10 @@ import (
 // the statement.
 const rowLockWait = "200ms"
 
-// LockWait is rowLockWait; under the lock-stalls-all canary "0" (no bound),
-// as before issue 28 item 8: a combined statement waits for a row lock as
-// long as it takes, with every request behind it.
-func LockWait() string {
-	if canary.On("lock-stalls-all") {
-		return "0"
-	}
-	return rowLockWait
-}
+// LockWait is rowLockWait, the lock wait a combined statement's caller
+// passes. The lock-stalls-all canary is a rewrite of the statements that
+// set it (canaries.go), not another value here.
+func LockWait() string { return rowLockWait }
 
 // LockTimedOut reports whether err is a lock wait that ran out (55P03):
 // the statement rolled back whole, so running its rows again is safe.

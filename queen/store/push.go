@@ -6,8 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/queen-go/queen/queen/canary"
 	"github.com/queen-go/queen/queen/crypt"
 )
@@ -139,7 +137,7 @@ JOIN queen.messages m ON m.partition_id = v.pid AND m.transaction_id = v.txid`
 // strandedSQL is the stranded canary: the reference broker's bug. No
 // per-partition serialisation (neither the partition row's lock nor its
 // update) and an order fixed when a row is written rather than when it
-// commits; run in a transaction of its own (appendStranded), so the gap
+// commits; run in a transaction of its own (AppendRowsStranded), so the gap
 // between taking a position and COMMIT is whatever the COMMIT's way to the
 // database takes: the simulator's pg.hold fault widens it.
 func strandedSQL(sql string) string {
@@ -164,26 +162,31 @@ SET last_seq = greatest(p.last_seq, a.seq), appended = p.appended + a.n,
 FROM (SELECT partition_id, max(seq) AS seq, count(*) AS n FROM queen.messages WHERE id = ANY($1::uuid[]) GROUP BY partition_id) a
 WHERE p.id = a.partition_id`
 
-// appendStranded runs the stranded canary's append in an explicit
-// transaction, as the reference broker does.
-func (s *Store) appendStranded(ctx context.Context, q querier, rows []AppendRow) ([]AppendOut, error) {
-	tx, err := q.(*pgxpool.Pool).Begin(ctx)
+// AppendRowsStranded is AppendRows as the stranded canary of
+// queen/pushpath runs it, the reference broker's way: the append (which
+// that canary rewrites, strandedSQL) in an explicit transaction of its own,
+// then the partitions' last_seq moved after its COMMIT. Outside that
+// canary the move would count the rows twice; nothing else calls it.
+func (s *Store) AppendRowsStranded(ctx context.Context, rows []AppendRow) ([]AppendOut, error) {
+	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	out, err := s.appendRows(ctx, tx, rows)
+	out, err := s.appendDistinct(ctx, tx, rows)
 	if err != nil {
 		return nil, err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, err
 	}
+	// A repeated row's id was never appended, so moving by every row's id
+	// moves what the distinct rows wrote.
 	ids := make([]string, len(rows))
 	for i, r := range rows {
 		ids[i] = r.id
 	}
-	_, err = q.Exec(ctx, strandedAdvanceSQL, ids, s.dbNow())
+	_, err = s.pool.Exec(ctx, strandedAdvanceSQL, ids, s.dbNow())
 	return out, err
 }
 
@@ -280,14 +283,10 @@ func (s *Store) pushRows(ctx context.Context, tenant string, items []PushItem, p
 	return rows, nil
 }
 
-// appendRows runs appendSQL on q for rows whose (partition, transactionId)
-// pairs are distinct, and answers one outcome per row.
-func (s *Store) appendRows(ctx context.Context, q querier, rows []AppendRow) ([]AppendOut, error) {
-	return s.appendRowsWaiting(ctx, q, rows, "")
-}
-
-// appendRowsWaiting is appendRows waiting at most lockWait for a partition's
-// lock ("": the session's lock_timeout).
+// appendRowsWaiting runs appendSQL on q for rows whose (partition,
+// transactionId) pairs are distinct, waiting at most lockWait for a
+// partition's lock ("": the session's lock_timeout), and answers one
+// outcome per row.
 func (s *Store) appendRowsWaiting(ctx context.Context, q querier, rows []AppendRow, lockWait string) ([]AppendOut, error) {
 	p := appendParams{Now: s.dbNow(), SealCheck: true}
 	if lockWait != "" {
@@ -301,13 +300,6 @@ func (s *Store) appendRowsWaiting(ctx context.Context, q querier, rows []AppendR
 		p.Payloads = append(p.Payloads, payloadText(r.payload))
 		p.ProducerSubs = append(p.ProducerSubs, r.sub)
 		p.Encrypted = append(p.Encrypted, r.payload.Sealed())
-	}
-	if canary.On("stranded") {
-		// The canary's append runs in a transaction of its own; its
-		// statement text is the table's (strandedSQL).
-		if _, pool := q.(*pgxpool.Pool); pool {
-			return s.appendStranded(ctx, q, rows)
-		}
 	}
 	res, err := q.Query(ctx, text("append"), argsOf(p)...)
 	if err != nil {
@@ -409,7 +401,7 @@ func (s *Store) lookupDuplicates(ctx context.Context, q querier, rows []AppendRo
 	return res.Err()
 }
 
-// appendDistinct runs appendRows over rows that may repeat a (partition,
+// appendDistinct runs appendSQL over rows that may repeat a (partition,
 // transactionId) pair: a repeat is answered as a duplicate of the first.
 func (s *Store) appendDistinct(ctx context.Context, q querier, rows []AppendRow) ([]AppendOut, error) {
 	return s.appendDistinctWaiting(ctx, q, rows, "")

@@ -70,22 +70,14 @@ func (l *Leader) Release() {
 // Session is the backend pid of the session holding the lock.
 func (l *Leader) Session() uint32 { return l.conn.Conn().PgConn().PID() }
 
-// on is where the leader's statements run: the lock's session.
-func (l *Leader) on() querier {
-	if canary.On("retention-on-pool") {
-		return l.s.pool // a deposed leader keeps acting
-	}
-	return l.conn
-}
-
 // RetentionPass is Store.RetentionPass run on the lock's session.
 func (l *Leader) RetentionPass(ctx context.Context, batch int) (RetentionResult, error) {
-	return l.s.retentionPass(ctx, l.on(), batch)
+	return l.s.retentionPass(ctx, l.conn, batch)
 }
 
 // CleanupPartitions is Store.CleanupPartitions run on the lock's session.
 func (l *Leader) CleanupPartitions(ctx context.Context, batch, days int) (int64, error) {
-	return l.s.cleanupPartitions(ctx, l.on(), batch, days)
+	return l.s.cleanupPartitions(ctx, l.conn, batch, days)
 }
 
 // retentionRule is one deletion rule, in four parts over q (queues) and p
