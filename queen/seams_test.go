@@ -128,6 +128,7 @@ var layers = map[string]int{
 	"store": 4,
 	// Services and policy over the statements.
 	"analytics": 5, "consume": 5, "leader": 5, "spool": 5, "store/storetest": 5, "sweeper": 5,
+	"streams": 5, "txn": 5,
 	"maintenance": 6, "pushpath": 6,
 	// The wire.
 	"httpapi": 7,
