@@ -358,7 +358,7 @@ func (b *Broker) configureAuth(o *httpapi.Options) (err error) {
 func (b *Broker) startAPI(o httpapi.Options) *sweeper.Sweeper {
 	var sw *sweeper.Sweeper
 	if b.cfg.Sweeper {
-		sw = b.newSweeper(o.Arbiter)
+		sw = b.newSweeper(o.Arbiter, o.Cipher)
 		o.TimerHint = sw.Hint
 		o.SweeperStats = func() httpapi.SweeperStats { return sweeperStats(sw) }
 	}
@@ -462,8 +462,8 @@ func (b *Broker) logServing() {
 }
 
 // newSweeper is this broker's timer and KV sweeper.
-func (b *Broker) newSweeper(arbiter *admission.Arbiter) *sweeper.Sweeper {
-	return &sweeper.Sweeper{Store: b.store, Arbiter: arbiter, Clock: b.opts.Clock, IDs: b.opts.IDs, Log: b.log,
+func (b *Broker) newSweeper(arbiter *admission.Arbiter, cipher *crypt.Cipher) *sweeper.Sweeper {
+	return &sweeper.Sweeper{Store: b.store, Arbiter: arbiter, Clock: b.opts.Clock, IDs: b.opts.IDs, Log: b.log, Cipher: cipher,
 		Lease: b.cfg.SweeperLease, MinSleep: b.cfg.SweeperMinSleep, MaxSleep: b.cfg.SweeperMaxSleep,
 		IdleMaxSleep: b.cfg.SweeperIdleMaxSleep, ClaimBatch: b.cfg.SweeperClaimBatch, PruneBatch: 1000,
 		MaxAttempts: b.cfg.SweeperMaxAttempts, RetryBase: b.cfg.SweeperRetryBase, Observe: b.opts.TimerClaims}

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/queen-go/queen/queen/sweeper"
 )
 
 // incompressible is n bytes of random printable text, which PostgreSQL's
@@ -209,14 +211,14 @@ func TestTimerKVAndTransactionCorporaAreStored(t *testing.T) {
 			t.Errorf("%s: %d %s", filepath.Base(f), got.status, got.body)
 		}
 	}
-	// Every scheduled timer is due (1 ms); the store fires them all.
+	// Every scheduled timer is due (1 ms); the sweeper's fire fires them all.
 	ctx := context.Background()
 	time.Sleep(50 * time.Millisecond)
 	claimed, err := e.store.ClaimTimers(ctx, corpusToken, time.Minute, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fired, err := e.store.FireTimers(ctx, corpusToken, claimed)
+	fired, err := (&sweeper.Sweeper{Store: e.store}).FireTimers(ctx, corpusToken, claimed)
 	if err != nil || len(fired) != len(claimed) || len(claimed) == 0 {
 		t.Errorf("firing the corpus's timers: %d claimed, %d fired: %v", len(claimed), len(fired), err)
 	}

@@ -16,8 +16,9 @@ import (
 // freshRetry forgets them and runs the path once more, resolving the names
 // again. A second stale answer is a real race (deleted again meanwhile) and
 // goes to the caller as the path's own error. The paths here: Push,
-// FireTimers (the sweeper), RetryMessage (DLQ) and Pop; queen/txn and
-// queen/streams run their transactions through the exported FreshRetry.
+// RetryMessage (DLQ) and Pop; queen/txn and queen/streams run their
+// transactions, and queen/sweeper its timer fires, through the exported
+// FreshRetry.
 //
 // Before, only a plain push did this; a transaction or a streams cycle into
 // a queue recreated elsewhere failed "a partition was deleted during the

@@ -54,30 +54,6 @@ func popAll(t *testing.T, s *store.Store, q string) []store.Message {
 	return res.Messages
 }
 
-// The fire runs with the claim just taken: before, it failed and the timer
-// waited out the claim's lease.
-func TestTimerIntoAQueueRecreatedElsewhereFiresAtOnce(t *testing.T) {
-	t.Parallel()
-	a, b := twoBrokers(t)
-	ctx := context.Background()
-	recreatedElsewhere(t, a, b, "stale-timer")
-	if _, err := a.ApplyTimers(ctx, tenant, "", []store.TimerOp{{Op: "schedule", Queue: "stale-timer", TimerKey: "k", Txn: "timed"}}); err != nil {
-		t.Fatal(err)
-	}
-	token := "00000000-0000-0000-0000-0000000000f1"
-	claimed, err := a.ClaimTimers(ctx, token, time.Hour, 10)
-	if err != nil || len(claimed) != 1 {
-		t.Fatalf("claim: %+v %v", claimed, err)
-	}
-	fired, err := a.FireTimers(ctx, token, claimed)
-	if err != nil || len(fired) != 1 || fired[0].Duplicate {
-		t.Fatalf("fire through the broker that did not delete: %+v %v", fired, err)
-	}
-	if got := popAll(t, b, "stale-timer"); len(got) != 2 || got[1].TransactionID != "timed" {
-		t.Fatalf("stored: %+v", got)
-	}
-}
-
 func TestDLQRetryIntoAQueueRecreatedElsewhere(t *testing.T) {
 	t.Parallel()
 	a, b := twoBrokers(t)

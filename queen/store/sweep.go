@@ -3,12 +3,10 @@ package store
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/queen-go/queen/queen/canary"
 	"github.com/queen-go/queen/queen/crypt"
 )
 
@@ -102,32 +100,13 @@ func (s *Store) ClaimTimers(ctx context.Context, token string, lease time.Durati
 	return out, rows.Err()
 }
 
-// FiredTimer is one timer whose message is now stored (or was already:
-// Duplicate, when its txn was pushed before).
-type FiredTimer struct {
-	ClaimedTimer
-	PartitionID string
-	Duplicate   bool
-}
-
-// FireTimers turns claimed timers into messages in one transaction: it
-// deletes the rows still held by token and pushes one message each under
-// its txn and promised message id. A timer no longer held is skipped.
-// Nothing is delivered twice: the delete and the push commit together. A
-// timer into a partition whose cached id went stale (deleted through
-// another broker) fires at once, resolved afresh (freshRetry), not after
-// its claim's lease.
-func (s *Store) FireTimers(ctx context.Context, token string, claimed []ClaimedTimer) ([]FiredTimer, error) {
-	if len(claimed) == 0 {
-		return nil, nil
-	}
-	return freshRetry(s, func() ([]FiredTimer, error) { return s.fireTimersOnce(ctx, token, claimed) })
-}
-
-// fireTimersOnce is one attempt of FireTimers.
-func (s *Store) fireTimersOnce(ctx context.Context, token string, claimed []ClaimedTimer) ([]FiredTimer, error) {
-	// Names resolve (partitions are created) outside the transaction, as
-	// for any push: harmless if it rolls back.
+// TimerRows resolves the claimed timers' partitions (queues and
+// partitions are created on first use, as for any push: harmless if the
+// fire rolls back) and makes one row per timer, in order: its promised
+// message id, its txn as transactionId, its payload as stored (sealed
+// when its queue encrypted at schedule), its producer. Resolving goes
+// through the name cache, so a caller runs it under FreshRetry.
+func (s *Store) TimerRows(ctx context.Context, claimed []ClaimedTimer) ([]AppendRow, error) {
 	rows := make([]AppendRow, len(claimed))
 	byTenant := map[string][]int{}
 	for i, c := range claimed {
@@ -144,49 +123,42 @@ func (s *Store) fireTimersOnce(ctx context.Context, token string, claimed []Clai
 		}
 		for j, i := range idx {
 			c := claimed[i]
-			payload := c.Payload
-			if canary.On("timer-seals-twice") && s.cipher != nil && payload.Sealed() {
-				// The planted bug: the stored envelope read as plain
-				// and sealed again, so a pop opens it only once.
-				if again, err := s.cipher.SealPayload(crypt.Plain(payload.Raw())); err == nil {
-					payload = again
-				}
-			}
-			rows[i] = AppendRow{id: c.MessageID, pid: pids[keys[j]], txid: c.Txn, payload: payload, sub: c.ProducerSub}
+			rows[i] = AppendRow{id: c.MessageID, pid: pids[keys[j]], txid: c.Txn, payload: c.Payload, sub: c.ProducerSub}
 		}
 	}
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
-	var fired []FiredTimer
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		held, err := s.deleteClaimed(ctx, tx, token, claimed)
-		if err != nil {
-			return err
+	return rows, nil
+}
+
+// DeleteClaimedTimers runs fireTimersSQL in tx: it deletes the claimed
+// timers still held by token, and held[i] reports whether claimed[i] was
+// (one rescheduled or cancelled since, or claimed again after the lease
+// ran out, is neither deleted nor held).
+func (s *Store) DeleteClaimedTimers(ctx context.Context, tx pgx.Tx, token string, claimed []ClaimedTimer) ([]bool, error) {
+	var tenants, queues, keys []string
+	for _, c := range claimed {
+		tenants, queues, keys = append(tenants, c.Tenant), append(queues, c.Queue), append(keys, c.TimerKey)
+	}
+	res, err := tx.Query(ctx, fireTimersSQL, token, tenants, queues, keys)
+	if err != nil {
+		return nil, err
+	}
+	deleted := map[[3]string]bool{}
+	for res.Next() {
+		var k [3]string
+		if err := res.Scan(&k[0], &k[1], &k[2]); err != nil {
+			res.Close()
+			return nil, err
 		}
-		var push []AppendRow
-		var which []int
-		for i, c := range claimed {
-			if held[[3]string{c.Tenant, c.Queue, c.TimerKey}] {
-				push = append(push, rows[i])
-				which = append(which, i)
-			}
-		}
-		if len(push) == 0 {
-			return nil
-		}
-		outs, err := s.appendDistinct(ctx, tx, push)
-		if err != nil {
-			return err
-		}
-		if gone := goneIDs(push, outs); len(gone) > 0 {
-			return &staleIDs{partitions: gone, err: fmt.Errorf("a partition was deleted while timers fired into it")}
-		}
-		for k, o := range outs {
-			fired = append(fired, FiredTimer{ClaimedTimer: claimed[which[k]], PartitionID: push[k].pid, Duplicate: !o.queued})
-		}
-		return nil
-	})
-	return fired, err
+		deleted[k] = true
+	}
+	if err := res.Err(); err != nil {
+		return nil, err
+	}
+	held := make([]bool, len(claimed))
+	for i, c := range claimed {
+		held[i] = deleted[[3]string{c.Tenant, c.Queue, c.TimerKey}]
+	}
+	return held, nil
 }
 
 // TimerFailure is what FailTimer recorded.
@@ -211,27 +183,6 @@ func (s *Store) FailTimer(ctx context.Context, token string, c ClaimedTimer, why
 	}
 	f.Held = err == nil
 	return f, err
-}
-
-func (s *Store) deleteClaimed(ctx context.Context, tx pgx.Tx, token string, claimed []ClaimedTimer) (map[[3]string]bool, error) {
-	var tenants, queues, keys []string
-	for _, c := range claimed {
-		tenants, queues, keys = append(tenants, c.Tenant), append(queues, c.Queue), append(keys, c.TimerKey)
-	}
-	res, err := tx.Query(ctx, fireTimersSQL, token, tenants, queues, keys)
-	if err != nil {
-		return nil, err
-	}
-	held := map[[3]string]bool{}
-	for res.Next() {
-		var k [3]string
-		if err := res.Scan(&k[0], &k[1], &k[2]); err != nil {
-			res.Close()
-			return nil, err
-		}
-		held[k] = true
-	}
-	return held, res.Err()
 }
 
 // NextTimer is how long until the next timer may be claimed (negative when

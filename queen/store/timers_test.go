@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/queen-go/queen/queen/clock"
-	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/store/storetest"
@@ -30,82 +29,6 @@ func applyOne(t *testing.T, s *store.Store, op store.KVOp) store.KVResult {
 		t.Fatal(err)
 	}
 	return r[0]
-}
-
-func TestTimersScheduleClaimFireOnce(t *testing.T) {
-	t.Parallel()
-	s, now := clockedStore(t)
-	ctx := context.Background()
-	res, err := s.ApplyTimers(ctx, tenant, "", []store.TimerOp{
-		{Op: "schedule", Queue: "tq", TimerKey: "a", DelayMs: 2000, Txn: "fire-a", Payload: json.RawMessage(`{"n":1}`)},
-		{Op: "schedule", Queue: "tq", TimerKey: "b", DelayMs: 60000, Txn: "fire-b"},
-	})
-	if err != nil || res[0].Status != "scheduled" || !res[0].OK || res[0].MessageID == "" || !res[0].DeliverAt.Equal(now.Add(2*time.Second)) {
-		t.Fatalf("schedule: %+v %v", res, err)
-	}
-	promised := res[0].MessageID
-	if c, err := s.ClaimTimers(ctx, "00000000-0000-0000-0000-00000000000a", 30*time.Second, 10); err != nil || len(c) != 0 {
-		t.Fatalf("claimed before due: %+v %v", c, err)
-	}
-	if d, ok, err := s.NextTimer(ctx); err != nil || !ok || d != 2*time.Second {
-		t.Fatalf("next timer in %v %v %v, want 2s", d, ok, err)
-	}
-	*now = now.Add(2 * time.Second)
-	token := "00000000-0000-0000-0000-00000000000b"
-	claimed, err := s.ClaimTimers(ctx, token, 30*time.Second, 10)
-	if err != nil || len(claimed) != 1 || claimed[0].TimerKey != "a" {
-		t.Fatalf("claim at due time: %+v %v", claimed, err)
-	}
-	// While claimed, it can be neither cancelled nor claimed again.
-	if r, err := s.ApplyTimers(ctx, tenant, "", []store.TimerOp{{Op: "cancel", Queue: "tq", TimerKey: "a"}}); err != nil || r[0].Status != "too_late" || r[0].OK {
-		t.Fatalf("cancel of a claimed timer: %+v %v", r, err)
-	}
-	if c, _ := s.ClaimTimers(ctx, "00000000-0000-0000-0000-00000000000c", 30*time.Second, 10); len(c) != 0 {
-		t.Fatalf("claimed twice: %+v", c)
-	}
-	fired, err := s.FireTimers(ctx, token, claimed)
-	if err != nil || len(fired) != 1 || fired[0].Duplicate {
-		t.Fatalf("fire: %+v %v", fired, err)
-	}
-	if again, err := s.FireTimers(ctx, token, claimed); err != nil || len(again) != 0 {
-		t.Fatalf("fired twice: %+v %v", again, err)
-	}
-	p, err := s.Pop(ctx, store.PopRequest{Tenant: tenant, Queue: "tq", Batch: 10})
-	if err != nil || len(p.Messages) != 1 || p.Messages[0].TransactionID != "fire-a" || p.Messages[0].ID != promised {
-		t.Fatalf("the fired message: %+v %v (promised id %s)", p, err, promised)
-	}
-	if r, _ := s.ApplyTimers(ctx, tenant, "", []store.TimerOp{{Op: "cancel", Queue: "tq", TimerKey: "a"}}); r[0].Status != "absent" {
-		t.Fatalf("cancel after fire: %+v", r)
-	}
-	if r, _ := s.ApplyTimers(ctx, tenant, "", []store.TimerOp{{Op: "cancel", Queue: "tq", TimerKey: "b"}}); r[0].Status != "cancelled" || r[0].Txn != "fire-b" {
-		t.Fatalf("cancel pending: %+v", r)
-	}
-}
-
-func TestExpiredClaimIsClaimableAndTheOldClaimFiresNothing(t *testing.T) {
-	t.Parallel()
-	s, now := clockedStore(t)
-	ctx := context.Background()
-	if _, err := s.ApplyTimers(ctx, tenant, "", []store.TimerOp{{Op: "schedule", Queue: "tq", TimerKey: "k", Txn: "once"}}); err != nil {
-		t.Fatal(err)
-	}
-	dead := "00000000-0000-0000-0000-0000000000d1"
-	first, err := s.ClaimTimers(ctx, dead, 30*time.Second, 10)
-	if err != nil || len(first) != 1 {
-		t.Fatalf("claim: %+v %v", first, err)
-	}
-	*now = now.Add(31 * time.Second) // the claimer died; its lease ran out
-	live := "00000000-0000-0000-0000-0000000000d2"
-	second, err := s.ClaimTimers(ctx, live, 30*time.Second, 10)
-	if err != nil || len(second) != 1 {
-		t.Fatalf("reclaim after the lease: %+v %v", second, err)
-	}
-	if f, err := s.FireTimers(ctx, dead, first); err != nil || len(f) != 0 {
-		t.Fatalf("the dead claim fired: %+v %v", f, err)
-	}
-	if f, err := s.FireTimers(ctx, live, second); err != nil || len(f) != 1 {
-		t.Fatalf("the live claim: %+v %v", f, err)
-	}
 }
 
 func TestKVTTLVersionsAndPreconditions(t *testing.T) {
@@ -178,44 +101,6 @@ func TestKVTTLVersionsAndPreconditions(t *testing.T) {
 	*now = now.Add(2 * time.Second)
 	if n, err := s.PruneKV(ctx, 100); err != nil || n != 1 {
 		t.Fatalf("prune removed %d expired rows, want 1 (short): %v", n, err)
-	}
-}
-
-func TestTimerPayloadIsSealedFromScheduleToPop(t *testing.T) {
-	t.Parallel()
-	pool := storetest.Pool(t)
-	c, err := crypt.New(strings.Repeat("7e", 32))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil), Cipher: c})
-	ctx := context.Background()
-	on := true
-	if _, err := s.Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: "enc", Patch: store.OptionPatch{EncryptionEnabled: &on}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.ApplyTimers(ctx, tenant, "", []store.TimerOp{{Op: "schedule", Queue: "enc", TimerKey: "k", Txn: "k",
-		Payload: json.RawMessage(`{"pin":"2468"}`)}}); err != nil {
-		t.Fatal(err)
-	}
-	var raw string
-	if err := pool.QueryRow(ctx, `SELECT payload::text FROM queen.log_timers`).Scan(&raw); err != nil || strings.Contains(raw, "2468") {
-		t.Fatalf("a pending timer holds its payload in the clear: %s %v", raw, err)
-	}
-	token := "00000000-0000-0000-0000-0000000000e1"
-	claimed, err := s.ClaimTimers(ctx, token, time.Minute, 10)
-	if err != nil || len(claimed) != 1 {
-		t.Fatalf("claim: %v %v", claimed, err)
-	}
-	if _, err := s.FireTimers(ctx, token, claimed); err != nil {
-		t.Fatal(err)
-	}
-	p, err := s.Pop(ctx, store.PopRequest{Tenant: tenant, Queue: "enc", Batch: 1})
-	if err != nil || len(p.Messages) != 1 || !strings.Contains(string(p.Messages[0].Data), "2468") {
-		t.Fatalf("pop of the fired timer: %+v %v", p, err)
-	}
-	if err := pool.QueryRow(ctx, `SELECT payload::text FROM queen.messages`).Scan(&raw); err != nil || strings.Contains(raw, "2468") {
-		t.Fatalf("the fired message is stored in the clear: %s %v", raw, err)
 	}
 }
 

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -11,7 +12,8 @@ import (
 // transaction it begins itself): the cursor lock, the append, the strict
 // ack, the timers and the KV operations. Each runs on the transaction it is
 // handed; none begins, retries or decides anything. The append and the
-// rollback errors serve queen/streams' cycle too.
+// rollback errors serve queen/streams' cycle too, and the append
+// queen/sweeper's timer fire (with DeleteClaimedTimers, sweep.go).
 
 // txnLockSQL locks, before anything else in a transaction, every cursor row
 // it relies on: the rows holding its requiredLeases and the rows its acks
@@ -67,6 +69,24 @@ func (s *Store) LockTxnCursors(ctx context.Context, tx pgx.Tx, p TxnLockParams) 
 // stale) fails the append with a rollback naming the gone ids, which
 // FreshRetry reads to forget them.
 func (s *Store) AppendInTx(ctx context.Context, tx pgx.Tx, rows []AppendRow) ([]AppendOut, error) {
+	return s.appendInTx(ctx, tx, rows, func() error {
+		return rejected("push_rejected", "a partition was deleted during the transaction")
+	})
+}
+
+// AppendFiredInTx is AppendInTx for a timer fire (queen/sweeper): the
+// same append, but a gone partition's error, which the sweeper logs when
+// the fresh retry meets it again, is no business rollback and names the
+// timers.
+func (s *Store) AppendFiredInTx(ctx context.Context, tx pgx.Tx, rows []AppendRow) ([]AppendOut, error) {
+	return s.appendInTx(ctx, tx, rows, func() error {
+		return fmt.Errorf("a partition was deleted while timers fired into it")
+	})
+}
+
+// appendInTx appends rows inside tx; gone makes the error a *staleIDs
+// carries when a row's partition no longer exists (made only then).
+func (s *Store) appendInTx(ctx context.Context, tx pgx.Tx, rows []AppendRow, gone func() error) ([]AppendOut, error) {
 	if len(rows) == 0 {
 		return nil, nil
 	}
@@ -74,8 +94,8 @@ func (s *Store) AppendInTx(ctx context.Context, tx pgx.Tx, rows []AppendRow) ([]
 	if err != nil {
 		return nil, err
 	}
-	if gone := goneIDs(rows, out); len(gone) > 0 {
-		return nil, &staleIDs{partitions: gone, err: rejected("push_rejected", "a partition was deleted during the transaction")}
+	if ids := goneIDs(rows, out); len(ids) > 0 {
+		return nil, &staleIDs{partitions: ids, err: gone()}
 	}
 	return out, nil
 }

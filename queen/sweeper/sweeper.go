@@ -30,6 +30,7 @@ import (
 	"github.com/queen-go/queen/queen/admission"
 	"github.com/queen-go/queen/queen/canary"
 	"github.com/queen-go/queen/queen/clock"
+	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/store"
 )
@@ -41,6 +42,10 @@ type Sweeper struct {
 	Clock   clock.Clock
 	IDs     *ids.Source // claim tokens
 	Log     *slog.Logger
+	// Cipher is the store's payload cipher (QUEEN_ENCRYPTION_KEY; nil:
+	// none). A fire stores a timer's payload as it was stored at
+	// schedule; only the timer-seals-twice canary seals with it.
+	Cipher *crypt.Cipher
 
 	Lease        time.Duration // QUEEN_SWEEPER_LEASE_MS
 	MinSleep     time.Duration // QUEEN_SWEEPER_MIN_SLEEP_MS
@@ -171,7 +176,7 @@ func (s *Sweeper) fire(ctx context.Context) (claimed, fired int, err error) {
 	s.Stats.Claimed.Add(int64(len(c)))
 	s.observe("claim", token, c)
 	s.observe("firing", token, nil)
-	f, err := s.Store.FireTimers(ctx, token, c)
+	f, err := s.FireTimers(ctx, token, c)
 	if err != nil && poisonous(err) && !canary.On("timer-batch-poisoned") {
 		if len(c) > 1 {
 			f, err = s.fireEach(ctx, token, c)
@@ -192,7 +197,7 @@ func (s *Sweeper) fire(ctx context.Context) (claimed, fired int, err error) {
 
 // fired accounts for the timers a cycle fired (all of them, or those fired
 // before an outage stopped it): stats, observers and wakes.
-func (s *Sweeper) fired(token string, f []store.FiredTimer) {
+func (s *Sweeper) fired(token string, f []FiredTimer) {
 	now := s.Clock.Now()
 	parts := map[[2]string]map[string]bool{}
 	for _, t := range f {
@@ -258,10 +263,10 @@ func poisonous(err error) bool {
 // poison timer does not hold back the healthy ones claimed with it; each
 // that fails on its own is recorded (failed). An outage stops it: the
 // claims left wait out their lease.
-func (s *Sweeper) fireEach(ctx context.Context, token string, claimed []store.ClaimedTimer) ([]store.FiredTimer, error) {
-	var fired []store.FiredTimer
+func (s *Sweeper) fireEach(ctx context.Context, token string, claimed []store.ClaimedTimer) ([]FiredTimer, error) {
+	var fired []FiredTimer
 	for _, c := range claimed {
-		f, err := s.Store.FireTimers(ctx, token, []store.ClaimedTimer{c})
+		f, err := s.FireTimers(ctx, token, []store.ClaimedTimer{c})
 		switch {
 		case err == nil:
 			fired = append(fired, f...)
