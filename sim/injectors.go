@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/queen-go/queen/faults"
+	"github.com/queen-go/queen/queen/leader"
 	"github.com/queen-go/queen/queen/spool"
 )
 
@@ -244,7 +245,7 @@ func (r *runner) injectDoubleLeader(f FaultAt, _ *Event, _ time.Time) (bool, err
 					time.Sleep(20 * time.Millisecond)
 					continue
 				}
-				if res, err := br.Store().RetentionPass(r.ctx, 100); err == nil {
+				if res, err := leader.RetentionPass(r.ctx, br.Store(), br.Store().Pool(), 100); err == nil {
 					r.doublePass.Add(1)
 					r.doubleRows.Add(res.Expired + res.Completed + res.Evicted)
 				}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/queen-go/queen/queen/clock"
 	"github.com/queen-go/queen/queen/ids"
+	"github.com/queen-go/queen/queen/leader"
 	"github.com/queen-go/queen/queen/store"
 )
 
@@ -196,7 +197,7 @@ func (e *env) scaleOps(st *store.Store) []*scaleOp {
 			return -time.Since(start).Microseconds(), err
 		}},
 		{Name: "retention pass", samples: 3, cold: true, run: func(ctx context.Context, i int) (int64, error) {
-			r, err := st.RetentionPass(ctx, 1000)
+			r, err := leader.RetentionPass(ctx, st, st.Pool(), 1000)
 			return r.Expired + r.Completed + r.Evicted, err
 		}},
 	}

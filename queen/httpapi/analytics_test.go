@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/queen-go/queen/queen/leader"
 )
 
 // Every analytics route answers its well-formed envelope; retention shows
@@ -15,7 +17,7 @@ func TestAnalyticsRoutes(t *testing.T) {
 	e.expect(e.do("POST", "/api/v1/configure", map[string]any{"queue": "old", "options": map[string]any{"maxWaitTimeSeconds": 60}}), 200)
 	e.push(item{"queue": "old", "transactionId": "1"}, item{"queue": "old", "transactionId": "2"})
 	e.advanceDB(2 * time.Minute)
-	res, err := e.store.RetentionPass(context.Background(), 100)
+	res, err := leader.RetentionPass(context.Background(), e.store, e.store.Pool(), 100)
 	if err != nil || res.Evicted != 2 {
 		t.Fatalf("retention pass: %+v %v", res, err)
 	}

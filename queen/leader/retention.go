@@ -8,6 +8,7 @@ package leader
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/queen-go/queen/queen/canary"
@@ -47,10 +48,10 @@ func (r *Retention) passLed(ctx context.Context, lead *store.Leader) error {
 	// A rule that fails does not hold back the others, nor partition
 	// cleanup: each is reported, and the rest runs.
 	on := r.on(lead)
-	res, rulesErr := on.RetentionPass(ctx, r.Batch)
+	res, rulesErr := RetentionPass(ctx, r.Store, on, r.Batch)
 	var cleanErr error
 	if ctx.Err() == nil {
-		res.Partitions, cleanErr = on.CleanupPartitions(ctx, r.Batch, r.CleanupDays)
+		res.Partitions, cleanErr = CleanupPartitions(ctx, r.Store, on, r.Batch, r.CleanupDays)
 	}
 	if res.Expired+res.Completed+res.Evicted+res.Partitions > 0 {
 		r.Log.Info("retention pass", "expired", res.Expired, "completed", res.Completed, "evicted", res.Evicted,
@@ -59,19 +60,83 @@ func (r *Retention) passLed(ctx context.Context, lead *store.Leader) error {
 	return errors.Join(rulesErr, cleanErr)
 }
 
-// retentionRunner runs a retention pass's statements: a store.Leader on the
-// lock's session, or the store itself on its pool.
-type retentionRunner interface {
-	RetentionPass(ctx context.Context, batch int) (store.RetentionResult, error)
-	CleanupPartitions(ctx context.Context, batch, days int) (int64, error)
-}
-
 // on is where a pass's statements run: the lock's session, so a pass stops
 // with it. The retention-on-pool canary runs them on the pool instead: a
 // leader whose lock session died keeps deleting.
-func (r *Retention) on(lead *store.Leader) retentionRunner {
+func (r *Retention) on(lead *store.Leader) store.Executor {
 	if canary.On("retention-on-pool") {
-		return r.Store // a deposed leader keeps acting
+		return r.Store.Pool() // a deposed leader keeps acting
 	}
-	return lead
+	return lead.Executor()
+}
+
+// RetentionResult counts what one pass deleted.
+type RetentionResult struct {
+	Expired, Completed, Evicted int64
+	// Partitions is how many empty, idle partitions were removed.
+	Partitions int64
+}
+
+// maxRetentionRounds bounds one pass: a rule with more due rows than
+// batch * maxRetentionRounds finishes in the next pass.
+const maxRetentionRounds = 1000
+
+// RetentionPass deletes messages older than retentionSeconds
+// (retentionEnabled queues); consumed messages older than
+// completedRetentionSeconds; and messages older than maxWaitTimeSeconds
+// (eviction). Each rule deletes in statements of at most batch rows, each
+// its own short transaction, until a statement finds fewer than batch rows
+// due, so a backlog of N rows clears in one pass (N/batch statements). It is
+// idempotent, so a brief double leader does no harm.
+//
+// Its statements run on on: the elected leader passes its lock's session
+// (store.Leader.Executor); tests and the simulator's forced double leader
+// pass the pool, whoever holds the lock.
+func RetentionPass(ctx context.Context, s *store.Store, on store.Executor, batch int) (RetentionResult, error) {
+	var r RetentionResult
+	counts := map[string]*int64{"expired": &r.Expired, "completed": &r.Completed, "evicted": &r.Evicted}
+	var errs []error
+	for _, rule := range store.RetentionRules() {
+		// Rules are isolated: one that fails (a statement timeout, say)
+		// is reported, and the others still run.
+		for round := 0; round < maxRetentionRounds; round++ {
+			n, err := s.RetentionRound(ctx, on, rule, batch)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("retention %s: %w", rule, err))
+				if canary.On("retention-stops-at-failure") {
+					return r, errors.Join(errs...)
+				}
+				break
+			}
+			*counts[rule] += n
+			if n < int64(batch) {
+				break
+			}
+		}
+	}
+	if err := s.PruneRetentionHistory(ctx, on); err != nil {
+		errs = append(errs, fmt.Errorf("retention history prune: %w", err))
+	}
+	return r, errors.Join(errs...)
+}
+
+// CleanupPartitions removes empty partitions idle for days (0: never), in
+// rounds of batch, on on (as RetentionPass). Idempotent, like every
+// retention rule.
+func CleanupPartitions(ctx context.Context, s *store.Store, on store.Executor, batch, days int) (int64, error) {
+	if days <= 0 {
+		return 0, nil
+	}
+	var total int64
+	for round := 0; round < maxRetentionRounds; round++ {
+		n, err := s.CleanupEmptyPartitions(ctx, on, batch, days)
+		if err != nil {
+			return total, fmt.Errorf("empty partition cleanup: %w", err)
+		}
+		total += n
+		if n < int64(batch) {
+			return total, nil
+		}
+	}
+	return total, nil
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/queen-go/queen/queen/clock"
 	"github.com/queen-go/queen/queen/ids"
+	"github.com/queen-go/queen/queen/leader"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/store/storetest"
 )
@@ -455,7 +456,7 @@ func TestStoredCountsFollowEveryPath(t *testing.T) {
 	agree("after the delete route")
 	growQueue(t, pool, "sc", 2, 10, 4)
 	agree("after growing")
-	if r, err := s.RetentionPass(ctx, 100); err != nil || r.Expired == 0 {
+	if r, err := leader.RetentionPass(ctx, s, s.Pool(), 100); err != nil || r.Expired == 0 {
 		t.Fatalf("retention: %+v %v", r, err)
 	}
 	agree("after retention")

@@ -14,6 +14,9 @@ import (
 
 const tenant = config.DefaultTenant
 
+func intp(v int) *int    { return &v }
+func boolp(v bool) *bool { return &v }
+
 func newStore(t *testing.T) *store.Store {
 	t.Helper()
 	s, _ := newStoreWithPool(t)

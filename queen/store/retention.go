@@ -2,23 +2,13 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/queen-go/queen/queen/canary"
 )
 
 // RetentionLock is the advisory lock id of the retention leader.
 const RetentionLock = 737001
-
-// RetentionResult counts what one pass deleted.
-type RetentionResult struct {
-	Expired, Completed, Evicted int64
-	// Partitions is how many empty, idle partitions were removed.
-	Partitions int64
-}
 
 // Leader is a held leader lock: the session that took the advisory lock,
 // on which the leader's statements run. If that session dies (its server
@@ -70,15 +60,9 @@ func (l *Leader) Release() {
 // Session is the backend pid of the session holding the lock.
 func (l *Leader) Session() uint32 { return l.conn.Conn().PgConn().PID() }
 
-// RetentionPass is Store.RetentionPass run on the lock's session.
-func (l *Leader) RetentionPass(ctx context.Context, batch int) (RetentionResult, error) {
-	return l.s.retentionPass(ctx, l.conn, batch)
-}
-
-// CleanupPartitions is Store.CleanupPartitions run on the lock's session.
-func (l *Leader) CleanupPartitions(ctx context.Context, batch, days int) (int64, error) {
-	return l.s.cleanupPartitions(ctx, l.conn, batch, days)
-}
+// Executor is where the leader's statements run: the session holding the
+// lock, so that a pass stops when the lock is lost with its session.
+func (l *Leader) Executor() Executor { return l.conn }
 
 // retentionRule is one deletion rule, in four parts over q (queues) and p
 // (partitions), with $1 the injected now (NULL: now()): which queues it
@@ -172,54 +156,50 @@ SELECT count(*) FROM d`
 // pruneHistorySQL forgets retention history older than a week.
 const pruneHistorySQL = `DELETE FROM queen.retention_history WHERE executed_at < coalesce($1::timestamptz, now()) - interval '7 days'`
 
-// maxRetentionRounds bounds one pass: a rule with more due rows than
-// batch * maxRetentionRounds finishes in the next pass.
-const maxRetentionRounds = 1000
-
-// RetentionPass deletes messages older than retentionSeconds
-// (retentionEnabled queues); consumed messages older than
-// completedRetentionSeconds; and messages older than maxWaitTimeSeconds
-// (eviction). Each rule deletes in statements of at most batch rows, each
-// its own short transaction, until a statement finds fewer than batch rows
-// due, so a backlog of N rows clears in one pass (N/batch statements). It is
-// idempotent, so a brief double leader does no harm.
-//
-// This runs on any pooled connection, whoever holds the lock (tests, and
-// the simulator's forced double leader); the elected leader runs
-// Leader.RetentionPass.
-func (s *Store) RetentionPass(ctx context.Context, batch int) (RetentionResult, error) {
-	return s.retentionPass(ctx, s.pool, batch)
+// RetentionRules names the retention rules, in the order a pass runs
+// them: each is a statement RetentionRound runs.
+func RetentionRules() []string {
+	names := make([]string, len(retentionRules))
+	for i, r := range retentionRules {
+		names[i] = r.name
+	}
+	return names
 }
 
-func (s *Store) retentionPass(ctx context.Context, q querier, batch int) (RetentionResult, error) {
-	var r RetentionResult
-	counts := map[string]*int64{"expired": &r.Expired, "completed": &r.Completed, "evicted": &r.Evicted}
-	var errs []error
-	for _, rule := range retentionRules {
-		sql := text("retention." + rule.name)
-		// Rules are isolated: one that fails (a statement timeout, say)
-		// is reported, and the others still run.
-		for round := 0; round < maxRetentionRounds; round++ {
-			n, err := s.retentionRound(ctx, q, sql, batch, rule.kind)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("retention %s: %w", rule.name, err))
-				if canary.On("retention-stops-at-failure") {
-					return r, errors.Join(errs...)
-				}
-				break
-			}
-			*counts[rule.name] += n
-			if n < int64(batch) {
-				break
-			}
-		}
+// RetentionRound runs the statement of the retention rule named rule once,
+// on on, in autocommit: it deletes up to batch messages the rule finds due
+// (the oldest of each qualifying partition first), records them in the
+// retention history, and answers how many it deleted. It is idempotent:
+// the loop over rounds and rules is queen/leader's.
+func (s *Store) RetentionRound(ctx context.Context, on Executor, rule string, batch int) (int64, error) {
+	kind, ok := retentionKind(rule)
+	if !ok {
+		return 0, fmt.Errorf("store: no retention rule %q", rule)
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	if _, err := q.Exec(ctx, pruneHistorySQL, s.dbNow()); err != nil {
-		errs = append(errs, fmt.Errorf("retention history prune: %w", err))
+	var n int64
+	err := on.QueryRow(ctx, text("retention."+rule), s.dbNow(), batch, kind).Scan(&n)
+	return n, err
+}
+
+// retentionKind is the retention_history type of the rule named name.
+func retentionKind(name string) (string, bool) {
+	for _, r := range retentionRules {
+		if r.name == name {
+			return r.kind, true
+		}
 	}
-	return r, errors.Join(errs...)
+	return "", false
+}
+
+// PruneRetentionHistory runs pruneHistorySQL on on: it forgets retention
+// history older than a week.
+func (s *Store) PruneRetentionHistory(ctx context.Context, on Executor) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	_, err := on.Exec(ctx, pruneHistorySQL, s.dbNow())
+	return err
 }
 
 // emptyPartitionsSQL deletes up to $2 partitions that hold no message,
@@ -242,36 +222,12 @@ DELETE FROM queen.partitions WHERE id IN (
 	LIMIT $2
 	FOR UPDATE OF p SKIP LOCKED)`
 
-// CleanupPartitions removes empty partitions idle for days (0: never), in
-// rounds of batch. Idempotent, like every retention rule.
-func (s *Store) CleanupPartitions(ctx context.Context, batch, days int) (int64, error) {
-	return s.cleanupPartitions(ctx, s.pool, batch, days)
-}
-
-func (s *Store) cleanupPartitions(ctx context.Context, q querier, batch, days int) (int64, error) {
-	if days <= 0 {
-		return 0, nil
-	}
-	var total int64
-	for round := 0; round < maxRetentionRounds; round++ {
-		ctx, cancel := s.bound(ctx)
-		tag, err := q.Exec(ctx, emptyPartitionsSQL, s.dbNow(), batch, days)
-		cancel()
-		if err != nil {
-			return total, fmt.Errorf("empty partition cleanup: %w", err)
-		}
-		total += tag.RowsAffected()
-		if tag.RowsAffected() < int64(batch) {
-			return total, nil
-		}
-	}
-	return total, nil
-}
-
-func (s *Store) retentionRound(ctx context.Context, q querier, sql string, batch int, kind string) (int64, error) {
+// CleanupEmptyPartitions runs emptyPartitionsSQL once, on on: it removes
+// up to batch empty partitions idle for days, and answers how many.
+// Idempotent, like every retention rule; days must be positive.
+func (s *Store) CleanupEmptyPartitions(ctx context.Context, on Executor, batch, days int) (int64, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	var n int64
-	err := q.QueryRow(ctx, sql, s.dbNow(), batch, kind).Scan(&n)
-	return n, err
+	tag, err := on.Exec(ctx, emptyPartitionsSQL, s.dbNow(), batch, days)
+	return tag.RowsAffected(), err
 }

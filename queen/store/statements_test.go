@@ -2,12 +2,12 @@ package store_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
 	"github.com/queen-go/queen/queen/clock"
 	"github.com/queen-go/queen/queen/ids"
+	"github.com/queen-go/queen/queen/leader"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/store/storetest"
 )
@@ -114,7 +114,7 @@ func TestEmptiedPartitionDoesNotBlockWildcardPop(t *testing.T) {
 	}
 	push(t, s, "ev", "a-evicted", "a-1")
 	*now = now.Add(2 * time.Minute)
-	if res, err := s.RetentionPass(ctx, 100); err != nil || res.Evicted != 1 {
+	if res, err := leader.RetentionPass(ctx, s, s.Pool(), 100); err != nil || res.Evicted != 1 {
 		t.Fatalf("eviction: %+v %v", res, err)
 	}
 	push(t, s, "ev", "b-live", "b-1")
@@ -189,7 +189,7 @@ func TestCompletedRetentionWaitsForEverySubscribedGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	*now = now.Add(2 * time.Minute)
-	res, err := s.RetentionPass(ctx, 100)
+	res, err := leader.RetentionPass(ctx, s, s.Pool(), 100)
 	if err != nil || res.Completed != 0 {
 		t.Fatalf("retention deleted a message the slow group never consumed: %+v %v", res, err)
 	}
@@ -206,28 +206,5 @@ func TestSubscribedGroupSeesPartitionsCreatedLater(t *testing.T) {
 	got = popOne(t, s, store.PopRequest{Queue: "later", Group: "g", Batch: 10})
 	if len(got.Messages) != 1 || got.Messages[0].TransactionID != "s-1" {
 		t.Fatalf("pop after a new partition: %+v", got)
-	}
-}
-
-// Retention keeps up: a backlog many batches deep clears in one pass.
-func TestRetentionClearsABacklogInOnePass(t *testing.T) {
-	t.Parallel()
-	s, now := timedStore(t, store.Options{})
-	ctx := context.Background()
-	if _, err := s.Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: "bulk",
-		Patch: store.OptionPatch{RetentionEnabled: boolp(true), RetentionSeconds: intp(60)}}); err != nil {
-		t.Fatal(err)
-	}
-	items := make([]store.PushItem, 2500)
-	for i := range items {
-		items[i] = store.PushItem{Queue: "bulk", Partition: fmt.Sprint("p", i%7), TransactionID: fmt.Sprint("t", i)}
-	}
-	if _, err := s.Push(ctx, tenant, items, ""); err != nil {
-		t.Fatal(err)
-	}
-	*now = now.Add(2 * time.Minute)
-	res, err := s.RetentionPass(ctx, 100)
-	if err != nil || res.Expired != 2500 {
-		t.Fatalf("one pass: %+v %v", res, err)
 	}
 }

@@ -130,13 +130,18 @@ func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc)
 	return context.WithCancel(ctx)
 }
 
-// querier is what a statement runs on: the pool (autocommit) or a
-// transaction.
-type querier interface {
+// Executor is what a statement runs on: the pool (autocommit), one
+// pooled connection (a leader's lock session, Leader.Executor) or a
+// transaction. The statements that policy outside the store runs where
+// it chooses take one.
+type Executor interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
+
+// querier is the store's own name for an Executor.
+type querier = Executor
 
 // Pool exposes the pool for health and metrics.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }

@@ -1,7 +1,8 @@
-package store_test
+package leader_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -9,13 +10,31 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/queen-go/queen/queen/clock"
+	"github.com/queen-go/queen/queen/config"
+	"github.com/queen-go/queen/queen/consume"
 	"github.com/queen-go/queen/queen/ids"
+	"github.com/queen-go/queen/queen/leader"
+	"github.com/queen-go/queen/queen/pushpath"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/store/storetest"
 )
 
+// The retention pass's tests, moved from queen/store with the pass.
+
+const tenant = config.DefaultTenant
+
 func intp(v int) *int    { return &v }
 func boolp(v bool) *bool { return &v }
+
+// push puts items in through a push path of s, as the broker pushes.
+func push(t *testing.T, s *store.Store, items ...store.PushItem) []store.PushResult {
+	t.Helper()
+	out, err := pushpath.New(pushpath.Options{Store: s, IDs: ids.NewSource(clock.Real{}, nil)}).Push(context.Background(), tenant, "", items)
+	if err != nil || len(out.Results) != len(items) {
+		t.Fatalf("push %+v: %+v %v", items, out, err)
+	}
+	return out.Results
+}
 
 func TestRetentionPassRulesAndLeaderLock(t *testing.T) {
 	t.Parallel()
@@ -33,16 +52,14 @@ func TestRetentionPassRulesAndLeaderLock(t *testing.T) {
 	configure("evicting", store.OptionPatch{MaxWaitTimeSeconds: intp(60)})
 	configure("kept", store.OptionPatch{})
 	for _, q := range []string{"expiring", "completed", "evicting", "kept"} {
-		if _, err := s.Push(ctx, tenant, []store.PushItem{{Queue: q, TransactionID: "old-1"}, {Queue: q, TransactionID: "old-2"}}, ""); err != nil {
-			t.Fatal(err)
-		}
+		push(t, s, store.PushItem{Queue: q, TransactionID: "old-1"}, store.PushItem{Queue: q, TransactionID: "old-2"})
 	}
 	// Consume one of the two "completed" messages.
 	p, err := s.Pop(ctx, store.PopRequest{Tenant: tenant, Queue: "completed", Batch: 1})
 	if err != nil || len(p.Messages) != 1 {
 		t.Fatalf("pop: %+v %v", p, err)
 	}
-	if _, err := s.Ack(ctx, tenant, "", []store.AckItem{{TransactionID: "old-1", PartitionID: p.PartitionID, LeaseID: p.LeaseID}}); err != nil {
+	if _, err := consume.New(consume.Options{Store: s, Clock: clock.Real{}}).Ack(ctx, tenant, "", []store.AckItem{{TransactionID: "old-1", PartitionID: p.PartitionID, LeaseID: p.LeaseID}}); err != nil {
 		t.Fatal(err)
 	}
 	now = now.Add(2 * time.Minute)
@@ -53,7 +70,7 @@ func TestRetentionPassRulesAndLeaderLock(t *testing.T) {
 	if _, second, err := s.TryLeader(ctx, store.RetentionLock); err != nil || second {
 		t.Fatalf("a second leader while the first holds the lock: %v %v", second, err)
 	}
-	res, err := lead.RetentionPass(ctx, 100)
+	res, err := leader.RetentionPass(ctx, s, lead.Executor(), 100)
 	lead.Release()
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +93,7 @@ func TestRetentionPassRulesAndLeaderLock(t *testing.T) {
 		t.Fatalf("lock not released: %v %v", ok, err)
 	}
 	defer lead.Release()
-	if again, err := s.RetentionPass(ctx, 100); err != nil || again != (store.RetentionResult{}) {
+	if again, err := leader.RetentionPass(ctx, s, s.Pool(), 100); err != nil || again != (leader.RetentionResult{}) {
 		t.Fatalf("second pass: %+v %v", again, err)
 	}
 }
@@ -88,9 +105,7 @@ func TestCleanupRemovesOnlyEmptyIdlePartitions(t *testing.T) {
 	s := store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil), DBNow: func() *time.Time { return &now }})
 	ctx := context.Background()
 	for _, p := range []string{"Default", "idle", "leased", "consumed-lately", "holds-a-message"} {
-		if _, err := s.Push(ctx, tenant, []store.PushItem{{Queue: "c", Partition: p, TransactionID: p}}, ""); err != nil {
-			t.Fatal(err)
-		}
+		push(t, s, store.PushItem{Queue: "c", Partition: p, TransactionID: p})
 	}
 	exec := func(sql string, args ...any) {
 		t.Helper()
@@ -105,10 +120,10 @@ func TestCleanupRemovesOnlyEmptyIdlePartitions(t *testing.T) {
 		SELECT id, queue_id, '__QUEUE_MODE__', $1::timestamptz + interval '1 minute' FROM queen.partitions WHERE name = 'leased'`, now)
 	exec(`INSERT INTO queen.partition_consumers (partition_id, queue_id, consumer_group, last_consumed_at)
 		SELECT id, queue_id, 'g', $1::timestamptz - interval '1 day' FROM queen.partitions WHERE name = 'consumed-lately'`, now)
-	if n, err := s.CleanupPartitions(ctx, 100, 0); err != nil || n != 0 {
+	if n, err := leader.CleanupPartitions(ctx, s, s.Pool(), 100, 0); err != nil || n != 0 {
 		t.Fatalf("cleanup with 0 days removed %d: %v", n, err)
 	}
-	n, err := s.CleanupPartitions(ctx, 1, 30)
+	n, err := leader.CleanupPartitions(ctx, s, s.Pool(), 1, 30)
 	if err != nil || n != 1 {
 		t.Fatalf("cleanup removed %d partitions, want 1 (idle): %v", n, err)
 	}
@@ -123,8 +138,8 @@ func TestCleanupRemovesOnlyEmptyIdlePartitions(t *testing.T) {
 		t.Fatalf("partitions left: %s", got)
 	}
 	// A push to the removed partition creates it again and is stored.
-	if res, err := s.Push(ctx, tenant, []store.PushItem{{Queue: "c", Partition: "idle", TransactionID: "again"}}, ""); err != nil || res[0].Status != "queued" {
-		t.Fatalf("push after cleanup: %+v %v", res, err)
+	if res := push(t, s, store.PushItem{Queue: "c", Partition: "idle", TransactionID: "again"}); res[0].Status != "queued" {
+		t.Fatalf("push after cleanup: %+v", res)
 	}
 }
 
@@ -164,10 +179,10 @@ func TestDeadLeaderIsReplaced(t *testing.T) {
 	// a lost its lock with its session: its pass must not go on, on
 	// other connections, beside the leader b is about to become (as it
 	// did while the pass ran on the pool).
-	if _, err := leadA.RetentionPass(ctx, 100); err == nil {
+	if _, err := leader.RetentionPass(ctx, a, leadA.Executor(), 100); err == nil {
 		t.Fatal("a ran a retention pass after its lock session died")
 	}
-	if _, err := leadA.CleanupPartitions(ctx, 100, 1); err == nil {
+	if _, err := leader.CleanupPartitions(ctx, a, leadA.Executor(), 100, 1); err == nil {
 		t.Fatal("a cleaned partitions after its lock session died")
 	}
 	deadline := time.Now().Add(10 * time.Second)
@@ -184,5 +199,28 @@ func TestDeadLeaderIsReplaced(t *testing.T) {
 			t.Fatal("the dead leader's lock was never released")
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Retention keeps up: a backlog many batches deep clears in one pass.
+func TestRetentionClearsABacklogInOnePass(t *testing.T) {
+	t.Parallel()
+	now := time.Now().UTC()
+	s := store.New(storetest.Pool(t), store.Options{IDs: ids.NewSource(clock.Real{}, nil),
+		DBNow: func() *time.Time { n := now; return &n }})
+	ctx := context.Background()
+	if _, err := s.Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: "bulk",
+		Patch: store.OptionPatch{RetentionEnabled: boolp(true), RetentionSeconds: intp(60)}}); err != nil {
+		t.Fatal(err)
+	}
+	items := make([]store.PushItem, 2500)
+	for i := range items {
+		items[i] = store.PushItem{Queue: "bulk", Partition: fmt.Sprint("p", i%7), TransactionID: fmt.Sprint("t", i)}
+	}
+	push(t, s, items...)
+	now = now.Add(2 * time.Minute)
+	res, err := leader.RetentionPass(ctx, s, s.Pool(), 100)
+	if err != nil || res.Expired != 2500 {
+		t.Fatalf("one pass: %+v %v", res, err)
 	}
 }
