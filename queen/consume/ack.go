@@ -13,8 +13,8 @@ import (
 // item once (the common case), goes through the ack combiner: one
 // ackCompletedSQL shared with whatever other requests' completions are
 // waiting. Anything else (failures, retries, DLQ moves, an item twice) is
-// the general path: two statements in one short transaction. Neither count
-// grows with the batch.
+// the general path (AckInTx, ackstate.go): two statements in one short
+// transaction. Neither count grows with the batch.
 //
 // The retry layers of an ack, all here: the combiner (queen/combine) runs
 // a call that would repeat another's item, and every call after a
@@ -32,7 +32,7 @@ func (c *Consumer) Ack(ctx context.Context, tenant, group string, items []store.
 	if store.AllCompletedAndDistinct(items) {
 		return c.ackCompleted(ctx, tenant, group, items)
 	}
-	return c.o.Store.AckInTx(ctx, tenant, group, items)
+	return AckInTx(ctx, c.o.Store, tenant, group, items)
 }
 
 // ownerOf is the tenant owning partition pid, or asked when it cannot be

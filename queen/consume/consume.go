@@ -34,7 +34,10 @@
 //     rather than after the lease.
 //   - Acks are settled here too (Ack): completions of concurrent requests
 //     share one statement through the ack combiner, and each request hears
-//     only its own items (ack.go names the retry layers).
+//     only its own items (ack.go names the retry layers). Any other batch
+//     (failures, retries, DLQ moves) runs the general ack's state machine
+//     (ackstate.go) between the store's read and write, the transaction
+//     route's strict acks included (AckStrictInTx).
 //
 // Imports flow one way: httpapi -> consume -> store, combine, waker, clock.
 package consume

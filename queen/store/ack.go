@@ -3,13 +3,10 @@ package store
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/queen-go/queen/queen/canary"
 )
 
 // AckItem is one acknowledgement.
@@ -68,23 +65,9 @@ func AckGroup(group string) string {
 // that stopped answering fails the call instead of hanging it.
 func (s *Store) Bound(ctx context.Context) (context.Context, context.CancelFunc) { return s.bound(ctx) }
 
-// AckInTx applies a general ack batch (failures, retries, DLQ moves, or a
-// repeated item) for one consumer group: two statements in one short
-// transaction, however long the batch. Per-item failures are results, not
-// errors.
-func (s *Store) AckInTx(ctx context.Context, tenant, group string, items []AckItem) ([]AckResult, error) {
-	var out []AckResult
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var err error
-		out, err = s.ackTx(ctx, tx, tenant, group, items, false)
-		return err
-	})
-	return out, err
-}
-
 // AllCompletedAndDistinct reports whether items are completions only, no
 // (partition, transactionId) twice: what one ackCompletedSQL (AckCompletions)
-// takes; anything else goes to AckInTx.
+// takes; anything else is a general batch (AckRead, AckWrite).
 func AllCompletedAndDistinct(items []AckItem) bool { return allCompletedAndDistinct(items) }
 
 func allCompletedAndDistinct(items []AckItem) bool {
@@ -194,6 +177,10 @@ var ackVerdicts = map[string]string{
 	"not_found": ErrMsgNotFound, "not_owned": ErrNotOwned, "invalid_lease": ErrInvalidLease,
 	"committed": ErrAlreadyCommitted, "ok": "",
 }
+
+// AckVerdictError is the per-item error a verdict of queen.ack_verdict
+// answers ("" for ok), as AckReadRow carries them.
+func AckVerdictError(verdict string) string { return ackVerdicts[verdict] }
 
 // AckRow is one completion as AckCompletions takes it: the item and whose
 // it is.
@@ -321,9 +308,9 @@ WITH cursors AS (
 	RETURNING 1
 )`
 
-// ackCursorsParams is ackCursorsOnlySQL's argument list: the cursor rows a
+// AckCursorsParams is ackCursorsOnlySQL's argument list: the cursor rows a
 // general ack moved, one array element per partition.
-type ackCursorsParams struct {
+type AckCursorsParams struct {
 	PartitionIDs                       []string
 	Seqs                               []int64
 	IDs                                []string
@@ -335,127 +322,81 @@ type ackCursorsParams struct {
 	Now                                *time.Time
 }
 
-// ackDLQParams are the dead-lettered messages ackWriteSQL adds after the
+// AckDLQParams are the dead-lettered messages ackWriteSQL adds after the
 // cursor rows' arguments.
-type ackDLQParams struct {
+type AckDLQParams struct {
 	DLQMessageIDs, DLQPartitionIDs, DLQMessages []string
 	DLQRetries                                  []int
 	DLQCreatedAts                               []time.Time
 }
 
-// ackWriteParams is ackWriteSQL's argument list: the cursors, then the DLQ
+// AckWriteParams is ackWriteSQL's argument list: the cursors, then the DLQ
 // rows.
-type ackWriteParams struct {
-	ackCursorsParams
-	ackDLQParams
+type AckWriteParams struct {
+	AckCursorsParams
+	AckDLQParams
 }
 
-// ackReadParams is ackReadSQL's argument list.
-type ackReadParams struct {
+// AckReadParams is ackReadSQL's argument list: the items' partitions,
+// transactionIds and lease ids, their consumer group (resolved:
+// QueueModeGroup for queue mode) and the tenant acking.
+type AckReadParams struct {
 	PartitionIDs, TransactionIDs []string
 	Group, Tenant                string
 	Now                          *time.Time
 	LeaseIDs                     []string
 }
 
-// ackMsg is an acked message as ackReadSQL read it, with the lease rule's
-// verdicts on its item.
-type ackMsg struct {
-	id, partition, queue string
-	seq                  int64
-	createdAt            time.Time
-	retryLimit           int
-	// verdict is queen.ack_verdict's on the item against the cursor row
-	// as read; unleased, against that row once its lease is gone.
-	verdict, unleased string
+// AckReadRow is one item of a general ack batch as ackReadSQL read it.
+// The message's fields are set when it was Found and Owned by the tenant;
+// Cursor when HasCursor (the group's row in the item's partition, which
+// the read locked).
+type AckReadRow struct {
+	Found, Owned                bool
+	MessageID, Partition, Queue string
+	Seq                         int64
+	CreatedAt                   time.Time
+	RetryLimit                  int
+	// Verdict is queen.ack_verdict's on the item against the cursor row
+	// as read; Unleased, against that row once its lease is gone.
+	Verdict, Unleased string
+	HasCursor         bool
+	Cursor            AckCursor
 }
 
-// cursorState is a locked cursor row being edited in Go; it is written back
-// once per partition.
-type cursorState struct {
-	seq                int64
-	id                 string
-	createdAt          *time.Time
-	worker             *string
-	expires            *time.Time
-	acked              int
-	leaseMax           int64
-	retries            int
-	releasedBy         string // the lease this request gave back, if any
-	leaseGone          bool   // an item of this request released or ended the lease
-	completed, batches int
-	dirty              bool
+// AckCursor is a consumer group's cursor row in one partition, as
+// ackReadSQL locked it.
+type AckCursor struct {
+	Seq, LeaseMax      int64
+	ID                 string
+	CreatedAt, Expires *time.Time
+	Worker             *string
+	Acked, Retries     int
 }
 
-// ackBatch is a general ack batch being applied: the items, their answers,
-// what the read found, and the writes it queues.
-type ackBatch struct {
-	items  []AckItem
-	out    []AckResult
-	msgs   []*ackMsg               // nil: not found or not owned
-	states map[string]*cursorState // by partition id; nil: no cursor row
-	strict bool
-	w      ackWriteParams
-}
-
-// ackTx applies a general ack batch inside tx: one read (which judges each
-// item against its cursor row, ackReadSQL), the state machine in Go, one
-// write. Items are applied in (partition, seq) order so that a batch walks
-// the cursor forward.
-//
-// strict (transactions): a failed or dlq ack goes straight to the DLQ, and
-// any per-item failure aborts the transaction. group is already resolved
-// (QueueModeGroup for queue mode) by both callers.
-func (s *Store) ackTx(ctx context.Context, tx pgx.Tx, tenant, group string, items []AckItem, strict bool) ([]AckResult, error) {
-	b := &ackBatch{items: items, out: make([]AckResult, len(items)), msgs: make([]*ackMsg, len(items)),
-		states: map[string]*cursorState{}, strict: strict}
-	if err := s.readAcks(ctx, tx, tenant, group, b); err != nil {
-		return nil, err
-	}
-	b.w = ackWriteParams{ackCursorsParams: ackCursorsParams{Group: group, Now: s.dbNow()}}
-	for _, i := range b.order() {
-		b.apply(i)
-	}
-	if err := b.write(ctx, tx); err != nil {
-		return nil, err
-	}
-	if strict {
-		for _, r := range b.out {
-			if !r.Success {
-				return nil, rejected("ack_rejected", "ack %s: %s", r.TransactionID, r.Error)
-			}
-		}
-	}
-	return b.out, nil
-}
-
-// readAcks runs ackReadSQL for b's items and fills b's answers (not found,
-// not owned, the names), messages and cursor rows.
-func (s *Store) readAcks(ctx context.Context, tx pgx.Tx, tenant, group string, b *ackBatch) error {
-	p := ackReadParams{Group: group, Tenant: tenant, Now: s.dbNow()}
-	for i, it := range b.items {
-		p.PartitionIDs = append(p.PartitionIDs, it.PartitionID)
-		p.TransactionIDs = append(p.TransactionIDs, it.TransactionID)
-		p.LeaseIDs = append(p.LeaseIDs, it.LeaseID)
-		b.out[i] = AckResult{Index: i, TransactionID: it.TransactionID}
-	}
+// AckRead runs ackReadSQL in tx: it locks the cursor rows of p's items in
+// partition order and answers one row per item, in the items' order. It
+// sets p.Now (the injected database instant); the caller's is ignored.
+func (s *Store) AckRead(ctx context.Context, tx pgx.Tx, p AckReadParams) ([]AckReadRow, error) {
+	p.Now = s.dbNow()
 	rows, err := tx.Query(ctx, text("ack.read"), argsOf(p)...)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer rows.Close()
+	out := make([]AckReadRow, len(p.PartitionIDs))
 	for rows.Next() {
-		if err := b.scan(rows); err != nil {
-			return err
+		if err := scanAckRead(rows, out); err != nil {
+			return nil, err
 		}
 	}
-	return rows.Err()
+	return out, rows.Err()
 }
 
-// scan reads one row of ackReadSQL into b.
-func (b *ackBatch) scan(rows pgx.Rows) error {
+// scanAckRead reads one row of ackReadSQL into out, at its item's index.
+func scanAckRead(rows pgx.Rows, out []AckReadRow) error {
 	var ord int64
-	var found, owned, hasCursor bool
+	var r AckReadRow
 	var m struct {
 		id, pname, qname, verdict, unleased *string
 		seq                                 *int64
@@ -463,178 +404,45 @@ func (b *ackBatch) scan(rows pgx.Rows) error {
 		limit                               *int
 	}
 	var c struct {
-		seq, leaseMax    *int64
-		id               *string
-		created, expires *time.Time
-		worker           *string
-		acked, retries   *int
+		seq, leaseMax  *int64
+		id             *string
+		acked, retries *int
 	}
-	if err := rows.Scan(&ord, &found, &owned, &m.id, &m.seq, &m.created, &m.pname, &m.qname, &m.limit,
-		&hasCursor, &c.seq, &c.id, &c.created, &c.worker, &c.expires, &c.acked, &c.retries, &c.leaseMax,
+	if err := rows.Scan(&ord, &r.Found, &r.Owned, &m.id, &m.seq, &m.created, &m.pname, &m.qname, &m.limit,
+		&r.HasCursor, &c.seq, &c.id, &r.Cursor.CreatedAt, &r.Cursor.Worker, &r.Cursor.Expires, &c.acked, &c.retries, &c.leaseMax,
 		&m.verdict, &m.unleased); err != nil {
 		return err
 	}
-	i := int(ord - 1)
-	switch {
-	case !found:
-		b.out[i].Error = ErrMsgNotFound
-		return nil
-	case !owned:
-		b.out[i].Error = ErrNotOwned
-		return nil
+	if r.Found && r.Owned {
+		r.MessageID, r.Partition, r.Queue, r.Seq, r.CreatedAt, r.RetryLimit = *m.id, *m.pname, *m.qname, *m.seq, *m.created, *m.limit
+		r.Verdict, r.Unleased = deref(m.verdict), deref(m.unleased)
 	}
-	b.msgs[i] = &ackMsg{id: *m.id, partition: *m.pname, queue: *m.qname, seq: *m.seq, createdAt: *m.created,
-		retryLimit: *m.limit, verdict: deref(m.verdict), unleased: deref(m.unleased)}
-	b.out[i].QueueName, b.out[i].PartitionName = *m.qname, *m.pname
-	pid := b.items[i].PartitionID
-	if _, ok := b.states[pid]; ok {
-		return nil
+	if r.HasCursor {
+		r.Cursor.Seq, r.Cursor.ID, r.Cursor.Acked, r.Cursor.Retries, r.Cursor.LeaseMax = *c.seq, *c.id, *c.acked, *c.retries, *c.leaseMax
 	}
-	if !hasCursor {
-		b.states[pid] = nil
-		return nil
-	}
-	b.states[pid] = &cursorState{seq: *c.seq, id: *c.id, createdAt: c.created, worker: c.worker,
-		expires: c.expires, acked: *c.acked, retries: *c.retries, leaseMax: *c.leaseMax}
+	out[ord-1] = r
 	return nil
 }
 
-// order is the indexes of the items found, in (partition, seq) order.
-func (b *ackBatch) order() []int {
-	order := make([]int, 0, len(b.items))
-	for i := range b.items {
-		if b.msgs[i] != nil {
-			order = append(order, i)
-		}
-	}
-	sort.SliceStable(order, func(x, y int) bool {
-		ix, iy := order[x], order[y]
-		if b.items[ix].PartitionID != b.items[iy].PartitionID {
-			return b.items[ix].PartitionID < b.items[iy].PartitionID
-		}
-		return b.msgs[ix].seq < b.msgs[iy].seq
-	})
-	return order
-}
-
-// judge is item i's verdict. The lease rule is queen.ack_verdict's, read
-// with the cursor row; what Go adds are the consequences of earlier items
-// of this request, which changed the row since: a message this request
-// already completed (or one below it) is committed, and once this request
-// released or ended the lease the verdict is the one without a lease.
-func (b *ackBatch) judge(i int, st *cursorState) string {
-	m := b.msgs[i]
-	switch {
-	case st.completed > 0 && m.seq <= st.seq:
-		return "committed"
-	case st.leaseGone:
-		return m.unleased
-	}
-	return m.verdict
-}
-
-// apply is the per-item state machine of a general ack: it edits the item's
-// cursor state and answer, and queues a DLQ row.
-func (b *ackBatch) apply(i int) {
-	it, m, res := b.items[i], b.msgs[i], &b.out[i]
-	st := b.states[it.PartitionID]
-	if st == nil {
-		res.Error = ErrInvalidLease
-		return
-	}
-	status := NormalizeAckStatus(it.Status)
-	if st.releasedBy != "" && status != "completed" && (it.LeaseID == "" || it.LeaseID == st.releasedBy) {
-		// An earlier item of this request already gave the lease back for
-		// a retry; the rest of that batch is redelivered with it.
-		res.Success, res.LeaseReleased = true, true
-		return
-	}
-	if verdict := b.judge(i, st); verdict != "ok" {
-		res.Error = ackVerdicts[verdict]
-		return
-	}
-	toDLQ := status == "dlq" || (status == "failed" && (b.strict || st.retries >= m.retryLimit))
-	switch {
-	case status == "completed" || toDLQ || (status == "failed" && canary.On("failed-ack-completes")):
-		if toDLQ {
-			b.deadLetter(it, m, st, status)
-			res.DLQ = true
-		}
-		st.seq, st.id, st.createdAt = m.seq, m.id, &m.createdAt
-		st.acked++
-		st.completed++
-		if st.seq >= st.leaseMax {
-			st.endLease()
-			st.retries = 0
-			st.batches++
-			res.LeaseReleased = true
-		}
-	case status == "failed":
-		st.retries++
-		st.releasedBy = deref(st.worker)
-		st.endLease()
-		res.LeaseReleased = true
-	case status == "retry":
-		st.releasedBy = deref(st.worker)
-		st.endLease()
-		res.LeaseReleased = true
-	}
-	st.dirty = true
-	res.Success = true
-}
-
-// endLease ends the cursor's lease: later items of the request are judged
-// without it.
-func (st *cursorState) endLease() {
-	st.worker, st.expires = nil, nil
-	st.leaseGone = true
-}
-
-// deadLetter queues the DLQ row of item it.
-func (b *ackBatch) deadLetter(it AckItem, m *ackMsg, st *cursorState, status string) {
-	msg := it.Error
-	if msg == "" {
-		msg = "Retries exhausted"
-		if status == "dlq" {
-			msg = "Moved to DLQ"
-		}
-	}
-	w := &b.w
-	w.DLQMessageIDs = append(w.DLQMessageIDs, m.id)
-	w.DLQPartitionIDs = append(w.DLQPartitionIDs, it.PartitionID)
-	w.DLQMessages = append(w.DLQMessages, msg)
-	w.DLQRetries = append(w.DLQRetries, st.retries)
-	w.DLQCreatedAts = append(w.DLQCreatedAts, m.createdAt)
-}
-
-// write writes back the edited cursor rows and the queued DLQ rows in one
-// statement (none when nothing changed).
-func (b *ackBatch) write(ctx context.Context, tx pgx.Tx) error {
-	w := &b.w
-	for pid, st := range b.states {
-		if st == nil || !st.dirty {
-			continue
-		}
-		w.PartitionIDs = append(w.PartitionIDs, pid)
-		w.Seqs = append(w.Seqs, st.seq)
-		w.IDs = append(w.IDs, st.id)
-		w.CreatedAts = append(w.CreatedAts, st.createdAt)
-		w.Workers = append(w.Workers, st.worker)
-		w.Expires = append(w.Expires, st.expires)
-		w.Acked = append(w.Acked, st.acked)
-		w.Retries = append(w.Retries, st.retries)
-		w.Completed = append(w.Completed, st.completed)
-		w.Batches = append(w.Batches, st.batches)
-	}
-	if len(w.PartitionIDs) == 0 && len(w.DLQMessageIDs) == 0 {
-		return nil
-	}
-	if len(w.DLQMessageIDs) == 0 {
-		_, err := tx.Exec(ctx, text("ack.cursors"), argsOf(w.ackCursorsParams)...)
+// AckWrite writes back a general ack batch's cursor rows and DLQ rows in
+// tx, one statement: ackWriteSQL, or ackCursorsOnlySQL when it
+// dead-letters nothing (sparing the DLQ insert's statement trigger). It
+// sets p.Now (the injected database instant); the caller's is ignored.
+func (s *Store) AckWrite(ctx context.Context, tx pgx.Tx, p AckWriteParams) error {
+	p.Now = s.dbNow()
+	if len(p.DLQMessageIDs) == 0 {
+		_, err := tx.Exec(ctx, text("ack.cursors"), argsOf(p.AckCursorsParams)...)
 		return err
 	}
-	_, err := tx.Exec(ctx, text("ack.write"), argsOf(*w)...)
+	_, err := tx.Exec(ctx, text("ack.write"), argsOf(p)...)
 	return err
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 // extendSQL pushes out every live lease held by a token, of the tenant's
@@ -671,13 +479,6 @@ func (s *Store) ExtendLease(ctx context.Context, tenant, leaseID string, seconds
 		}
 	}
 	return n, exp, rows.Err()
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
 }
 
 // partitionOwnerSQL is the tenant owning a partition.

@@ -292,7 +292,7 @@ func TestDLQCountsFollowEveryPath(t *testing.T) {
 	for _, m := range p.Messages {
 		acks = append(acks, store.AckItem{TransactionID: m.TransactionID, PartitionID: m.PartitionID, LeaseID: m.LeaseID, Status: "failed"})
 	}
-	if _, err := s.Ack(ctx, tenant, "g", acks); err != nil {
+	if _, err := ack(ctx, s, tenant, "g", acks); err != nil {
 		t.Fatal(err)
 	}
 	var byAck int

@@ -2,8 +2,7 @@ package store
 
 import (
 	"context"
-
-	"github.com/jackc/pgx/v5"
+	"fmt"
 )
 
 // RetentionRuleSQL is a retention rule's statement, for the cost tests.
@@ -61,16 +60,6 @@ const RefreshQueueStatsSQL = refreshQueueStatsSQL
 // before queen.ack_verdict, for the property test that the new agrees.
 const RefAckCompletedSQL = refAckCompletedSQL
 
-// AckTx is ackTx, for the property test that it agrees with the old one.
-func (s *Store) AckTx(ctx context.Context, tx pgx.Tx, tenant, group string, items []AckItem, strict bool) ([]AckResult, error) {
-	return s.ackTx(ctx, tx, tenant, group, items, strict)
-}
-
-// RefAckTx is ackTx as it stood before queen.ack_verdict (ackref_test.go).
-func (s *Store) RefAckTx(ctx context.Context, tx pgx.Tx, tenant, group string, items []AckItem, strict bool) ([]AckResult, error) {
-	return s.refAckTx(ctx, tx, tenant, group, items, strict)
-}
-
 // AckReadSQL is the general ack batch's read, for the test that
 // queen.ack_verdict is inlined.
 const AckReadSQL = ackReadSQL
@@ -113,16 +102,19 @@ func (s *Store) Push(ctx context.Context, tenant string, items []PushItem, produ
 	return out, nil
 }
 
-// Ack is the store tests' way to acknowledge: what queen/consume's Ack does
-// for one caller (its statements), without the combiner; the combining and
-// its retries are consume's, and tested there.
+// Ack is the store tests' way to complete: what queen/consume's Ack does
+// for one caller's completions (the statement), without the combiner; the
+// combining and its retries are consume's, and tested there. A general
+// batch (a failure, retry, DLQ move or an item twice) is consume's state
+// machine, which the store cannot import: the store tests' ack helper
+// (helpers_test.go) runs it through consume.AckInTx.
 func (s *Store) Ack(ctx context.Context, tenant, group string, items []AckItem) ([]AckResult, error) {
+	if !AllCompletedAndDistinct(items) {
+		return nil, fmt.Errorf("store.Ack takes distinct completions only; a general ack batch is queen/consume's")
+	}
 	group = AckGroup(group)
 	ctx, cancel := s.Bound(ctx)
 	defer cancel()
-	if !AllCompletedAndDistinct(items) {
-		return s.AckInTx(ctx, tenant, group, items)
-	}
 	rows := make([]AckRow, len(items))
 	for i, it := range items {
 		rows[i] = AckRow{AckItem: it, Tenant: tenant, Group: group}

@@ -1,12 +1,14 @@
 package store_test
 
 import (
+	"context"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/queen-go/queen/queen/clock"
 	"github.com/queen-go/queen/queen/config"
+	"github.com/queen-go/queen/queen/consume"
 	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/store/storetest"
@@ -29,4 +31,17 @@ func newStoreWithPool(t *testing.T) (*store.Store, *pgxpool.Pool) {
 	t.Helper()
 	pool := storetest.Pool(t)
 	return store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil)}), pool
+}
+
+// ack acknowledges as queen/consume's Ack does for one caller, without the
+// combiner: distinct completions through s.Ack (the completions
+// statement), any other batch through consume's general ack, whose state
+// machine left the store.
+func ack(ctx context.Context, s *store.Store, tenant, group string, items []store.AckItem) ([]store.AckResult, error) {
+	if store.AllCompletedAndDistinct(items) {
+		return s.Ack(ctx, tenant, group, items)
+	}
+	ctx, cancel := s.Bound(ctx)
+	defer cancel()
+	return consume.AckInTx(ctx, s, tenant, store.AckGroup(group), items)
 }

@@ -237,7 +237,7 @@ func (h *pendingHistory) ack() {
 	for i, m := range res.Messages {
 		items[i] = store.AckItem{TransactionID: m.TransactionID, PartitionID: m.PartitionID, LeaseID: res.LeaseID, Status: status, Error: "boom"}
 	}
-	if _, err := h.s.Ack(context.Background(), tenant, res.Group, items); err != nil {
+	if _, err := ack(context.Background(), h.s, tenant, res.Group, items); err != nil {
 		h.t.Fatal(err)
 	}
 }

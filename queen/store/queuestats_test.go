@@ -29,7 +29,7 @@ func TestQueueStatsSnapshotFollowsTheLiveCounts(t *testing.T) {
 	}
 	for _, part := range []string{"p1", "p2"} {
 		p := popOne(t, s, store.PopRequest{Queue: "qs-a", Partition: part, Batch: 1})
-		out, err := s.Ack(ctx, tenant, "", []store.AckItem{{TransactionID: p.Messages[0].TransactionID,
+		out, err := ack(ctx, s, tenant, "", []store.AckItem{{TransactionID: p.Messages[0].TransactionID,
 			PartitionID: p.PartitionID, LeaseID: p.LeaseID, Status: "failed", Error: "boom"}})
 		if err != nil || !out[0].Success {
 			t.Fatalf("failed ack: %+v %v", out, err)

@@ -64,7 +64,7 @@ func TestDLQRetryIntoAQueueRecreatedElsewhere(t *testing.T) {
 		t.Fatalf("pop through b: %+v %v", p, err)
 	}
 	m := p.Messages[0]
-	if r, err := b.Ack(ctx, tenant, "", []store.AckItem{{TransactionID: m.TransactionID, PartitionID: m.PartitionID,
+	if r, err := ack(ctx, b, tenant, "", []store.AckItem{{TransactionID: m.TransactionID, PartitionID: m.PartitionID,
 		Status: "dlq", LeaseID: m.LeaseID}}); err != nil || !r[0].Success {
 		t.Fatalf("dead-letter through b: %+v %v", r, err)
 	}

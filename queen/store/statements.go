@@ -42,9 +42,9 @@ var statements = map[string]statement{
 	"popMark.set":         {popMarkSetSQL, popMarkParams{}},
 	"txn.lock":            {txnLockSQL, TxnLockParams{}},
 	"ack.completed":       {ackCompletedSQL, ackCompletedParams{}},
-	"ack.read":            {ackReadSQL, ackReadParams{}},
-	"ack.cursors":         {ackCursorsOnlySQL, ackCursorsParams{}},
-	"ack.write":           {ackWriteSQL, ackWriteParams{}},
+	"ack.read":            {ackReadSQL, AckReadParams{}},
+	"ack.cursors":         {ackCursorsOnlySQL, AckCursorsParams{}},
+	"ack.write":           {ackWriteSQL, AckWriteParams{}},
 
 	// A streams cycle's (queen/streams composes them).
 	"streams.cycleCheck":    {cycleCheckSQL, CycleCheckParams{}},

@@ -9,11 +9,12 @@ import (
 )
 
 // The statements a transaction composes (queen/txn runs them, in one pgx
-// transaction it begins itself): the cursor lock, the append, the strict
-// ack, the timers and the KV operations. Each runs on the transaction it is
-// handed; none begins, retries or decides anything. The append and the
-// rollback errors serve queen/streams' cycle too, and the append
-// queen/sweeper's timer fire (with DeleteClaimedTimers, sweep.go).
+// transaction it begins itself): the cursor lock, the append, the timers
+// and the KV operations; its acks are queen/consume's (AckStrictInTx, over
+// AckRead and AckWrite). Each runs on the transaction it is handed; none
+// begins, retries or decides anything. The append and the rollback errors
+// serve queen/streams' cycle too, and the append queen/sweeper's timer
+// fire (with DeleteClaimedTimers, sweep.go).
 
 // txnLockSQL locks, before anything else in a transaction, every cursor row
 // it relies on: the rows holding its requiredLeases and the rows its acks
@@ -98,14 +99,6 @@ func (s *Store) appendInTx(ctx context.Context, tx pgx.Tx, rows []AppendRow, gon
 		return nil, &staleIDs{partitions: ids, err: gone()}
 	}
 	return out, nil
-}
-
-// AckStrictInTx applies one consumer group's acks inside tx, as a
-// transaction acks: a failed or dlq ack goes straight to the DLQ, and any
-// per-item failure is a rollback (ack_rejected). group is resolved
-// (QueueModeGroup for queue mode).
-func (s *Store) AckStrictInTx(ctx context.Context, tx pgx.Tx, tenant, group string, items []AckItem) ([]AckResult, error) {
-	return s.ackTx(ctx, tx, tenant, group, items, true)
 }
 
 // ApplyTimersInTx is ApplyTimers inside tx.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/queen-go/queen/queen/consume"
 	"github.com/queen-go/queen/queen/store"
 )
 
@@ -78,7 +79,7 @@ func ackGroups(ctx context.Context, s *store.Store, tx pgx.Tx, req Request, p pl
 				acks[j].LeaseID = req.RequiredLeases[0]
 			}
 		}
-		res, err := s.AckStrictInTx(ctx, tx, req.Tenant, g, acks)
+		res, err := consume.AckStrictInTx(ctx, s, tx, req.Tenant, g, acks)
 		if err != nil {
 			return err
 		}
