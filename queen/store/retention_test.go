@@ -38,7 +38,7 @@ func TestRetentionPassRulesAndLeaderLock(t *testing.T) {
 		}
 	}
 	// Consume one of the two "completed" messages.
-	p, err := s.Pop(ctx, store.PopRequest{Tenant: tenant, Queue: "completed", Batch: 1})
+	p, err := claim(ctx, s, store.PopRequest{Tenant: tenant, Queue: "completed", Batch: 1})
 	if err != nil || len(p.Messages) != 1 {
 		t.Fatalf("pop: %+v %v", p, err)
 	}
