@@ -264,7 +264,7 @@ func (b *Broker) openStore(ctx context.Context) (*crypt.Cipher, error) {
 	}
 	b.store = store.New(b.pool, store.Options{DBNow: b.opts.DBNow, IDs: b.opts.IDs, TxTimeout: b.cfg.DBStatementTimeout, Cipher: cipher,
 		Clock: b.opts.Clock, CacheTTL: b.cfg.CacheRefreshInterval,
-		Log: b.log, ReadOnly: b.readOnly})
+		ReadOnly: b.readOnly})
 	if err := b.checkStandby(ctx); err != nil {
 		return nil, err
 	}

@@ -21,12 +21,18 @@ import (
 // These tests came from queen/store with the ack combiner and its retries
 // (issue 30): they ack through a Consumer instead of store.Ack.
 
-// acker is a store whose acks go through a Consumer and whose pushes go
-// through a push path, as store.Ack and store.Push did.
+// acker is a store whose acks go through a Consumer, whose pushes go
+// through a push path and whose pops through a Claimer, as store.Ack,
+// store.Push and store.Pop did.
 type acker struct {
 	*store.Store
-	c    *consume.Consumer
-	path *pushpath.Path
+	c      *consume.Consumer
+	path   *pushpath.Path
+	claims *consume.Claimer
+}
+
+func (x acker) Pop(ctx context.Context, req store.PopRequest) (store.PopResult, error) {
+	return x.claims.Claim(ctx, req)
 }
 
 func (x acker) Ack(ctx context.Context, tenant, group string, items []store.AckItem) ([]store.AckResult, error) {
@@ -46,7 +52,7 @@ func newAcker(t *testing.T, o store.Options, ackStatements int) (acker, *pgxpool
 	o.IDs = ids.NewSource(clock.Real{}, nil)
 	s := store.New(pool, o)
 	return acker{s, consume.New(consume.Options{Store: s, Clock: clock.Real{}, AckStatements: ackStatements}),
-		pushpath.New(pushpath.Options{Store: s, IDs: o.IDs})}, pool
+		pushpath.New(pushpath.Options{Store: s, IDs: o.IDs}), consume.NewClaimer(s, consume.ClaimerOptions{})}, pool
 }
 
 func popOne(t *testing.T, s acker, req store.PopRequest) store.PopResult {

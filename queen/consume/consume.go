@@ -32,6 +32,10 @@
 //     consume what it claimed. An answer that could not be written gives
 //     its claim back (Release), so the next pop gets the messages at once
 //     rather than after the lease.
+//   - A claim is the store's statements in an order this package owns
+//     (Claimer): subscribe on a group's first pop, the pop statement, and
+//     after an empty wildcard pop the pop mark and the watermark, each
+//     spaced by a throttle of this broker's.
 //   - Acks are settled here too (Ack): completions of concurrent requests
 //     share one statement through the ack combiner, and each request hears
 //     only its own items (ack.go names the retry layers). Any other batch
@@ -87,6 +91,9 @@ type Options struct {
 	// AckBatchRows caps the items of one combined completion statement
 	// (QUEEN_PUSH_BATCH_ROWS). Zero means 1000.
 	AckBatchRows int
+	// PopMarkEvery spaces the pop marks and the checks of cached
+	// subscriptions (ClaimerOptions.PopMarkEvery). Zero means 250 ms.
+	PopMarkEvery time.Duration
 }
 
 // Claim is one claim a pop made, for Options.OnClaim.
@@ -99,8 +106,9 @@ type Claim struct {
 
 // Consumer runs pops. It is safe for concurrent use.
 type Consumer struct {
-	o    Options
-	acks *combine.Combiner[store.AckRow, store.AckResult]
+	o      Options
+	claims *Claimer
+	acks   *combine.Combiner[store.AckRow, store.AckResult]
 }
 
 // New returns a Consumer.
@@ -108,7 +116,8 @@ func New(o Options) *Consumer {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Consumer{o: o, acks: newAckCombiner(o)}
+	claims := NewClaimer(o.Store, ClaimerOptions{Clock: o.Clock, PopMarkEvery: o.PopMarkEvery, Log: o.Log})
+	return &Consumer{o: o, claims: claims, acks: newAckCombiner(o)}
 }
 
 // Request is what a pop waits for.

@@ -56,7 +56,7 @@ func (c *Consumer) Release(leaseID string) {
 
 // One is the try of a pop of one queue (or one partition of it).
 func (c *Consumer) One(req store.PopRequest) Try {
-	return func(ctx context.Context) (store.PopResult, error) { return c.o.Store.Pop(ctx, req) }
+	return func(ctx context.Context) (store.PopResult, error) { return c.claims.Claim(ctx, req) }
 }
 
 // Discover is the try of a pop by namespace and/or task: the tenant's
@@ -71,11 +71,19 @@ func (c *Consumer) Discover(req store.PopRequest, namespace, task string) Try {
 		for _, name := range queues {
 			one := req
 			one.Queue = name
-			res, err := c.o.Store.Pop(ctx, one)
+			res, err := c.claims.Claim(ctx, one)
 			if err != nil || len(res.Messages) > 0 {
 				return res, err
 			}
 		}
 		return store.PopResult{}, nil
 	}
+}
+
+// ForgetWatermarks lets the next empty pop of tenant's (queue, group)
+// write its watermark at once (Claimer.ForgetWatermarks): call it after a
+// statement that deleted watermark rows. "" for queue or group matches
+// any.
+func (c *Consumer) ForgetWatermarks(tenant, queue, group string) {
+	c.claims.ForgetWatermarks(tenant, queue, group)
 }

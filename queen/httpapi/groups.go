@@ -150,6 +150,11 @@ func (s *Server) deleteGroup(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, r, "delete consumer group", err)
 		return
 	}
+	if queue != nil {
+		s.consumer.ForgetWatermarks(tenantOf(r), *queue, g) // the delete took the group's watermarks
+	} else {
+		s.consumer.ForgetWatermarks(tenantOf(r), "", g)
+	}
 	for _, q := range queues {
 		s.peers.QueueChanged(tenantOf(r), q, false) // peers forget the group's cached subscription
 	}
@@ -195,6 +200,11 @@ func (s *Server) seekGroup(w http.ResponseWriter, r *http.Request) {
 	}
 	g, q := r.PathValue("group"), r.PathValue("queue")
 	n, _, err := s.store.Seek(r.Context(), tenantOf(r), g, q, nil, toEnd, at)
+	if !toEnd {
+		// A seek to a timestamp deleted the group's watermark on the
+		// queue (store.Seek) before it moved the cursors.
+		s.consumer.ForgetWatermarks(tenantOf(r), q, g)
+	}
 	if err != nil {
 		s.storeError(w, r, "seek", err)
 		return
@@ -257,6 +267,7 @@ func (s *Server) setSubscription(w http.ResponseWriter, r *http.Request) {
 	}
 	g := r.PathValue("group")
 	n, err := s.store.SetSubscription(r.Context(), tenantOf(r), g, at)
+	s.consumer.ForgetWatermarks(tenantOf(r), "", g) // the change dropped the group's watermarks
 	if err != nil {
 		s.storeError(w, r, "subscription", err)
 		return

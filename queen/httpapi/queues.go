@@ -222,6 +222,7 @@ func (s *Server) queueDepth(w http.ResponseWriter, r *http.Request) {
 func (s *Server) deleteQueue(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("queue")
 	existed, err := s.store.DeleteQueue(r.Context(), tenantOf(r), name)
+	s.consumer.ForgetWatermarks(tenantOf(r), name, "") // the delete took the queue's watermarks
 	if err != nil {
 		s.storeError(w, r, "delete queue", err)
 		return

@@ -20,6 +20,7 @@ import (
 	"github.com/queen-go/queen/faults"
 	"github.com/queen-go/queen/queen/admission"
 	"github.com/queen-go/queen/queen/clock"
+	"github.com/queen-go/queen/queen/consume"
 	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/pushpath"
 	"github.com/queen-go/queen/queen/spool"
@@ -629,7 +630,7 @@ func TestReplayKeepsTheStampedProducer(t *testing.T) {
 	if err := e.d.RunOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
-	p, err := e.st.Pop(ctx, store.PopRequest{Tenant: t1, Queue: stamped.Queue, Partition: stamped.Partition, Batch: 10})
+	p, err := consume.NewClaimer(e.st, consume.ClaimerOptions{}).Claim(ctx, store.PopRequest{Tenant: t1, Queue: stamped.Queue, Partition: stamped.Partition, Batch: 10})
 	if err != nil || len(p.Messages) != 2 {
 		t.Fatalf("pop: %+v %v", p, err)
 	}

@@ -107,7 +107,7 @@ func TestAckVerdictIsInlined(t *testing.T) {
 	if _, err := s.Push(ctx, tenant, []store.PushItem{{Queue: "inline", TransactionID: "a"}}, ""); err != nil {
 		t.Fatal(err)
 	}
-	res, err := s.Pop(ctx, store.PopRequest{Tenant: tenant, Queue: "inline", Batch: 1})
+	res, err := claim(ctx, s, store.PopRequest{Tenant: tenant, Queue: "inline", Batch: 1})
 	if err != nil || len(res.Messages) != 1 {
 		t.Fatalf("pop: %v %+v", err, res)
 	}

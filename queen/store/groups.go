@@ -155,9 +155,6 @@ func (s *Store) DeleteGroup(ctx context.Context, tenant, group string, queue *st
 	}
 	if queue != nil {
 		s.cache.forgetGroup(tenant, *queue, group)
-		s.marks.forget(tenant, *queue, group)
-	} else {
-		s.marks.forget(tenant, "", group)
 	}
 	return len(names), queues, nil
 }
@@ -192,7 +189,6 @@ func (s *Store) Seek(ctx context.Context, tenant, group, queue string, partition
 		if _, err := s.pool.Exec(ctx, forgetWatermarkSQL, tenant, queue, group); err != nil {
 			return 0, nil, err
 		}
-		s.marks.forget(tenant, queue, group)
 	}
 	rows, err := s.pool.Query(ctx, text("seek"), tenant, group, queue, partition, toEnd, to, s.dbNow())
 	if err != nil {
@@ -232,6 +228,5 @@ func (s *Store) SetSubscription(ctx context.Context, tenant, group string, at ti
 	defer cancel()
 	var n int64
 	err := s.pool.QueryRow(ctx, setSubscriptionSQL, tenant, group, at).Scan(&n)
-	s.marks.forget(tenant, "", group)
 	return n, err
 }

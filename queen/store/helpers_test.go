@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -44,4 +45,24 @@ func ack(ctx context.Context, s *store.Store, tenant, group string, items []stor
 	ctx, cancel := s.Bound(ctx)
 	defer cancel()
 	return consume.AckInTx(ctx, s, tenant, store.AckGroup(group), items)
+}
+
+// claimers holds the queen/consume Claimer each store's pops go through,
+// one per store as a broker keeps one beside its store: the pop marks' and
+// watermarks' throttles live in it.
+var claimers sync.Map // *store.Store -> *consume.Claimer
+
+// claimerFor gives s a Claimer of its own options (a simulated clock, no
+// mark throttle); claim builds one with the defaults otherwise.
+func claimerFor(s *store.Store, o consume.ClaimerOptions) {
+	claimers.Store(s, consume.NewClaimer(s, o))
+}
+
+// claim is a pop as the broker runs it (consume.Claimer.Claim) over s.
+func claim(ctx context.Context, s *store.Store, req store.PopRequest) (store.PopResult, error) {
+	c, ok := claimers.Load(s)
+	if !ok {
+		c, _ = claimers.LoadOrStore(s, consume.NewClaimer(s, consume.ClaimerOptions{}))
+	}
+	return c.(*consume.Claimer).Claim(ctx, req)
 }

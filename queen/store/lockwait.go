@@ -38,7 +38,11 @@ func LockTimedOut(err error) bool {
 func IsPermanent(err error) bool { return Classify(err) == Permanent }
 
 // Retry is the contention retry over this store's connections: its
-// statement bound (TxTimeout), jitter and clock.
+// statement bound (TxTimeout), jitter and clock. The retry loop itself is
+// queen/combine's; only its binding to this store lives here. It cannot
+// move up to queen/pushpath, as queen/consume's ack (a layer below
+// pushpath) runs it too, nor down to combine, which may import neither the
+// store's bound nor its ids or clock (TestSeamsKeepImportArrowsOneWay).
 func (s *Store) Retry() combine.Retry { return s.retry }
 
 // newRetry builds the store's Retry once, in New.

@@ -188,7 +188,7 @@ func (h *pendingHistory) step(action int) {
 		if rapid.Bool().Draw(h.t, "specific") {
 			req.Partition = fmt.Sprintf("p%d", rapid.IntRange(0, 2).Draw(h.t, "popPartition"))
 		}
-		res, err := h.s.Pop(ctx, req)
+		res, err := claim(ctx, h.s, req)
 		if err != nil {
 			h.t.Fatal(err)
 		}

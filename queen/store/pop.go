@@ -79,7 +79,7 @@ type PopResult struct {
 // absent or expired in database time, under FOR UPDATE SKIP LOCKED, so two
 // pops of one group never hold the same partition at once.
 //
-// Invariant (cheap when empty): a fresh pop mark (migration 012, markEmpty)
+// Invariant (cheap when empty): a fresh pop mark (migration 012, MarkPopEmpty)
 // says no cursor of the group is behind; the candidate scan is then a
 // one-time filter that reads nothing.
 //
@@ -288,58 +288,64 @@ func popStatement(p popParams, partition string) (string, []any) {
 	return name, argsOf(p)
 }
 
-// popOnce is one attempt of Pop (stale.go): it claims up to req.Partitions
-// partitions for the group and returns up to req.Batch messages after the
-// group's cursor, in seq order. The first pop of a group on a queue
-// subscribes it (subscribe).
-func (s *Store) popOnce(ctx context.Context, req PopRequest) (PopResult, error) {
-	if req.Group == "" {
-		req.Group = QueueModeGroup
-	}
-	if req.Batch < 1 {
-		req.Batch = 1
-	}
-	if req.Partitions < 1 || req.Partition != "" {
-		req.Partitions = 1
-	}
-	res := PopResult{Queue: req.Queue, Group: req.Group}
-	if err := ctx.Err(); err != nil {
-		// The client is gone: claim nothing.
-		return res, err
-	}
-	qid, err := s.subscribed(ctx, req)
-	if errors.Is(err, ErrNotFound) {
-		return res, nil
-	}
-	if err != nil {
-		return res, err
-	}
-	p := popParams{QueueID: qid, Group: req.Group, Partitions: req.Partitions, Batch: req.Batch, LeaseID: s.ids.New(),
-		LeaseSeconds: req.LeaseSeconds, AutoAck: req.AutoAck, Now: s.dbNow(), MaxBytes: req.MaxBytes}
+// PopParams are one pop statement's arguments as its caller names them
+// (queen/consume decides them from a PopRequest): the driver adds the lease
+// token and turns a zero MaxBytes into no bound.
+type PopParams struct {
+	// Queue and Group label the answer; QueueID and Group are the
+	// statement's $1 and $2.
+	Queue, QueueID, Group string
+	// Partition names the one partition to pop; "" pops any (popSQL).
+	Partition    string
+	Partitions   int // >= 1; 1 for a specific partition
+	Batch        int // >= 1
+	LeaseSeconds int
+	AutoAck      bool
+	MaxBytes     int64 // 0: no bound
+	// Now is the database's now for the statement (nil: PostgreSQL's).
+	Now *time.Time
+}
+
+// RunPop runs the pop statement p names (popStatement) and reads its rows:
+// the claimed messages, opened (openPayload), in the order the statement
+// answers them. An empty answer holds no lease.
+func (s *Store) RunPop(ctx context.Context, in PopParams) (PopResult, error) {
+	p := popParams{QueueID: in.QueueID, Group: in.Group, Partitions: in.Partitions, Batch: in.Batch, LeaseID: s.ids.New(),
+		LeaseSeconds: in.LeaseSeconds, AutoAck: in.AutoAck, Now: in.Now, MaxBytes: in.MaxBytes}
 	if p.MaxBytes <= 0 {
 		p.MaxBytes = math.MaxInt64
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	name, args := popStatement(p, req.Partition)
+	name, args := popStatement(p, in.Partition)
 	rows, err := s.pool.Query(ctx, text(name), args...)
 	if err != nil {
-		return res, err
+		return PopResult{Queue: in.Queue, Group: in.Group}, err
 	}
 	defer rows.Close()
+	res, err := s.popRows(rows, in, p.LeaseID)
+	if err != nil {
+		return PopResult{Queue: in.Queue, Group: in.Group}, err
+	}
+	return res, nil
+}
+
+// popRows reads a pop statement's rows into its answer.
+func (s *Store) popRows(rows pgx.Rows, in PopParams, leaseID string) (PopResult, error) {
+	res := PopResult{Queue: in.Queue, Group: in.Group}
 	parts := map[string]bool{}
 	for rows.Next() {
-		m := Message{Queue: req.Queue, ConsumerGroup: req.Group}
+		m := Message{Queue: in.Queue, ConsumerGroup: in.Group}
 		var payload []byte
 		var sealed bool
 		var expires *time.Time
 		if err := rows.Scan(&m.PartitionID, &m.Partition, &m.RetryCount, &m.ID, &m.TransactionID, &m.TraceID, &payload,
 			&sealed, &m.ProducerSub, &m.CreatedAt, &m.Seq, &expires); err != nil {
-			return PopResult{Queue: req.Queue, Group: req.Group}, err
+			return res, err
 		}
 		m.Data = s.openPayload(crypt.Stored(payload, sealed))
-		if !req.AutoAck {
-			m.LeaseID = p.LeaseID
+		if !in.AutoAck {
+			m.LeaseID = leaseID
 		}
 		if res.PartitionID == "" {
 			res.PartitionID, res.Partition = m.PartitionID, m.Partition
@@ -351,23 +357,11 @@ func (s *Store) popOnce(ctx context.Context, req PopRequest) (PopResult, error) 
 		res.Messages = append(res.Messages, m)
 	}
 	if err := rows.Err(); err != nil {
-		return PopResult{Queue: req.Queue, Group: req.Group}, err
+		return res, err
 	}
 	res.PartitionsClaimed = len(parts)
-	if len(res.Messages) > 0 && !req.AutoAck {
-		res.LeaseID = p.LeaseID
-	}
-	if len(res.Messages) == 0 && req.Partition == "" {
-		rows.Close()
-		if err := s.markEmpty(ctx, popMarkParams{QueueID: qid, Group: req.Group, Now: p.Now}); err != nil && ctx.Err() == nil {
-			s.log.Warn("pop mark not written", "queue", req.Queue, "group", req.Group, "err", err)
-		}
-		// Bookkeeping for tools that read the watermarks: the pop's
-		// answer does not depend on it (and a client that left is no
-		// database problem worth a warning).
-		if err := s.noteEmptyScan(ctx, req.Tenant, req.Queue, req.Group); err != nil && ctx.Err() == nil {
-			s.log.Warn("consumer watermark not written", "queue", req.Queue, "group", req.Group, "err", err)
-		}
+	if len(res.Messages) > 0 && !in.AutoAck {
+		res.LeaseID = leaseID
 	}
 	return res, nil
 }
@@ -414,23 +408,25 @@ type subscribeParams struct {
 	Now                                 *time.Time
 }
 
-// subscribed returns the queue's id once the group is known to be
-// subscribed to it, subscribing it on first use. ErrNotFound: no such queue.
-func (s *Store) subscribed(ctx context.Context, req PopRequest) (string, error) {
-	key := subName{tenant: req.Tenant, queue: req.Queue, group: req.Group}
-	if id, ok := s.cache.subscription(key); ok {
-		return id, nil
-	}
-	p := subscribeParams{Tenant: req.Tenant, Group: req.Group, Queue: req.Queue, Mode: req.SubscriptionMode,
-		From: req.SubscriptionFrom, Now: s.dbNow()}
-	switch {
-	case req.Group == QueueModeGroup:
-		p.Mode, p.From = "all", nil
-	case p.From != nil:
-		p.Mode = "from"
-	case p.Mode == "":
-		p.Mode = "all"
-	}
+// SubscribeParams are a subscription's arguments as its caller names
+// them: Mode is "all", "new" or "from" (with From), already decided.
+type SubscribeParams struct {
+	Tenant, Queue, Group, Mode string
+	From                       *time.Time
+	Now                        *time.Time
+}
+
+// CachedSubscription is the queue id the name cache holds for the group's
+// subscription to the queue, if it holds one.
+func (s *Store) CachedSubscription(tenant, queue, group string) (string, bool) {
+	return s.cache.subscription(subName{tenant: tenant, queue: queue, group: group})
+}
+
+// Subscribe records the group's subscription to the queue and gives it its
+// cursor rows (lockQueueSQL, then subscribeSQL, in one transaction), and
+// caches it. It returns the queue's id; ErrNotFound: no such queue.
+func (s *Store) Subscribe(ctx context.Context, in SubscribeParams) (string, error) {
+	p := subscribeParams{Tenant: in.Tenant, Group: in.Group, Queue: in.Queue, Mode: in.Mode, From: in.From, Now: in.Now}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -446,7 +442,7 @@ func (s *Store) subscribed(ctx context.Context, req PopRequest) (string, error) 
 	if err != nil {
 		return "", err
 	}
-	s.cache.putSubscription(key, p.QueueID)
+	s.cache.putSubscription(subName{tenant: in.Tenant, queue: in.Queue, group: in.Group}, p.QueueID)
 	return p.QueueID, nil
 }
 

@@ -71,7 +71,7 @@ func TestOnePartitionPopAgreesWithTheGeneralPop(t *testing.T) {
 					req.Partition = fmt.Sprintf("p%d", rapid.IntRange(0, 2).Draw(rt, "popPartition"))
 				}
 				delivered += comparePops(rt, pool, queue, req, now)
-				res, err := s.Pop(ctx, req)
+				res, err := claim(ctx, s, req)
 				if err != nil {
 					rt.Fatal(err)
 				}
@@ -194,13 +194,13 @@ func TestPopByteBudgetSpansPartitionsAndLeavesTheRest(t *testing.T) {
 		}
 	}
 	// autoAck, a budget below one message: the first message alone.
-	res, err := s.Pop(ctx, store.PopRequest{Tenant: tenant, Queue: "budget", Partitions: 2, Batch: 10, AutoAck: true, MaxBytes: 5})
+	res, err := claim(ctx, s, store.PopRequest{Tenant: tenant, Queue: "budget", Partitions: 2, Batch: 10, AutoAck: true, MaxBytes: 5})
 	if err != nil || len(res.Messages) != 1 {
 		t.Fatalf("autoAck pop under a tiny budget: %v, %d messages", err, len(res.Messages))
 	}
 	take(res)
 	// Leased, a budget of two messages: two, across whatever it claimed.
-	res, err = s.Pop(ctx, store.PopRequest{Tenant: tenant, Queue: "budget", Partitions: 2, Batch: 10, MaxBytes: 24})
+	res, err = claim(ctx, s, store.PopRequest{Tenant: tenant, Queue: "budget", Partitions: 2, Batch: 10, MaxBytes: 24})
 	if err != nil || len(res.Messages) != 2 {
 		t.Fatalf("pop with a budget of two messages: %v, %d messages", err, len(res.Messages))
 	}
@@ -212,7 +212,7 @@ func TestPopByteBudgetSpansPartitionsAndLeavesTheRest(t *testing.T) {
 	if out, err := s.Ack(ctx, tenant, "", items); err != nil || !out[0].Success || !out[len(out)-1].Success {
 		t.Fatalf("ack: %v %+v", err, out)
 	}
-	res, err = s.Pop(ctx, store.PopRequest{Tenant: tenant, Queue: "budget", Partitions: 2, Batch: 10, AutoAck: true})
+	res, err = claim(ctx, s, store.PopRequest{Tenant: tenant, Queue: "budget", Partitions: 2, Batch: 10, AutoAck: true})
 	if err != nil || len(res.Messages) != 1 {
 		t.Fatalf("the pop after the budgeted ones: %v, %d messages, want the one left", err, len(res.Messages))
 	}

@@ -2,10 +2,7 @@ package store
 
 import (
 	"context"
-	"sync"
 	"time"
-
-	"github.com/queen-go/queen/queen/clock"
 )
 
 // Pop marks (migration 012): after a wildcard pop of a group found nothing,
@@ -20,9 +17,9 @@ import (
 // this often when nothing moves.
 const popMarkFresh = "10 seconds"
 
-// popMarkParams are popMarkSetSQL's arguments, $1 to $3 (popMarkCheckSQL
+// PopMarkParams are popMarkSetSQL's arguments, $1 to $3 (popMarkCheckSQL
 // takes the first two).
-type popMarkParams struct {
+type PopMarkParams struct {
 	QueueID string
 	Group   string
 	Now     *time.Time
@@ -56,14 +53,11 @@ WHERE queue_id = $1 AND groups ? $2::text AND EXISTS (
 	JOIN queen.partitions p ON p.id = pc.partition_id
 	WHERE pc.queue_id = $1 AND pc.consumer_group = $2 AND p.last_seq > pc.last_consumed_seq)`
 
-// markEmpty marks the group fully consumed on the queue, after a wildcard
-// pop claimed nothing, at most once per PopMarkEvery: one cheap statement
-// while a fresh mark stands, else the set and the check (which walks the
-// cursor rows once).
-func (s *Store) markEmpty(ctx context.Context, p popMarkParams) error {
-	if !s.popMarks.due(p.QueueID, p.Group) {
-		return nil
-	}
+// MarkPopEmpty marks the group fully consumed on the queue, after a
+// wildcard pop claimed nothing: one cheap statement while a fresh mark
+// stands, else the set and the check (which walks the cursor rows once).
+// How often to try is the caller's (queen/consume spaces the tries).
+func (s *Store) MarkPopEmpty(ctx context.Context, p PopMarkParams) error {
 	// The check must follow a set even when the client has gone: a set
 	// left unchecked could hide a message until the mark grows stale.
 	ctx, cancel := s.bound(context.WithoutCancel(ctx))
@@ -74,44 +68,4 @@ func (s *Store) markEmpty(ctx context.Context, p popMarkParams) error {
 	}
 	_, err = s.pool.Exec(ctx, popMarkCheckSQL, p.QueueID, p.Group)
 	return err
-}
-
-// popMarkThrottle spaces one store's mark attempts per (queue id, group).
-type popMarkThrottle struct {
-	clock clock.Clock
-	every time.Duration
-	mu    sync.Mutex
-	last  map[[2]string]time.Time
-}
-
-func newPopMarkThrottle(c clock.Clock, every time.Duration) *popMarkThrottle {
-	if every == 0 {
-		every = 250 * time.Millisecond
-	}
-	return &popMarkThrottle{clock: c, every: every, last: map[[2]string]time.Time{}}
-}
-
-// due reports whether an attempt may run now, and if so counts it. Entries
-// older than every are dropped when the map grows, so names only polled
-// once do not accumulate.
-func (t *popMarkThrottle) due(queueID, group string) bool {
-	if t.every < 0 {
-		return true
-	}
-	now := t.clock.Now()
-	k := [2]string{queueID, group}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if at, ok := t.last[k]; ok && now.Sub(at) < t.every {
-		return false
-	}
-	if len(t.last) >= 4096 {
-		for k2, at := range t.last {
-			if now.Sub(at) >= t.every {
-				delete(t.last, k2)
-			}
-		}
-	}
-	t.last[k] = now
-	return true
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/queen-go/queen/queen/clock"
+	"github.com/queen-go/queen/queen/consume"
 	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/store/storetest"
@@ -21,7 +22,9 @@ import (
 func newMarkingStore(t *testing.T) (*store.Store, *pgxpool.Pool) {
 	t.Helper()
 	pool := storetest.Pool(t)
-	return store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil), PopMarkEvery: -1}), pool
+	s := store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil)})
+	claimerFor(s, consume.ClaimerOptions{PopMarkEvery: -1})
+	return s, pool
 }
 
 // consumedQueue grows a queue of parts partitions with one message each,
@@ -34,7 +37,7 @@ func consumedQueue(t *testing.T, s *store.Store, pool *pgxpool.Pool, queue, grou
 		t.Fatal(err)
 	}
 	growQueue(t, pool, queue, parts, 1, 0)
-	if _, err := s.Pop(ctx, store.PopRequest{Tenant: tenant, Queue: queue, Group: group, Batch: 1, AutoAck: true}); err != nil {
+	if _, err := claim(ctx, s, store.PopRequest{Tenant: tenant, Queue: queue, Group: group, Batch: 1, AutoAck: true}); err != nil {
 		t.Fatal(err)
 	}
 	var qid string
@@ -69,7 +72,7 @@ func TestEmptyWildcardPopReadsNoCursorRow(t *testing.T) {
 		return blocks
 	}
 	unmarked := pop()
-	res, err := s.Pop(ctx, store.PopRequest{Tenant: tenant, Queue: "marks-cost", Group: "g", Batch: 1, AutoAck: true})
+	res, err := claim(ctx, s, store.PopRequest{Tenant: tenant, Queue: "marks-cost", Group: "g", Batch: 1, AutoAck: true})
 	if err != nil || len(res.Messages) != 0 {
 		t.Fatalf("pop: %v %d messages", err, len(res.Messages))
 	}
@@ -95,7 +98,7 @@ func TestPopMarksAreClearedByEveryWriter(t *testing.T) {
 		t.Helper()
 		var got []string
 		for {
-			res, err := s.Pop(ctx, store.PopRequest{Tenant: tenant, Queue: "marks-writers", Group: "g", Batch: 100, AutoAck: true})
+			res, err := claim(ctx, s, store.PopRequest{Tenant: tenant, Queue: "marks-writers", Group: "g", Batch: 100, AutoAck: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -215,7 +218,7 @@ func TestPopMarksNeverHideACommittedPush(t *testing.T) {
 				before := append([]string(nil), answered...)
 				mu.Unlock()
 				for {
-					res, err := s.Pop(ctx, store.PopRequest{Tenant: tenant, Queue: "marks-race", Group: group, Batch: 1000, AutoAck: true,
+					res, err := claim(ctx, s, store.PopRequest{Tenant: tenant, Queue: "marks-race", Group: group, Batch: 1000, AutoAck: true,
 						SubscriptionMode: "all"})
 					if err != nil {
 						errs <- err

@@ -478,7 +478,6 @@ func (s *Store) DeleteQueue(ctx context.Context, tenant, name string) (bool, err
 	if !canary.On("delete-keeps-cache") {
 		s.cache.forgetQueue(tenant, name)
 	}
-	s.marks.forget(tenant, name, "")
 	if err != nil {
 		return false, err
 	}

@@ -3,8 +3,6 @@ package store
 import (
 	"context"
 	"errors"
-
-	"github.com/queen-go/queen/queen/canary"
 )
 
 // Stale cached ids. The cache (cache.go) maps names to ids for ttl; another
@@ -15,9 +13,9 @@ import (
 // names nothing, it answers a *staleIDs naming the entries to drop, and
 // freshRetry forgets them and runs the path once more, resolving the names
 // again. A second stale answer is a real race (deleted again meanwhile) and
-// goes to the caller as the path's own error. The paths here: Push,
-// RetryMessage (DLQ) and Pop; queen/txn and queen/streams run their
-// transactions, and queen/sweeper its timer fires, through the exported
+// goes to the caller as the path's own error. The path here: RetryMessage
+// (DLQ); queen/pushpath's push, queen/txn, queen/streams, queen/consume's
+// pop and queen/sweeper's timer fire run theirs through the exported
 // FreshRetry.
 //
 // Before, only a plain push did this; a transaction or a streams cycle into
@@ -47,7 +45,7 @@ func (e *staleIDs) Error() string {
 func (e *staleIDs) Unwrap() error { return e.err }
 
 // FreshRetry is freshRetry, for the paths outside the store that resolve
-// names through its cache (queen/pushpath's push).
+// names through its cache (queen/pushpath's push, queen/consume's pop).
 func FreshRetry[T any](s *Store, op func() (T, error)) (T, error) { return freshRetry(s, op) }
 
 // freshRetry runs op, and once more after forgetting what a *staleIDs
@@ -80,45 +78,28 @@ SELECT EXISTS (SELECT 1 FROM queen.queues q WHERE q.id = $1 AND (
 	EXISTS (SELECT 1 FROM queen.partition_consumers pc WHERE pc.queue_id = $1 AND pc.consumer_group = $2)
 	OR NOT EXISTS (SELECT 1 FROM queen.partitions p WHERE p.queue_id = $1)))`
 
-// Pop claims up to req.Partitions partitions for the group and returns up
-// to req.Batch messages after the group's cursor, in seq order (popOnce).
-// An empty pop whose subscription came from the cache checks that it still
-// holds, at most once per PopMarkEvery per (queue, group): a queue or a
-// group deleted through another broker is subscribed again and popped at
-// once, not after the cache's ttl.
-func (s *Store) Pop(ctx context.Context, req PopRequest) (PopResult, error) {
-	if req.Group == "" {
-		req.Group = QueueModeGroup
-	}
-	return freshRetry(s, func() (PopResult, error) {
-		key := subName{tenant: req.Tenant, queue: req.Queue, group: req.Group}
-		qid, cached := s.cache.subscription(key)
-		res, err := s.popOnce(ctx, req)
-		if err != nil || len(res.Messages) > 0 || !cached || ctx.Err() != nil || !s.subChecks.due(qid, req.Group) {
-			return res, err
-		}
-		if canary.On("delete-keeps-cache") {
-			// That canary's stale subscription must show in pops, as
-			// before this check: the simulator's recreate probe is
-			// proven against it.
-			return res, nil
-		}
-		live, err := s.subscriptionLive(ctx, qid, req.Group)
-		if err != nil || live {
-			// A failed check is no failed pop: the entry's ttl bounds it.
-			return res, nil
-		}
-		return res, &staleIDs{sub: &key}
-	})
+// SubscriptionLiveParams are subscriptionLiveSQL's arguments, $1 and $2.
+type SubscriptionLiveParams struct {
+	QueueID, Group string
 }
 
-// subscriptionLive runs subscriptionLiveSQL.
-func (s *Store) subscriptionLive(ctx context.Context, queueID, group string) (bool, error) {
+// SubscriptionLive runs subscriptionLiveSQL: whether a cached subscription
+// still holds.
+func (s *Store) SubscriptionLive(ctx context.Context, p SubscriptionLiveParams) (bool, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	var live bool
-	err := s.pool.QueryRow(ctx, subscriptionLiveSQL, queueID, group).Scan(&live)
+	err := s.pool.QueryRow(ctx, text("subscription.live"), argsOf(p)...).Scan(&live)
 	return live, err
+}
+
+// StaleSubscription is the answer of a path run under FreshRetry that found
+// the cached subscription of the group to the queue names nothing
+// (SubscriptionLive): FreshRetry forgets it and runs the path once more,
+// which subscribes again. A second such answer leaves the first attempt's
+// result standing (an empty pop is a correct answer).
+func StaleSubscription(tenant, queue, group string) error {
+	return &staleIDs{sub: &subName{tenant: tenant, queue: queue, group: group}}
 }
 
 // goneIDs is the set of partition ids whose rows an append found gone.

@@ -47,7 +47,7 @@ func recreatedElsewhere(t *testing.T, a, b *store.Store, q string) {
 // popAll pops every message of q's queue-mode group through s.
 func popAll(t *testing.T, s *store.Store, q string) []store.Message {
 	t.Helper()
-	res, err := s.Pop(context.Background(), store.PopRequest{Tenant: tenant, Queue: q, Batch: 100, AutoAck: true})
+	res, err := claim(context.Background(), s, store.PopRequest{Tenant: tenant, Queue: q, Batch: 100, AutoAck: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestDLQRetryIntoAQueueRecreatedElsewhere(t *testing.T) {
 	a, b := twoBrokers(t)
 	ctx := context.Background()
 	recreatedElsewhere(t, a, b, "stale-dlq")
-	p, err := b.Pop(ctx, store.PopRequest{Tenant: tenant, Queue: "stale-dlq", Batch: 1})
+	p, err := claim(ctx, b, store.PopRequest{Tenant: tenant, Queue: "stale-dlq", Batch: 1})
 	if err != nil || len(p.Messages) != 1 {
 		t.Fatalf("pop through b: %+v %v", p, err)
 	}
@@ -99,14 +99,14 @@ func TestGroupDeletedElsewherePopsAtOnce(t *testing.T) {
 		}
 	}
 	req := store.PopRequest{Tenant: tenant, Queue: "stale-group", Group: "g", Batch: 1, AutoAck: true}
-	if p, err := a.Pop(ctx, req); err != nil || len(p.Messages) != 1 {
+	if p, err := claim(ctx, a, req); err != nil || len(p.Messages) != 1 {
 		t.Fatalf("first pop: %+v %v", p, err)
 	}
 	if n, _, err := b.DeleteGroup(ctx, tenant, "g", nil, true); err != nil || n == 0 {
 		t.Fatalf("group delete through b: %d %v", n, err)
 	}
 	req.Batch = 10
-	p, err := a.Pop(ctx, req)
+	p, err := claim(ctx, a, req)
 	if err != nil || len(p.Messages) != 2 || p.Messages[0].TransactionID != "m1" {
 		t.Fatalf("pop of the group deleted through b (subscribed afresh, from the start): %+v %v", p, err)
 	}

@@ -32,7 +32,7 @@ func push(t *testing.T, s *store.Store, queue, partition, txid string) {
 func popOne(t *testing.T, s *store.Store, req store.PopRequest) store.PopResult {
 	t.Helper()
 	req.Tenant = tenant
-	res, err := s.Pop(context.Background(), req)
+	res, err := claim(context.Background(), s, req)
 	if err != nil {
 		t.Fatal(err)
 	}

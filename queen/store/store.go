@@ -24,7 +24,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"log/slog"
 	"regexp"
 	"sort"
 	"strings"
@@ -67,20 +66,12 @@ type Options struct {
 	// CacheTTL bounds how long a cached name -> id entry is trusted
 	// (QUEEN_CACHE_REFRESH_INTERVAL_MS). Zero means 60 s.
 	CacheTTL time.Duration
-	// PopMarkEvery is how seldom this store tries to mark one (queue,
-	// group) fully consumed after an empty wildcard pop (popmarks.go): a
-	// queue whose pushes clear its mark at once is not marked again on
-	// every empty pop. Zero means 250 ms; negative means every time.
-	PopMarkEvery time.Duration
 	// ReadOnly follows whether the database was last seen read-only; its
 	// OnPgError belongs on the pool's connection config. Nil: not followed.
 	ReadOnly *ReadOnlyWatch
 	// Cipher seals the payloads of queues with encryptionEnabled and opens
 	// them on every read (QUEEN_ENCRYPTION_KEY); nil: no encryption.
 	Cipher *crypt.Cipher
-	// Log receives what the store cannot return to a caller (bookkeeping
-	// that failed beside a call that succeeded); nil discards it.
-	Log *slog.Logger
 }
 
 // Store runs queen's statements over a connection pool.
@@ -92,10 +83,6 @@ type Store struct {
 	cache     *cache
 	retry     combine.Retry
 	cipher    *crypt.Cipher
-	marks     *watermarkThrottle
-	popMarks  *popMarkThrottle
-	subChecks *popMarkThrottle // spaces Pop's checks of cached subscriptions (stale.go)
-	log       *slog.Logger
 	readOnly  *ReadOnlyWatch
 }
 
@@ -110,12 +97,7 @@ func New(pool *pgxpool.Pool, o Options) *Store {
 	if o.CacheTTL <= 0 {
 		o.CacheTTL = 60 * time.Second
 	}
-	if o.Log == nil {
-		o.Log = slog.New(slog.DiscardHandler)
-	}
 	s := &Store{pool: pool, dbNow: o.DBNow, ids: o.IDs, txTimeout: o.TxTimeout, cache: newCache(o.Clock, o.CacheTTL), cipher: o.Cipher,
-		marks: &watermarkThrottle{clock: o.Clock, last: map[[3]string]time.Time{}}, log: o.Log,
-		popMarks: newPopMarkThrottle(o.Clock, o.PopMarkEvery), subChecks: newPopMarkThrottle(o.Clock, o.PopMarkEvery),
 		readOnly: o.ReadOnly}
 	s.retry = s.newRetry()
 	return s
@@ -330,6 +312,11 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 	err := s.pool.QueryRow(ctx, nowSQL, s.dbNow()).Scan(&now)
 	return now, err
 }
+
+// DBNow is the instant a statement's caller passes as its now argument:
+// the injected one (Options.DBNow), nil in production, where each
+// statement reads PostgreSQL's now() itself.
+func (s *Store) DBNow() *time.Time { return s.dbNow() }
 
 // errRollback carries a business failure out of a transaction so that it
 // rolls back without being mistaken for a database error.

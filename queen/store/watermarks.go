@@ -2,10 +2,7 @@ package store
 
 import (
 	"context"
-	"sync"
 	"time"
-
-	"github.com/queen-go/queen/queen/clock"
 )
 
 // Consumer watermarks (contract-admin.md 7.4): queen.consumer_watermarks
@@ -13,11 +10,11 @@ import (
 // fully consumed. Tools and Queen's test suites read the table; this
 // broker writes it and never filters pops on it, and deletes the rows that
 // a seek to a timestamp, a group delete, a subscription change or a queue
-// delete make stale.
-
-// watermarkEvery is how seldom one (queue, group) is checked: at most once
-// per 30 s per broker, and the statement skips rows younger than that.
-const watermarkEvery = 30 * time.Second
+// delete make stale (DeleteGroup, Seek to a timestamp, SetSubscription,
+// DeleteQueue). How often a broker runs the statement is queen/consume's
+// (its watermark throttle), and so is forgetting that throttle's entries
+// after those deletes (consume.Consumer.ForgetWatermarks, called by the
+// routes that run them).
 
 // watermarkSQL runs after a wildcard pop of tenant $3's queue $1 by group
 // $2 claimed nothing, at $4, and answers whether the row exists after it
@@ -55,69 +52,19 @@ written AS (
 )
 SELECT EXISTS (SELECT 1 FROM fresh) OR EXISTS (SELECT 1 FROM bumped) OR EXISTS (SELECT 1 FROM written)`
 
-// watermarkThrottle remembers when this broker last checked each key and
-// found its row there (written or confirmed), so a busy long poll does not
-// run the check on every empty pass. A check that left no row (messages
-// were still pending, say leased) does not arm it: the next empty pop,
-// once they are acked, writes the row at once. Entries older
-// than watermarkEvery are dropped when the map grows, so names only polled
-// do not accumulate.
-type watermarkThrottle struct {
-	clock clock.Clock
-	mu    sync.Mutex
-	last  map[[3]string]time.Time
+// WatermarkParams are watermarkSQL's arguments, $1 to $4.
+type WatermarkParams struct {
+	Queue, Group, Tenant string
+	Now                  *time.Time
 }
 
-func (w *watermarkThrottle) due(tenant, queue, group string) bool {
-	now := w.clock.Now()
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	k := [3]string{tenant, queue, group}
-	at, ok := w.last[k]
-	return !ok || now.Sub(at) >= watermarkEvery
-}
-
-// arm starts the quiet period of a key whose row was written or confirmed.
-func (w *watermarkThrottle) arm(tenant, queue, group string) {
-	now := w.clock.Now()
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if len(w.last) >= 4096 {
-		for k2, at := range w.last {
-			if now.Sub(at) >= watermarkEvery {
-				delete(w.last, k2)
-			}
-		}
-	}
-	w.last[[3]string{tenant, queue, group}] = now
-}
-
-// forget lets the next empty pop of (queue, group) check at once, after
-// its row was deleted.
-func (w *watermarkThrottle) forget(tenant, queue, group string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for k := range w.last {
-		if k[0] == tenant && (queue == "" || k[1] == queue) && (group == "" || k[2] == group) {
-			delete(w.last, k)
-		}
-	}
-}
-
-// noteEmptyScan writes the watermark after a wildcard pop found nothing.
-// It is bookkeeping: a failure is the caller's to log, never the pop's.
-func (s *Store) noteEmptyScan(ctx context.Context, tenant, queue, group string) error {
-	if !s.marks.due(tenant, queue, group) {
-		return nil
-	}
+// WriteWatermark runs watermarkSQL after a wildcard pop found nothing, and
+// answers whether the row exists after it (written, bumped or fresh). How
+// often to run it is the caller's (queen/consume).
+func (s *Store) WriteWatermark(ctx context.Context, p WatermarkParams) (bool, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	var row bool
-	if err := s.pool.QueryRow(ctx, watermarkSQL, queue, group, tenant, s.dbNow()).Scan(&row); err != nil {
-		return err
-	}
-	if row {
-		s.marks.arm(tenant, queue, group)
-	}
-	return nil
+	err := s.pool.QueryRow(ctx, text("watermark"), argsOf(p)...).Scan(&row)
+	return row, err
 }

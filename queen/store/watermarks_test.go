@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/queen-go/queen/queen/clock"
+	"github.com/queen-go/queen/queen/consume"
 	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/store/storetest"
@@ -28,7 +29,7 @@ func TestWatermarksWrittenOnEmptyWildcardPopsAndDropped(t *testing.T) {
 	}
 	pop := func() store.PopResult {
 		t.Helper()
-		r, err := s.Pop(ctx, store.PopRequest{Tenant: tenant, Queue: "wm", Group: "g", Batch: 10})
+		r, err := claim(ctx, s, store.PopRequest{Tenant: tenant, Queue: "wm", Group: "g", Batch: 10})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -120,7 +121,7 @@ func TestWatermarkAfterAnEmptyPopWhileLeased(t *testing.T) {
 	}
 	pop := func(s *store.Store, q string) store.PopResult {
 		t.Helper()
-		r, err := s.Pop(ctx, store.PopRequest{Tenant: tenant, Queue: q, Group: "g", Batch: 10})
+		r, err := claim(ctx, s, store.PopRequest{Tenant: tenant, Queue: q, Group: "g", Batch: 10})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -200,5 +201,6 @@ func simTimeStore(t *testing.T) (*store.Store, *pgxpool.Pool, *clock.Sim) {
 	sim := clock.NewSim(time.Now().UTC().Truncate(time.Millisecond))
 	s := store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil), Clock: sim,
 		DBNow: func() *time.Time { t := sim.Now(); return &t }})
+	claimerFor(s, consume.ClaimerOptions{Clock: sim})
 	return s, pool, sim
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/queen-go/queen/queen/clock"
 	"github.com/queen-go/queen/queen/config"
+	"github.com/queen-go/queen/queen/consume"
 	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/pushpath"
@@ -55,7 +56,7 @@ func recreatedElsewhere(t *testing.T, a, b *store.Store, q string) {
 // popAll pops every message of q's queue-mode group through s.
 func popAll(t *testing.T, s *store.Store, q string) []store.Message {
 	t.Helper()
-	res, err := s.Pop(context.Background(), store.PopRequest{Tenant: tenant, Queue: q, Batch: 100, AutoAck: true})
+	res, err := consume.NewClaimer(s, consume.ClaimerOptions{}).Claim(context.Background(), store.PopRequest{Tenant: tenant, Queue: q, Batch: 100, AutoAck: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/queen-go/queen/queen/clock"
 	"github.com/queen-go/queen/queen/config"
+	"github.com/queen-go/queen/queen/consume"
 	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/pushpath"
@@ -64,7 +65,7 @@ func recreatedElsewhere(t *testing.T, a, b *store.Store, q string) {
 // popAll pops every message of q's queue-mode group through s.
 func popAll(t *testing.T, s *store.Store, q string) []store.Message {
 	t.Helper()
-	res, err := s.Pop(context.Background(), store.PopRequest{Tenant: tenant, Queue: q, Batch: 100, AutoAck: true})
+	res, err := consume.NewClaimer(s, consume.ClaimerOptions{}).Claim(context.Background(), store.PopRequest{Tenant: tenant, Queue: q, Batch: 100, AutoAck: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +110,7 @@ func TestTimersScheduleClaimFireOnce(t *testing.T) {
 	if again, err := firer(s).FireTimers(ctx, token, claimed); err != nil || len(again) != 0 {
 		t.Fatalf("fired twice: %+v %v", again, err)
 	}
-	p, err := s.Pop(ctx, store.PopRequest{Tenant: tenant, Queue: "tq", Batch: 10})
+	p, err := consume.NewClaimer(s, consume.ClaimerOptions{}).Claim(ctx, store.PopRequest{Tenant: tenant, Queue: "tq", Batch: 10})
 	if err != nil || len(p.Messages) != 1 || p.Messages[0].TransactionID != "fire-a" || p.Messages[0].ID != promised {
 		t.Fatalf("the fired message: %+v %v (promised id %s)", p, err, promised)
 	}
@@ -176,7 +177,7 @@ func TestTimerPayloadIsSealedFromScheduleToPop(t *testing.T) {
 	if _, err := firer(s).FireTimers(ctx, token, claimed); err != nil {
 		t.Fatal(err)
 	}
-	p, err := s.Pop(ctx, store.PopRequest{Tenant: tenant, Queue: "enc", Batch: 1})
+	p, err := consume.NewClaimer(s, consume.ClaimerOptions{}).Claim(ctx, store.PopRequest{Tenant: tenant, Queue: "enc", Batch: 1})
 	if err != nil || len(p.Messages) != 1 || !strings.Contains(string(p.Messages[0].Data), "2468") {
 		t.Fatalf("pop of the fired timer: %+v %v", p, err)
 	}

@@ -1,0 +1,190 @@
+package consume
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/queen-go/queen/queen/canary"
+	"github.com/queen-go/queen/queen/clock"
+	"github.com/queen-go/queen/queen/store"
+)
+
+// Claimer runs one claim of a pop over the store's statements, in this
+// order: subscribe the group on its first pop of the queue (on this
+// broker), run the pop statement, and after a wildcard pop that found
+// nothing, mark the group fully consumed (a pop mark) and note the empty
+// scan (the consumer watermark). Each of those two is spaced by its own
+// throttle, and so is the check that a cached subscription still holds;
+// their state is this Claimer's, one per broker (the Consumer's). It is
+// safe for concurrent use.
+type Claimer struct {
+	st  *store.Store
+	log *slog.Logger
+	// popMarks spaces the pop marks per (queue id, group).
+	popMarks *popMarkThrottle
+	// subChecks spaces the checks of cached subscriptions per (queue id,
+	// group), at the pop marks' interval.
+	subChecks *popMarkThrottle
+	// marks spaces the watermark checks per (tenant, queue, group).
+	marks *watermarkThrottle
+}
+
+// ClaimerOptions configure a Claimer.
+type ClaimerOptions struct {
+	// Clock paces the throttles; nil means the wall clock.
+	Clock clock.Clock
+	// PopMarkEvery is how seldom one (queue, group) is marked fully
+	// consumed after an empty wildcard pop (store.MarkPopEmpty): a queue
+	// whose pushes clear its mark at once is not marked again on every
+	// empty pop. It also spaces the checks of cached subscriptions. Zero
+	// means 250 ms; negative means every time.
+	PopMarkEvery time.Duration
+	// Log receives the bookkeeping that failed beside a pop that did not
+	// (a mark or a watermark not written); nil discards it.
+	Log *slog.Logger
+}
+
+// NewClaimer returns a Claimer over st.
+func NewClaimer(st *store.Store, o ClaimerOptions) *Claimer {
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Claimer{st: st, log: o.Log, popMarks: newPopMarkThrottle(o.Clock, o.PopMarkEvery),
+		subChecks: newPopMarkThrottle(o.Clock, o.PopMarkEvery), marks: newWatermarkThrottle(o.Clock)}
+}
+
+// Claim claims up to req.Partitions partitions for the group and returns up
+// to req.Batch messages after the group's cursor, in seq order. It runs
+// under store.FreshRetry: an empty pop whose subscription came from the
+// name cache checks that it still holds, at most once per PopMarkEvery per
+// (queue, group), so a queue or a group deleted through another broker is
+// subscribed again and popped at once, not after the cache's ttl.
+func (c *Claimer) Claim(ctx context.Context, req store.PopRequest) (store.PopResult, error) {
+	if req.Group == "" {
+		req.Group = store.QueueModeGroup
+	}
+	return store.FreshRetry(c.st, func() (store.PopResult, error) { return c.claimFresh(ctx, req) })
+}
+
+// claimFresh is one attempt of Claim: claimOnce, then, when it found
+// nothing through a cached subscription, the check that the subscription
+// still holds (a stale one is answered store.StaleSubscription).
+func (c *Claimer) claimFresh(ctx context.Context, req store.PopRequest) (store.PopResult, error) {
+	qid, cached := c.st.CachedSubscription(req.Tenant, req.Queue, req.Group)
+	res, err := c.claimOnce(ctx, req)
+	if err != nil || len(res.Messages) > 0 || !cached || ctx.Err() != nil || !c.subChecks.due(qid, req.Group) {
+		return res, err
+	}
+	if canary.On("delete-keeps-cache") {
+		// That canary's stale subscription must show in pops, as
+		// before this check: the simulator's recreate probe is
+		// proven against it.
+		return res, nil
+	}
+	live, err := c.st.SubscriptionLive(ctx, store.SubscriptionLiveParams{QueueID: qid, Group: req.Group})
+	if err != nil || live {
+		// A failed check is no failed pop: the entry's ttl bounds it.
+		return res, nil
+	}
+	return res, store.StaleSubscription(req.Tenant, req.Queue, req.Group)
+}
+
+// claimOnce subscribes the group if this broker has not yet, runs the pop
+// statement, and after an empty wildcard pop does its bookkeeping
+// (noteEmpty). A queue that does not exist pops nothing.
+func (c *Claimer) claimOnce(ctx context.Context, req store.PopRequest) (store.PopResult, error) {
+	if req.Batch < 1 {
+		req.Batch = 1
+	}
+	if req.Partitions < 1 || req.Partition != "" {
+		req.Partitions = 1
+	}
+	res := store.PopResult{Queue: req.Queue, Group: req.Group}
+	if err := ctx.Err(); err != nil {
+		// The client is gone: claim nothing.
+		return res, err
+	}
+	qid, err := c.subscribed(ctx, req)
+	if errors.Is(err, store.ErrNotFound) {
+		return res, nil
+	}
+	if err != nil {
+		return res, err
+	}
+	now := c.st.DBNow()
+	res, err = c.st.RunPop(ctx, store.PopParams{Queue: req.Queue, QueueID: qid, Group: req.Group, Partition: req.Partition,
+		Partitions: req.Partitions, Batch: req.Batch, LeaseSeconds: req.LeaseSeconds, AutoAck: req.AutoAck,
+		MaxBytes: req.MaxBytes, Now: now})
+	if err != nil || len(res.Messages) > 0 || req.Partition != "" {
+		return res, err
+	}
+	c.noteEmpty(ctx, req, qid, now)
+	return res, nil
+}
+
+// subscribed returns the queue's id once the group is known to be
+// subscribed to it, subscribing it on first use. store.ErrNotFound: no
+// such queue. Queue mode always subscribes from the start; a named group
+// from its SubscriptionFrom when given, else by its SubscriptionMode (all
+// when empty).
+func (c *Claimer) subscribed(ctx context.Context, req store.PopRequest) (string, error) {
+	if id, ok := c.st.CachedSubscription(req.Tenant, req.Queue, req.Group); ok {
+		return id, nil
+	}
+	p := store.SubscribeParams{Tenant: req.Tenant, Queue: req.Queue, Group: req.Group, Mode: req.SubscriptionMode,
+		From: req.SubscriptionFrom, Now: c.st.DBNow()}
+	switch {
+	case req.Group == store.QueueModeGroup:
+		p.Mode, p.From = "all", nil
+	case p.From != nil:
+		p.Mode = "from"
+	case p.Mode == "":
+		p.Mode = "all"
+	}
+	return c.st.Subscribe(ctx, p)
+}
+
+// noteEmpty is the bookkeeping after a wildcard pop at now claimed
+// nothing: the pop mark, then the watermark, each when its throttle lets
+// it. Neither changes the pop's answer, so a failure is logged, not
+// returned (and a client that left is no database problem worth a
+// warning).
+func (c *Claimer) noteEmpty(ctx context.Context, req store.PopRequest, queueID string, now *time.Time) {
+	if c.popMarks.due(queueID, req.Group) {
+		err := c.st.MarkPopEmpty(ctx, store.PopMarkParams{QueueID: queueID, Group: req.Group, Now: now})
+		if err != nil && ctx.Err() == nil {
+			c.log.Warn("pop mark not written", "queue", req.Queue, "group", req.Group, "err", err)
+		}
+	}
+	if err := c.noteEmptyScan(ctx, req); err != nil && ctx.Err() == nil {
+		c.log.Warn("consumer watermark not written", "queue", req.Queue, "group", req.Group, "err", err)
+	}
+}
+
+// noteEmptyScan writes the watermark when its throttle lets it, and arms
+// the throttle only when the row is there afterwards (watermarkThrottle).
+func (c *Claimer) noteEmptyScan(ctx context.Context, req store.PopRequest) error {
+	if !c.marks.due(req.Tenant, req.Queue, req.Group) {
+		return nil
+	}
+	row, err := c.st.WriteWatermark(ctx, store.WatermarkParams{Queue: req.Queue, Group: req.Group, Tenant: req.Tenant,
+		Now: c.st.DBNow()})
+	if err != nil {
+		return err
+	}
+	if row {
+		c.marks.arm(req.Tenant, req.Queue, req.Group)
+	}
+	return nil
+}
+
+// ForgetWatermarks lets the next empty pop of tenant's (queue, group)
+// write its watermark at once, after the statement that deleted its row:
+// a seek to a timestamp, a group delete, a subscription change or a queue
+// delete. "" for queue or group matches any.
+func (c *Claimer) ForgetWatermarks(tenant, queue, group string) { c.marks.forget(tenant, queue, group) }
