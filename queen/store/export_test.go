@@ -86,7 +86,12 @@ func (s *Store) Push(ctx context.Context, tenant string, items []PushItem, produ
 			return struct{}{}, err
 		}
 		var res []AppendOut
-		err = s.retry.Run(ctx, false, func(ctx context.Context) (err error) {
+		// Alone, as pushpath runs a push it does not combine: a lock wait
+		// that ran out is tried again within the bound. In a slot (false)
+		// it returned at once, for a combiner to split, and the tests
+		// that push while others hold the partition's rows failed with
+		// 55P03 whenever the machine was slow.
+		err = s.retry.Run(ctx, true, func(ctx context.Context) (err error) {
 			res, err = s.AppendRows(ctx, rows, LockWait())
 			return err
 		})
