@@ -38,6 +38,7 @@ import (
 	"github.com/queen-go/queen/queen/leader"
 	"github.com/queen-go/queen/queen/maintenance"
 	"github.com/queen-go/queen/queen/mesh"
+	"github.com/queen-go/queen/queen/names"
 	"github.com/queen-go/queen/queen/pushpath"
 	"github.com/queen-go/queen/queen/spool"
 	"github.com/queen-go/queen/queen/store"
@@ -92,6 +93,7 @@ type Broker struct {
 	pool     *pgxpool.Pool
 	probe    *dbprobe.Prober
 	store    *store.Store
+	names    *names.Names // the store's names, cached: every path shares it
 	api      *httpapi.Server
 	handler  http.Handler
 	http     *http.Server
@@ -265,6 +267,7 @@ func (b *Broker) openStore(ctx context.Context) (*crypt.Cipher, error) {
 	b.store = store.New(b.pool, store.Options{DBNow: b.opts.DBNow, IDs: b.opts.IDs, TxTimeout: b.cfg.DBStatementTimeout, Cipher: cipher,
 		Clock: b.opts.Clock, CacheTTL: b.cfg.CacheRefreshInterval,
 		ReadOnly: b.readOnly})
+	b.names = names.New(b.store, names.Options{Clock: b.opts.Clock, TTL: b.cfg.CacheRefreshInterval})
 	if err := b.checkStandby(ctx); err != nil {
 		return nil, err
 	}
@@ -304,7 +307,7 @@ func (b *Broker) apiOptions(ctx context.Context, arbiter *admission.Arbiter, cip
 	if b.cfg.Analytics {
 		b.recorder = analytics.NewRecorder(b.cfg.AnalyticsMaxQueues)
 	}
-	o := httpapi.Options{Config: b.cfg, Store: b.store, Analytics: b.recorder, Spool: b.spool, Drainer: b.drainer,
+	o := httpapi.Options{Config: b.cfg, Store: b.store, Names: b.names, Analytics: b.recorder, Spool: b.spool, Drainer: b.drainer,
 		Maintenance: b.maint, Arbiter: arbiter, Clock: b.opts.Clock, Waker: waker.New(), IDs: b.opts.IDs, Logger: b.log,
 		Cipher: cipher, Push: pushes, PopClaims: b.opts.PopClaims}
 	if err := b.configureAuth(&o); err != nil {
@@ -324,7 +327,7 @@ func (b *Broker) apiOptions(ctx context.Context, arbiter *admission.Arbiter, cip
 // newPushPath is the one owner of commit-or-spool and of the replay of what
 // was spooled; the drainer replays through it.
 func (b *Broker) newPushPath(arbiter *admission.Arbiter, cipher *crypt.Cipher) *pushpath.Path {
-	pushes := pushpath.New(pushpath.Options{Store: b.store, Spool: b.spool, Diverted: b.maint.Push, Ping: b.probe.Probe,
+	pushes := pushpath.New(pushpath.Options{Store: b.store, Names: b.names, Spool: b.spool, Diverted: b.maint.Push, Ping: b.probe.Probe,
 		Cipher: cipher, Arbiter: arbiter, IDs: b.opts.IDs, Log: b.log,
 		PushStatements: b.cfg.PushStatements, PushBatchRows: b.cfg.PushBatchRows})
 	if b.drainer != nil {
@@ -463,7 +466,7 @@ func (b *Broker) logServing() {
 
 // newSweeper is this broker's timer and KV sweeper.
 func (b *Broker) newSweeper(arbiter *admission.Arbiter, cipher *crypt.Cipher) *sweeper.Sweeper {
-	return &sweeper.Sweeper{Store: b.store, Arbiter: arbiter, Clock: b.opts.Clock, IDs: b.opts.IDs, Log: b.log, Cipher: cipher,
+	return &sweeper.Sweeper{Store: b.store, Names: b.names, Arbiter: arbiter, Clock: b.opts.Clock, IDs: b.opts.IDs, Log: b.log, Cipher: cipher,
 		Lease: b.cfg.SweeperLease, MinSleep: b.cfg.SweeperMinSleep, MaxSleep: b.cfg.SweeperMaxSleep,
 		IdleMaxSleep: b.cfg.SweeperIdleMaxSleep, ClaimBatch: b.cfg.SweeperClaimBatch, PruneBatch: 1000,
 		MaxAttempts: b.cfg.SweeperMaxAttempts, RetryBase: b.cfg.SweeperRetryBase, Observe: b.opts.TimerClaims}
@@ -480,7 +483,7 @@ func sweeperStats(sw *sweeper.Sweeper) httpapi.SweeperStats {
 // startMesh binds the mesh port and dials the peers; the HTTP API and the
 // maintenance switches then send their hints through it.
 func (b *Broker) startMesh(api *httpapi.Options) error {
-	h := &hints{wake: api.Waker, store: b.store, maint: b.maint, log: b.log}
+	h := &hints{wake: api.Waker, names: b.names, maint: b.maint, log: b.log}
 	b.hints = h
 	b.mesh = mesh.New(mesh.Options{ServerID: b.cfg.ServerID, Listen: net.JoinHostPort(b.cfg.Host, fmt.Sprint(b.cfg.MeshPort)),
 		Peers: b.cfg.MeshPeers, Secret: []byte(b.cfg.MeshSecret), Heartbeat: b.cfg.MeshHeartbeat,

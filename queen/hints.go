@@ -8,7 +8,7 @@ import (
 	"github.com/queen-go/queen/queen/config"
 	"github.com/queen-go/queen/queen/maintenance"
 	"github.com/queen-go/queen/queen/mesh"
-	"github.com/queen-go/queen/queen/store"
+	"github.com/queen-go/queen/queen/names"
 	"github.com/queen-go/queen/queen/waker"
 )
 
@@ -19,7 +19,7 @@ import (
 type hints struct {
 	mesh  *mesh.Mesh
 	wake  *waker.Hub
-	store *store.Store
+	names *names.Names
 	maint *maintenance.State
 	log   *slog.Logger
 	// forgetSeries drops the HTTP API's series of a deleted queue; set
@@ -87,7 +87,7 @@ func (h *hints) handle(from string, f mesh.Frame) {
 	case mesh.QueueConfigSet, mesh.QueueConfigDelete:
 		var q mesh.QueueRef
 		if h.decode(from, f, &q) {
-			h.store.ForgetQueue(localTenant(q.Tenant), q.Queue)
+			h.names.ForgetQueue(localTenant(q.Tenant), q.Queue)
 			if fs := h.forgetSeries.Load(); fs != nil && f.Type == mesh.QueueConfigDelete {
 				(*fs)(localTenant(q.Tenant), q.Queue)
 			}

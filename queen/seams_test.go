@@ -58,21 +58,26 @@ func TestSeamsAreRespected(t *testing.T) {
 // policy packages (pushpath, consume) run the combiners over store; queen/txn
 // (the transaction route) and queen/streams (the streams cycle) compose
 // store's statements and are reached from httpapi; they import nothing else
-// of queen but canary, except that txn acks through consume, which owns the
-// ack state machine.
+// of queen but canary and queen/names (names to ids, cached, and the stale
+// retry), except that txn acks through consume, which owns the ack state
+// machine. queen/names runs store's statements and imports no policy.
 func TestSeamsKeepImportArrowsOneWay(t *testing.T) {
 	const mod = "github.com/queen-go/queen/queen/"
 	rules := map[string]func(imp string) bool{
 		"store": func(imp string) bool {
 			return !strings.HasPrefix(imp, mod+"pushpath") && !strings.HasPrefix(imp, mod+"consume") &&
 				!strings.HasPrefix(imp, mod+"httpapi") && !strings.HasPrefix(imp, mod+"txn") &&
-				!strings.HasPrefix(imp, mod+"streams")
+				!strings.HasPrefix(imp, mod+"streams") && !strings.HasPrefix(imp, mod+"names")
+		},
+		"names": func(imp string) bool {
+			return !strings.HasPrefix(imp, mod) || imp == mod+"store" || imp == mod+"canary" || imp == mod+"clock" ||
+				imp == mod+"ttlcache"
 		},
 		"txn": func(imp string) bool {
-			return !strings.HasPrefix(imp, mod) || imp == mod+"store" || imp == mod+"canary" || imp == mod+"consume"
+			return !strings.HasPrefix(imp, mod) || imp == mod+"store" || imp == mod+"canary" || imp == mod+"consume" || imp == mod+"names"
 		},
 		"streams": func(imp string) bool {
-			return !strings.HasPrefix(imp, mod) || imp == mod+"store" || imp == mod+"canary"
+			return !strings.HasPrefix(imp, mod) || imp == mod+"store" || imp == mod+"canary" || imp == mod+"names"
 		},
 		"combine": func(imp string) bool {
 			return !strings.HasPrefix(imp, mod) || imp == mod+"canary" || imp == mod+"admission"
@@ -110,7 +115,8 @@ func TestSeamsKeepImportArrowsOneWay(t *testing.T) {
 	// consume's.
 	for _, arrow := range []string{"pushpath " + mod + "combine", "pushpath " + mod + "store",
 		"consume " + mod + "combine", "consume " + mod + "store",
-		"txn " + mod + "store", "txn " + mod + "consume", "httpapi " + mod + "txn", "streams " + mod + "store", "httpapi " + mod + "streams"} {
+		"txn " + mod + "store", "txn " + mod + "consume", "httpapi " + mod + "txn", "streams " + mod + "store", "httpapi " + mod + "streams",
+		"pushpath " + mod + "names", "consume " + mod + "names", "txn " + mod + "names", "streams " + mod + "names"} {
 		if !imported[arrow] {
 			t.Errorf("%s no longer imports %s", strings.Fields(arrow)[0], strings.Fields(arrow)[1])
 		}
@@ -125,18 +131,20 @@ var layers = map[string]int{
 	// Leaves: seams and switches that know no other queen package.
 	"admission": 0, "canary": 0, "clock": 0, "connlimit": 0, "crypt": 0, "dashboard": 0, "pglocal": 0, "waker": 0,
 	// Mechanisms over the seams.
-	"auth": 1, "background": 1, "combine": 1, "dbprobe": 1, "ids": 1, "mesh": 1,
+	"auth": 1, "background": 1, "combine": 1, "dbprobe": 1, "ids": 1, "mesh": 1, "ttlcache": 1,
 	"limits": 2,
 	"config": 3,
 	// The statements.
 	"store": 4,
+	// Names to ids, cached, and the one retry when a cached id went stale.
+	"names": 5,
 	// Services and policy over the statements.
-	"analytics": 5, "consume": 5, "leader": 5, "spool": 5, "store/storetest": 5, "sweeper": 5,
-	"streams": 5,
+	"analytics": 6, "consume": 6, "leader": 6, "spool": 6, "store/storetest": 6, "sweeper": 6,
+	"streams": 6,
 	// The transaction route acks through consume.
-	"maintenance": 6, "pushpath": 6, "txn": 6,
+	"maintenance": 7, "pushpath": 7, "txn": 7,
 	// The wire.
-	"httpapi": 7,
+	"httpapi": 8,
 }
 
 // TestPackagesImportOnlyLowerLayers fails on an import that points up or

@@ -8,6 +8,7 @@ import (
 
 	"github.com/queen-go/queen/queen/canary"
 	"github.com/queen-go/queen/queen/clock"
+	"github.com/queen-go/queen/queen/names"
 	"github.com/queen-go/queen/queen/store"
 )
 
@@ -20,8 +21,9 @@ import (
 // their state is this Claimer's, one per broker (the Consumer's). It is
 // safe for concurrent use.
 type Claimer struct {
-	st  *store.Store
-	log *slog.Logger
+	st    *store.Store
+	names *names.Names
+	log   *slog.Logger
 	// popMarks spaces the pop marks per (queue id, group).
 	popMarks *popMarkThrottle
 	// subChecks spaces the checks of cached subscriptions per (queue id,
@@ -33,6 +35,9 @@ type Claimer struct {
 
 // ClaimerOptions configure a Claimer.
 type ClaimerOptions struct {
+	// Names caches the groups' subscriptions (the broker's one
+	// queen/names over the store); nil: a cache of this Claimer's own.
+	Names *names.Names
 	// Clock paces the throttles; nil means the wall clock.
 	Clock clock.Clock
 	// PopMarkEvery is how seldom one (queue, group) is marked fully
@@ -54,13 +59,16 @@ func NewClaimer(st *store.Store, o ClaimerOptions) *Claimer {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Claimer{st: st, log: o.Log, popMarks: newPopMarkThrottle(o.Clock, o.PopMarkEvery),
+	if o.Names == nil {
+		o.Names = names.New(st, names.Options{})
+	}
+	return &Claimer{st: st, names: o.Names, log: o.Log, popMarks: newPopMarkThrottle(o.Clock, o.PopMarkEvery),
 		subChecks: newPopMarkThrottle(o.Clock, o.PopMarkEvery), marks: newWatermarkThrottle(o.Clock)}
 }
 
 // Claim claims up to req.Partitions partitions for the group and returns up
 // to req.Batch messages after the group's cursor, in seq order. It runs
-// under store.FreshRetry: an empty pop whose subscription came from the
+// under names.Retry: an empty pop whose subscription came from the
 // name cache checks that it still holds, at most once per PopMarkEvery per
 // (queue, group), so a queue or a group deleted through another broker is
 // subscribed again and popped at once, not after the cache's ttl.
@@ -68,14 +76,14 @@ func (c *Claimer) Claim(ctx context.Context, req store.PopRequest) (store.PopRes
 	if req.Group == "" {
 		req.Group = store.QueueModeGroup
 	}
-	return store.FreshRetry(c.st, func() (store.PopResult, error) { return c.claimFresh(ctx, req) })
+	return names.Retry(c.names, func() (store.PopResult, error) { return c.claimFresh(ctx, req) })
 }
 
 // claimFresh is one attempt of Claim: claimOnce, then, when it found
 // nothing through a cached subscription, the check that the subscription
-// still holds (a stale one is answered store.StaleSubscription).
+// still holds (a stale one is answered names.StaleSubscription).
 func (c *Claimer) claimFresh(ctx context.Context, req store.PopRequest) (store.PopResult, error) {
-	qid, cached := c.st.CachedSubscription(req.Tenant, req.Queue, req.Group)
+	qid, cached := c.names.Subscription(req.Tenant, req.Queue, req.Group)
 	res, err := c.claimOnce(ctx, req)
 	if err != nil || len(res.Messages) > 0 || !cached || ctx.Err() != nil || !c.subChecks.due(qid, req.Group) {
 		return res, err
@@ -91,7 +99,7 @@ func (c *Claimer) claimFresh(ctx context.Context, req store.PopRequest) (store.P
 		// A failed check is no failed pop: the entry's ttl bounds it.
 		return res, nil
 	}
-	return res, store.StaleSubscription(req.Tenant, req.Queue, req.Group)
+	return res, names.StaleSubscription(req.Tenant, req.Queue, req.Group)
 }
 
 // claimOnce subscribes the group if this broker has not yet, runs the pop
@@ -133,7 +141,7 @@ func (c *Claimer) claimOnce(ctx context.Context, req store.PopRequest) (store.Po
 // from its SubscriptionFrom when given, else by its SubscriptionMode (all
 // when empty).
 func (c *Claimer) subscribed(ctx context.Context, req store.PopRequest) (string, error) {
-	if id, ok := c.st.CachedSubscription(req.Tenant, req.Queue, req.Group); ok {
+	if id, ok := c.names.Subscription(req.Tenant, req.Queue, req.Group); ok {
 		return id, nil
 	}
 	p := store.SubscribeParams{Tenant: req.Tenant, Queue: req.Queue, Group: req.Group, Mode: req.SubscriptionMode,
@@ -146,7 +154,7 @@ func (c *Claimer) subscribed(ctx context.Context, req store.PopRequest) (string,
 	case p.Mode == "":
 		p.Mode = "all"
 	}
-	return c.st.Subscribe(ctx, p)
+	return c.names.Subscribe(ctx, p)
 }
 
 // noteEmpty is the bookkeeping after a wildcard pop at now claimed

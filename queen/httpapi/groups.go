@@ -145,7 +145,7 @@ func (s *Server) deleteGroup(w http.ResponseWriter, r *http.Request) {
 		queue = &q
 	}
 	meta := queryFlag(r, "deleteMetadata", true)
-	n, queues, err := s.store.DeleteGroup(r.Context(), tenantOf(r), g, queue, meta)
+	n, queues, err := s.names.DeleteGroup(r.Context(), tenantOf(r), g, queue, meta)
 	if err != nil {
 		s.storeError(w, r, "delete consumer group", err)
 		return

@@ -121,7 +121,7 @@ func (s *Server) configure(w http.ResponseWriter, r *http.Request) {
 			"set on every broker: without it payloads would be stored in the clear")
 		return
 	}
-	res, err := s.store.Configure(r.Context(), in)
+	res, err := s.names.Configure(r.Context(), in)
 	if err != nil {
 		s.storeError(w, r, "configure", err)
 		return
@@ -221,7 +221,7 @@ func (s *Server) queueDepth(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) deleteQueue(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("queue")
-	existed, err := s.store.DeleteQueue(r.Context(), tenantOf(r), name)
+	existed, err := s.names.DeleteQueue(r.Context(), tenantOf(r), name)
 	s.consumer.ForgetWatermarks(tenantOf(r), name, "") // the delete took the queue's watermarks
 	if err != nil {
 		s.storeError(w, r, "delete queue", err)

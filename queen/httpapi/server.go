@@ -37,6 +37,7 @@ import (
 	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/limits"
 	"github.com/queen-go/queen/queen/maintenance"
+	"github.com/queen-go/queen/queen/names"
 	"github.com/queen-go/queen/queen/pushpath"
 	"github.com/queen-go/queen/queen/spool"
 	"github.com/queen-go/queen/queen/store"
@@ -50,6 +51,7 @@ const Version = "0.1.0"
 type Server struct {
 	cfg     config.Config
 	store   *store.Store
+	names   *names.Names
 	spool   *spool.Spool
 	drainer *spool.Drainer
 	maint   *maintenance.State
@@ -95,6 +97,9 @@ type counters struct {
 type Options struct {
 	Config config.Config
 	Store  *store.Store
+	// Names resolves names over Store, cached (the broker's one
+	// queen/names); nil: a cache of this server's own.
+	Names *names.Names
 	// Analytics records the per-minute buckets (nil: none recorded).
 	Analytics *analytics.Recorder
 	// Spool and Drainer are nil when no file buffer is configured: pushes
@@ -182,15 +187,18 @@ func New(o Options) *Server {
 	if o.Maintenance == nil {
 		o.Maintenance = maintenance.New(o.Store, o.Spool, o.Logger)
 	}
-	s := &Server{cfg: o.Config, store: o.Store, spool: o.Spool, drainer: o.Drainer, maint: o.Maintenance,
+	if o.Names == nil {
+		o.Names = names.New(o.Store, names.Options{Clock: o.Clock, TTL: o.Config.CacheRefreshInterval})
+	}
+	s := &Server{cfg: o.Config, store: o.Store, names: o.Names, spool: o.Spool, drainer: o.Drainer, maint: o.Maintenance,
 		arbiter: o.Arbiter, clock: o.Clock, wake: o.Waker, peers: o.Peers, ids: o.IDs, sharedState: o.SharedState, meshRefusals: o.MeshRefusals, timerHint: o.TimerHint, sweeperStats: o.SweeperStats, connections: o.Connections, auth: o.Auth, cipher: o.Cipher, log: o.Logger, started: o.Clock.Now(),
 		draining: make(chan struct{})}
-	s.consumer = consume.New(consume.Options{Store: o.Store, Waker: o.Waker, Clock: o.Clock, Draining: s.draining, OnClaim: o.PopClaims, Log: o.Logger,
+	s.consumer = consume.New(consume.Options{Store: o.Store, Names: o.Names, Waker: o.Waker, Clock: o.Clock, Draining: s.draining, OnClaim: o.PopClaims, Log: o.Logger,
 		AckStatements: o.Config.AckStatements, AckBatchRows: o.Config.PushBatchRows,
 		Wait: consume.Wait{Initial: o.Config.PopWaitInitial, Threshold: o.Config.PopWaitThreshold, Factor: o.Config.PopWaitFactor, Max: o.Config.PopWaitMax}})
 	s.pushes = o.Push
 	if s.pushes == nil {
-		s.pushes = pushpath.New(pushpath.Options{Store: o.Store, Spool: o.Spool, Diverted: s.maint.Push, Ping: s.drainPing(),
+		s.pushes = pushpath.New(pushpath.Options{Store: o.Store, Names: o.Names, Spool: o.Spool, Diverted: s.maint.Push, Ping: s.drainPing(),
 			Cipher: o.Cipher, Arbiter: o.Arbiter, IDs: o.IDs, Log: o.Logger})
 	}
 	s.queueMessages = newQueueSeries(o.Config.MetricsMaxQueues)

@@ -14,6 +14,7 @@ import (
 	"github.com/queen-go/queen/queen/config"
 	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/ids"
+	"github.com/queen-go/queen/queen/names"
 	"github.com/queen-go/queen/queen/pushpath"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/store/storetest"
@@ -28,7 +29,14 @@ const tenant = config.DefaultTenant
 // did: its Push answers the committed results.
 type pusher struct {
 	*store.Store
-	path *pushpath.Path
+	names *names.Names
+	path  *pushpath.Path
+}
+
+// DeleteQueue deletes through the pusher's names, as the broker's route
+// does: the queue's cached ids are forgotten.
+func (x pusher) DeleteQueue(ctx context.Context, tenant, name string) (bool, error) {
+	return x.names.DeleteQueue(ctx, tenant, name)
 }
 
 func (x pusher) Push(ctx context.Context, tenant string, items []store.PushItem, sub string) ([]store.PushResult, error) {
@@ -43,7 +51,8 @@ func newPusher(t *testing.T, o store.Options, pushStatements int) (pusher, *pgxp
 	pool := storetest.Pool(t)
 	o.IDs = ids.NewSource(clock.Real{}, nil)
 	s := store.New(pool, o)
-	return pusher{s, pushpath.New(pushpath.Options{Store: s, IDs: o.IDs, Log: quiet, PushStatements: pushStatements})}, pool
+	n := names.New(s, names.Options{})
+	return pusher{s, n, pushpath.New(pushpath.Options{Store: s, Names: n, IDs: o.IDs, Log: quiet, PushStatements: pushStatements})}, pool
 }
 
 func push(t *testing.T, s pusher, queue, partition, txid string) {

@@ -5,12 +5,13 @@ import (
 
 	"github.com/queen-go/queen/queen/canary"
 	"github.com/queen-go/queen/queen/combine"
+	"github.com/queen-go/queen/queen/names"
 	"github.com/queen-go/queen/queen/store"
 )
 
 // The retry layers of a push, outermost first, all here:
 //
-//   - the stale-name retry (store.FreshRetry, in store): a cached
+//   - the stale-name retry (names.Retry, in queen/names): a cached
 //     partition id that names a partition deleted through another broker
 //     is forgotten and only the items whose partition was gone are pushed
 //     again, once (rows in partitions that exist commit whatever others do);
@@ -78,7 +79,7 @@ func (p *Path) commit(ctx context.Context, tenant string, items []store.PushItem
 	// Rows in partitions that exist commit whatever others do, so a retry
 	// (a cached partition was deleted through another broker) pushes only
 	// the items whose partition was gone.
-	_, err := store.FreshRetry(p.o.Store, func() (struct{}, error) {
+	_, err := names.Retry(p.o.Names, func() (struct{}, error) {
 		var err error
 		todo, err = p.pushSome(ctx, tenant, items, todo, producerSub, out)
 		return struct{}{}, err
@@ -97,7 +98,7 @@ func (p *Path) pushSome(ctx context.Context, tenant string, items []store.PushIt
 	for j, i := range todo {
 		sub[j] = items[i]
 	}
-	rows, err := p.o.Store.PushRows(ctx, tenant, sub, producerSub)
+	rows, err := p.o.Names.PushRows(ctx, tenant, sub, producerSub)
 	if err != nil {
 		return todo, err
 	}

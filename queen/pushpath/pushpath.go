@@ -25,6 +25,7 @@ import (
 	"github.com/queen-go/queen/queen/combine"
 	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/ids"
+	"github.com/queen-go/queen/queen/names"
 	"github.com/queen-go/queen/queen/spool"
 	"github.com/queen-go/queen/queen/store"
 )
@@ -32,6 +33,9 @@ import (
 // Options wire a Path.
 type Options struct {
 	Store *store.Store
+	// Names resolves the pushes' partitions, cached (the broker's one
+	// queen/names over Store); nil: a cache of this path's own.
+	Names *names.Names
 	// Spool keeps pushes while the database is unavailable; nil: none, and
 	// an unavailable database is the caller's error.
 	Spool *spool.Spool
@@ -62,6 +66,9 @@ type Path struct {
 func New(o Options) *Path {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Names == nil {
+		o.Names = names.New(o.Store, names.Options{})
 	}
 	return &Path{o: o, pushes: newCombiner(o)}
 }

@@ -65,43 +65,49 @@ const RefAckCompletedSQL = refAckCompletedSQL
 const AckReadSQL = ackReadSQL
 
 // Push is the store tests' way to put messages in: what queen/pushpath does
-// for one caller (its statements, the stale-name retry), without the
-// combiner; the combining and its retries are pushpath's, and tested there.
+// for one caller (its statements), without the combiner and without the
+// name cache; the combining and its retries are pushpath's, and the name
+// cache and its stale retry queen/names', and tested there.
 func (s *Store) Push(ctx context.Context, tenant string, items []PushItem, producerSub string) ([]PushResult, error) {
 	out := make([]PushResult, len(items))
 	if len(items) == 0 {
 		return out, nil
 	}
 	todo := make([]int, len(items))
-	for i := range todo {
+	keys := make([]PartitionKey, len(items))
+	for i, it := range items {
 		todo[i] = i
+		keys[i] = PartitionKey{Queue: it.Queue, Partition: it.Partition}
+		if keys[i].Partition == "" {
+			keys[i].Partition = DefaultPartition
+		}
 	}
-	_, err := FreshRetry(s, func() (struct{}, error) {
-		sub := make([]PushItem, len(todo))
-		for j, i := range todo {
-			sub[j] = items[i]
-		}
-		rows, err := s.PushRows(ctx, tenant, sub, producerSub)
-		if err != nil {
-			return struct{}{}, err
-		}
-		var res []AppendOut
-		// Alone, as pushpath runs a push it does not combine: a lock wait
-		// that ran out is tried again within the bound. In a slot (false)
-		// it returned at once, for a combiner to split, and the tests
-		// that push while others hold the partition's rows failed with
-		// 55P03 whenever the machine was slow.
-		err = s.retry.Run(ctx, true, func(ctx context.Context) (err error) {
-			res, err = s.AppendRows(ctx, rows, LockWait())
-			return err
-		})
-		if err != nil {
-			return struct{}{}, err
-		}
-		todo, err = PushAnswers(items, todo, rows, res, out)
-		return struct{}{}, err
+	ids, err := s.ResolvePartitions(ctx, tenant, keys)
+	if err != nil {
+		return nil, err
+	}
+	pids := make([]string, len(items))
+	for i, k := range keys {
+		pids[i] = ids[k]
+	}
+	rows, err := s.BuildRows(ctx, tenant, items, pids, producerSub)
+	if err != nil {
+		return nil, err
+	}
+	var res []AppendOut
+	// Alone, as pushpath runs a push it does not combine: a lock wait that
+	// ran out is tried again within the bound. In a slot (false) it
+	// returned at once, for a combiner to split, and the tests that push
+	// while others hold the partition's rows failed with 55P03 whenever
+	// the machine was slow.
+	err = s.retry.Run(ctx, true, func(ctx context.Context) (err error) {
+		res, err = s.AppendRows(ctx, rows, LockWait())
+		return err
 	})
 	if err != nil {
+		return nil, err
+	}
+	if _, err := PushAnswers(items, todo, rows, res, out); err != nil {
 		return nil, err
 	}
 	return out, nil

@@ -151,10 +151,6 @@ func (s *Store) DeleteGroup(ctx context.Context, tenant, group string, queue *st
 			seen[n] = true
 			queues = append(queues, n)
 		}
-		s.cache.forgetGroup(tenant, n, group)
-	}
-	if queue != nil {
-		s.cache.forgetGroup(tenant, *queue, group)
 	}
 	return len(names), queues, nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/queen-go/queen/queen/config"
 	"github.com/queen-go/queen/queen/consume"
 	"github.com/queen-go/queen/queen/ids"
+	"github.com/queen-go/queen/queen/names"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/store/storetest"
 )
@@ -55,14 +56,25 @@ var claimers sync.Map // *store.Store -> *consume.Claimer
 // claimerFor gives s a Claimer of its own options (a simulated clock, no
 // mark throttle); claim builds one with the defaults otherwise.
 func claimerFor(s *store.Store, o consume.ClaimerOptions) {
+	o.Names = namesOf(s)
 	claimers.Store(s, consume.NewClaimer(s, o))
+}
+
+// caches holds the queen/names cache of each store, one per store as a
+// broker keeps one beside its store: its pops and deletes share it.
+var caches sync.Map // *store.Store -> *names.Names
+
+// namesOf is s's name cache.
+func namesOf(s *store.Store) *names.Names {
+	n, _ := caches.LoadOrStore(s, names.New(s, names.Options{}))
+	return n.(*names.Names)
 }
 
 // claim is a pop as the broker runs it (consume.Claimer.Claim) over s.
 func claim(ctx context.Context, s *store.Store, req store.PopRequest) (store.PopResult, error) {
 	c, ok := claimers.Load(s)
 	if !ok {
-		c, _ = claimers.LoadOrStore(s, consume.NewClaimer(s, consume.ClaimerOptions{}))
+		c, _ = claimers.LoadOrStore(s, consume.NewClaimer(s, consume.ClaimerOptions{Names: namesOf(s)}))
 	}
 	return c.(*consume.Claimer).Claim(ctx, req)
 }

@@ -52,7 +52,7 @@ func (s *Store) newRetry() combine.Retry {
 
 // wait waits d on the store's clock, or until ctx ends.
 func (s *Store) wait(ctx context.Context, d time.Duration) {
-	t := s.cache.clock.NewTimer(d)
+	t := s.clock.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():

@@ -212,15 +212,6 @@ type Retried struct {
 	Duplicate                                               bool
 }
 
-// RetryMessage gives a dead-lettered message another life, in one
-// transaction: its newest DLQ row is deleted and a copy of the message is
-// pushed to the end of its partition under transactionId "dlq:<row id>", so
-// a repeated retry of that row dedups. ErrNotFound: no DLQ row. A stale
-// cached partition id is forgotten and the retry run again (freshRetry).
-func (s *Store) RetryMessage(ctx context.Context, tenant, partitionID, txid string) (Retried, error) {
-	return freshRetry(s, func() (Retried, error) { return s.retryMessageOnce(ctx, tenant, partitionID, txid) })
-}
-
 // retryDeadLetterSQL reads the latest dead letter of tenant $1's message $3
 // of partition $2.
 const retryDeadLetterSQL = `SELECT d.id, q.name, p.name, m.payload, m.is_encrypted, m.trace_id::text, m.producer_sub
@@ -231,39 +222,55 @@ const retryDeadLetterSQL = `SELECT d.id, q.name, p.name, m.payload, m.is_encrypt
 // deleteDeadLetterSQL deletes dead letter $1.
 const deleteDeadLetterSQL = `DELETE FROM queen.dead_letter_queue WHERE id = $1`
 
-// retryMessageOnce is one attempt of RetryMessage.
-func (s *Store) retryMessageOnce(ctx context.Context, tenant, partitionID, txid string) (Retried, error) {
-	var r Retried
-	var dlqID int64
+// DeadLetter is a dead-lettered message's newest DLQ row, read for a retry
+// (ReadDeadLetter): the item to push again, and what the retry answers.
+type DeadLetter struct {
+	id      int64
+	Item    PushItem
+	Retried Retried
+}
+
+// ReadDeadLetter reads the newest DLQ row of the tenant's message txid of
+// partitionID, as the item a retry pushes to the end of its partition under
+// transactionId "dlq:<row id>" (so a repeated retry of that row dedups).
+// ErrNotFound: no DLQ row. queen/names' RetryMessage resolves the item's
+// partition and runs RetryDeadLetter.
+func (s *Store) ReadDeadLetter(ctx context.Context, tenant, partitionID, txid string) (DeadLetter, error) {
+	var d DeadLetter
+	r := &d.Retried
 	var payload []byte
 	var trace *string
 	var sub *string
 	var sealed bool
-	err := s.pool.QueryRow(ctx, retryDeadLetterSQL, tenant, partitionID, txid).Scan(&dlqID, &r.Queue, &r.Partition, &payload, &sealed, &trace, &sub)
+	err := s.pool.QueryRow(ctx, retryDeadLetterSQL, tenant, partitionID, txid).Scan(&d.id, &r.Queue, &r.Partition, &payload, &sealed, &trace, &sub)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return r, ErrNotFound
+		return d, ErrNotFound
 	}
 	if err != nil {
-		return r, err
+		return d, err
 	}
-	r.TransactionID = fmt.Sprintf("dlq:%d", dlqID)
+	r.TransactionID = fmt.Sprintf("dlq:%d", d.id)
 	// The stored payload travels with whether it is sealed: it is opened
 	// and stored again as the queue asks, never sealed a second time.
-	item := PushItem{Queue: r.Queue, Partition: r.Partition, Payload: crypt.Stored(payload, sealed), TransactionID: r.TransactionID}
+	d.Item = PushItem{Queue: r.Queue, Partition: r.Partition, Payload: crypt.Stored(payload, sealed), TransactionID: r.TransactionID}
 	if trace != nil {
-		item.TraceID = *trace
+		d.Item.TraceID = *trace
 	}
 	if sub != nil {
-		item.ProducerSub = *sub
+		d.Item.ProducerSub = *sub
 	}
-	rows, err := s.pushRows(ctx, tenant, []PushItem{item}, "")
-	if err != nil {
-		return r, err
-	}
+	return d, nil
+}
+
+// RetryDeadLetter gives d's message another life, in one transaction: its
+// DLQ row is deleted and rows (d.Item's, BuildRows) appended. A partition
+// deleted meanwhile is a *GoneError, and nothing is written.
+func (s *Store) RetryDeadLetter(ctx context.Context, d DeadLetter, rows []AppendRow) (Retried, error) {
+	r := d.Retried
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, deleteDeadLetterSQL, dlqID); err != nil {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, deleteDeadLetterSQL, d.id); err != nil {
 			return err
 		}
 		out, err := s.appendDistinct(ctx, tx, rows)
@@ -271,7 +278,7 @@ func (s *Store) retryMessageOnce(ctx context.Context, tenant, partitionID, txid 
 			return err
 		}
 		if gone := goneIDs(rows, out); len(gone) > 0 {
-			return &staleIDs{partitions: gone, err: fmt.Errorf("the message's partition was deleted during the retry")}
+			return &GoneError{Partitions: gone, Err: fmt.Errorf("the message's partition was deleted during the retry")}
 		}
 		r.MessageID, r.Duplicate, r.PartitionID = out[0].messageID, !out[0].queued, rows[0].pid
 		return nil

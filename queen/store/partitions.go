@@ -17,8 +17,9 @@ FROM unnest($2::text[], $3::text[]) AS k(qn, pn)
 JOIN queen.queues q ON q.tenant_id = $1 AND q.name = k.qn
 JOIN queen.partitions p ON p.queue_id = q.id AND p.name = k.pn`
 
-// lookupPartitionsParams are lookupPartitionsSQL's arguments, $1 to $3.
-type lookupPartitionsParams struct {
+// LookupPartitionsParams are lookupPartitionsSQL's arguments, $1 to $3:
+// Queues[i] and Partitions[i] name one partition.
+type LookupPartitionsParams struct {
 	Tenant     string
 	Queues     []string
 	Partitions []string
@@ -83,27 +84,45 @@ type createConsumersParams struct {
 	Now          *time.Time
 }
 
-// partitionIDs resolves (queue, partition) names of one tenant to partition
-// ids, from the cache when it can, creating queues and partitions that do
-// not exist yet.
-func (s *Store) partitionIDs(ctx context.Context, tenant string, keys []partName) (map[partName]string, error) {
-	out := make(map[partName]string, len(keys))
-	var missing []partName
-	for _, k := range keys {
-		if id, ok := s.cache.partition(k); ok {
-			out[k] = id
-		} else {
-			missing = append(missing, k)
-		}
-	}
-	if len(missing) == 0 {
-		return out, nil
-	}
-	if err := s.lookupPartitions(ctx, tenant, missing, out); err != nil {
+// PartitionKey names one partition of a tenant's queue.
+type PartitionKey struct{ Queue, Partition string }
+
+// PartitionRow is a partition LookupPartitions found: its names and id.
+type PartitionRow struct{ Queue, Partition, ID string }
+
+// LookupPartitions runs lookupPartitionsSQL: the ids of the named
+// partitions that exist; a missing name is simply absent.
+func (s *Store) LookupPartitions(ctx context.Context, p LookupPartitionsParams) ([]PartitionRow, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	rows, err := s.pool.Query(ctx, text("partitions.lookup"), argsOf(p)...)
+	if err != nil {
 		return nil, err
 	}
-	var create []partName
-	for _, k := range missing {
+	defer rows.Close()
+	var out []PartitionRow
+	for rows.Next() {
+		var r PartitionRow
+		if err := rows.Scan(&r.Queue, &r.Partition, &r.ID); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// ResolvePartitions maps the tenant's partition names to ids, creating the
+// queues and partitions that do not exist yet: LookupPartitions, then
+// CreatePartitions for the missing and LookupPartitions again. It caches
+// nothing (queen/names caches its answers). A name deleted again between
+// its create and the second lookup is an error: the caller retries.
+func (s *Store) ResolvePartitions(ctx context.Context, tenant string, keys []PartitionKey) (map[PartitionKey]string, error) {
+	out := make(map[PartitionKey]string, len(keys))
+	if err := s.lookupInto(ctx, tenant, keys, out); err != nil {
+		return nil, err
+	}
+	var create []PartitionKey
+	for _, k := range keys {
 		if _, ok := out[k]; !ok {
 			create = append(create, k)
 		}
@@ -111,55 +130,46 @@ func (s *Store) partitionIDs(ctx context.Context, tenant string, keys []partName
 	if len(create) == 0 {
 		return out, nil
 	}
-	if err := s.createPartitions(ctx, tenant, create); err != nil {
+	if err := s.CreatePartitions(ctx, tenant, create); err != nil {
 		return nil, err
 	}
-	if err := s.lookupPartitions(ctx, tenant, create, out); err != nil {
+	if err := s.lookupInto(ctx, tenant, create, out); err != nil {
 		return nil, err
 	}
 	for _, k := range create {
 		if _, ok := out[k]; !ok {
 			// Deleted again between create and lookup: let the caller retry.
-			return nil, fmt.Errorf("partition %s/%s vanished while being created", k.queue, k.partition)
+			return nil, fmt.Errorf("partition %s/%s vanished while being created", k.Queue, k.Partition)
 		}
 	}
 	return out, nil
 }
 
-func (s *Store) lookupPartitions(ctx context.Context, tenant string, keys []partName, out map[partName]string) error {
-	p := lookupPartitionsParams{Tenant: tenant}
+// lookupInto runs LookupPartitions for keys and puts what it finds in out.
+func (s *Store) lookupInto(ctx context.Context, tenant string, keys []PartitionKey, out map[PartitionKey]string) error {
+	p := LookupPartitionsParams{Tenant: tenant}
 	for _, k := range keys {
-		p.Queues = append(p.Queues, k.queue)
-		p.Partitions = append(p.Partitions, k.partition)
+		p.Queues = append(p.Queues, k.Queue)
+		p.Partitions = append(p.Partitions, k.Partition)
 	}
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
-	rows, err := s.pool.Query(ctx, text("partitions.lookup"), argsOf(p)...)
-	if err != nil {
-		return err
+	rows, err := s.LookupPartitions(ctx, p)
+	for _, r := range rows {
+		out[PartitionKey{Queue: r.Queue, Partition: r.Partition}] = r.ID
 	}
-	defer rows.Close()
-	for rows.Next() {
-		k := partName{tenant: tenant}
-		var id string
-		if err := rows.Scan(&k.queue, &k.partition, &id); err != nil {
-			return err
-		}
-		out[k] = id
-		s.cache.putPartition(k, id)
-	}
-	return rows.Err()
+	return err
 }
 
-// createPartitions creates queues and partitions, and the new partitions'
-// cursor rows, in one short transaction. Names are sorted so that two
-// brokers creating the same set wait on each other in one order.
-func (s *Store) createPartitions(ctx context.Context, tenant string, keys []partName) error {
+// CreatePartitions creates the tenant's queues and partitions keys name
+// that do not exist yet (createQueuesSQL, createPartitionsSQL), and the new
+// partitions' cursor rows (createConsumersSQL), in one short transaction.
+// Names are sorted so that two brokers creating the same set wait on each
+// other in one order. keys is sorted in place.
+func (s *Store) CreatePartitions(ctx context.Context, tenant string, keys []PartitionKey) error {
 	sort.Slice(keys, func(i, j int) bool {
-		if keys[i].queue != keys[j].queue {
-			return keys[i].queue < keys[j].queue
+		if keys[i].Queue != keys[j].Queue {
+			return keys[i].Queue < keys[j].Queue
 		}
-		return keys[i].partition < keys[j].partition
+		return keys[i].Partition < keys[j].Partition
 	})
 	d := DefaultQueueOptions()
 	qp := createQueuesParams{Tenant: tenant, LeaseTime: d.LeaseTime, RetryLimit: d.RetryLimit, RetryDelay: d.RetryDelay,
@@ -167,17 +177,17 @@ func (s *Store) createPartitions(ctx context.Context, tenant string, keys []part
 	pp := createPartitionsParams{Tenant: tenant, Now: s.dbNow()}
 	seen := map[string]bool{}
 	for _, k := range keys {
-		if !seen[k.queue] {
-			seen[k.queue] = true
-			ns, task := splitName(k.queue)
+		if !seen[k.Queue] {
+			seen[k.Queue] = true
+			ns, task := splitName(k.Queue)
 			qp.IDs = append(qp.IDs, s.ids.New())
-			qp.Names = append(qp.Names, k.queue)
+			qp.Names = append(qp.Names, k.Queue)
 			qp.Namespaces = append(qp.Namespaces, ns)
 			qp.Tasks = append(qp.Tasks, task)
 		}
 		pp.IDs = append(pp.IDs, s.ids.New())
-		pp.Queues = append(pp.Queues, k.queue)
-		pp.Partitions = append(pp.Partitions, k.partition)
+		pp.Queues = append(pp.Queues, k.Queue)
+		pp.Partitions = append(pp.Partitions, k.Partition)
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()

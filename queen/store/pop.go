@@ -416,15 +416,8 @@ type SubscribeParams struct {
 	Now                        *time.Time
 }
 
-// CachedSubscription is the queue id the name cache holds for the group's
-// subscription to the queue, if it holds one.
-func (s *Store) CachedSubscription(tenant, queue, group string) (string, bool) {
-	return s.cache.subscription(subName{tenant: tenant, queue: queue, group: group})
-}
-
 // Subscribe records the group's subscription to the queue and gives it its
-// cursor rows (lockQueueSQL, then subscribeSQL, in one transaction), and
-// caches it. It returns the queue's id; ErrNotFound: no such queue.
+// cursor rows (lockQueueSQL, then subscribeSQL, in one transaction). It returns the queue's id; ErrNotFound: no such queue.
 func (s *Store) Subscribe(ctx context.Context, in SubscribeParams) (string, error) {
 	p := subscribeParams{Tenant: in.Tenant, Group: in.Group, Queue: in.Queue, Mode: in.Mode, From: in.From, Now: in.Now}
 	ctx, cancel := s.bound(ctx)
@@ -442,7 +435,6 @@ func (s *Store) Subscribe(ctx context.Context, in SubscribeParams) (string, erro
 	if err != nil {
 		return "", err
 	}
-	s.cache.putSubscription(subName{tenant: in.Tenant, queue: in.Queue, group: in.Group}, p.QueueID)
 	return p.QueueID, nil
 }
 

@@ -154,7 +154,7 @@ func TestPopMarksAreClearedByEveryWriter(t *testing.T) {
 		}
 		marked("after " + w.name)
 	}
-	if _, err := s.DeleteQueue(ctx, tenant, "marks-writers"); err != nil {
+	if _, err := namesOf(s).DeleteQueue(ctx, tenant, "marks-writers"); err != nil {
 		t.Fatal(err)
 	}
 	var left int

@@ -190,7 +190,7 @@ func (s *Store) AppendRowsStranded(ctx context.Context, rows []AppendRow) ([]App
 	return out, err
 }
 
-// AppendRow is one message bound for a known partition (PushRows makes
+// AppendRow is one message bound for a known partition (BuildRows makes
 // them; AppendRows stores them).
 type AppendRow struct {
 	id, pid, txid, trace, sub string
@@ -214,7 +214,7 @@ type AppendOut struct {
 
 // PushAnswers answers the items todo names (rows and res are theirs, in
 // order) in out, and returns those whose partition was gone, with an error
-// naming the partitions for FreshRetry. Whatever else the statement wrote
+// naming the partitions (*GoneError). Whatever else the statement wrote
 // is answered: rows in partitions that exist commit whatever others do.
 func PushAnswers(items []PushItem, todo []int, rows []AppendRow, res []AppendOut, out []PushResult) ([]int, error) {
 	var again []int
@@ -230,40 +230,16 @@ func PushAnswers(items []PushItem, todo []int, rows []AppendRow, res []AppendOut
 		}
 	}
 	if gone := goneIDs(rows, res); len(gone) > 0 {
-		return again, &staleIDs{partitions: gone, err: fmt.Errorf("push: partitions deleted while pushing into them")}
+		return again, &GoneError{Partitions: gone, Err: fmt.Errorf("push: partitions deleted while pushing into them")}
 	}
 	return nil, nil
 }
 
-// PushRows resolves the items' partitions (queues and partitions are
-// created on first use), mints their message ids and seals their payloads:
-// the rows AppendRows stores. It neither combines nor retries.
-func (s *Store) PushRows(ctx context.Context, tenant string, items []PushItem, producerSub string) ([]AppendRow, error) {
-	return s.pushRows(ctx, tenant, items, producerSub)
-}
-
-// AppendRows is one append statement over rows, on a connection of its
-// own: rows may repeat a (partition, transactionId) pair (the repeat
-// answers duplicate), and it waits at most lockWait for a partition's lock
-// (LockWait). It answers only after COMMIT: a queued outcome is durable.
-// It neither combines nor retries.
-func (s *Store) AppendRows(ctx context.Context, rows []AppendRow, lockWait string) ([]AppendOut, error) {
-	return s.appendDistinctWaiting(ctx, s.pool, rows, lockWait)
-}
-
-// pushRows resolves the items' partitions and mints their message ids.
-func (s *Store) pushRows(ctx context.Context, tenant string, items []PushItem, producerSub string) ([]AppendRow, error) {
-	keys := make([]partName, len(items))
-	for i, it := range items {
-		keys[i] = partName{tenant: tenant, queue: it.Queue, partition: it.Partition}
-		if keys[i].partition == "" {
-			keys[i].partition = DefaultPartition
-		}
-	}
-	pids, err := s.partitionIDs(ctx, tenant, keys)
-	if err != nil {
-		return nil, err
-	}
+// BuildRows makes the rows AppendRows stores for items whose partitions
+// are resolved already (pids[i] is items[i]'s partition id, queen/names
+// resolves them): it mints their message ids and seals their payloads. It
+// neither combines nor retries.
+func (s *Store) BuildRows(ctx context.Context, tenant string, items []PushItem, pids []string, producerSub string) ([]AppendRow, error) {
 	rows := make([]AppendRow, len(items))
 	for i, it := range items {
 		id := s.ids.New()
@@ -275,12 +251,21 @@ func (s *Store) pushRows(ctx context.Context, tenant string, items []PushItem, p
 		if it.ProducerSub != "" {
 			sub = it.ProducerSub
 		}
-		rows[i] = AppendRow{id: id, pid: pids[keys[i]], txid: txid, trace: it.TraceID, payload: it.Payload, sub: sub}
+		rows[i] = AppendRow{id: id, pid: pids[i], txid: txid, trace: it.TraceID, payload: it.Payload, sub: sub}
 	}
 	if err := s.sealRows(ctx, tenant, items, rows); err != nil {
 		return nil, err
 	}
 	return rows, nil
+}
+
+// AppendRows is one append statement over rows, on a connection of its
+// own: rows may repeat a (partition, transactionId) pair (the repeat
+// answers duplicate), and it waits at most lockWait for a partition's lock
+// (LockWait). It answers only after COMMIT: a queued outcome is durable.
+// It neither combines nor retries.
+func (s *Store) AppendRows(ctx context.Context, rows []AppendRow, lockWait string) ([]AppendOut, error) {
+	return s.appendDistinctWaiting(ctx, s.pool, rows, lockWait)
 }
 
 // appendRowsWaiting runs appendSQL on q for rows whose (partition,
@@ -361,7 +346,7 @@ func (s *Store) appendSealed(ctx context.Context, q querier, rows []AppendRow, i
 		}
 		again[i].payload = sealed
 	}
-	s.cache.forgetSealed()
+	s.sealed.Clear()
 	return s.appendRowsWaiting(ctx, q, again, lockWait)
 }
 

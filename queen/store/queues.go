@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"errors"
-	"github.com/queen-go/queen/queen/canary"
 	"strings"
 	"time"
 
@@ -166,7 +165,8 @@ const configureQueueSQL = `
 			RETURNING ` + queueColumns
 
 // Configure creates or updates a queue and makes sure its Default partition
-// exists. Merge keeps unmentioned options; Replace resets them.
+// exists. Merge keeps unmentioned options; Replace resets them. It forgets
+// the queue's encryption hint; queen/names' Configure forgets its names.
 func (s *Store) Configure(ctx context.Context, in ConfigureInput) (ConfigureResult, error) {
 	var res ConfigureResult
 	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx, now time.Time) error {
@@ -210,9 +210,9 @@ func (s *Store) Configure(ctx context.Context, in ConfigureInput) (ConfigureResu
 	if err != nil {
 		return res, err
 	}
-	s.cache.forgetQueue(in.Tenant, in.Queue)
-	key := partName{tenant: in.Tenant, queue: in.Queue, partition: DefaultPartition}
-	pids, err := s.partitionIDs(ctx, in.Tenant, []partName{key})
+	s.ForgetSealHint(in.Tenant, in.Queue)
+	key := PartitionKey{Queue: in.Queue, Partition: DefaultPartition}
+	pids, err := s.ResolvePartitions(ctx, in.Tenant, []PartitionKey{key})
 	if err != nil {
 		return res, err
 	}
@@ -475,9 +475,6 @@ func (s *Store) DeleteQueue(ctx context.Context, tenant, name string) (bool, err
 	// The queue's subscriptions and watermarks go with it: a queue created
 	// again under the same name starts with none.
 	tag, err := s.pool.Exec(ctx, deleteQueueSQL, tenant, name)
-	if !canary.On("delete-keeps-cache") {
-		s.cache.forgetQueue(tenant, name)
-	}
 	if err != nil {
 		return false, err
 	}

@@ -100,7 +100,7 @@ func TestQueueStatsSnapshotFollowsTheLiveCounts(t *testing.T) {
 	if got, want := snapshot()["qs-a"], live()["qs-a"]; fmt.Sprint(got) != fmt.Sprint(want) || got.Pending != 1 || livePending(t, pool, "qs-a")["p2"] != 0 {
 		t.Fatalf("after an unconsumed delete: snapshot %+v, live %+v", got, want)
 	}
-	if _, err := s.DeleteQueue(ctx, tenant, "qs-b"); err != nil {
+	if _, err := namesOf(s).DeleteQueue(ctx, tenant, "qs-b"); err != nil {
 		t.Fatal(err)
 	}
 	var rows int

@@ -21,9 +21,10 @@ const queueEncryptedSQL = `SELECT encryption_enabled FROM queen.queues WHERE ten
 // itself and refuses an unsealed row into an encrypting queue, which is
 // then sealed and appended again (appendSealed).
 func (s *Store) queueEncrypted(ctx context.Context, q querier, tenant, queue string) (bool, error) {
-	// Cached with the queue's names, so configure and delete forget it.
-	k := subName{tenant: tenant, queue: queue}
-	if v, ok := lookup(s.cache, s.cache.sealed, k); ok {
+	// Configure forgets it, and delete and a mesh hint through
+	// queen/names (ForgetSealHint).
+	k := sealKey{tenant: tenant, queue: queue}
+	if v, ok := s.sealed.Get(k); ok {
 		return v == "t", nil
 	}
 	var on bool
@@ -40,8 +41,18 @@ func (s *Store) queueEncrypted(ctx context.Context, q querier, tenant, queue str
 	if err := rows.Err(); err != nil {
 		return false, err
 	}
-	store(s.cache, s.cache.sealed, k, map[bool]string{true: "t", false: "f"}[on])
+	s.sealed.Put(k, map[bool]string{true: "t", false: "f"}[on])
 	return on, nil
+}
+
+// sealKey names a queue in the encryption hint: "t" when it has
+// encryptionEnabled, "f" when not.
+type sealKey struct{ tenant, queue string }
+
+// ForgetSealHint drops the cached encryption setting of a queue: it was
+// deleted, or another broker configured or deleted it.
+func (s *Store) ForgetSealHint(tenant, queue string) {
+	s.sealed.Delete(sealKey{tenant: tenant, queue: queue})
 }
 
 // sealRows makes each row's payload what its queue stores, sealing or

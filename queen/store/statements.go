@@ -35,7 +35,7 @@ var statements = map[string]statement{
 	"retention.expired":   {retentionRuleSQL("expired"), nil},
 	"retention.completed": {retentionRuleSQL("completed"), nil},
 	"retention.evicted":   {retentionRuleSQL("evicted"), nil},
-	"partitions.lookup":   {lookupPartitionsSQL, lookupPartitionsParams{}},
+	"partitions.lookup":   {lookupPartitionsSQL, LookupPartitionsParams{}},
 	"queues.create":       {createQueuesSQL, createQueuesParams{}},
 	"partitions.create":   {createPartitionsSQL, createPartitionsParams{}},
 	"consumers.create":    {createConsumersSQL, createConsumersParams{}},

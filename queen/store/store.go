@@ -6,10 +6,11 @@
 // struct and the invariant it protects beside it): appendSQL for a push,
 // popSQL for a pop (popOneSQL when it claims one partition), ackCompletedSQL for a batch of completions; a general
 // ack batch or a transaction is a fixed, small number of statements.
-// Pushes reach it as rows (PushRows) and one append statement (AppendRows),
+// Pushes reach it as rows (BuildRows) and one append statement (AppendRows),
 // completions as one ackCompletedSQL (AckCompletions): combining concurrent
 // calls and retrying them is queen/pushpath's and queen/consume's, over
-// queen/combine. Names resolve to ids through a process cache (cache).
+// queen/combine. Names resolve to ids through queen/names' process cache,
+// over LookupPartitions and CreatePartitions.
 //
 // Correctness time is PostgreSQL's: every statement computes
 // coalesce($now, now()) inline and decides lease expiry, delays and windows
@@ -36,6 +37,7 @@ import (
 	"github.com/queen-go/queen/queen/clock"
 	"github.com/queen-go/queen/queen/combine"
 	"github.com/queen-go/queen/queen/crypt"
+	"github.com/queen-go/queen/queen/ttlcache"
 
 	"github.com/queen-go/queen/queen/config"
 	"github.com/queen-go/queen/queen/ids"
@@ -61,10 +63,12 @@ type Options struct {
 	// that stopped answering (a blackholed link) fails the call instead of
 	// hanging it. Zero means no bound beyond the caller's context.
 	TxTimeout time.Duration
-	// Clock ages the name cache; nil means the wall clock.
+	// Clock ages the encryption hint and paces the lock wait's retries;
+	// nil means the wall clock.
 	Clock clock.Clock
-	// CacheTTL bounds how long a cached name -> id entry is trusted
-	// (QUEEN_CACHE_REFRESH_INTERVAL_MS). Zero means 60 s.
+	// CacheTTL bounds how long a cached encryption setting is trusted
+	// (QUEEN_CACHE_REFRESH_INTERVAL_MS, as queen/names' entries). Zero
+	// means 60 s.
 	CacheTTL time.Duration
 	// ReadOnly follows whether the database was last seen read-only; its
 	// OnPgError belongs on the pool's connection config. Nil: not followed.
@@ -80,10 +84,12 @@ type Store struct {
 	dbNow     func() *time.Time
 	ids       *ids.Source
 	txTimeout time.Duration
-	cache     *cache
-	retry     combine.Retry
-	cipher    *crypt.Cipher
-	readOnly  *ReadOnlyWatch
+	clock     clock.Clock
+	// sealed caches whether a queue encrypts (queueEncrypted).
+	sealed   *ttlcache.Cache[sealKey]
+	retry    combine.Retry
+	cipher   *crypt.Cipher
+	readOnly *ReadOnlyWatch
 }
 
 // New wraps an open pool.
@@ -97,7 +103,8 @@ func New(pool *pgxpool.Pool, o Options) *Store {
 	if o.CacheTTL <= 0 {
 		o.CacheTTL = 60 * time.Second
 	}
-	s := &Store{pool: pool, dbNow: o.DBNow, ids: o.IDs, txTimeout: o.TxTimeout, cache: newCache(o.Clock, o.CacheTTL), cipher: o.Cipher,
+	s := &Store{pool: pool, dbNow: o.DBNow, ids: o.IDs, txTimeout: o.TxTimeout, clock: o.Clock,
+		sealed: ttlcache.New[sealKey](o.Clock, o.CacheTTL), cipher: o.Cipher,
 		readOnly: o.ReadOnly}
 	s.retry = s.newRetry()
 	return s

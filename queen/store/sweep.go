@@ -100,33 +100,12 @@ func (s *Store) ClaimTimers(ctx context.Context, token string, lease time.Durati
 	return out, rows.Err()
 }
 
-// TimerRows resolves the claimed timers' partitions (queues and
-// partitions are created on first use, as for any push: harmless if the
-// fire rolls back) and makes one row per timer, in order: its promised
-// message id, its txn as transactionId, its payload as stored (sealed
-// when its queue encrypted at schedule), its producer. Resolving goes
-// through the name cache, so a caller runs it under FreshRetry.
-func (s *Store) TimerRows(ctx context.Context, claimed []ClaimedTimer) ([]AppendRow, error) {
-	rows := make([]AppendRow, len(claimed))
-	byTenant := map[string][]int{}
-	for i, c := range claimed {
-		byTenant[c.Tenant] = append(byTenant[c.Tenant], i)
-	}
-	for tenant, idx := range byTenant {
-		keys := make([]partName, len(idx))
-		for j, i := range idx {
-			keys[j] = partName{tenant: tenant, queue: claimed[i].Queue, partition: claimed[i].Partition}
-		}
-		pids, err := s.partitionIDs(ctx, tenant, keys)
-		if err != nil {
-			return nil, err
-		}
-		for j, i := range idx {
-			c := claimed[i]
-			rows[i] = AppendRow{id: c.MessageID, pid: pids[keys[j]], txid: c.Txn, payload: c.Payload, sub: c.ProducerSub}
-		}
-	}
-	return rows, nil
+// FiredRow is the row a claimed timer fires as into partition pid (queen/names
+// resolves it): its promised message id, its txn as transactionId, its
+// payload as stored (sealed when its queue encrypted at schedule), its
+// producer.
+func FiredRow(c ClaimedTimer, pid string) AppendRow {
+	return AppendRow{id: c.MessageID, pid: pid, txid: c.Txn, payload: c.Payload, sub: c.ProducerSub}
 }
 
 // DeleteClaimedTimers runs fireTimersSQL in tx: it deletes the claimed

@@ -67,8 +67,8 @@ func (s *Store) LockTxnCursors(ctx context.Context, tx pgx.Tx, p TxnLockParams) 
 
 // AppendInTx appends rows inside tx (a repeated (partition, transactionId)
 // answers duplicate). A partition deleted meanwhile (its cached id is
-// stale) fails the append with a rollback naming the gone ids, which
-// FreshRetry reads to forget them.
+// stale) fails the append with a *GoneError naming the gone ids, wrapping
+// a rollback.
 func (s *Store) AppendInTx(ctx context.Context, tx pgx.Tx, rows []AppendRow) ([]AppendOut, error) {
 	return s.appendInTx(ctx, tx, rows, func() error {
 		return rejected("push_rejected", "a partition was deleted during the transaction")
@@ -85,7 +85,7 @@ func (s *Store) AppendFiredInTx(ctx context.Context, tx pgx.Tx, rows []AppendRow
 	})
 }
 
-// appendInTx appends rows inside tx; gone makes the error a *staleIDs
+// appendInTx appends rows inside tx; gone makes the error a *GoneError
 // carries when a row's partition no longer exists (made only then).
 func (s *Store) appendInTx(ctx context.Context, tx pgx.Tx, rows []AppendRow, gone func() error) ([]AppendOut, error) {
 	if len(rows) == 0 {
@@ -96,7 +96,7 @@ func (s *Store) appendInTx(ctx context.Context, tx pgx.Tx, rows []AppendRow, gon
 		return nil, err
 	}
 	if ids := goneIDs(rows, out); len(ids) > 0 {
-		return nil, &staleIDs{partitions: ids, err: gone()}
+		return nil, &GoneError{Partitions: ids, Err: gone()}
 	}
 	return out, nil
 }

@@ -98,11 +98,11 @@ func TestWatermarksWrittenOnEmptyWildcardPopsAndDropped(t *testing.T) {
 	}
 	rewrite()
 	q := "wm"
-	if _, _, err := s.DeleteGroup(ctx, tenant, "g", &q, false); err != nil || exists() {
+	if _, _, err := namesOf(s).DeleteGroup(ctx, tenant, "g", &q, false); err != nil || exists() {
 		t.Fatalf("group delete kept the row (%v)", err)
 	}
 	rewrite()
-	if _, err := s.DeleteQueue(ctx, tenant, "wm"); err != nil || exists() {
+	if _, err := namesOf(s).DeleteQueue(ctx, tenant, "wm"); err != nil || exists() {
 		t.Fatalf("queue delete kept the row (%v)", err)
 	}
 }
@@ -182,8 +182,8 @@ func TestWatermarksAreKeyedByTenant(t *testing.T) {
 	for name, op := range map[string]func() error{
 		"seek":         func() error { _, _, err := s.Seek(ctx, tenant, "g", "wt", nil, false, &at); return err },
 		"subscription": func() error { _, err := s.SetSubscription(ctx, tenant, "g", at); return err },
-		"group delete": func() error { _, _, err := s.DeleteGroup(ctx, tenant, "g", &q, true); return err },
-		"queue delete": func() error { _, err := s.DeleteQueue(ctx, tenant, "wt"); return err },
+		"group delete": func() error { _, _, err := namesOf(s).DeleteGroup(ctx, tenant, "g", &q, true); return err },
+		"queue delete": func() error { _, err := namesOf(s).DeleteQueue(ctx, tenant, "wt"); return err },
 	} {
 		put()
 		if err := op(); err != nil {

@@ -20,7 +20,7 @@
 //     with the text the SDKs show; anything else is the database's.
 //   - A sink push into a partition whose cached id went stale (deleted
 //     through another broker) rolls back and runs once more, resolved
-//     afresh (store.FreshRetry).
+//     afresh (names.Retry).
 package streams
 
 import (
@@ -30,6 +30,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/queen-go/queen/queen/canary"
+	"github.com/queen-go/queen/queen/names"
 	"github.com/queen-go/queen/queen/store"
 )
 
@@ -72,18 +73,19 @@ type CycleResult struct {
 	Ack             *CycleAckResult
 }
 
-// Cycle commits one cycle through s, or nothing (the package doc states
-// the contract).
-func Cycle(ctx context.Context, s *store.Store, p CycleParams) (CycleResult, error) {
-	return store.FreshRetry(s, func() (CycleResult, error) { return cycleOnce(ctx, s, p) })
+// Cycle commits one cycle through n's store, resolving the sinks' names
+// through n, or nothing (the package doc states the contract).
+func Cycle(ctx context.Context, n *names.Names, p CycleParams) (CycleResult, error) {
+	return names.Retry(n, func() (CycleResult, error) { return cycleOnce(ctx, n, p) })
 }
 
 // cycleOnce is one attempt of Cycle.
-func cycleOnce(ctx context.Context, s *store.Store, p CycleParams) (CycleResult, error) {
+func cycleOnce(ctx context.Context, n *names.Names, p CycleParams) (CycleResult, error) {
+	s := n.Store()
 	var res CycleResult
 	// Sink names resolve (queues and partitions are created) before the
 	// transaction: creating them is harmless if it rolls back.
-	rows, err := s.PushRows(ctx, p.Tenant, p.Push, p.ProducerSub)
+	rows, err := n.PushRows(ctx, p.Tenant, p.Push, p.ProducerSub)
 	if err != nil {
 		return res, err
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/queen-go/queen/queen/consume"
 	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/ids"
+	"github.com/queen-go/queen/queen/names"
 	"github.com/queen-go/queen/queen/pushpath"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/store/storetest"
@@ -23,9 +24,9 @@ const tenant = config.DefaultTenant
 
 // push puts items in through a push path of s, as the broker pushes, and
 // answers their results.
-func push(t *testing.T, s *store.Store, items ...store.PushItem) []store.PushResult {
+func push(t *testing.T, n *names.Names, items ...store.PushItem) []store.PushResult {
 	t.Helper()
-	out, err := pushpath.New(pushpath.Options{Store: s, IDs: ids.NewSource(clock.Real{}, nil)}).Push(context.Background(), tenant, "", items)
+	out, err := pushpath.New(pushpath.Options{Store: n.Store(), Names: n, IDs: ids.NewSource(clock.Real{}, nil)}).Push(context.Background(), tenant, "", items)
 	if err != nil || len(out.Results) != len(items) {
 		t.Fatalf("push %+v: %+v %v", items, out, err)
 	}
@@ -33,18 +34,19 @@ func push(t *testing.T, s *store.Store, items ...store.PushItem) []store.PushRes
 }
 
 // twoBrokers are two stores, each with its own name cache, on one database.
-func twoBrokers(t *testing.T) (a, b *store.Store) {
+func twoBrokers(t *testing.T) (a, b *names.Names) {
 	t.Helper()
 	pool := storetest.Pool(t)
 	o := store.Options{IDs: ids.NewSource(clock.Real{}, nil), CacheTTL: time.Hour}
-	return store.New(pool, o), store.New(pool, o)
+	n := names.Options{TTL: time.Hour}
+	return names.New(store.New(pool, o), n), names.New(store.New(pool, o), n)
 }
 
 // recreatedElsewhere warms a's cache with queue q, then deletes it through
 // b and creates it again there with a push (b's own cache forgets at its
 // delete, as a local delete does). Issue 28 item 12: without the mesh, a
 // learns nothing of b's delete.
-func recreatedElsewhere(t *testing.T, a, b *store.Store, q string) {
+func recreatedElsewhere(t *testing.T, a, b *names.Names, q string) {
 	t.Helper()
 	push(t, a, store.PushItem{Queue: q, Payload: crypt.Plain(json.RawMessage(`"warm"`))})
 	if ok, err := b.DeleteQueue(context.Background(), tenant, q); err != nil || !ok {
@@ -54,9 +56,9 @@ func recreatedElsewhere(t *testing.T, a, b *store.Store, q string) {
 }
 
 // popAll pops every message of q's queue-mode group through s.
-func popAll(t *testing.T, s *store.Store, q string) []store.Message {
+func popAll(t *testing.T, n *names.Names, q string) []store.Message {
 	t.Helper()
-	res, err := consume.NewClaimer(s, consume.ClaimerOptions{}).Claim(context.Background(), store.PopRequest{Tenant: tenant, Queue: q, Batch: 100, AutoAck: true})
+	res, err := consume.NewClaimer(n.Store(), consume.ClaimerOptions{Names: n}).Claim(context.Background(), store.PopRequest{Tenant: tenant, Queue: q, Batch: 100, AutoAck: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +73,7 @@ func TestStreamsCycleIntoAQueueRecreatedElsewhere(t *testing.T) {
 	a, b := twoBrokers(t)
 	ctx := context.Background()
 	src := push(t, a, store.PushItem{Queue: "stale-src", Payload: crypt.Plain(json.RawMessage(`1`))})
-	q, err := a.RegisterQuery(ctx, store.RegisterParams{Tenant: tenant, Name: "stale-query", SourceQueue: "stale-src",
+	q, err := a.Store().RegisterQuery(ctx, store.RegisterParams{Tenant: tenant, Name: "stale-query", SourceQueue: "stale-src",
 		SinkQueue: "stale-sink", ConfigHash: "h"})
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/queen-go/queen/queen/canary"
 	"github.com/queen-go/queen/queen/crypt"
+	"github.com/queen-go/queen/queen/names"
 	"github.com/queen-go/queen/queen/store"
 )
 
@@ -23,20 +24,20 @@ type FiredTimer struct {
 // its txn and promised message id. A timer no longer held is skipped.
 // Nothing is delivered twice: the delete and the push commit together. A
 // timer into a partition whose cached id went stale (deleted through
-// another broker) fires at once, resolved afresh (store.FreshRetry), not
-// after its claim's lease. It uses only s.Store and s.Cipher.
+// another broker) fires at once, resolved afresh (names.Retry), not
+// after its claim's lease. It uses only s.Store, s.Names and s.Cipher.
 func (s *Sweeper) FireTimers(ctx context.Context, token string, claimed []store.ClaimedTimer) ([]FiredTimer, error) {
 	if len(claimed) == 0 {
 		return nil, nil
 	}
-	return store.FreshRetry(s.Store, func() ([]FiredTimer, error) { return s.fireOnce(ctx, token, claimed) })
+	return names.Retry(s.Names, func() ([]FiredTimer, error) { return s.fireOnce(ctx, token, claimed) })
 }
 
 // fireOnce is one attempt of FireTimers: the timers' rows resolved before
 // the transaction, then in it the delete of the claims still held and the
 // append of those timers' rows.
 func (s *Sweeper) fireOnce(ctx context.Context, token string, claimed []store.ClaimedTimer) ([]FiredTimer, error) {
-	rows, err := s.Store.TimerRows(ctx, s.sealedTwice(claimed))
+	rows, err := s.Names.TimerRows(ctx, s.sealedTwice(claimed))
 	if err != nil {
 		return nil, err
 	}

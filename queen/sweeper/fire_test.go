@@ -12,6 +12,7 @@ import (
 	"github.com/queen-go/queen/queen/consume"
 	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/ids"
+	"github.com/queen-go/queen/queen/names"
 	"github.com/queen-go/queen/queen/pushpath"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/store/storetest"
@@ -23,7 +24,12 @@ import (
 const tenant = config.DefaultTenant
 
 // firer is a sweeper that only fires: FireTimers uses its Store alone.
-func firer(s *store.Store) *sweeper.Sweeper { return &sweeper.Sweeper{Store: s} }
+func firer(s *store.Store) *sweeper.Sweeper { return fireThrough(names.New(s, names.Options{})) }
+
+// fireThrough is a sweeper that resolves names through n.
+func fireThrough(n *names.Names) *sweeper.Sweeper {
+	return &sweeper.Sweeper{Store: n.Store(), Names: n}
+}
 
 // clockedStore is a store whose database time the test moves.
 func clockedStore(t *testing.T) (*store.Store, *time.Time) {
@@ -33,17 +39,18 @@ func clockedStore(t *testing.T) (*store.Store, *time.Time) {
 }
 
 // twoBrokers are two stores, each with its own name cache, on one database.
-func twoBrokers(t *testing.T) (a, b *store.Store) {
+func twoBrokers(t *testing.T) (a, b *names.Names) {
 	t.Helper()
 	pool := storetest.Pool(t)
 	o := store.Options{IDs: ids.NewSource(clock.Real{}, nil), CacheTTL: time.Hour}
-	return store.New(pool, o), store.New(pool, o)
+	n := names.Options{TTL: time.Hour}
+	return names.New(store.New(pool, o), n), names.New(store.New(pool, o), n)
 }
 
-// push puts items in through a push path of s, as the broker pushes.
-func push(t *testing.T, s *store.Store, items ...store.PushItem) {
+// push puts items in through a push path of n, as the broker pushes.
+func push(t *testing.T, n *names.Names, items ...store.PushItem) {
 	t.Helper()
-	out, err := pushpath.New(pushpath.Options{Store: s, IDs: ids.NewSource(clock.Real{}, nil)}).Push(context.Background(), tenant, "", items)
+	out, err := pushpath.New(pushpath.Options{Store: n.Store(), Names: n, IDs: ids.NewSource(clock.Real{}, nil)}).Push(context.Background(), tenant, "", items)
 	if err != nil || len(out.Results) != len(items) {
 		t.Fatalf("push %+v: %+v %v", items, out, err)
 	}
@@ -52,7 +59,7 @@ func push(t *testing.T, s *store.Store, items ...store.PushItem) {
 // recreatedElsewhere warms a's cache with queue q, then deletes it through
 // b and creates it again there with a push (b's own cache forgets at its
 // delete, as a local delete does).
-func recreatedElsewhere(t *testing.T, a, b *store.Store, q string) {
+func recreatedElsewhere(t *testing.T, a, b *names.Names, q string) {
 	t.Helper()
 	ctx := context.Background()
 	push(t, a, store.PushItem{Queue: q, Payload: crypt.Plain(json.RawMessage(`"warm"`))})
@@ -63,9 +70,9 @@ func recreatedElsewhere(t *testing.T, a, b *store.Store, q string) {
 }
 
 // popAll pops every message of q's queue-mode group through s.
-func popAll(t *testing.T, s *store.Store, q string) []store.Message {
+func popAll(t *testing.T, n *names.Names, q string) []store.Message {
 	t.Helper()
-	res, err := consume.NewClaimer(s, consume.ClaimerOptions{}).Claim(context.Background(), store.PopRequest{Tenant: tenant, Queue: q, Batch: 100, AutoAck: true})
+	res, err := consume.NewClaimer(n.Store(), consume.ClaimerOptions{Names: n}).Claim(context.Background(), store.PopRequest{Tenant: tenant, Queue: q, Batch: 100, AutoAck: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,15 +200,15 @@ func TestTimerIntoAQueueRecreatedElsewhereFiresAtOnce(t *testing.T) {
 	a, b := twoBrokers(t)
 	ctx := context.Background()
 	recreatedElsewhere(t, a, b, "stale-timer")
-	if _, err := a.ApplyTimers(ctx, tenant, "", []store.TimerOp{{Op: "schedule", Queue: "stale-timer", TimerKey: "k", Txn: "timed"}}); err != nil {
+	if _, err := a.Store().ApplyTimers(ctx, tenant, "", []store.TimerOp{{Op: "schedule", Queue: "stale-timer", TimerKey: "k", Txn: "timed"}}); err != nil {
 		t.Fatal(err)
 	}
 	token := "00000000-0000-0000-0000-0000000000f1"
-	claimed, err := a.ClaimTimers(ctx, token, time.Hour, 10)
+	claimed, err := a.Store().ClaimTimers(ctx, token, time.Hour, 10)
 	if err != nil || len(claimed) != 1 {
 		t.Fatalf("claim: %+v %v", claimed, err)
 	}
-	fired, err := firer(a).FireTimers(ctx, token, claimed)
+	fired, err := fireThrough(a).FireTimers(ctx, token, claimed)
 	if err != nil || len(fired) != 1 || fired[0].Duplicate {
 		t.Fatalf("fire through the broker that did not delete: %+v %v", fired, err)
 	}

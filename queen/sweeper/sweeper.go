@@ -32,12 +32,16 @@ import (
 	"github.com/queen-go/queen/queen/clock"
 	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/ids"
+	"github.com/queen-go/queen/queen/names"
 	"github.com/queen-go/queen/queen/store"
 )
 
 // Sweeper is one broker's sweeper: a background.Service that can be woken.
 type Sweeper struct {
-	Store   *store.Store
+	Store *store.Store
+	// Names resolves the fired timers' partitions, cached (the broker's
+	// one queen/names over Store).
+	Names   *names.Names
 	Arbiter *admission.Arbiter // its database work takes Maint slots; nil: none
 	Clock   clock.Clock
 	IDs     *ids.Source // claim tokens

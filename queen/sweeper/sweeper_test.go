@@ -11,6 +11,7 @@ import (
 	"github.com/queen-go/queen/queen/clock"
 	"github.com/queen-go/queen/queen/config"
 	"github.com/queen-go/queen/queen/ids"
+	"github.com/queen-go/queen/queen/names"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/store/storetest"
 	"github.com/queen-go/queen/queen/sweeper"
@@ -21,7 +22,7 @@ func TestMain(m *testing.M) { storetest.Main(m) }
 func newSweeper(t *testing.T) (*sweeper.Sweeper, *store.Store, *clock.Sim) {
 	c := clock.NewSim(time.Now())
 	st := store.New(storetest.Pool(t), store.Options{IDs: ids.NewSource(clock.Real{}, nil), DBNow: func() *time.Time { n := c.Now(); return &n }})
-	return &sweeper.Sweeper{Store: st, Clock: c, IDs: ids.NewSource(clock.Real{}, nil), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	return &sweeper.Sweeper{Store: st, Names: names.New(st, names.Options{}), Clock: c, IDs: ids.NewSource(clock.Real{}, nil), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Lease: 30 * time.Second, MinSleep: 5 * time.Millisecond, MaxSleep: time.Second, IdleMaxSleep: 8 * time.Second,
 		ClaimBatch: 10, PruneBatch: 10}, st, c
 }

@@ -23,7 +23,7 @@
 //     (the route answers success:false); anything else is the database's.
 //   - A push into a partition whose cached id went stale (deleted through
 //     another broker) rolls back and runs once more with the names resolved
-//     afresh (store.FreshRetry).
+//     afresh (names.Retry).
 //
 // Statements: one lock, one append for every pushed item, one read and one
 // write per consumer group acked, however many operations, then one per
@@ -36,6 +36,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/queen-go/queen/queen/canary"
+	"github.com/queen-go/queen/queen/names"
 	"github.com/queen-go/queen/queen/store"
 )
 
@@ -88,16 +89,17 @@ type Request struct {
 	Extras         Extras
 }
 
-// Run applies req all-or-nothing through s (the package doc states the
-// contract) and answers one Result per ack and per pushed item, in the
-// order of the operations and their items.
-func Run(ctx context.Context, s *store.Store, req Request) ([]Result, ExtrasResult, error) {
+// Run applies req all-or-nothing through n's store, resolving names
+// through n (the package doc states the contract), and answers one Result
+// per ack and per pushed item, in the order of the operations and their
+// items.
+func Run(ctx context.Context, n *names.Names, req Request) ([]Result, ExtrasResult, error) {
 	type answer struct {
 		res  []Result
 		more ExtrasResult
 	}
 	once := func() (answer, error) {
-		res, more, err := runOnce(ctx, s, req)
+		res, more, err := runOnce(ctx, n, req)
 		return answer{res, more}, err
 	}
 	if canary.On("stale-cache-no-retry") {
@@ -106,12 +108,13 @@ func Run(ctx context.Context, s *store.Store, req Request) ([]Result, ExtrasResu
 		a, err := once()
 		return a.res, a.more, err
 	}
-	a, err := store.FreshRetry(s, once)
+	a, err := names.Retry(n, once)
 	return a.res, a.more, err
 }
 
 // runOnce is one attempt of Run.
-func runOnce(ctx context.Context, s *store.Store, req Request) ([]Result, ExtrasResult, error) {
+func runOnce(ctx context.Context, n *names.Names, req Request) ([]Result, ExtrasResult, error) {
+	s := n.Store()
 	var more ExtrasResult
 	pushTenant := req.Tenant
 	if canary.On("tenant-dropped") {
@@ -123,7 +126,7 @@ func runOnce(ctx context.Context, s *store.Store, req Request) ([]Result, Extras
 	}
 	// Names resolve (and queues and partitions are created) before the
 	// transaction: creating them is harmless if it rolls back.
-	rows, err := s.PushRows(ctx, pushTenant, p.items, req.ProducerSub)
+	rows, err := n.PushRows(ctx, pushTenant, p.items, req.ProducerSub)
 	if err != nil {
 		return nil, more, err
 	}

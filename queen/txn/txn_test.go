@@ -13,6 +13,7 @@ import (
 	"github.com/queen-go/queen/queen/consume"
 	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/ids"
+	"github.com/queen-go/queen/queen/names"
 	"github.com/queen-go/queen/queen/pushpath"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/store/storetest"
@@ -23,11 +24,11 @@ func TestMain(m *testing.M) { storetest.Main(m) }
 
 const tenant = config.DefaultTenant
 
-// push puts items in through a push path of s, as the broker pushes, and
+// push puts items in through a push path of n, as the broker pushes, and
 // answers their results.
-func push(t *testing.T, s *store.Store, items ...store.PushItem) []store.PushResult {
+func push(t *testing.T, n *names.Names, items ...store.PushItem) []store.PushResult {
 	t.Helper()
-	out, err := pushpath.New(pushpath.Options{Store: s, IDs: ids.NewSource(clock.Real{}, nil)}).Push(context.Background(), tenant, "", items)
+	out, err := pushpath.New(pushpath.Options{Store: n.Store(), Names: n, IDs: ids.NewSource(clock.Real{}, nil)}).Push(context.Background(), tenant, "", items)
 	if err != nil || len(out.Results) != len(items) {
 		t.Fatalf("push %+v: %+v %v", items, out, err)
 	}
@@ -35,18 +36,19 @@ func push(t *testing.T, s *store.Store, items ...store.PushItem) []store.PushRes
 }
 
 // twoBrokers are two stores, each with its own name cache, on one database.
-func twoBrokers(t *testing.T) (a, b *store.Store) {
+func twoBrokers(t *testing.T) (a, b *names.Names) {
 	t.Helper()
 	pool := storetest.Pool(t)
 	o := store.Options{IDs: ids.NewSource(clock.Real{}, nil), CacheTTL: time.Hour}
-	return store.New(pool, o), store.New(pool, o)
+	n := names.Options{TTL: time.Hour}
+	return names.New(store.New(pool, o), n), names.New(store.New(pool, o), n)
 }
 
 // recreatedElsewhere warms a's cache with queue q, then deletes it through
 // b and creates it again there with a push (b's own cache forgets at its
 // delete, as a local delete does). Issue 28 item 12: without the mesh, a
 // learns nothing of b's delete.
-func recreatedElsewhere(t *testing.T, a, b *store.Store, q string) {
+func recreatedElsewhere(t *testing.T, a, b *names.Names, q string) {
 	t.Helper()
 	push(t, a, store.PushItem{Queue: q, Payload: crypt.Plain(json.RawMessage(`"warm"`))})
 	if ok, err := b.DeleteQueue(context.Background(), tenant, q); err != nil || !ok {
@@ -56,9 +58,9 @@ func recreatedElsewhere(t *testing.T, a, b *store.Store, q string) {
 }
 
 // popAll pops every message of q's queue-mode group through s.
-func popAll(t *testing.T, s *store.Store, q string) []store.Message {
+func popAll(t *testing.T, n *names.Names, q string) []store.Message {
 	t.Helper()
-	res, err := consume.NewClaimer(s, consume.ClaimerOptions{}).Claim(context.Background(), store.PopRequest{Tenant: tenant, Queue: q, Batch: 100, AutoAck: true})
+	res, err := consume.NewClaimer(n.Store(), consume.ClaimerOptions{Names: n}).Claim(context.Background(), store.PopRequest{Tenant: tenant, Queue: q, Batch: 100, AutoAck: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,9 +91,10 @@ func TestConcurrentTransactionsDoNotDeadlock(t *testing.T) {
 	now := time.Now().UTC()
 	s := store.New(storetest.Pool(t), store.Options{IDs: ids.NewSource(clock.Real{}, nil),
 		DBNow: func() *time.Time { v := now; return &v }})
+	ns := names.New(s, names.Options{})
 	ctx := context.Background()
 	for _, p := range []string{"a", "b"} { // create both partitions first
-		if res := push(t, s, store.PushItem{Queue: "tx", Partition: p, TransactionID: "seed-" + p}); res[0].Status != "queued" {
+		if res := push(t, ns, store.PushItem{Queue: "tx", Partition: p, TransactionID: "seed-" + p}); res[0].Status != "queued" {
 			t.Fatalf("push tx/%s: %+v", p, res)
 		}
 	}
@@ -110,7 +113,7 @@ func TestConcurrentTransactionsDoNotDeadlock(t *testing.T) {
 					{Type: "push", Items: []store.PushItem{{Queue: "tx", Partition: first, TransactionID: fmt.Sprintf("w%d-%d-1", w, i)}}},
 					{Type: "push", Items: []store.PushItem{{Queue: "tx", Partition: second, TransactionID: fmt.Sprintf("w%d-%d-2", w, i)}}},
 				}
-				if _, _, err := txn.Run(ctx, s, txn.Request{Tenant: tenant, Ops: ops}); err != nil {
+				if _, _, err := txn.Run(ctx, ns, txn.Request{Tenant: tenant, Ops: ops}); err != nil {
 					errs <- err
 					return
 				}

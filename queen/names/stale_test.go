@@ -1,4 +1,4 @@
-package store_test
+package names_test
 
 import (
 	"context"
@@ -7,11 +7,17 @@ import (
 	"time"
 
 	"github.com/queen-go/queen/queen/clock"
+	"github.com/queen-go/queen/queen/config"
+	"github.com/queen-go/queen/queen/consume"
 	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/ids"
+	"github.com/queen-go/queen/queen/names"
+	"github.com/queen-go/queen/queen/pushpath"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/store/storetest"
 )
+
+const tenant = config.DefaultTenant
 
 // Issue 28 item 12: two brokers on one database, without the mesh that
 // would tell one of the other's deletes. Broker a's cache names a queue (or
@@ -20,34 +26,51 @@ import (
 // not after the cache's 60 s ttl or a timer claim's 30 s lease.
 
 // twoBrokers are two stores, each with its own name cache, on one database.
-func twoBrokers(t *testing.T) (a, b *store.Store) {
+func twoBrokers(t *testing.T) (a, b *names.Names) {
 	t.Helper()
 	pool := storetest.Pool(t)
 	o := store.Options{IDs: ids.NewSource(clock.Real{}, nil), CacheTTL: time.Hour}
-	return store.New(pool, o), store.New(pool, o)
+	n := names.Options{TTL: time.Hour}
+	return names.New(store.New(pool, o), n), names.New(store.New(pool, o), n)
+}
+
+// push puts items in through a push path of n, as the broker pushes.
+func push(ctx context.Context, n *names.Names, items ...store.PushItem) ([]store.PushResult, error) {
+	out, err := pushpath.New(pushpath.Options{Store: n.Store(), Names: n, IDs: ids.NewSource(clock.Real{}, nil)}).Push(ctx, tenant, "", items)
+	return out.Results, err
 }
 
 // recreatedElsewhere warms a's cache with queue q, then deletes it through
 // b and creates it again there with a push (b's own cache forgets at its
 // delete, as a local delete does).
-func recreatedElsewhere(t *testing.T, a, b *store.Store, q string) {
+func recreatedElsewhere(t *testing.T, a, b *names.Names, q string) {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := a.Push(ctx, tenant, []store.PushItem{{Queue: q, Payload: crypt.Plain(json.RawMessage(`"warm"`))}}, ""); err != nil {
+	if _, err := push(ctx, a, store.PushItem{Queue: q, Payload: crypt.Plain(json.RawMessage(`"warm"`))}); err != nil {
 		t.Fatal(err)
 	}
 	if ok, err := b.DeleteQueue(ctx, tenant, q); err != nil || !ok {
 		t.Fatalf("delete through b: %v %v", ok, err)
 	}
-	if _, err := b.Push(ctx, tenant, []store.PushItem{{Queue: q, Payload: crypt.Plain(json.RawMessage(`"again"`))}}, ""); err != nil {
+	if _, err := push(ctx, b, store.PushItem{Queue: q, Payload: crypt.Plain(json.RawMessage(`"again"`))}); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// popAll pops every message of q's queue-mode group through s.
-func popAll(t *testing.T, s *store.Store, q string) []store.Message {
+// claimers are the brokers' Claimers: one per broker, as its throttles are.
+type claimers map[*names.Names]*consume.Claimer
+
+func (c claimers) claim(ctx context.Context, n *names.Names, req store.PopRequest) (store.PopResult, error) {
+	if c[n] == nil {
+		c[n] = consume.NewClaimer(n.Store(), consume.ClaimerOptions{Names: n})
+	}
+	return c[n].Claim(ctx, req)
+}
+
+// popAll pops every message of q's queue-mode group through n.
+func (c claimers) popAll(t *testing.T, n *names.Names, q string) []store.Message {
 	t.Helper()
-	res, err := claim(context.Background(), s, store.PopRequest{Tenant: tenant, Queue: q, Batch: 100, AutoAck: true})
+	res, err := c.claim(context.Background(), n, store.PopRequest{Tenant: tenant, Queue: q, Batch: 100, AutoAck: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,18 +82,21 @@ func TestDLQRetryIntoAQueueRecreatedElsewhere(t *testing.T) {
 	a, b := twoBrokers(t)
 	ctx := context.Background()
 	recreatedElsewhere(t, a, b, "stale-dlq")
-	p, err := claim(ctx, b, store.PopRequest{Tenant: tenant, Queue: "stale-dlq", Batch: 1})
+	p, err := claimers{}.claim(ctx, b, store.PopRequest{Tenant: tenant, Queue: "stale-dlq", Batch: 1})
 	if err != nil || len(p.Messages) != 1 {
 		t.Fatalf("pop through b: %+v %v", p, err)
 	}
 	m := p.Messages[0]
-	if r, err := ack(ctx, b, tenant, "", []store.AckItem{{TransactionID: m.TransactionID, PartitionID: m.PartitionID,
-		Status: "dlq", LeaseID: m.LeaseID}}); err != nil || !r[0].Success {
+	actx, cancel := b.Store().Bound(ctx)
+	r, err := consume.AckInTx(actx, b.Store(), tenant, store.AckGroup(""), []store.AckItem{{TransactionID: m.TransactionID,
+		PartitionID: m.PartitionID, Status: "dlq", LeaseID: m.LeaseID}})
+	cancel()
+	if err != nil || !r[0].Success {
 		t.Fatalf("dead-letter through b: %+v %v", r, err)
 	}
-	r, err := a.RetryMessage(ctx, tenant, m.PartitionID, m.TransactionID)
-	if err != nil || r.MessageID == "" || r.PartitionID != m.PartitionID {
-		t.Fatalf("DLQ retry through the broker that did not delete: %+v %v", r, err)
+	retried, err := a.RetryMessage(ctx, tenant, m.PartitionID, m.TransactionID)
+	if err != nil || retried.MessageID == "" || retried.PartitionID != m.PartitionID {
+		t.Fatalf("DLQ retry through the broker that did not delete: %+v %v", retried, err)
 	}
 }
 
@@ -80,7 +106,7 @@ func TestPushIntoAQueueRecreatedElsewhere(t *testing.T) {
 	t.Parallel()
 	a, b := twoBrokers(t)
 	recreatedElsewhere(t, a, b, "stale-push")
-	res, err := a.Push(context.Background(), tenant, []store.PushItem{{Queue: "stale-push", TransactionID: "pushed"}}, "")
+	res, err := push(context.Background(), a, store.PushItem{Queue: "stale-push", TransactionID: "pushed"})
 	if err != nil || len(res) != 1 || res[0].Status != "queued" {
 		t.Fatalf("push: %+v %v", res, err)
 	}
@@ -94,19 +120,20 @@ func TestGroupDeletedElsewherePopsAtOnce(t *testing.T) {
 	a, b := twoBrokers(t)
 	ctx := context.Background()
 	for _, txn := range []string{"m1", "m2"} {
-		if _, err := a.Push(ctx, tenant, []store.PushItem{{Queue: "stale-group", TransactionID: txn}}, ""); err != nil {
+		if _, err := push(ctx, a, store.PushItem{Queue: "stale-group", TransactionID: txn}); err != nil {
 			t.Fatal(err)
 		}
 	}
+	c := claimers{}
 	req := store.PopRequest{Tenant: tenant, Queue: "stale-group", Group: "g", Batch: 1, AutoAck: true}
-	if p, err := claim(ctx, a, req); err != nil || len(p.Messages) != 1 {
+	if p, err := c.claim(ctx, a, req); err != nil || len(p.Messages) != 1 {
 		t.Fatalf("first pop: %+v %v", p, err)
 	}
 	if n, _, err := b.DeleteGroup(ctx, tenant, "g", nil, true); err != nil || n == 0 {
 		t.Fatalf("group delete through b: %d %v", n, err)
 	}
 	req.Batch = 10
-	p, err := claim(ctx, a, req)
+	p, err := c.claim(ctx, a, req)
 	if err != nil || len(p.Messages) != 2 || p.Messages[0].TransactionID != "m1" {
 		t.Fatalf("pop of the group deleted through b (subscribed afresh, from the start): %+v %v", p, err)
 	}
@@ -118,14 +145,15 @@ func TestPopOfAQueueRecreatedElsewhere(t *testing.T) {
 	t.Parallel()
 	a, b := twoBrokers(t)
 	ctx := context.Background()
-	if _, err := a.Push(ctx, tenant, []store.PushItem{{Queue: "stale-popq", TransactionID: "old"}}, ""); err != nil {
+	if _, err := push(ctx, a, store.PushItem{Queue: "stale-popq", TransactionID: "old"}); err != nil {
 		t.Fatal(err)
 	}
-	if got := popAll(t, a, "stale-popq"); len(got) != 1 {
+	c := claimers{}
+	if got := c.popAll(t, a, "stale-popq"); len(got) != 1 {
 		t.Fatalf("first pop: %+v", got)
 	}
 	recreatedElsewhere(t, a, b, "stale-popq")
-	if got := popAll(t, a, "stale-popq"); len(got) != 1 || string(got[0].Data) != `"again"` {
+	if got := c.popAll(t, a, "stale-popq"); len(got) != 1 || string(got[0].Data) != `"again"` {
 		t.Fatalf("pop of the queue recreated through b: %+v", got)
 	}
 }

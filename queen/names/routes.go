@@ -1,0 +1,81 @@
+package names
+
+import (
+	"context"
+
+	"github.com/queen-go/queen/queen/canary"
+	"github.com/queen-go/queen/queen/store"
+)
+
+// The statements that change what a name means: each runs its store
+// statement and then drops or records what this cache holds of it.
+
+// Configure runs store.Configure and, once the queue's row is written,
+// forgets the queue's entries and caches its Default partition.
+func (n *Names) Configure(ctx context.Context, in store.ConfigureInput) (store.ConfigureResult, error) {
+	res, err := n.st.Configure(ctx, in)
+	if res.Queue.ID == "" {
+		return res, err // nothing was written
+	}
+	n.forgetNames(in.Tenant, in.Queue)
+	if err != nil {
+		return res, err
+	}
+	n.parts.Put(partName{tenant: in.Tenant, queue: in.Queue, partition: store.DefaultPartition}, res.DefaultPartitionID)
+	return res, nil
+}
+
+// DeleteQueue runs store.DeleteQueue and forgets the queue, whether or not
+// the statement failed (it may have run).
+func (n *Names) DeleteQueue(ctx context.Context, tenant, name string) (bool, error) {
+	existed, err := n.st.DeleteQueue(ctx, tenant, name)
+	if !canary.On("delete-keeps-cache") {
+		n.ForgetQueue(tenant, name)
+	}
+	return existed, err
+}
+
+// DeleteGroup runs store.DeleteGroup and forgets the group's subscription
+// to each queue its cursors were deleted on (and to queue, when given).
+func (n *Names) DeleteGroup(ctx context.Context, tenant, group string, queue *string, deleteMetadata bool) (int, []string, error) {
+	count, queues, err := n.st.DeleteGroup(ctx, tenant, group, queue, deleteMetadata)
+	if err != nil {
+		return count, queues, err
+	}
+	for _, q := range queues {
+		n.forgetGroup(tenant, q, group)
+	}
+	if queue != nil {
+		n.forgetGroup(tenant, *queue, group)
+	}
+	return count, queues, nil
+}
+
+// Subscribe runs store.Subscribe and caches the subscription: the group's
+// next pops of the queue on this broker skip it.
+func (n *Names) Subscribe(ctx context.Context, p store.SubscribeParams) (string, error) {
+	qid, err := n.st.Subscribe(ctx, p)
+	if err != nil {
+		return "", err
+	}
+	n.subs.Put(subName{tenant: p.Tenant, queue: p.Queue, group: p.Group}, qid)
+	return qid, nil
+}
+
+// RetryMessage gives a dead-lettered message another life
+// (store.ReadDeadLetter, then store.RetryDeadLetter with its row resolved
+// here). A stale cached partition id is forgotten and the retry run again
+// (Retry).
+func (n *Names) RetryMessage(ctx context.Context, tenant, partitionID, txid string) (store.Retried, error) {
+	return Retry(n, func() (store.Retried, error) {
+		d, err := n.st.ReadDeadLetter(ctx, tenant, partitionID, txid)
+		if err != nil {
+			return d.Retried, err
+		}
+		rows, err := n.PushRows(ctx, tenant, []store.PushItem{d.Item}, "")
+		if err != nil {
+			return d.Retried, err
+		}
+		return n.st.RetryDeadLetter(ctx, d, rows)
+	})
+}
