@@ -143,8 +143,8 @@ var layers = map[string]int{
 	"streams": 6,
 	// The transaction route acks through consume.
 	"maintenance": 7, "pushpath": 7, "txn": 7,
-	// The wire.
-	"httpapi": 8,
+	// The wire, and the paths wired as a broker wires them, for tests.
+	"httpapi": 8, "pathtest": 8,
 }
 
 // TestPackagesImportOnlyLowerLayers fails on an import that points up or

@@ -8,12 +8,11 @@ import (
 	"time"
 
 	"github.com/queen-go/queen/queen/clock"
-	"github.com/queen-go/queen/queen/config"
 	"github.com/queen-go/queen/queen/consume"
 	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/names"
-	"github.com/queen-go/queen/queen/pushpath"
+	"github.com/queen-go/queen/queen/pathtest"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/store/storetest"
 	"github.com/queen-go/queen/queen/sweeper"
@@ -21,7 +20,7 @@ import (
 
 // The timer fire's tests, moved from queen/store with the fire.
 
-const tenant = config.DefaultTenant
+const tenant = pathtest.Tenant
 
 // firer is a sweeper that only fires: FireTimers uses its Store alone.
 func firer(s *store.Store) *sweeper.Sweeper { return fireThrough(names.New(s, names.Options{})) }
@@ -36,47 +35,6 @@ func clockedStore(t *testing.T) (*store.Store, *time.Time) {
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	return store.New(storetest.Pool(t), store.Options{IDs: ids.NewSource(clock.Real{}, nil),
 		DBNow: func() *time.Time { t := now; return &t }}), &now
-}
-
-// twoBrokers are two stores, each with its own name cache, on one database.
-func twoBrokers(t *testing.T) (a, b *names.Names) {
-	t.Helper()
-	pool := storetest.Pool(t)
-	o := store.Options{IDs: ids.NewSource(clock.Real{}, nil), CacheTTL: time.Hour}
-	n := names.Options{TTL: time.Hour}
-	return names.New(store.New(pool, o), n), names.New(store.New(pool, o), n)
-}
-
-// push puts items in through a push path of n, as the broker pushes.
-func push(t *testing.T, n *names.Names, items ...store.PushItem) {
-	t.Helper()
-	out, err := pushpath.New(pushpath.Options{Store: n.Store(), Names: n, IDs: ids.NewSource(clock.Real{}, nil)}).Push(context.Background(), tenant, "", items)
-	if err != nil || len(out.Results) != len(items) {
-		t.Fatalf("push %+v: %+v %v", items, out, err)
-	}
-}
-
-// recreatedElsewhere warms a's cache with queue q, then deletes it through
-// b and creates it again there with a push (b's own cache forgets at its
-// delete, as a local delete does).
-func recreatedElsewhere(t *testing.T, a, b *names.Names, q string) {
-	t.Helper()
-	ctx := context.Background()
-	push(t, a, store.PushItem{Queue: q, Payload: crypt.Plain(json.RawMessage(`"warm"`))})
-	if ok, err := b.DeleteQueue(ctx, tenant, q); err != nil || !ok {
-		t.Fatalf("delete through b: %v %v", ok, err)
-	}
-	push(t, b, store.PushItem{Queue: q, Payload: crypt.Plain(json.RawMessage(`"again"`))})
-}
-
-// popAll pops every message of q's queue-mode group through s.
-func popAll(t *testing.T, n *names.Names, q string) []store.Message {
-	t.Helper()
-	res, err := consume.NewClaimer(n.Store(), consume.ClaimerOptions{Names: n}).Claim(context.Background(), store.PopRequest{Tenant: tenant, Queue: q, Batch: 100, AutoAck: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return res.Messages
 }
 
 func TestTimersScheduleClaimFireOnce(t *testing.T) {
@@ -197,9 +155,9 @@ func TestTimerPayloadIsSealedFromScheduleToPop(t *testing.T) {
 // waited out the claim's lease.
 func TestTimerIntoAQueueRecreatedElsewhereFiresAtOnce(t *testing.T) {
 	t.Parallel()
-	a, b := twoBrokers(t)
+	a, b := pathtest.TwoBrokers(t)
 	ctx := context.Background()
-	recreatedElsewhere(t, a, b, "stale-timer")
+	pathtest.RecreatedElsewhere(t, a, b, "stale-timer")
 	if _, err := a.Store().ApplyTimers(ctx, tenant, "", []store.TimerOp{{Op: "schedule", Queue: "stale-timer", TimerKey: "k", Txn: "timed"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +170,7 @@ func TestTimerIntoAQueueRecreatedElsewhereFiresAtOnce(t *testing.T) {
 	if err != nil || len(fired) != 1 || fired[0].Duplicate {
 		t.Fatalf("fire through the broker that did not delete: %+v %v", fired, err)
 	}
-	if got := popAll(t, b, "stale-timer"); len(got) != 2 || got[1].TransactionID != "timed" {
+	if got := pathtest.PopAll(t, b, "stale-timer"); len(got) != 2 || got[1].TransactionID != "timed" {
 		t.Fatalf("stored: %+v", got)
 	}
 }
