@@ -73,51 +73,6 @@ func popOne(t *testing.T, s acker, req store.PopRequest) store.PopResult {
 // default), so before the fix every other call queued behind the blocked
 // statement until the row was released.
 
-// stallBound is how long a call on an unrelated queue may take before the
-// test calls it stalled: generous, a busy machine answers in milliseconds.
-const stallBound = 30 * time.Second
-
-// holdRows runs sql (a SELECT ... FOR UPDATE) in a transaction it keeps
-// open; the returned func releases the rows.
-func holdRows(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) func() {
-	t.Helper()
-	ctx := context.Background()
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n int
-	if err := tx.QueryRow(ctx, `SELECT count(*) FROM (`+sql+`) x`, args...).Scan(&n); err != nil || n == 0 {
-		_ = tx.Rollback(ctx)
-		t.Fatalf("hold rows: %d rows, %v", n, err)
-	}
-	var once sync.Once
-	release := func() { once.Do(func() { _ = tx.Rollback(ctx) }) }
-	t.Cleanup(release)
-	return release
-}
-
-// awaitLockWaiters returns once n sessions of the test's database wait for
-// a lock at the same moment.
-func awaitLockWaiters(t *testing.T, pool *pgxpool.Pool, n int) {
-	t.Helper()
-	deadline := time.Now().Add(stallBound)
-	for {
-		var waiting int
-		if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d sessions wait for a lock, want %d", waiting, n)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 func stillWaiting(t *testing.T, what string, done <-chan error) {
 	t.Helper()
 	select {
@@ -134,7 +89,7 @@ func answered(t *testing.T, what string, done <-chan error) {
 		if err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
-	case <-time.After(4 * stallBound):
+	case <-time.After(4 * storetest.LockWaitBound):
 		t.Fatalf("%s did not answer after its row was released", what)
 	}
 }
@@ -163,11 +118,11 @@ func TestLockedCursorDelaysOnlyItsAcks(t *testing.T) {
 			leased[q] = append(leased[q], store.AckItem{PartitionID: m.PartitionID, TransactionID: m.TransactionID, LeaseID: m.LeaseID})
 		}
 	}
-	release := holdRows(t, pool, `SELECT 1 FROM queen.partition_consumers pc JOIN queen.queues q ON q.id = pc.queue_id
+	release := storetest.HoldRows(t, pool, `SELECT 1 FROM queen.partition_consumers pc JOIN queen.queues q ON q.id = pc.queue_id
 		WHERE q.name = 'ack-held' FOR UPDATE OF pc`)
 	blocked := make(chan error, 1)
 	go func() {
-		ctx, cancel := context.WithTimeout(ctx, 4*stallBound)
+		ctx, cancel := context.WithTimeout(ctx, 4*storetest.LockWaitBound)
 		defer cancel()
 		res, err := s.Ack(ctx, tenant, "", leased["ack-held"])
 		for _, r := range res {
@@ -177,7 +132,7 @@ func TestLockedCursorDelaysOnlyItsAcks(t *testing.T) {
 		}
 		blocked <- err
 	}()
-	awaitLockWaiters(t, pool, 1)
+	storetest.AwaitLockWaiters(t, pool, 1)
 	errs := make(chan error, queues*each)
 	var wg sync.WaitGroup
 	for q := range queues {
@@ -185,7 +140,7 @@ func TestLockedCursorDelaysOnlyItsAcks(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				ctx, cancel := context.WithTimeout(ctx, stallBound)
+				ctx, cancel := context.WithTimeout(ctx, storetest.LockWaitBound)
 				defer cancel()
 				res, err := s.Ack(ctx, tenant, "", []store.AckItem{it})
 				if err == nil && !res[0].Success {

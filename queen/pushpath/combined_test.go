@@ -71,53 +71,8 @@ func push(t *testing.T, s pusher, queue, partition, txid string) {
 // default), so before the fix every other call queued behind the blocked
 // statement until the row was released.
 
-// stallBound is how long a call on an unrelated queue may take before the
-// test calls it stalled: generous, a busy machine answers in milliseconds.
-const stallBound = 30 * time.Second
-
-// holdRows runs sql (a SELECT ... FOR UPDATE) in a transaction it keeps
-// open; the returned func releases the rows.
-func holdRows(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) func() {
-	t.Helper()
-	ctx := context.Background()
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n int
-	if err := tx.QueryRow(ctx, `SELECT count(*) FROM (`+sql+`) x`, args...).Scan(&n); err != nil || n == 0 {
-		_ = tx.Rollback(ctx)
-		t.Fatalf("hold rows: %d rows, %v", n, err)
-	}
-	var once sync.Once
-	release := func() { once.Do(func() { _ = tx.Rollback(ctx) }) }
-	t.Cleanup(release)
-	return release
-}
-
-// awaitLockWaiters returns once n sessions of the test's database wait for
-// a lock at the same moment.
-func awaitLockWaiters(t *testing.T, pool *pgxpool.Pool, n int) {
-	t.Helper()
-	deadline := time.Now().Add(stallBound)
-	for {
-		var waiting int
-		if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d sessions wait for a lock, want %d", waiting, n)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 // pushOthers pushes, from many goroutines at once, to queues other than
-// the locked one, each call bounded by stallBound, and returns once all
+// the locked one, each call bounded by storetest.LockWaitBound, and returns once all
 // answered.
 func pushOthers(t *testing.T, s pusher) {
 	t.Helper()
@@ -129,7 +84,7 @@ func pushOthers(t *testing.T, s pusher) {
 		go func() {
 			defer wg.Done()
 			for i := range each {
-				ctx, cancel := context.WithTimeout(context.Background(), stallBound)
+				ctx, cancel := context.WithTimeout(context.Background(), storetest.LockWaitBound)
 				res, err := s.Push(ctx, tenant, []store.PushItem{{Queue: fmt.Sprint("free-", w%6), Partition: fmt.Sprint("p", i%2)}}, "")
 				cancel()
 				if err == nil && res[0].Status != "queued" {
@@ -154,7 +109,7 @@ func pushOthers(t *testing.T, s pusher) {
 func blockedPush(s pusher, queue, partition, txid string) <-chan error {
 	done := make(chan error, 1)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 4*stallBound)
+		ctx, cancel := context.WithTimeout(context.Background(), 4*storetest.LockWaitBound)
 		defer cancel()
 		res, err := s.Push(ctx, tenant, []store.PushItem{{Queue: queue, Partition: partition, TransactionID: txid}}, "")
 		if err == nil && res[0].Status != "queued" {
@@ -181,7 +136,7 @@ func answered(t *testing.T, what string, done <-chan error) {
 		if err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
-	case <-time.After(4 * stallBound):
+	case <-time.After(4 * storetest.LockWaitBound):
 		t.Fatalf("%s did not answer after its row was released", what)
 	}
 }
@@ -193,10 +148,10 @@ func TestLockedPartitionDelaysOnlyItsPushes(t *testing.T) {
 	t.Parallel()
 	s, pool := newPusher(t, store.Options{}, 1)
 	push(t, s, "held", "", "seed")
-	release := holdRows(t, pool, `SELECT p.id FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+	release := storetest.HoldRows(t, pool, `SELECT p.id FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
 		WHERE q.name = 'held' FOR UPDATE OF p`)
 	blocked := []<-chan error{blockedPush(s, "held", "", "b0")}
-	awaitLockWaiters(t, pool, 1)
+	storetest.AwaitLockWaiters(t, pool, 1)
 	blocked = append(blocked, blockedPush(s, "held", "", "b1"), blockedPush(s, "held", "", "b2"))
 	pushOthers(t, s)
 	for i, b := range blocked {
@@ -225,7 +180,7 @@ func TestQueueDeleteDelaysOnlyItsPushes(t *testing.T) {
 	for i := range 20 {
 		push(t, s, "doomed", fmt.Sprint("p", i%2), fmt.Sprint("d", i))
 	}
-	release := holdRows(t, pool, `SELECT 1 FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id
+	release := storetest.HoldRows(t, pool, `SELECT 1 FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id
 		JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'doomed' AND m.transaction_id = 'd7' FOR UPDATE OF m`)
 	deleted := make(chan error, 1)
 	go func() {
@@ -235,11 +190,11 @@ func TestQueueDeleteDelaysOnlyItsPushes(t *testing.T) {
 		}
 		deleted <- err
 	}()
-	awaitLockWaiters(t, pool, 1)
+	storetest.AwaitLockWaiters(t, pool, 1)
 	// Into a partition the queue has (and this broker has cached), so the
 	// push goes to the combiner and waits there for the partition row.
 	blocked := blockedPush(s, "doomed", "p0", "after")
-	awaitLockWaiters(t, pool, 2)
+	storetest.AwaitLockWaiters(t, pool, 2)
 	pushOthers(t, s)
 	stillWaiting(t, "the delete", deleted)
 	stillWaiting(t, "the push into the queue being deleted", blocked)
