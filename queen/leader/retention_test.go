@@ -67,7 +67,14 @@ func TestRetentionPassRulesAndLeaderLock(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("leader: %v %v", ok, err)
 	}
-	if _, second, err := s.TryLeader(ctx, store.RetentionLock); err != nil || second {
+	if other, second, err := s.TryLeader(ctx, store.RetentionLock); err != nil || second {
+		// Give both sessions back before failing: the pool's cleanup
+		// waits for every acquired connection, so a held one hung the
+		// package until its 15 min timeout and hid this message.
+		if second {
+			other.Release()
+		}
+		lead.Release()
 		t.Fatalf("a second leader while the first holds the lock: %v %v", second, err)
 	}
 	res, err := leader.RetentionPass(ctx, s, lead.Executor(), 100)
