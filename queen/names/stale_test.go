@@ -2,19 +2,16 @@ package names_test
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
-	"time"
 
 	"github.com/queen-go/queen/queen/clock"
 	"github.com/queen-go/queen/queen/config"
 	"github.com/queen-go/queen/queen/consume"
-	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/names"
+	"github.com/queen-go/queen/queen/pathtest"
 	"github.com/queen-go/queen/queen/pushpath"
 	"github.com/queen-go/queen/queen/store"
-	"github.com/queen-go/queen/queen/store/storetest"
 )
 
 const tenant = config.DefaultTenant
@@ -25,36 +22,10 @@ const tenant = config.DefaultTenant
 // under its name; every path of a that resolves the name must work at once,
 // not after the cache's 60 s ttl or a timer claim's 30 s lease.
 
-// twoBrokers are two stores, each with its own name cache, on one database.
-func twoBrokers(t *testing.T) (a, b *names.Names) {
-	t.Helper()
-	pool := storetest.Pool(t)
-	o := store.Options{IDs: ids.NewSource(clock.Real{}, nil), CacheTTL: time.Hour}
-	n := names.Options{TTL: time.Hour}
-	return names.New(store.New(pool, o), n), names.New(store.New(pool, o), n)
-}
-
 // push puts items in through a push path of n, as the broker pushes.
 func push(ctx context.Context, n *names.Names, items ...store.PushItem) ([]store.PushResult, error) {
 	out, err := pushpath.New(pushpath.Options{Store: n.Store(), Names: n, IDs: ids.NewSource(clock.Real{}, nil)}).Push(ctx, tenant, "", items)
 	return out.Results, err
-}
-
-// recreatedElsewhere warms a's cache with queue q, then deletes it through
-// b and creates it again there with a push (b's own cache forgets at its
-// delete, as a local delete does).
-func recreatedElsewhere(t *testing.T, a, b *names.Names, q string) {
-	t.Helper()
-	ctx := context.Background()
-	if _, err := push(ctx, a, store.PushItem{Queue: q, Payload: crypt.Plain(json.RawMessage(`"warm"`))}); err != nil {
-		t.Fatal(err)
-	}
-	if ok, err := b.DeleteQueue(ctx, tenant, q); err != nil || !ok {
-		t.Fatalf("delete through b: %v %v", ok, err)
-	}
-	if _, err := push(ctx, b, store.PushItem{Queue: q, Payload: crypt.Plain(json.RawMessage(`"again"`))}); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // claimers are the brokers' Claimers: one per broker, as its throttles are.
@@ -79,9 +50,9 @@ func (c claimers) popAll(t *testing.T, n *names.Names, q string) []store.Message
 
 func TestDLQRetryIntoAQueueRecreatedElsewhere(t *testing.T) {
 	t.Parallel()
-	a, b := twoBrokers(t)
+	a, b := pathtest.TwoBrokers(t)
 	ctx := context.Background()
-	recreatedElsewhere(t, a, b, "stale-dlq")
+	pathtest.RecreatedElsewhere(t, a, b, "stale-dlq")
 	p, err := claimers{}.claim(ctx, b, store.PopRequest{Tenant: tenant, Queue: "stale-dlq", Batch: 1})
 	if err != nil || len(p.Messages) != 1 {
 		t.Fatalf("pop through b: %+v %v", p, err)
@@ -104,8 +75,8 @@ func TestDLQRetryIntoAQueueRecreatedElsewhere(t *testing.T) {
 // helper as every other path.
 func TestPushIntoAQueueRecreatedElsewhere(t *testing.T) {
 	t.Parallel()
-	a, b := twoBrokers(t)
-	recreatedElsewhere(t, a, b, "stale-push")
+	a, b := pathtest.TwoBrokers(t)
+	pathtest.RecreatedElsewhere(t, a, b, "stale-push")
 	res, err := push(context.Background(), a, store.PushItem{Queue: "stale-push", TransactionID: "pushed"})
 	if err != nil || len(res) != 1 || res[0].Status != "queued" {
 		t.Fatalf("push: %+v %v", res, err)
@@ -117,7 +88,7 @@ func TestPushIntoAQueueRecreatedElsewhere(t *testing.T) {
 // nothing until the entry expired.
 func TestGroupDeletedElsewherePopsAtOnce(t *testing.T) {
 	t.Parallel()
-	a, b := twoBrokers(t)
+	a, b := pathtest.TwoBrokers(t)
 	ctx := context.Background()
 	for _, txn := range []string{"m1", "m2"} {
 		if _, err := push(ctx, a, store.PushItem{Queue: "stale-group", TransactionID: txn}); err != nil {
@@ -143,7 +114,7 @@ func TestGroupDeletedElsewherePopsAtOnce(t *testing.T) {
 // subscription names the old queue's id.
 func TestPopOfAQueueRecreatedElsewhere(t *testing.T) {
 	t.Parallel()
-	a, b := twoBrokers(t)
+	a, b := pathtest.TwoBrokers(t)
 	ctx := context.Background()
 	if _, err := push(ctx, a, store.PushItem{Queue: "stale-popq", TransactionID: "old"}); err != nil {
 		t.Fatal(err)
@@ -152,7 +123,7 @@ func TestPopOfAQueueRecreatedElsewhere(t *testing.T) {
 	if got := c.popAll(t, a, "stale-popq"); len(got) != 1 {
 		t.Fatalf("first pop: %+v", got)
 	}
-	recreatedElsewhere(t, a, b, "stale-popq")
+	pathtest.RecreatedElsewhere(t, a, b, "stale-popq")
 	if got := c.popAll(t, a, "stale-popq"); len(got) != 1 || string(got[0].Data) != `"again"` {
 		t.Fatalf("pop of the queue recreated through b: %+v", got)
 	}
