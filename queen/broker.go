@@ -108,8 +108,10 @@ type Broker struct {
 	readOnly *store.ReadOnlyWatch
 	recorder *analytics.Recorder // nil with QUEEN_ANALYTICS=false
 	flusher  *analytics.Flusher
-	hosts    []string // host:port the pool may connect to, in order
-	dbName   string   // the database's name, as the pool config has it
+	arbiter  *admission.Arbiter // sampled for the analytics' work gauges
+	waker    *waker.Hub         // its parked pops, likewise
+	hosts    []string           // host:port the pool may connect to, in order
+	dbName   string             // the database's name, as the pool config has it
 	onHost   atomic.Pointer[string]
 
 	cancel   context.CancelFunc // background services and request base context
@@ -307,8 +309,9 @@ func (b *Broker) apiOptions(ctx context.Context, arbiter *admission.Arbiter, cip
 	if b.cfg.Analytics {
 		b.recorder = analytics.NewRecorder(b.cfg.AnalyticsMaxQueues)
 	}
+	b.arbiter, b.waker = arbiter, waker.New()
 	o := httpapi.Options{Config: b.cfg, Store: b.store, Names: b.names, Analytics: b.recorder, Spool: b.spool, Drainer: b.drainer,
-		Maintenance: b.maint, Arbiter: arbiter, Clock: b.opts.Clock, Waker: waker.New(), IDs: b.opts.IDs, Logger: b.log,
+		Maintenance: b.maint, Arbiter: arbiter, Clock: b.opts.Clock, Waker: b.waker, IDs: b.opts.IDs, Logger: b.log,
 		Cipher: cipher, Push: pushes, PopClaims: b.opts.PopClaims}
 	if err := b.configureAuth(&o); err != nil {
 		return o, err
@@ -609,8 +612,14 @@ func (b *Broker) newFlusher() *analytics.Flusher {
 		st := b.pool.Stat()
 		return int(st.MaxConns()), int(st.IdleConns()), int(st.AcquiredConns())
 	}
+	work := func() (waiting, parked int) {
+		for _, n := range b.arbiter.Stats().Waiting {
+			waiting += n
+		}
+		return waiting, b.waker.Parked()
+	}
 	return &analytics.Flusher{Recorder: b.recorder, Store: b.store, Broker: b.cfg.ServerID, Hostname: host, Port: b.cfg.Port,
-		Sample: analytics.ProcessSampler(pool), Clock: b.opts.Clock, Log: b.log}
+		Sample: analytics.ProcessSampler(pool, work), Clock: b.opts.Clock, Log: b.log}
 }
 
 // Crash stops everything at once: open connections are cut, in-flight work

@@ -57,6 +57,7 @@ type Flusher struct {
 
 	next             time.Time
 	lastUser, lastSy int64
+	lastAt           time.Time
 	sampled          bool
 	pendingQ         []store.QueueMinute
 	pendingB         []store.BrokerMinute
@@ -105,15 +106,27 @@ func (f *Flusher) sample(now time.Time) {
 	}
 	user, sys, gauges := f.Sample()
 	var du, ds int64
+	var elapsed time.Duration
 	if f.sampled {
-		du, ds = max(user-f.lastUser, 0), max(sys-f.lastSy, 0)
+		du, ds, elapsed = max(user-f.lastUser, 0), max(sys-f.lastSy, 0), now.Sub(f.lastAt)
 	}
-	f.lastUser, f.lastSy, f.sampled = user, sys, true
+	f.lastUser, f.lastSy, f.lastAt, f.sampled = user, sys, now, true
 	if gauges == nil {
 		gauges = map[string]map[string]float64{}
 	}
-	gauges["cpu"] = map[string]float64{"user_us": float64(du), "system_us": float64(ds)}
+	gauges["cpu"] = map[string]float64{"user_us": cpuLeaf(du, elapsed), "system_us": cpuLeaf(ds, elapsed)}
 	f.Recorder.Sample(now, du, ds, gauges)
+}
+
+// cpuLeaf is CPU time used over elapsed as Queen's system-metrics leaves
+// cpu.user_us and cpu.system_us carry it despite their names: percent of
+// one core times 100 (1 % is 100), which its System page divides by 100.
+// The first sample, with nothing to compare, is 0.
+func cpuLeaf(used int64, elapsed time.Duration) float64 {
+	if elapsed <= 0 {
+		return 0
+	}
+	return float64(used) / float64(elapsed.Microseconds()) * 100 * 100
 }
 
 // flush writes the minutes before until's, with any still pending.

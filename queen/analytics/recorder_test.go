@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -117,5 +118,36 @@ func TestFlusherKeepsMinutesUntilWritten(t *testing.T) {
 	}
 	if f.DroppedMinutes() == 0 || len(f.pendingB) > MaxPendingMinutes+1 {
 		t.Fatalf("after an outage of %d minutes: %d pending, %d dropped", MaxPendingMinutes+5, len(f.pendingB), f.DroppedMinutes())
+	}
+}
+
+// Queen's System page reads cpu.user_us and cpu.system_us as percent of a
+// core times 100, whatever their names say: a broker using 1 % of a core
+// in user time and 2 % in system time records 100 and 200, not the
+// microseconds it used between samples (which read as 400-800 %).
+func TestFlusherCPULeavesArePercentTimes100(t *testing.T) {
+	c := clock.NewSim(t0)
+	rec := &fakeRecording{}
+	f := &Flusher{Recorder: NewRecorder(0), Store: rec, Broker: "b1", Clock: c, SampleEvery: 10 * time.Second,
+		Sample: func() (int64, int64, map[string]map[string]float64) {
+			used := int64(c.Now().Sub(t0) / time.Microsecond)
+			return used / 100, used / 50, nil
+		}}
+	for i := 0; i < 8; i++ {
+		if err := f.RunOnce(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		c.Advance(10 * time.Second)
+	}
+	if len(rec.bs) == 0 {
+		t.Fatal("no minute written")
+	}
+	var g map[string]map[string]Leaf
+	if err := json.Unmarshal(rec.bs[0].Gauges, &g); err != nil {
+		t.Fatal(err)
+	}
+	user, sys := g["cpu"]["user_us"], g["cpu"]["system_us"]
+	if math.Abs(user.Last-100) > 0.5 || math.Abs(sys.Last-200) > 0.5 || user.Max > 100.5 {
+		t.Fatalf("cpu leaves user %+v system %+v; want 100 and 200 (1 %% and 2 %% of a core, times 100)", user, sys)
 	}
 }

@@ -12,10 +12,16 @@ import (
 // connections.
 type PoolGauges func() (size, idle, active int)
 
+// WorkGauges reads the broker's queued work: database work waiting for an
+// admission slot (queen/admission; what Queen calls its job queue) and
+// long-poll pops parked until a push wakes them or they time out (Queen's
+// backoff).
+type WorkGauges func() (dbWaiting, parkedPops int)
+
 // ProcessSampler samples this process: CPU time (getrusage), resident and
 // virtual memory (/proc/self/statm, where there is one), goroutines and
-// heap, and the pool.
-func ProcessSampler(pool PoolGauges) Sampler {
+// heap, the pool, and the queued work. pool and work may be nil.
+func ProcessSampler(pool PoolGauges, work WorkGauges) Sampler {
 	page := float64(os.Getpagesize())
 	return func() (int64, int64, map[string]map[string]float64) {
 		var ru syscall.Rusage
@@ -37,6 +43,10 @@ func ProcessSampler(pool PoolGauges) Sampler {
 		if pool != nil {
 			size, idle, active := pool()
 			g["database"] = map[string]float64{"pool_size": float64(size), "pool_idle": float64(idle), "pool_active": float64(active)}
+		}
+		if work != nil {
+			waiting, parked := work()
+			g["work"] = map[string]float64{"db_waiting": float64(waiting), "parked_pops": float64(parked)}
 		}
 		return user, sys, g
 	}

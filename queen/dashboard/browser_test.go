@@ -157,7 +157,7 @@ func (b *broker) traffic() {
 	b.must("POST", "/api/v1/timers", `{"operations":[{"op":"schedule","queue":"orders","timerKey":"later","txn":"t-later","delayMs":3600000,"payload":{}}]}`)
 	b.must("POST", "/api/v1/kv", `{"operations":[{"op":"put","ns":"settings","key":"a","value":1,"forever":true}]}`)
 	f := &analytics.Flusher{Recorder: b.rec, Store: b.store, Broker: "dash-test", Hostname: "localhost", Port: 6632,
-		Sample: analytics.ProcessSampler(nil), Clock: clock.Real{}}
+		Sample: analytics.ProcessSampler(nil, nil), Clock: clock.Real{}}
 	if err := f.Close(context.Background()); err != nil {
 		b.t.Fatal(err)
 	}

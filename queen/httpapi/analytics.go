@@ -198,13 +198,14 @@ func (s *Server) workerMetrics(w http.ResponseWriter, r *http.Request) {
 	a := workerMetricsAnswer{analyticsEnvelope: env, PointCount: len(points), TimeSeries: make([]workerPoint, len(points)),
 		Workers: []workerTotals{}, Queues: queueLagRows(buckets)}
 	var total clusterBucket
-	for i, p := range points {
-		a.TimeSeries[i] = newWorkerPoint(p, bm)
+	for i, p := range points { // newest first, as Queen's page expects (it reverses them)
+		a.TimeSeries[len(points)-1-i] = newWorkerPoint(p, bm)
 		total.add(p)
 	}
 	for _, b := range brokerBuckets(minutes, bm) {
 		a.Workers = append(a.Workers, workerTotals{Hostname: b.hostname, Port: b.port, WorkerID: b.id,
-			Requests: b.requests, PushRequests: b.push, PopRequests: b.pop, AckRequests: b.ack, LastSeen: msStamp(b.last)})
+			Requests: b.requests, PushRequests: b.push, PopRequests: b.pop, AckRequests: b.ack, LastSeen: msStamp(b.last),
+			workerGauges: newWorkerGauges(b)})
 	}
 	t := total.q
 	a.Summary = workerSummary{TotalPushMessages: t.PushMessages, TotalPopMessages: t.PopMessages,

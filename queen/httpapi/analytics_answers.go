@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"github.com/queen-go/queen/queen/store"
+	"math"
 )
 
 // The answers of the /api/v1/analytics/* routes (contract-admin.md 4.7).
@@ -192,14 +193,14 @@ type workerPoint struct {
 	PushPerSecond     float64 `json:"pushPerSecond"`
 	PopPerSecond      float64 `json:"popPerSecond"`
 	AckPerSecond      float64 `json:"ackPerSecond"`
-	AvgEventLoopLagMs int     `json:"avgEventLoopLagMs"` // Queen's event loop: 0
-	MaxEventLoopLagMs int     `json:"maxEventLoopLagMs"` // Queen's event loop: 0
-	AvgFreeSlots      int     `json:"avgFreeSlots"`      // Queen's thread pool: 0
-	MinFreeSlots      int     `json:"minFreeSlots"`      // Queen's thread pool: 0
-	DBConnections     float64 `json:"dbConnections"`     // busy pool connections, summed over brokers
-	AvgJobQueueSize   int     `json:"avgJobQueueSize"`   // Queen's thread pool: 0
-	MaxJobQueueSize   int     `json:"maxJobQueueSize"`   // Queen's thread pool: 0
-	BackoffSize       int     `json:"backoffSize"`       // Queen's thread pool: 0
+	AvgEventLoopLagMs int     `json:"avgEventLoopLagMs"` // no Go equivalent: 0, named in notApplicable
+	MaxEventLoopLagMs int     `json:"maxEventLoopLagMs"` // likewise
+	AvgFreeSlots      int     `json:"avgFreeSlots"`      // idle pool connections (workGauges), summed over brokers
+	MinFreeSlots      int     `json:"minFreeSlots"`
+	DBConnections     float64 `json:"dbConnections"`   // busy pool connections, summed over brokers
+	AvgJobQueueSize   int     `json:"avgJobQueueSize"` // database work waiting for an admission slot
+	MaxJobQueueSize   int     `json:"maxJobQueueSize"`
+	BackoffSize       int     `json:"backoffSize"` // parked long-poll pops
 	AvgLagMs          float64 `json:"avgLagMs"`
 	MaxLagMs          int64   `json:"maxLagMs"`
 	LagCount          int64   `json:"lagCount"`
@@ -219,6 +220,8 @@ func newWorkerPoint(p clusterBucket, bm int) workerPoint {
 		AckRequests: p.q.AckRequests, JobsDone: done,
 		PushPerSecond: perSecond(p.q.PushMessages, bm), PopPerSecond: perSecond(p.q.PopMessages, bm),
 		AckPerSecond: perSecond(acked, bm), DBConnections: p.poolActive,
+		AvgFreeSlots: round(p.work.freeSlotsAvg), MinFreeSlots: round(p.work.freeSlotsMin),
+		AvgJobQueueSize: round(p.work.jobQueueAvg), MaxJobQueueSize: round(p.work.jobQueueMax), BackoffSize: round(p.work.parkedAvg),
 		AvgLagMs: avgLag(p.q.LagSumMs, p.q.LagCount), MaxLagMs: p.q.LagMaxMs, LagCount: p.q.LagCount,
 		DBErrors: p.dbErrors, AckSuccess: done, AckFailed: p.q.AckFailed, DLQCount: p.q.DLQ,
 		AvgLatencyMs: p.avgLatency(), P99LatencyMs: p.p99Latency, Requests: p.requests}
@@ -234,7 +237,36 @@ type workerTotals struct {
 	PopRequests  int64  `json:"popRequests"`
 	AckRequests  int64  `json:"ackRequests"`
 	LastSeen     string `json:"lastSeen"` // its newest recorded minute
+	workerGauges
 }
+
+// workerGauges are one broker's pool and queued work in its newest
+// recorded minute, named as Queen's worker rows name them (workGauges);
+// NotApplicable names the fields Go has no equivalent of, which stay 0.
+type workerGauges struct {
+	AvgFreeSlots      int      `json:"avgFreeSlots"`
+	MinFreeSlots      int      `json:"minFreeSlots"`
+	DBConnections     float64  `json:"dbConnections"`
+	AvgJobQueueSize   int      `json:"avgJobQueueSize"`
+	MaxJobQueueSize   int      `json:"maxJobQueueSize"`
+	BackoffSize       int      `json:"backoffSize"`
+	AvgEventLoopLagMs int      `json:"avgEventLoopLagMs"`
+	MaxEventLoopLagMs int      `json:"maxEventLoopLagMs"`
+	NotApplicable     []string `json:"notApplicable"`
+}
+
+// notApplicable are Queen's worker fields with no Go equivalent: a Go
+// broker has no event loop to lag.
+var notApplicable = []string{"avgEventLoopLagMs", "maxEventLoopLagMs"}
+
+func newWorkerGauges(b *brokerSeries) workerGauges {
+	return workerGauges{AvgFreeSlots: round(b.work.freeSlotsAvg), MinFreeSlots: round(b.work.freeSlotsMin),
+		DBConnections: b.poolActive, AvgJobQueueSize: round(b.work.jobQueueAvg), MaxJobQueueSize: round(b.work.jobQueueMax),
+		BackoffSize: round(b.work.parkedAvg), NotApplicable: notApplicable}
+}
+
+// round is a gauge's mean as the whole number Queen's integer fields hold.
+func round(f float64) int { return int(math.Round(f)) }
 
 // workerSummary is the window's totals, with the tenant's live pending
 // count.

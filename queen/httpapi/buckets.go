@@ -35,6 +35,8 @@ type brokerSeries struct {
 	pop, ack       int64
 	last           time.Time
 	buckets        []brokerBucket
+	work           workGauges // its newest minute's
+	poolActive     float64    // likewise: busy connections
 }
 
 // brokerBuckets groups minutes (oldest first) by broker, then by bucket:
@@ -60,6 +62,7 @@ func brokerBuckets(minutes []store.BrokerMinute, bm int) []*brokerSeries {
 		var g gaugeSet
 		if json.Unmarshal(m.Gauges, &g) == nil {
 			k.merge(g, m.Samples)
+			b.work, b.poolActive = workOf(g), g["database"]["pool_active"].Avg
 		}
 		k.samples += m.Samples
 	}
@@ -98,6 +101,31 @@ type clusterBucket struct {
 	rssBytes               float64 // summed over the brokers' means
 	poolActive, poolIdle   float64
 	poolSize               float64
+	work                   workGauges // summed over the brokers
+}
+
+// workGauges are a bucket's pool and queued-work figures as Queen's worker
+// metrics name them: free slots are idle pool connections, the job queue
+// is database work waiting for an admission slot, backoff the parked
+// long-poll pops (analytics.WorkGauges).
+type workGauges struct {
+	freeSlotsAvg, freeSlotsMin float64
+	jobQueueAvg, jobQueueMax   float64
+	parkedAvg                  float64
+}
+
+// workOf reads a minute's or a bucket's work gauges.
+func workOf(g gaugeSet) workGauges {
+	return workGauges{freeSlotsAvg: g["database"]["pool_idle"].Avg, freeSlotsMin: g["database"]["pool_idle"].Min,
+		jobQueueAvg: g["work"]["db_waiting"].Avg, jobQueueMax: g["work"]["db_waiting"].Max,
+		parkedAvg: g["work"]["parked_pops"].Avg}
+}
+
+// plus sums two brokers' figures.
+func (w workGauges) plus(o workGauges) workGauges {
+	return workGauges{freeSlotsAvg: w.freeSlotsAvg + o.freeSlotsAvg, freeSlotsMin: w.freeSlotsMin + o.freeSlotsMin,
+		jobQueueAvg: w.jobQueueAvg + o.jobQueueAvg, jobQueueMax: w.jobQueueMax + o.jobQueueMax,
+		parkedAvg: w.parkedAvg + o.parkedAvg}
 }
 
 func (c *clusterBucket) avgLatency() float64 {
@@ -148,7 +176,10 @@ func clusterBuckets(qs []store.QueueBucket, minutes []store.BrokerMinute, bm int
 		c := get(q.Bucket)
 		c.q = sumQueueBuckets(c.q, q)
 	}
-	type pool struct{ active, idle, size, rss float64 }
+	type pool struct {
+		active, idle, size, rss float64
+		work                    workGauges
+	}
 	pools := map[time.Time]map[string]pool{}
 	for _, m := range minutes {
 		c := get(bucketOf(m.Minute, bm))
@@ -166,12 +197,13 @@ func clusterBuckets(qs []store.QueueBucket, minutes []store.BrokerMinute, bm int
 		}
 		// The broker's last minute of the bucket stands for it.
 		pools[c.at][m.Broker] = pool{g["database"]["pool_active"].Avg, g["database"]["pool_idle"].Avg,
-			g["database"]["pool_size"].Last, g["memory"]["rss_bytes"].Avg}
+			g["database"]["pool_size"].Last, g["memory"]["rss_bytes"].Avg, workOf(g)}
 	}
 	out := make([]clusterBucket, 0, len(by))
 	for at, c := range by {
 		for _, p := range pools[at] {
 			c.poolActive, c.poolIdle, c.poolSize, c.rssBytes = c.poolActive+p.active, c.poolIdle+p.idle, c.poolSize+p.size, c.rssBytes+p.rss
+			c.work = c.work.plus(p.work)
 		}
 		out = append(out, *c)
 	}

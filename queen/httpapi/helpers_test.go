@@ -92,7 +92,7 @@ func newEnvSpool(t *testing.T, sp *spool.Spool, opts ...envOption) *env {
 func (e *env) flushAnalytics() {
 	e.t.Helper()
 	f := &analytics.Flusher{Recorder: e.rec, Store: e.store, Broker: "test", Hostname: "test-host", Port: 6632,
-		Sample: analytics.ProcessSampler(nil), Clock: clock.Real{}}
+		Sample: analytics.ProcessSampler(nil, nil), Clock: clock.Real{}}
 	if err := f.Close(context.Background()); err != nil {
 		e.t.Fatal(err)
 	}

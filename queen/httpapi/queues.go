@@ -240,22 +240,51 @@ func (s *Server) deleteQueue(w http.ResponseWriter, r *http.Request) {
 
 // overview is GET /api/v1/resources/overview (contract-admin.md 4.6).
 // Lag is in seconds (time) and messages (offset) over every cursor with
-// messages past it; throughput is not recorded, so it is zero.
+// messages past it; throughput is the recorded minutes' (recentThroughput).
 func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 	o, err := s.store.Overview(r.Context(), tenantOf(r))
 	if err != nil {
 		s.storeError(w, r, "overview", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, overviewAnswer{
+	tp, err := s.recentThroughput(r)
+	if err != nil {
+		s.storeError(w, r, "overview", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, overviewAnswer{Throughput: tp,
 		Queues: o.Queues, Partitions: o.Partitions,
 		Namespaces: len(o.Namespaces), Tasks: len(o.Tasks),
 		NamespaceNames: emptyIfNil(o.Namespaces), TaskNames: emptyIfNil(o.Tasks),
 		Messages: stateCounts{Total: o.Messages, Pending: o.Pending, Processing: o.Processing,
-			Completed: max(o.Messages-o.Pending-o.DLQ, 0), DeadLetter: o.DLQ},
+			Completed: completedOf(o.Messages, o.Pending, o.QueueDLQ), DeadLetter: o.DLQ},
 		Lag:          overviewLag{Time: newLagSpread(o.LagSeconds), Offset: newLagSpread(o.LagOffset)},
 		ActiveLeases: o.ActiveLeases, Timestamp: s.clock.Now().UTC().Format(adminTimeLayout),
 	})
+}
+
+// throughputMinutes is how many closed minutes "throughput now" averages:
+// enough to smooth one quiet minute, short enough to follow a change.
+const throughputMinutes = 5
+
+// recentThroughput is the tenant's messages pushed and completed per
+// second over the last throughputMinutes closed minutes, as recorded
+// (the open minute is written only when it closes). With analytics off
+// nothing is recorded and it is zero.
+func (s *Server) recentThroughput(r *http.Request) (overviewThroughput, error) {
+	to := s.clock.Now().UTC().Truncate(time.Minute)
+	from := to.Add(-throughputMinutes * time.Minute)
+	buckets, err := s.store.QueueBuckets(r.Context(), store.StatsFilter{Tenant: tenantOf(r), From: from, To: to, BucketMinutes: 1})
+	if err != nil {
+		return overviewThroughput{}, err
+	}
+	var sum store.QueueBucket
+	for _, b := range buckets {
+		sum = sumQueueBuckets(sum, b)
+	}
+	secs := float64(throughputMinutes * 60)
+	return overviewThroughput{IngestedPerSecond: float64(sum.PushMessages) / secs,
+		ProcessedPerSecond: float64(completed(sum)) / secs}, nil
 }
 
 func emptyIfNil(s []string) []string {

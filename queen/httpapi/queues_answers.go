@@ -90,6 +90,16 @@ type stateCounts struct {
 	DeadLetter int64 `json:"deadLetter"`
 }
 
+// completedOf is the one definition of completed that every answer
+// counting messages uses (overview, status, the queue lists and detail,
+// worker metrics; SPEC "Message counts"): of total stored messages, those
+// that are not pending (no group has reached them yet: past each
+// partition's furthest cursor) and that the group furthest along did not
+// dead-letter (furthestDLQ). Never below zero.
+func completedOf(total, pending, furthestDLQ int64) int64 {
+	return max(total-pending-furthestDLQ, 0)
+}
+
 // queueList is GET /api/v1/resources/queues's answer.
 type queueList struct {
 	Queues []queueResource `json:"queues"`
@@ -159,10 +169,11 @@ type lagSpread struct {
 	Max    float64 `json:"max"`
 }
 
-// overviewThroughput is always zero: throughput is not recorded here.
+// overviewThroughput is messages per second over the last closed minutes
+// (recentThroughput): pushed, and completed (acked or auto-acked).
 type overviewThroughput struct {
-	IngestedPerSecond  int `json:"ingestedPerSecond"`
-	ProcessedPerSecond int `json:"processedPerSecond"`
+	IngestedPerSecond  float64 `json:"ingestedPerSecond"`
+	ProcessedPerSecond float64 `json:"processedPerSecond"`
 }
 
 // dlqPage is GET /api/v1/dlq's answer: one page of dead letters.
@@ -219,12 +230,12 @@ func newQueueResource(q store.QueueInfo) queueResource {
 func newQueueResourceDetail(q store.QueueInfo) queueResourceDetail {
 	d := queueResourceDetail{queueResource: newQueueResource(q), Partitions: make([]partitionResource, len(q.Partitions)),
 		Totals: stateCounts{Total: q.Messages, Pending: q.Pending, Processing: q.Processing,
-			Completed: max(q.Messages-q.Pending-q.QueueDLQ, 0), DeadLetter: q.DLQ}}
+			Completed: completedOf(q.Messages, q.Pending, q.QueueDLQ), DeadLetter: q.DLQ}}
 	for i, p := range q.Partitions {
 		d.Partitions[i] = partitionResource{
 			ID: p.ID, Name: p.Name, CreatedAt: timestamp(p.CreatedAt),
 			Stats: stateCounts{Total: p.Messages, Pending: p.Pending, Processing: p.Processing,
-				Completed: max(p.Messages-p.Pending-p.QueueDLQ, 0), DeadLetter: p.DLQ},
+				Completed: completedOf(p.Messages, p.Pending, p.QueueDLQ), DeadLetter: p.DLQ},
 			OldestMessage: timestampOrNull(p.OldestAt), NewestMessage: timestampOrNull(p.LastMessageAt),
 			LastMessageAt: timestampOrNull(p.LastMessageAt),
 			Messages:      partitionResourceMessages{Total: p.Messages, Pending: p.Pending},

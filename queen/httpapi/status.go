@@ -50,7 +50,7 @@ func queueRow(q store.QueueInfo) queueSummary {
 	return queueSummary{ID: q.ID, Name: q.Name, Queue: q.Name, Namespace: strPtr(q.Namespace), Task: strPtr(q.Task),
 		CreatedAt: msStamp(q.CreatedAt), Partitions: q.PartitionCount, PartitionCount: q.PartitionCount,
 		Messages: queueSummaryCounts{Total: q.Messages, Pending: q.Pending},
-		Pending:  q.Pending, Completed: max(q.Messages-q.Pending-q.DLQ, 0), DLQ: q.DLQ}
+		Pending:  q.Pending, Completed: completedOf(q.Messages, q.Pending, q.QueueDLQ), DLQ: q.DLQ}
 }
 
 // status is GET /api/v1/status.
@@ -72,10 +72,10 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	leases, dlq := snap.Leases, snap.DLQ
-	var total, pending int64
+	var total, pending, furthestDLQ int64
 	queues := []statusQueueRow{}
 	for _, q := range snap.Queues {
-		total, pending = total+q.Messages, pending+q.Pending
+		total, pending, furthestDLQ = total+q.Messages, pending+q.Pending, furthestDLQ+q.QueueDLQ
 		if q.Messages > 0 {
 			queues = append(queues, statusQueueRow{queueRow(q), max(q.Messages-q.Pending, 0)})
 		}
@@ -105,7 +105,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	workers := []workerRow{}
 	for _, b := range brokerBuckets(minutes, bm) {
 		workers = append(workers, workerRow{Hostname: b.hostname, Port: b.port, WorkerID: b.id,
-			Requests: b.requests, LastSeen: msStamp(b.last)})
+			Requests: b.requests, LastSeen: msStamp(b.last), workerGauges: newWorkerGauges(b)})
 	}
 	// statsAge is the age of the oldest figure in the answer: the last
 	// recorded minute or the queue snapshot, whichever is older.
@@ -121,7 +121,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 		TimeRange: timeRange{From: msStamp(from), To: msStamp(to)}, BucketMinutes: bm, PointCount: len(throughput),
 		Throughput: throughput, Queues: queues,
 		Messages: statusMessages{Total: total, Pending: pending,
-			Completed: max(total-pending-dlq.Total, 0), DeadLetter: dlq.Total,
+			Completed: completedOf(total, pending, furthestDLQ), DeadLetter: dlq.Total,
 			Requests:        requestsByKind{Push: s.stats.pushRequests.Load(), Pop: s.stats.popRequests.Load(), Ack: s.stats.ackRequests.Load()},
 			BatchEfficiency: newBatchEfficiency(sum.q)},
 		Leases: leaseSummary{Active: leases.Active, PartitionsWithLeases: leases.Partitions,
@@ -190,13 +190,13 @@ func (s *Server) statusQueues(w http.ResponseWriter, r *http.Request) {
 // so pending, or dead-lettered).
 func partitionCounts(p store.PartitionInfo) stateCounts {
 	return stateCounts{Total: p.Messages, Pending: p.Pending, Processing: p.Processing,
-		Completed: max(p.Messages-p.Pending-p.QueueDLQ, 0), DeadLetter: p.DLQ}
+		Completed: completedOf(p.Messages, p.Pending, p.QueueDLQ), DeadLetter: p.DLQ}
 }
 
 // queueCounts are partitionCounts summed over the queue.
 func queueCounts(q store.QueueInfo) stateCounts {
 	return stateCounts{Total: q.Messages, Pending: q.Pending, Processing: q.Processing,
-		Completed: max(q.Messages-q.Pending-q.QueueDLQ, 0), DeadLetter: q.DLQ}
+		Completed: completedOf(q.Messages, q.Pending, q.QueueDLQ), DeadLetter: q.DLQ}
 }
 
 // statusQueue is GET /api/v1/status/queues/{queue}: the queue, its

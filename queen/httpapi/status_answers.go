@@ -86,6 +86,7 @@ type workerRow struct {
 	WorkerID string `json:"workerId"`
 	Requests int64  `json:"requests"`
 	LastSeen string `json:"lastSeen"` // its last recorded minute
+	workerGauges
 }
 
 // statusErrors are the window's error counts.

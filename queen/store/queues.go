@@ -483,8 +483,14 @@ func (s *Store) DeleteQueue(ctx context.Context, tenant, name string) (bool, err
 
 // Overview is the tenant-wide summary.
 type Overview struct {
-	Queues, Partitions, Messages, Pending, Processing, DLQ, ActiveLeases int64
-	Namespaces, Tasks                                                    []string
+	Queues, Partitions, Messages int64
+	// Pending is what no group has reached yet (past each partition's
+	// furthest cursor), as in the lists and status.
+	Pending, Processing int64
+	DLQ                 int64 // dead-lettered by any group
+	QueueDLQ            int64 // dead-lettered by each partition's group furthest along
+	ActiveLeases        int64
+	Namespaces, Tasks   []string
 	// LagSeconds and LagOffset summarise, over every (partition, group)
 	// cursor with messages past it, the age of the oldest message not yet
 	// consumed and the number of messages not yet consumed.
@@ -497,23 +503,31 @@ type Spread struct{ Avg, Median, Min, Max float64 }
 
 // overviewCountsSQL counts a tenant's objects ($1) at $2 from their rows
 // and counters, never reading a message. Messages are the stored ones
-// (appended minus deleted); pending is the queue-mode backlog from the
-// sequence; processing, what live leases hold.
+// (appended minus deleted); pending and the dead letters of the group
+// furthest along are what the queue lists and status count
+// (seqPendingSQL, furthestCursorSQL), so every page shows one pending and
+// one completed; processing is what live leases hold.
 const overviewCountsSQL = `
+WITH f AS (
+	SELECT p.id, p.last_seq, p.appended, f.consumer_group, f.last_consumed_seq, d.n AS deleted
+	FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+	LEFT JOIN LATERAL (` + furthestCursorSQL + `) f ON true
+	LEFT JOIN queen.message_deletes d ON d.partition_id = p.id
+	WHERE q.tenant_id = $1
+)
 SELECT
 	(SELECT count(*) FROM queen.queues q WHERE q.tenant_id = $1),
 	(SELECT count(*) FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE q.tenant_id = $1),
 	(SELECT coalesce(sum(p.appended - coalesce(d.n, 0)), 0)::bigint FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
 		LEFT JOIN queen.message_deletes d ON d.partition_id = p.id WHERE q.tenant_id = $1),
-	(SELECT coalesce(sum(p.last_seq - coalesce(pc.last_consumed_seq, 0)), 0)::bigint
-		FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
-		LEFT JOIN queen.partition_consumers pc ON pc.partition_id = p.id AND pc.consumer_group = '__QUEUE_MODE__'
-		WHERE q.tenant_id = $1),
+	(SELECT coalesce(sum(least(greatest(f.last_seq - coalesce(f.last_consumed_seq, 0), 0), f.appended - coalesce(f.deleted, 0))), 0)::bigint FROM f),
 	(SELECT coalesce(sum(greatest(pc.lease_max_seq - pc.last_consumed_seq, 0)), 0)::bigint
 		FROM queen.partition_consumers pc JOIN queen.partitions p ON p.id = pc.partition_id
 		JOIN queen.queues q ON q.id = p.queue_id WHERE q.tenant_id = $1 AND pc.lease_expires_at > $2),
 	(SELECT coalesce(sum(c.n), 0)::bigint FROM queen.dlq_counts c JOIN queen.partitions p ON p.id = c.partition_id
 		JOIN queen.queues q ON q.id = p.queue_id WHERE q.tenant_id = $1),
+	(SELECT coalesce(sum(c.n), 0)::bigint FROM f JOIN queen.dlq_counts c ON c.partition_id = f.id
+		AND c.consumer_group = coalesce(f.consumer_group, '__QUEUE_MODE__')),
 	(SELECT count(*) FROM queen.partition_consumers pc JOIN queen.partitions p ON p.id = pc.partition_id
 		JOIN queen.queues q ON q.id = p.queue_id WHERE q.tenant_id = $1 AND pc.lease_expires_at > $2)`
 
@@ -548,7 +562,7 @@ const tasksSQL = `SELECT DISTINCT task FROM queen.queues WHERE tenant_id = $1 AN
 func (s *Store) Overview(ctx context.Context, tenant string) (Overview, error) {
 	var o Overview
 	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx, now time.Time) error {
-		err := tx.QueryRow(ctx, overviewCountsSQL, tenant, now).Scan(&o.Queues, &o.Partitions, &o.Messages, &o.Pending, &o.Processing, &o.DLQ, &o.ActiveLeases)
+		err := tx.QueryRow(ctx, overviewCountsSQL, tenant, now).Scan(&o.Queues, &o.Partitions, &o.Messages, &o.Pending, &o.Processing, &o.DLQ, &o.QueueDLQ, &o.ActiveLeases)
 		if err != nil {
 			return err
 		}

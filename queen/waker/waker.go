@@ -111,6 +111,20 @@ func (h *Hub) Len() int {
 	return len(h.m)
 }
 
+// Parked reports how many pops are parked, over every key and group (the
+// analytics' backoff gauge).
+func (h *Hub) Parked() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, groups := range h.m {
+		for _, list := range groups {
+			n += len(list)
+		}
+	}
+	return n
+}
+
 // Key is the wake key of a tenant's queue; queue "" is the tenant-wide key
 // that namespace/task discovery pops park on.
 func Key(tenant, queue string) string { return tenant + "\x00" + queue }

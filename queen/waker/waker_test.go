@@ -50,3 +50,21 @@ func TestWithdrawnWaitersLeaveNoEntries(t *testing.T) {
 		t.Fatalf("%d keys left", h.Len())
 	}
 }
+
+// Parked counts waiters, not keys: two groups on one key and a second
+// waiter of one group are three parked pops.
+func TestParkedCountsEveryWaiter(t *testing.T) {
+	h := New()
+	_, w1 := h.Wait(Key("t", "q"), "a")
+	_, w2 := h.Wait(Key("t", "q"), "a")
+	_, w3 := h.Wait(Key("t", "q"), "b")
+	if n := h.Parked(); n != 3 || h.Len() != 1 {
+		t.Fatalf("Parked %d, Len %d; want 3 and 1", n, h.Len())
+	}
+	w1(false)
+	w2(false)
+	w3(false)
+	if n := h.Parked(); n != 0 {
+		t.Fatalf("Parked %d after every withdraw", n)
+	}
+}
