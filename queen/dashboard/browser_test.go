@@ -314,6 +314,33 @@ func TestDashboardInABrowser(t *testing.T) {
 		t.Fatal("the queue's chart has no points after traffic")
 	}
 
+	// A group is shown by what it has still to consume, in time and in
+	// messages (the route's figures), and queue mode is no group.
+	var groups []struct {
+		Name        string
+		LagMessages int
+	}
+	if err := json.Unmarshal([]byte(b.must("GET", "/api/v1/consumer-groups", "")), &groups); err != nil {
+		t.Fatal(err)
+	}
+	behind := -1
+	for _, g := range groups {
+		if g.Name == "billing" {
+			behind = g.LagMessages
+		}
+	}
+	if behind <= 0 {
+		t.Fatalf("billing is %d messages behind after taking 4 of 20: %+v", behind, groups)
+	}
+	if n := count(`[...document.querySelectorAll('main td')].filter((c) => c.textContent === '__QUEUE_MODE__').length`); n != 0 {
+		t.Fatal("the queue page lists __QUEUE_MODE__ as a group")
+	}
+	visit(b.admin, "groups", false)
+	if n := count(fmt.Sprintf(`[...document.querySelectorAll('main tr')].filter((r) => r.cells[0] && r.cells[0].textContent === 'billing' && r.cells[5].textContent === '%d').length`, behind)); n != 1 {
+		text, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("main")))
+		t.Fatalf("the groups page does not show billing %d messages behind: %s", behind, text)
+	}
+
 	// A DLQ retry through the UI moves the message back to its queue.
 	before := b.dlqTotal()
 	visit(b.admin, "dlq", false)

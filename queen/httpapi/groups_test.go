@@ -89,3 +89,32 @@ func TestConsumerGroupRoutes(t *testing.T) {
 	}
 	e.expect(e.do("POST", "/api/v1/stats/refresh", nil), 200)
 }
+
+// A group ten minutes behind on a queue still being pushed to is Lagging
+// by ten minutes: its time lag is the oldest message past its cursor, not
+// the newest message's age (which read a few seconds, issue 33).
+func TestGroupTimeLagIsTheOldestUnconsumedMessage(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.push(item{"queue": "lagq", "transactionId": "m1"})
+	p := e.pop("/api/v1/pop/queue/lagq?consumerGroup=g")
+	if p == nil || len(p.Messages) != 1 {
+		t.Fatalf("pop: %+v", p)
+	}
+	e.expect(e.do("POST", "/api/v1/ack", map[string]any{"transactionId": "m1", "partitionId": p.Messages[0].PartitionID,
+		"leaseId": p.Messages[0].LeaseID, "status": "completed", "consumerGroup": "g"}), 200)
+	e.push(item{"queue": "lagq", "transactionId": "m2"})
+	e.advanceDB(10 * time.Minute)
+	e.push(item{"queue": "lagq", "transactionId": "m3"})
+	var groups []struct {
+		Name                   string
+		MaxTimeLag, LagSeconds int64
+		LagMessages            int64
+		State                  string
+	}
+	e.expect(e.do("GET", "/api/v1/consumer-groups", nil), 200).json(t, &groups)
+	if len(groups) != 1 || groups[0].MaxTimeLag < 599 || groups[0].LagSeconds != groups[0].MaxTimeLag ||
+		groups[0].LagMessages != 2 || groups[0].State != "Lagging" {
+		t.Fatalf("groups %+v; want g 600 s and 2 messages behind, Lagging", groups)
+	}
+}

@@ -88,6 +88,18 @@ function fmt(v) {
   return String(v);
 }
 
+// dur is a number of seconds as a person reads it: 45 s, 10 min, 2.5 h, 3 d.
+function dur(secs) {
+  if (secs === null || secs === undefined) return '—';
+  const units = [[86400, 'd'], [3600, 'h'], [60, 'min']];
+  for (const [n, u] of units) if (secs >= n) return fmt(+(secs / n).toPrecision(2)) + ' ' + u;
+  return fmt(Math.round(secs)) + ' s';
+}
+
+// secs turns chart points in milliseconds into seconds (lag axes read
+// 806 s, not 806,000).
+function secs(points) { return points.map(([t, v]) => [t, v / 1000]); }
+
 function when(ms) {
   if (!ms) return '—';
   const d = new Date(ms);
@@ -194,7 +206,7 @@ async function overview() {
     h('div', { class: 'grid' },
       chart('Throughput', [{ name: 'pushed', points: pts('ingestedPerSecond') }, { name: 'popped', points: pts('popPerSecond') },
         { name: 'acked', points: pts('processedPerSecond') }], w.from, w.to, 'msg/s'),
-      chart('Lag', [{ name: 'average', points: pts('avgLagMs') }, { name: 'max', points: pts('maxLagMs') }], w.from, w.to, 'ms')),
+      chart('Lag', [{ name: 'average', points: secs(pts('avgLagMs')) }, { name: 'max', points: secs(pts('maxLagMs')) }], w.from, w.to, 's')),
     card(more ? 'Queues (the newest ' + OVERVIEW_QUEUES + ')' : 'Queues', table(['Queue', { label: 'Partitions', num: 1 }, { label: 'Messages', num: 1 }, { label: 'Pending', num: 1 },
       { label: 'Processing', num: 1 }, { label: 'DLQ', num: 1 }],
     qs.map((q) => [link(q.name, '#/queue/' + encodeURIComponent(q.name)), fmt(q.partitions), fmt(q.messages.total),
@@ -216,7 +228,7 @@ async function queuePage(name) {
   ]);
   const series = (ops.series || []).filter((b) => b.queueName === name);
   const pts = (k) => series.map((b) => [Date.parse(b.bucket), b[k] || 0]);
-  const mine = (groups || []).filter((g) => g.queueName === name);
+  const mine = (groups || []).filter((g) => g.queueName === name && g.name !== '__QUEUE_MODE__');
   const t = (q.totals && q.totals.messages) || q.totals || {};
   const list = msgs.messages || [];
   return [
@@ -226,13 +238,15 @@ async function queuePage(name) {
     h('div', { class: 'grid' },
       chart('Queue throughput', [{ name: 'pushed', points: pts('pushPerSecond') }, { name: 'popped', points: pts('popPerSecond') },
         { name: 'acked', points: pts('ackPerSecond') }], w.from, w.to, 'msg/s'),
-      chart('Queue lag', [{ name: 'average', points: pts('avgLagMs') }, { name: 'max', points: pts('maxLagMs') }], w.from, w.to, 'ms')),
+      chart('Queue lag', [{ name: 'average', points: secs(pts('avgLagMs')) }, { name: 'max', points: secs(pts('maxLagMs')) }], w.from, w.to, 's')),
     card('Partitions', table(['Partition', { label: 'Messages', num: 1 }, { label: 'Pending', num: 1 }, { label: 'Completed', num: 1 },
       { label: 'DLQ', num: 1 }, { label: 'Consumed', num: 1 }, 'Last activity'],
     (q.partitions || []).map((p) => [p.name, fmt(p.messages.total), fmt(p.messages.pending), fmt(p.messages.completed),
       fmt(p.messages.deadLetter), fmt((p.cursor || {}).totalConsumed), when(p.lastActivity)]))),
-    card('Consumer groups', table(['Group', { label: 'Partitions', num: 1 }, { label: 'Lagging', num: 1 }, { label: 'Lag (s)', num: 1 }, 'State'],
-      mine.map((g) => [link(g.name, '#/groups'), fmt(g.members), fmt(g.partitionsWithLag), fmt(g.maxTimeLag), badge(g.state, g.state === 'Lagging' ? 'warn' : 'ok')]),
+    card('Consumer groups', table(['Group', { label: 'Partitions', num: 1 }, { label: 'Lagging', num: 1 }, { label: 'Behind (time)', num: 1 },
+      { label: 'Behind (messages)', num: 1 }, 'State'],
+      mine.map((g) => [link(g.name, '#/groups'), fmt(g.members), fmt(g.partitionsWithLag), dur(g.maxTimeLag), fmt(g.lagMessages),
+        badge(g.state, g.state === 'Lagging' ? 'warn' : 'ok')]),
       'No group has consumed this queue.')),
     card('Messages (last 24 h, newest first)',
       table(['Transaction', 'Partition', 'Status', 'Created'],
@@ -275,9 +289,10 @@ async function groupsPage() {
   const path = (g) => '/api/v1/consumer-groups/' + encodeURIComponent(g.name) + '/queues/' + encodeURIComponent(g.queueName);
   return [
     h('h1', { text: 'Consumer groups' }),
-    card(null, table(['Group', 'Queue', { label: 'Partitions', num: 1 }, { label: 'Lagging', num: 1 }, { label: 'Lag (s)', num: 1 }, 'State', 'Mode', ''],
+    card(null, table(['Group', 'Queue', { label: 'Partitions', num: 1 }, { label: 'Lagging', num: 1 }, { label: 'Behind (time)', num: 1 },
+      { label: 'Behind (messages)', num: 1 }, 'State', 'Mode', ''],
       rows.map((g) => [g.name, link(g.queueName, '#/queue/' + encodeURIComponent(g.queueName)), fmt(g.members), fmt(g.partitionsWithLag),
-        fmt(g.maxTimeLag), badge(g.state, g.state === 'Lagging' ? 'warn' : g.state === 'Dead' ? '' : 'ok'), g.subscriptionMode || 'all',
+        dur(g.maxTimeLag), fmt(g.lagMessages), badge(g.state, g.state === 'Lagging' ? 'warn' : g.state === 'Dead' ? '' : 'ok'), g.subscriptionMode || 'all',
         h('span', { class: 'row-actions' },
           action('Seek to end', 'write', () => api(path(g) + '/seek', { method: 'POST', body: { toEnd: true } }), { key: 'seek-' + g.name + g.queueName, name: 'seek' }), ' ',
           action('Delete', 'admin', () => api(path(g) + '?deleteMetadata=true', { method: 'DELETE' }), { confirm: true, key: 'delg-' + g.name + g.queueName, name: 'delete-group' }))]),
