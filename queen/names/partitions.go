@@ -88,6 +88,9 @@ func (n *Names) createPartitions(ctx context.Context, tenant string, keys []part
 		if err != nil {
 			return fmt.Errorf("create partitions: %w", err)
 		}
+		// Database time is read even when nothing was created, as the
+		// store did when this composition was its own: the simulator's
+		// lockstep hook fires on a read.
 		cp := store.CreateConsumersParams{Tenant: tenant, Now: n.st.DBNow()}
 		if len(created) == 0 {
 			return nil
