@@ -14,6 +14,7 @@ import (
 	"github.com/queen-go/queen/queen/consume"
 	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/leader"
+	"github.com/queen-go/queen/queen/names"
 	"github.com/queen-go/queen/queen/pushpath"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/store/storetest"
@@ -43,7 +44,7 @@ func TestRetentionPassRulesAndLeaderLock(t *testing.T) {
 		DBNow: func() *time.Time { return &now }})
 	ctx := context.Background()
 	configure := func(q string, p store.OptionPatch) {
-		if _, err := s.Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: q, Patch: p}); err != nil {
+		if _, err := names.New(s, names.Options{}).Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: q, Patch: p}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -216,7 +217,7 @@ func TestRetentionClearsABacklogInOnePass(t *testing.T) {
 	s := store.New(storetest.Pool(t), store.Options{IDs: ids.NewSource(clock.Real{}, nil),
 		DBNow: func() *time.Time { n := now; return &n }})
 	ctx := context.Background()
-	if _, err := s.Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: "bulk",
+	if _, err := names.New(s, names.Options{}).Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: "bulk",
 		Patch: store.OptionPatch{RetentionEnabled: boolp(true), RetentionSeconds: intp(60)}}); err != nil {
 		t.Fatal(err)
 	}

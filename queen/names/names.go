@@ -15,9 +15,11 @@
 // Retry, which forgets the entries its stale answer names and runs the
 // path once more.
 //
-// The statements are queen/store's (LookupPartitions, CreatePartitions,
-// Subscribe, SubscriptionLive, the deletes); this package decides when to
-// run them and what to remember of their answers.
+// The statements are queen/store's (LookupPartitions, CreateQueues,
+// CreatePartitions, CreateConsumers, ConfigureQueue, Subscribe,
+// SubscriptionLive, the deletes); this package decides when to run them
+// (a name missing is created: resolvePartitions), in what transaction, and
+// what to remember of their answers.
 package names
 
 import (

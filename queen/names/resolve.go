@@ -7,12 +7,12 @@ import (
 )
 
 // partitionIDs resolves (queue, partition) names of one tenant to partition
-// ids, from the cache when it can, else through store.ResolvePartitions
-// (which creates queues and partitions that do not exist yet), caching
-// what it answers.
-func (n *Names) partitionIDs(ctx context.Context, tenant string, keys []store.PartitionKey) (map[store.PartitionKey]string, error) {
-	out := make(map[store.PartitionKey]string, len(keys))
-	var missing []store.PartitionKey
+// ids, from the cache when it can, else through resolvePartitions (which
+// creates queues and partitions that do not exist yet), caching what it
+// answers.
+func (n *Names) partitionIDs(ctx context.Context, tenant string, keys []partKey) (map[partKey]string, error) {
+	out := make(map[partKey]string, len(keys))
+	var missing []partKey
 	for _, k := range keys {
 		if id, ok := n.parts.Get(partName{tenant: tenant, queue: k.Queue, partition: k.Partition}); ok {
 			out[k] = id
@@ -23,7 +23,7 @@ func (n *Names) partitionIDs(ctx context.Context, tenant string, keys []store.Pa
 	if len(missing) == 0 {
 		return out, nil
 	}
-	found, err := n.st.ResolvePartitions(ctx, tenant, missing)
+	found, err := n.resolvePartitions(ctx, tenant, missing)
 	if err != nil {
 		return nil, err
 	}
@@ -39,9 +39,9 @@ func (n *Names) partitionIDs(ctx context.Context, tenant string, keys []store.Pa
 // (store.BuildRows: message ids minted, payloads sealed). It neither
 // combines nor retries: a caller runs it under Retry.
 func (n *Names) PushRows(ctx context.Context, tenant string, items []store.PushItem, producerSub string) ([]store.AppendRow, error) {
-	keys := make([]store.PartitionKey, len(items))
+	keys := make([]partKey, len(items))
 	for i, it := range items {
-		keys[i] = store.PartitionKey{Queue: it.Queue, Partition: it.Partition}
+		keys[i] = partKey{Queue: it.Queue, Partition: it.Partition}
 		if keys[i].Partition == "" {
 			keys[i].Partition = store.DefaultPartition
 		}
@@ -68,9 +68,9 @@ func (n *Names) TimerRows(ctx context.Context, claimed []store.ClaimedTimer) ([]
 		byTenant[c.Tenant] = append(byTenant[c.Tenant], i)
 	}
 	for tenant, idx := range byTenant {
-		keys := make([]store.PartitionKey, len(idx))
+		keys := make([]partKey, len(idx))
 		for j, i := range idx {
-			keys[j] = store.PartitionKey{Queue: claimed[i].Queue, Partition: claimed[i].Partition}
+			keys[j] = partKey{Queue: claimed[i].Queue, Partition: claimed[i].Partition}
 		}
 		pids, err := n.partitionIDs(ctx, tenant, keys)
 		if err != nil {

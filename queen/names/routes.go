@@ -10,17 +10,32 @@ import (
 // The statements that change what a name means: each runs its store
 // statement and then drops or records what this cache holds of it.
 
-// Configure runs store.Configure and, once the queue's row is written,
-// forgets the queue's entries and caches its Default partition.
-func (n *Names) Configure(ctx context.Context, in store.ConfigureInput) (store.ConfigureResult, error) {
-	res, err := n.st.Configure(ctx, in)
-	if res.Queue.ID == "" {
+// ConfigureResult echoes the stored configuration.
+type ConfigureResult struct {
+	Queue              store.Queue
+	DefaultPartitionID string
+}
+
+// Configure runs store.ConfigureQueue, makes sure the queue's Default
+// partition exists (resolvePartitions, past the cache) and, once the
+// queue's row is written, forgets the queue's entries and caches its
+// Default partition.
+func (n *Names) Configure(ctx context.Context, in store.ConfigureInput) (ConfigureResult, error) {
+	q, err := n.st.ConfigureQueue(ctx, in)
+	res := ConfigureResult{Queue: q}
+	if q.ID == "" {
 		return res, err // nothing was written
+	}
+	key := partKey{Queue: in.Queue, Partition: store.DefaultPartition}
+	var pids map[partKey]string
+	if err == nil {
+		pids, err = n.resolvePartitions(ctx, in.Tenant, []partKey{key})
 	}
 	n.forgetNames(in.Tenant, in.Queue)
 	if err != nil {
 		return res, err
 	}
+	res.DefaultPartitionID = pids[key]
 	n.parts.Put(partName{tenant: in.Tenant, queue: in.Queue, partition: store.DefaultPartition}, res.DefaultPartitionID)
 	return res, nil
 }

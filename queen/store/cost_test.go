@@ -91,7 +91,7 @@ func TestRetentionCostFollowsTheRowsItDeletes(t *testing.T) {
 		"big-expiring": {RetentionEnabled: boolp(true), RetentionSeconds: intp(60)},
 		"big-evicting": {MaxWaitTimeSeconds: intp(60)},
 	} {
-		if _, err := s.Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: q, Patch: p}); err != nil {
+		if _, err := namesOf(s).Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: q, Patch: p}); err != nil {
 			t.Fatal(err)
 		}
 		growQueue(t, pool, q, 20, 5000, 1)
@@ -177,7 +177,7 @@ func TestScaleMigrationOnAGrownTable(t *testing.T) {
 	pool := storetest.Pool(t)
 	ctx := context.Background()
 	s := store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil)})
-	if _, err := s.Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: "grown"}); err != nil {
+	if _, err := namesOf(s).Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: "grown"}); err != nil {
 		t.Fatal(err)
 	}
 	growQueue(t, pool, "grown", 10, 5000, 0)
@@ -229,7 +229,7 @@ func TestQueueListReadsNoDeadLetter(t *testing.T) {
 	ctx := context.Background()
 	s := store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil)})
 	for _, q := range []string{"dlq-heavy", "light"} {
-		if _, err := s.Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: q}); err != nil {
+		if _, err := namesOf(s).Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: q}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -265,7 +265,7 @@ func TestDLQCountsFollowEveryPath(t *testing.T) {
 	pool := storetest.Pool(t)
 	ctx := context.Background()
 	s := store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil)})
-	if _, err := s.Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: "dc", Patch: store.OptionPatch{RetryLimit: intp(0), DLQAfterMaxRetries: boolp(true)}}); err != nil {
+	if _, err := namesOf(s).Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: "dc", Patch: store.OptionPatch{RetryLimit: intp(0), DLQAfterMaxRetries: boolp(true)}}); err != nil {
 		t.Fatal(err)
 	}
 	growQueue(t, pool, "dc", 3, 20, 0)
@@ -385,7 +385,7 @@ func TestQueueListCountsNoStoredMessage(t *testing.T) {
 	pool := storetest.Pool(t)
 	ctx := context.Background()
 	s := store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil)})
-	if _, err := s.Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: "stored-heavy"}); err != nil {
+	if _, err := namesOf(s).Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: "stored-heavy"}); err != nil {
 		t.Fatal(err)
 	}
 	growQueue(t, pool, "stored-heavy", 10, 20000, 0)
@@ -421,7 +421,7 @@ func TestStoredCountsFollowEveryPath(t *testing.T) {
 	pool := storetest.Pool(t)
 	ctx := context.Background()
 	s := store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil)})
-	if _, err := s.Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: "sc",
+	if _, err := namesOf(s).Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: "sc",
 		Patch: store.OptionPatch{RetentionEnabled: boolp(true), RetentionSeconds: intp(60)}}); err != nil {
 		t.Fatal(err)
 	}
@@ -502,7 +502,7 @@ func TestStoredCountsMigrationOnAGrownTable(t *testing.T) {
 	pool := storetest.Pool(t)
 	ctx := context.Background()
 	s := store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil)})
-	if _, err := s.Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: "grown-014"}); err != nil {
+	if _, err := namesOf(s).Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: "grown-014"}); err != nil {
 		t.Fatal(err)
 	}
 	growQueue(t, pool, "grown-014", 10, 5000, 0)
@@ -537,7 +537,7 @@ func TestDLQPageOfAQueueReadsThePage(t *testing.T) {
 	pool := storetest.Pool(t)
 	ctx := context.Background()
 	s := store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil)})
-	if _, err := s.Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: "dlq-page"}); err != nil {
+	if _, err := namesOf(s).Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: "dlq-page"}); err != nil {
 		t.Fatal(err)
 	}
 	growQueue(t, pool, "dlq-page", 10, 5000, 0)

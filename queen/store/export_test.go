@@ -3,6 +3,9 @@ package store
 import (
 	"context"
 	"fmt"
+	"sort"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // RetentionRuleSQL is a retention rule's statement, for the cost tests.
@@ -74,21 +77,12 @@ func (s *Store) Push(ctx context.Context, tenant string, items []PushItem, produ
 		return out, nil
 	}
 	todo := make([]int, len(items))
-	keys := make([]PartitionKey, len(items))
-	for i, it := range items {
+	for i := range items {
 		todo[i] = i
-		keys[i] = PartitionKey{Queue: it.Queue, Partition: it.Partition}
-		if keys[i].Partition == "" {
-			keys[i].Partition = DefaultPartition
-		}
 	}
-	ids, err := s.ResolvePartitions(ctx, tenant, keys)
+	pids, err := s.partitionIDs(ctx, tenant, items)
 	if err != nil {
 		return nil, err
-	}
-	pids := make([]string, len(items))
-	for i, k := range keys {
-		pids[i] = ids[k]
 	}
 	rows, err := s.BuildRows(ctx, tenant, items, pids, producerSub)
 	if err != nil {
@@ -111,6 +105,84 @@ func (s *Store) Push(ctx context.Context, tenant string, items []PushItem, produ
 		return nil, err
 	}
 	return out, nil
+}
+
+// partitionIDs is Push's partition per item: queen/names' resolution
+// (which the store cannot import) without its cache and stale checks:
+// LookupPartitions, then the missing ones' queues, partitions and cursors
+// created in one transaction, in name order, and LookupPartitions again.
+func (s *Store) partitionIDs(ctx context.Context, tenant string, items []PushItem) ([]string, error) {
+	type key struct{ q, p string }
+	keys := make([]key, len(items))
+	for i, it := range items {
+		keys[i] = key{it.Queue, it.Partition}
+		if keys[i].p == "" {
+			keys[i].p = DefaultPartition
+		}
+	}
+	ids := map[key]string{}
+	lookup := func() error {
+		p := LookupPartitionsParams{Tenant: tenant}
+		for _, k := range keys {
+			p.Queues, p.Partitions = append(p.Queues, k.q), append(p.Partitions, k.p)
+		}
+		found, err := s.LookupPartitions(ctx, s.pool, p)
+		for _, r := range found {
+			ids[key{r.Queue, r.Partition}] = r.ID
+		}
+		return err
+	}
+	if err := lookup(); err != nil {
+		return nil, err
+	}
+	var missing []key
+	for _, k := range keys {
+		if _, ok := ids[k]; !ok {
+			missing = append(missing, k)
+		}
+	}
+	sort.Slice(missing, func(i, j int) bool {
+		return missing[i].q < missing[j].q || missing[i].q == missing[j].q && missing[i].p < missing[j].p
+	})
+	d := DefaultQueueOptions()
+	qp := CreateQueuesParams{Tenant: tenant, LeaseTime: d.LeaseTime, RetryLimit: d.RetryLimit, RetryDelay: d.RetryDelay,
+		TTL: d.TTL, Now: s.dbNow()}
+	pp := CreatePartitionsParams{Tenant: tenant, Now: s.dbNow()}
+	for i, k := range missing {
+		if i == 0 || missing[i-1].q != k.q {
+			ns, task := SplitName(k.q)
+			qp.IDs, qp.Names, qp.Namespaces, qp.Tasks = append(qp.IDs, s.ids.New()), append(qp.Names, k.q),
+				append(qp.Namespaces, ns), append(qp.Tasks, task)
+		}
+		pp.IDs, pp.Queues, pp.Partitions = append(pp.IDs, s.ids.New()), append(pp.Queues, k.q), append(pp.Partitions, k.p)
+	}
+	if len(missing) > 0 {
+		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			if err := s.CreateQueues(ctx, tx, qp); err != nil {
+				return err
+			}
+			created, err := s.CreatePartitions(ctx, tx, pp)
+			cp := CreateConsumersParams{Tenant: tenant, Now: s.dbNow()}
+			for _, c := range created {
+				cp.PartitionIDs, cp.QueueIDs = append(cp.PartitionIDs, c.ID), append(cp.QueueIDs, c.QueueID)
+			}
+			if err != nil || len(created) == 0 {
+				return err
+			}
+			return s.CreateConsumers(ctx, tx, cp)
+		})
+		if err != nil {
+			return nil, err
+		}
+		if err := lookup(); err != nil {
+			return nil, err
+		}
+	}
+	pids := make([]string, len(items))
+	for i, k := range keys {
+		pids[i] = ids[k]
+	}
+	return pids, nil
 }
 
 // Ack is the store tests' way to complete: what queen/consume's Ack does

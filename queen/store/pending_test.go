@@ -25,7 +25,7 @@ func TestQueueListReadsNoBacklog(t *testing.T) {
 	t.Parallel()
 	s, pool := newStoreWithPool(t)
 	ctx := context.Background()
-	if _, err := s.Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: "list-backlog"}); err != nil {
+	if _, err := namesOf(s).Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: "list-backlog"}); err != nil {
 		t.Fatal(err)
 	}
 	growQueue(t, pool, "list-backlog", 10, 20000, 0)
@@ -137,7 +137,7 @@ func TestListedPendingAgreesWithTheLiveCount(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		run++
 		queue := fmt.Sprintf("pending-%d", run)
-		if _, err := s.Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: queue, Patch: store.OptionPatch{
+		if _, err := namesOf(s).Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: queue, Patch: store.OptionPatch{
 			LeaseTime: intp(10), RetryLimit: intp(rapid.IntRange(0, 1).Draw(rt, "retries")), DLQAfterMaxRetries: boolp(true),
 		}}); err != nil {
 			rt.Fatal(err)

@@ -37,7 +37,7 @@ func TestOnePartitionPopAgreesWithTheGeneralPop(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		run++
 		queue := fmt.Sprintf("agree-%d", run)
-		if _, err := s.Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: queue, Patch: store.OptionPatch{
+		if _, err := namesOf(s).Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: queue, Patch: store.OptionPatch{
 			DelayedProcessing: intp(rapid.SampledFrom([]int{0, 30}).Draw(rt, "delay")),
 			WindowBuffer:      intp(rapid.SampledFrom([]int{0, 20}).Draw(rt, "window")),
 			LeaseTime:         intp(rapid.SampledFrom([]int{10, 60}).Draw(rt, "lease")),

@@ -33,7 +33,7 @@ func newMarkingStore(t *testing.T) (*store.Store, *pgxpool.Pool) {
 func consumedQueue(t *testing.T, s *store.Store, pool *pgxpool.Pool, queue, group string, parts int) string {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := s.Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: queue}); err != nil {
+	if _, err := namesOf(s).Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: queue}); err != nil {
 		t.Fatal(err)
 	}
 	growQueue(t, pool, queue, parts, 1, 0)
@@ -175,7 +175,7 @@ func TestPopMarksNeverHideACommittedPush(t *testing.T) {
 	t.Parallel()
 	s, _ := newMarkingStore(t)
 	ctx := context.Background()
-	if _, err := s.Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: "marks-race"}); err != nil {
+	if _, err := namesOf(s).Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: "marks-race"}); err != nil {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex

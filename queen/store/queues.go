@@ -120,10 +120,10 @@ func getQueue(ctx context.Context, db pgx.Tx, tenant, name string, forUpdate boo
 	return q, err
 }
 
-// splitName derives namespace and task from a dotted queue name
+// SplitName derives namespace and task from a dotted queue name
 // ("billing.invoices" -> "billing", "invoices"), as Queen does for queues
 // created implicitly.
-func splitName(name string) (ns, task string) {
+func SplitName(name string) (ns, task string) {
 	if i := strings.IndexByte(name, '.'); i > 0 && i < len(name)-1 {
 		return name[:i], name[i+1:]
 	}
@@ -136,12 +136,6 @@ type ConfigureInput struct {
 	Namespace, Task *string
 	Patch           OptionPatch
 	Replace         bool // restore every unmentioned option to its default
-}
-
-// ConfigureResult echoes the stored configuration.
-type ConfigureResult struct {
-	Queue              Queue
-	DefaultPartitionID string
 }
 
 // configureQueueSQL creates the tenant's queue or sets its options ($1 to
@@ -164,11 +158,12 @@ const configureQueueSQL = `
 				max_wait_time_seconds = EXCLUDED.max_wait_time_seconds
 			RETURNING ` + queueColumns
 
-// Configure creates or updates a queue and makes sure its Default partition
-// exists. Merge keeps unmentioned options; Replace resets them. It forgets
-// the queue's encryption hint; queen/names' Configure forgets its names.
-func (s *Store) Configure(ctx context.Context, in ConfigureInput) (ConfigureResult, error) {
-	var res ConfigureResult
+// ConfigureQueue creates or updates a queue and answers its stored row.
+// Merge keeps unmentioned options; Replace resets them. It forgets the
+// queue's encryption hint; queen/names' Configure runs it, forgets its
+// names and makes sure the queue's Default partition exists.
+func (s *Store) ConfigureQueue(ctx context.Context, in ConfigureInput) (Queue, error) {
+	var res Queue
 	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx, now time.Time) error {
 		q, err := getQueue(ctx, tx, in.Tenant, in.Queue, true)
 		exists := err == nil
@@ -180,7 +175,7 @@ func (s *Store) Configure(ctx context.Context, in ConfigureInput) (ConfigureResu
 		}
 		if !exists {
 			q.ID = s.ids.New()
-			q.Namespace, q.Task = splitName(in.Queue)
+			q.Namespace, q.Task = SplitName(in.Queue)
 		}
 		if in.Namespace != nil {
 			q.Namespace = *in.Namespace
@@ -204,19 +199,13 @@ func (s *Store) Configure(ctx context.Context, in ConfigureInput) (ConfigureResu
 		if err != nil {
 			return err
 		}
-		res.Queue = q
+		res = q
 		return nil
 	})
 	if err != nil {
 		return res, err
 	}
 	s.ForgetSealHint(in.Tenant, in.Queue)
-	key := PartitionKey{Queue: in.Queue, Partition: DefaultPartition}
-	pids, err := s.ResolvePartitions(ctx, in.Tenant, []PartitionKey{key})
-	if err != nil {
-		return res, err
-	}
-	res.DefaultPartitionID = pids[key]
 	return res, nil
 }
 

@@ -23,7 +23,7 @@ func TestQueueStatsSnapshotFollowsTheLiveCounts(t *testing.T) {
 	ackAll(t, s, "", popOne(t, s, store.PopRequest{Queue: "qs-a", Partition: "p1", Batch: 1}))
 	popOne(t, s, store.PopRequest{Queue: "qs-b", Batch: 1}) // leased: processing
 	// Two dead letters in two partitions of qs-a, by failed acks.
-	if _, err := s.Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: "qs-a",
+	if _, err := namesOf(s).Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: "qs-a",
 		Patch: store.OptionPatch{RetryLimit: intp(0), DLQAfterMaxRetries: boolp(true)}}); err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func TestQueueStatsRefreshReadsNoBacklog(t *testing.T) {
 	t.Parallel()
 	s, pool := newStoreWithPool(t)
 	ctx := context.Background()
-	if _, err := s.Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: "backlog"}); err != nil {
+	if _, err := namesOf(s).Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: "backlog"}); err != nil {
 		t.Fatal(err)
 	}
 	growQueue(t, pool, "backlog", 10, 20000, 0)

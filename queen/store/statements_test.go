@@ -108,7 +108,7 @@ func TestEmptiedPartitionDoesNotBlockWildcardPop(t *testing.T) {
 	t.Parallel()
 	s, now := timedStore(t, store.Options{})
 	ctx := context.Background()
-	if _, err := s.Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: "ev",
+	if _, err := namesOf(s).Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: "ev",
 		Patch: store.OptionPatch{MaxWaitTimeSeconds: intp(60)}}); err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func TestDelayedHeadDoesNotBlockWildcardPop(t *testing.T) {
 	t.Parallel()
 	s, now := timedStore(t, store.Options{})
 	ctx := context.Background()
-	if _, err := s.Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: "dl",
+	if _, err := namesOf(s).Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: "dl",
 		Patch: store.OptionPatch{DelayedProcessing: intp(30)}}); err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +168,7 @@ func TestCompletedRetentionWaitsForEverySubscribedGroup(t *testing.T) {
 	t.Parallel()
 	s, now := timedStore(t, store.Options{})
 	ctx := context.Background()
-	if _, err := s.Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: "cr",
+	if _, err := namesOf(s).Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: "cr",
 		Patch: store.OptionPatch{RetentionEnabled: boolp(true), CompletedRetentionSeconds: intp(60)}}); err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,8 @@
 // completions as one ackCompletedSQL (AckCompletions): combining concurrent
 // calls and retrying them is queen/pushpath's and queen/consume's, over
 // queen/combine. Names resolve to ids through queen/names' process cache,
-// over LookupPartitions and CreatePartitions.
+// over LookupPartitions and CreateQueues, CreatePartitions and
+// CreateConsumers (names creates what is missing).
 //
 // Correctness time is PostgreSQL's: every statement computes
 // coalesce($now, now()) inline and decides lease expiry, delays and windows
@@ -324,6 +325,11 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 // the injected one (Options.DBNow), nil in production, where each
 // statement reads PostgreSQL's now() itself.
 func (s *Store) DBNow() *time.Time { return s.dbNow() }
+
+// NewID mints an id from the store's source (Options.IDs) for a row a
+// caller outside the store describes to a statement (CreateQueuesParams,
+// CreatePartitionsParams): seeded in the simulator, so a run replays.
+func (s *Store) NewID() string { return s.ids.New() }
 
 // errRollback carries a business failure out of a transaction so that it
 // rolls back without being mistaken for a database error.
