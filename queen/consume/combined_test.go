@@ -51,8 +51,8 @@ func newAcker(t *testing.T, o store.Options, ackStatements int) (acker, *pgxpool
 	pool := storetest.Pool(t)
 	o.IDs = ids.NewSource(clock.Real{}, nil)
 	s := store.New(pool, o)
-	return acker{s, consume.New(consume.Options{Store: s, Clock: clock.Real{}, AckStatements: ackStatements}),
-		pushpath.New(pushpath.Options{Store: s, IDs: o.IDs}), consume.NewClaimer(s, consume.ClaimerOptions{})}, pool
+	return acker{s, consume.New(consume.Options{Store: s, Retry: storetest.Retry(s), Clock: clock.Real{}, AckStatements: ackStatements}),
+		pushpath.New(pushpath.Options{Store: s, Retry: storetest.Retry(s), IDs: o.IDs}), consume.NewClaimer(s, consume.ClaimerOptions{})}, pool
 }
 
 func popOne(t *testing.T, s acker, req store.PopRequest) store.PopResult {

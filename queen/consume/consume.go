@@ -72,6 +72,9 @@ type Wait struct {
 // Options wire a Consumer.
 type Options struct {
 	Store *store.Store
+	// Retry runs each completion statement again when it lost a lock race
+	// (the broker's one contention retry over Store; zero: none).
+	Retry combine.Retry
 	// Names caches the groups' subscriptions (ClaimerOptions.Names).
 	Names *names.Names
 	// Waker ends a parked pop's wait early when a push commits.

@@ -54,7 +54,7 @@ func newRig(t *testing.T) *rig {
 	pool := storetest.Pool(t)
 	r := &rig{pool: pool, st: store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil)}), hub: waker.New(),
 		clock: clock.NewSim(start), draining: make(chan struct{})}
-	r.c = consume.New(consume.Options{Store: r.st, Waker: r.hub, Clock: counted{r.clock, &r.timers}, Draining: r.draining,
+	r.c = consume.New(consume.Options{Store: r.st, Retry: storetest.Retry(r.st), Waker: r.hub, Clock: counted{r.clock, &r.timers}, Draining: r.draining,
 		Wait:    consume.Wait{Initial: 100 * time.Millisecond, Threshold: 3, Factor: 2, Max: time.Second},
 		OnClaim: func(c consume.Claim) { r.mu.Lock(); r.claims = append(r.claims, c); r.mu.Unlock() }})
 	return r
@@ -73,7 +73,7 @@ func (r *rig) push(t *testing.T, q string, txids ...string) {
 		items[i] = store.PushItem{Queue: q, TransactionID: id}
 	}
 	// Through a push path, as the broker pushes (store.Push left the store).
-	if err := pushpath.New(pushpath.Options{Store: r.st}).Replay(context.Background(), tenant, items); err != nil {
+	if err := pushpath.New(pushpath.Options{Store: r.st, Retry: storetest.Retry(r.st)}).Replay(context.Background(), tenant, items); err != nil {
 		t.Fatal(err)
 	}
 }

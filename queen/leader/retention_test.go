@@ -29,7 +29,7 @@ func boolp(v bool) *bool { return &v }
 // push puts items in through a push path of s, as the broker pushes.
 func push(t *testing.T, s *store.Store, items ...store.PushItem) []store.PushResult {
 	t.Helper()
-	out, err := pushpath.New(pushpath.Options{Store: s, IDs: ids.NewSource(clock.Real{}, nil)}).Push(context.Background(), tenant, "", items)
+	out, err := pushpath.New(pushpath.Options{Store: s, Retry: storetest.Retry(s), IDs: ids.NewSource(clock.Real{}, nil)}).Push(context.Background(), tenant, "", items)
 	if err != nil || len(out.Results) != len(items) {
 		t.Fatalf("push %+v: %+v %v", items, out, err)
 	}
@@ -59,7 +59,7 @@ func TestRetentionPassRulesAndLeaderLock(t *testing.T) {
 	if err != nil || len(p.Messages) != 1 {
 		t.Fatalf("pop: %+v %v", p, err)
 	}
-	if _, err := consume.New(consume.Options{Store: s, Clock: clock.Real{}}).Ack(ctx, tenant, "", []store.AckItem{{TransactionID: "old-1", PartitionID: p.PartitionID, LeaseID: p.LeaseID}}); err != nil {
+	if _, err := consume.New(consume.Options{Store: s, Retry: storetest.Retry(s), Clock: clock.Real{}}).Ack(ctx, tenant, "", []store.AckItem{{TransactionID: "old-1", PartitionID: p.PartitionID, LeaseID: p.LeaseID}}); err != nil {
 		t.Fatal(err)
 	}
 	now = now.Add(2 * time.Minute)

@@ -28,7 +28,7 @@ const Tenant = config.DefaultTenant
 // answers their results.
 func Push(t testing.TB, n *names.Names, items ...store.PushItem) []store.PushResult {
 	t.Helper()
-	p := pushpath.New(pushpath.Options{Store: n.Store(), Names: n, IDs: ids.NewSource(clock.Real{}, nil)})
+	p := pushpath.New(pushpath.Options{Store: n.Store(), Retry: storetest.Retry(n.Store()), Names: n, IDs: ids.NewSource(clock.Real{}, nil)})
 	out, err := p.Push(context.Background(), Tenant, "", items)
 	if err != nil || len(out.Results) != len(items) {
 		t.Fatalf("push %+v: %+v %v", items, out, err)

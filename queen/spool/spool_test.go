@@ -106,7 +106,7 @@ func newEnv(t *testing.T, fs spool.FS) *env {
 	e.sp = open(t, e.dir, fs, c)
 	e.d = &spool.Drainer{Spool: e.sp, Every: 100 * time.Millisecond, MaxBatch: 2, Arbiter: admission.New(4, 0.05),
 		Ping:   e.st.Ping,
-		Replay: pushpath.New(pushpath.Options{Store: e.st}).Replay}
+		Replay: pushpath.New(pushpath.Options{Store: e.st, Retry: storetest.Retry(e.st)}).Replay}
 	return e
 }
 
