@@ -159,13 +159,13 @@ const (
 type Result struct {
 	Outcome Outcome
 	// Claim is the claimed batch when Outcome is Claimed.
-	Claim store.PopResult
+	Claim PopResult
 }
 
 // Try is one claim attempt. It is run with a context that is never
 // cancelled (a started claim runs to its end); an empty PopResult means
 // nothing was there.
-type Try func(context.Context) (store.PopResult, error)
+type Try func(context.Context) (PopResult, error)
 
 // Pop runs try until it claims messages or, when req.Wait, until
 // req.Timeout passes, parking between tries as the package doc says. An
@@ -216,7 +216,7 @@ func (c *Consumer) Pop(ctx context.Context, req Request, try Try) (Result, error
 
 // claimed reports a claim to the observer and gives it back when its
 // client left while it ran: the partition is not hidden for a whole lease.
-func (c *Consumer) claimed(ctx context.Context, tenant string, res store.PopResult, gone bool) Result {
+func (c *Consumer) claimed(ctx context.Context, tenant string, res PopResult, gone bool) Result {
 	if c.o.OnClaim != nil {
 		c.o.OnClaim(Claim{Tenant: tenant, Queue: res.Queue, LeaseID: res.LeaseID, Messages: len(res.Messages), ClientGone: gone})
 	}

@@ -55,7 +55,7 @@ func TestRetentionPassRulesAndLeaderLock(t *testing.T) {
 		push(t, s, store.PushItem{Queue: q, TransactionID: "old-1"}, store.PushItem{Queue: q, TransactionID: "old-2"})
 	}
 	// Consume one of the two "completed" messages.
-	p, err := claim(ctx, s, store.PopRequest{Tenant: tenant, Queue: "completed", Batch: 1})
+	p, err := claim(ctx, s, consume.PopRequest{Tenant: tenant, Queue: "completed", Batch: 1})
 	if err != nil || len(p.Messages) != 1 {
 		t.Fatalf("pop: %+v %v", p, err)
 	}
@@ -233,6 +233,6 @@ func TestRetentionClearsABacklogInOnePass(t *testing.T) {
 }
 
 // claim is a pop as the broker runs it (consume.Claimer.Claim) over s.
-func claim(ctx context.Context, s *store.Store, req store.PopRequest) (store.PopResult, error) {
+func claim(ctx context.Context, s *store.Store, req consume.PopRequest) (consume.PopResult, error) {
 	return consume.NewClaimer(s, consume.ClaimerOptions{}).Claim(ctx, req)
 }

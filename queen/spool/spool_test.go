@@ -630,7 +630,7 @@ func TestReplayKeepsTheStampedProducer(t *testing.T) {
 	if err := e.d.RunOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
-	p, err := consume.NewClaimer(e.st, consume.ClaimerOptions{}).Claim(ctx, store.PopRequest{Tenant: t1, Queue: stamped.Queue, Partition: stamped.Partition, Batch: 10})
+	p, err := consume.NewClaimer(e.st, consume.ClaimerOptions{}).Claim(ctx, consume.PopRequest{Tenant: t1, Queue: stamped.Queue, Partition: stamped.Partition, Batch: 10})
 	if err != nil || len(p.Messages) != 2 {
 		t.Fatalf("pop: %+v %v", p, err)
 	}
