@@ -8,6 +8,7 @@ import (
 
 	"github.com/queen-go/queen/queen/canary"
 	"github.com/queen-go/queen/queen/clock"
+	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/names"
 	"github.com/queen-go/queen/queen/store"
 )
@@ -21,9 +22,10 @@ import (
 // their state is this Claimer's, one per broker (the Consumer's). It is
 // safe for concurrent use.
 type Claimer struct {
-	st    *store.Store
-	names *names.Names
-	log   *slog.Logger
+	st     *store.Store
+	names  *names.Names
+	cipher *crypt.Cipher
+	log    *slog.Logger
 	// popMarks spaces the pop marks per (queue id, group).
 	popMarks *popMarkThrottle
 	// subChecks spaces the checks of cached subscriptions per (queue id,
@@ -46,6 +48,9 @@ type ClaimerOptions struct {
 	// empty pop. It also spaces the checks of cached subscriptions. Zero
 	// means 250 ms; negative means every time.
 	PopMarkEvery time.Duration
+	// Cipher opens the popped payloads sealed at rest
+	// (QUEEN_ENCRYPTION_KEY); nil: they are answered as stored.
+	Cipher *crypt.Cipher
 	// Log receives the bookkeeping that failed beside a pop that did not
 	// (a mark or a watermark not written); nil discards it.
 	Log *slog.Logger
@@ -62,7 +67,7 @@ func NewClaimer(st *store.Store, o ClaimerOptions) *Claimer {
 	if o.Names == nil {
 		o.Names = names.New(st, names.Options{})
 	}
-	return &Claimer{st: st, names: o.Names, log: o.Log, popMarks: newPopMarkThrottle(o.Clock, o.PopMarkEvery),
+	return &Claimer{st: st, names: o.Names, cipher: o.Cipher, log: o.Log, popMarks: newPopMarkThrottle(o.Clock, o.PopMarkEvery),
 		subChecks: newPopMarkThrottle(o.Clock, o.PopMarkEvery), marks: newWatermarkThrottle(o.Clock)}
 }
 
@@ -131,7 +136,7 @@ func (c *Claimer) claimOnce(ctx context.Context, req PopRequest) (PopResult, err
 	if err != nil {
 		return res, err
 	}
-	if res = popResult(req, rows); len(res.Messages) > 0 || req.Partition != "" {
+	if res = popResult(req, rows, c.cipher); len(res.Messages) > 0 || req.Partition != "" {
 		return res, nil
 	}
 	c.noteEmpty(ctx, req, qid, now)

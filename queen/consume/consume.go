@@ -54,6 +54,7 @@ import (
 	"github.com/queen-go/queen/queen/canary"
 	"github.com/queen-go/queen/queen/clock"
 	"github.com/queen-go/queen/queen/combine"
+	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/names"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/waker"
@@ -77,6 +78,8 @@ type Options struct {
 	Retry combine.Retry
 	// Names caches the groups' subscriptions (ClaimerOptions.Names).
 	Names *names.Names
+	// Cipher opens the popped payloads (ClaimerOptions.Cipher).
+	Cipher *crypt.Cipher
 	// Waker ends a parked pop's wait early when a push commits.
 	Waker *waker.Hub
 	// Clock paces the waits (virtual in the simulator).
@@ -122,7 +125,7 @@ func New(o Options) *Consumer {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	claims := NewClaimer(o.Store, ClaimerOptions{Names: o.Names, Clock: o.Clock, PopMarkEvery: o.PopMarkEvery, Log: o.Log})
+	claims := NewClaimer(o.Store, ClaimerOptions{Names: o.Names, Cipher: o.Cipher, Clock: o.Clock, PopMarkEvery: o.PopMarkEvery, Log: o.Log})
 	return &Consumer{o: o, claims: claims, acks: newAckCombiner(o)}
 }
 

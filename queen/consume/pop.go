@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/store"
 )
 
@@ -61,14 +62,15 @@ type PopResult struct {
 }
 
 // popResult is req's answer of the pop statement's rows: each message
-// labelled with the queue and group it was popped for, the lease token
-// only when the pop leased (not autoAck) and claimed something, the first
-// row's partition, the last row's lease end.
-func popResult(req PopRequest, rows store.PopRows) PopResult {
+// labelled with the queue and group it was popped for, its payload opened
+// with c (crypt.Cipher.Reveal), the lease token only when the pop leased
+// (not autoAck) and claimed something, the first row's partition, the last
+// row's lease end.
+func popResult(req PopRequest, rows store.PopRows, c *crypt.Cipher) PopResult {
 	res := PopResult{Queue: req.Queue, Group: req.Group}
 	parts := map[string]bool{}
 	for _, r := range rows.Rows {
-		m := Message{ID: r.ID, TransactionID: r.TransactionID, TraceID: r.TraceID, Data: r.Data, ProducerSub: r.ProducerSub,
+		m := Message{ID: r.ID, TransactionID: r.TransactionID, TraceID: r.TraceID, Data: c.Reveal(r.Payload), ProducerSub: r.ProducerSub,
 			CreatedAt: r.CreatedAt, Seq: r.Seq, PartitionID: r.PartitionID, Partition: r.Partition, Queue: req.Queue,
 			ConsumerGroup: req.Group, RetryCount: r.RetryCount}
 		if !req.AutoAck {

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"math"
 	"strings"
@@ -26,8 +25,8 @@ type PopRow struct {
 	RetryCount        int
 	ID, TransactionID string
 	TraceID           *string
-	// Data is the payload, opened (openPayload).
-	Data        json.RawMessage
+	// Payload is the message's payload as stored: its reader opens it.
+	Payload     crypt.Payload
 	ProducerSub *string
 	CreatedAt   time.Time
 	Seq         int64
@@ -281,8 +280,8 @@ type PopParams struct {
 }
 
 // RunPop runs the pop statement p names (popStatement) and reads its rows:
-// the claimed messages, opened (openPayload), in the order the statement
-// answers them.
+// the claimed messages, their payloads as stored, in the order the
+// statement answers them.
 func (s *Store) RunPop(ctx context.Context, in PopParams) (PopRows, error) {
 	p := popParams{QueueID: in.QueueID, Group: in.Group, Partitions: in.Partitions, Batch: in.Batch, LeaseID: s.ids.New(),
 		LeaseSeconds: in.LeaseSeconds, AutoAck: in.AutoAck, Now: in.Now, MaxBytes: in.MaxBytes}
@@ -306,7 +305,7 @@ func (s *Store) RunPop(ctx context.Context, in PopParams) (PopRows, error) {
 			&sealed, &r.ProducerSub, &r.CreatedAt, &r.Seq, &r.LeaseExpiresAt); err != nil {
 			return PopRows{}, err
 		}
-		r.Data = s.openPayload(crypt.Stored(payload, sealed))
+		r.Payload = crypt.Stored(payload, sealed)
 		out.Rows = append(out.Rows, r)
 	}
 	if err := rows.Err(); err != nil {

@@ -71,8 +71,9 @@ type Options struct {
 	// ReadOnly follows whether the database was last seen read-only; its
 	// OnPgError belongs on the pool's connection config. Nil: not followed.
 	ReadOnly *ReadOnlyWatch
-	// Cipher seals the payloads of queues with encryptionEnabled and opens
-	// them on every read (QUEEN_ENCRYPTION_KEY); nil: no encryption.
+	// Cipher seals the payloads written to queues with encryptionEnabled
+	// (QUEEN_ENCRYPTION_KEY); nil: no encryption. Reads answer payloads as
+	// stored: their readers open them.
 	Cipher *crypt.Cipher
 }
 

@@ -142,7 +142,7 @@ func TestTimerPayloadIsSealedFromScheduleToPop(t *testing.T) {
 	if _, err := firer(s).FireTimers(ctx, token, claimed); err != nil {
 		t.Fatal(err)
 	}
-	p, err := consume.NewClaimer(s, consume.ClaimerOptions{}).Claim(ctx, consume.PopRequest{Tenant: tenant, Queue: "enc", Batch: 1})
+	p, err := consume.NewClaimer(s, consume.ClaimerOptions{Cipher: c}).Claim(ctx, consume.PopRequest{Tenant: tenant, Queue: "enc", Batch: 1})
 	if err != nil || len(p.Messages) != 1 || !strings.Contains(string(p.Messages[0].Data), "2468") {
 		t.Fatalf("pop of the fired timer: %+v %v", p, err)
 	}
