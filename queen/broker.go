@@ -28,6 +28,7 @@ import (
 	"github.com/queen-go/queen/queen/background"
 	"github.com/queen-go/queen/queen/canary"
 	"github.com/queen-go/queen/queen/clock"
+	"github.com/queen-go/queen/queen/combine"
 	"github.com/queen-go/queen/queen/config"
 	"github.com/queen-go/queen/queen/connlimit"
 	"github.com/queen-go/queen/queen/consume"
@@ -302,7 +303,8 @@ func (b *Broker) openSpool(arbiter *admission.Arbiter) (err error) {
 // API's options, all but the sweeper's and the connection limiter's.
 func (b *Broker) apiOptions(ctx context.Context, arbiter *admission.Arbiter, cipher *crypt.Cipher) (httpapi.Options, error) {
 	b.maint = maintenance.New(b.store, b.spool, b.log)
-	pushes := b.newPushPath(arbiter, cipher)
+	retry := b.contentionRetry()
+	pushes := b.newPushPath(arbiter, cipher, retry)
 	if err := b.maint.Load(ctx); err != nil {
 		b.log.Warn("could not read the maintenance switches; assuming off until the next reconcile", "err", err)
 	}
@@ -312,7 +314,7 @@ func (b *Broker) apiOptions(ctx context.Context, arbiter *admission.Arbiter, cip
 	b.arbiter, b.waker = arbiter, waker.New()
 	o := httpapi.Options{Config: b.cfg, Store: b.store, Names: b.names, Analytics: b.recorder, Spool: b.spool, Drainer: b.drainer,
 		Maintenance: b.maint, Arbiter: arbiter, Clock: b.opts.Clock, Waker: b.waker, IDs: b.opts.IDs, Logger: b.log,
-		Cipher: cipher, Push: pushes, PopClaims: b.opts.PopClaims}
+		Cipher: cipher, Push: pushes, PopClaims: b.opts.PopClaims, Retry: retry}
 	if err := b.configureAuth(&o); err != nil {
 		return o, err
 	}
@@ -329,14 +331,26 @@ func (b *Broker) apiOptions(ctx context.Context, arbiter *admission.Arbiter, cip
 
 // newPushPath is the one owner of commit-or-spool and of the replay of what
 // was spooled; the drainer replays through it.
-func (b *Broker) newPushPath(arbiter *admission.Arbiter, cipher *crypt.Cipher) *pushpath.Path {
-	pushes := pushpath.New(pushpath.Options{Store: b.store, Names: b.names, Spool: b.spool, Diverted: b.maint.Push, Ping: b.probe.Probe,
+func (b *Broker) newPushPath(arbiter *admission.Arbiter, cipher *crypt.Cipher, retry combine.Retry) *pushpath.Path {
+	pushes := pushpath.New(pushpath.Options{Store: b.store, Retry: retry, Names: b.names, Spool: b.spool, Diverted: b.maint.Push, Ping: b.probe.Probe,
 		Cipher: cipher, Arbiter: arbiter, IDs: b.opts.IDs, Log: b.log,
 		PushStatements: b.cfg.PushStatements, PushBatchRows: b.cfg.PushBatchRows})
 	if b.drainer != nil {
 		b.drainer.Replay = pushes.Replay
 	}
 	return pushes
+}
+
+// contentionRetry is the one contention retry of the push path's and the
+// ack combiner's statements: combine's loop, bound to the store's error
+// classification and statement bound (DB_STATEMENT_TIMEOUT), the ids'
+// jitter (seeded, so the simulator replays it) and the broker's clock.
+// The store holds statements only; which errors to retry and how long to
+// pause is policy, wired here.
+func (b *Broker) contentionRetry() combine.Retry {
+	clk := b.opts.Clock
+	return combine.Retry{Bound: b.store.Bound, Jitter: b.opts.IDs.Jitter, Contention: store.Contention, LockTimedOut: store.LockTimedOut,
+		Wait: func(ctx context.Context, d time.Duration) { clock.Sleep(ctx, clk, d) }}
 }
 
 // configureAuth sets the API's JWT authenticator when JWT_ENABLED, and logs

@@ -67,15 +67,15 @@ var errBrokerDown = errors.New("broker is down")
 // batch from tenant's queue by group, with the defaults of cfg: the
 // claim is leased even for autoAck (the route completes it only once
 // delivered), the lease is the queue's, one partition.
-func directRequest(cfg config.Config, tenant, queue, group string, batch int) store.PopRequest {
-	return store.PopRequest{Tenant: tenant, Queue: queue, Group: group, Batch: batch, Partitions: 1,
+func directRequest(cfg config.Config, tenant, queue, group string, batch int) consume.PopRequest {
+	return consume.PopRequest{Tenant: tenant, Queue: queue, Group: group, Batch: batch, Partitions: 1,
 		MaxBytes: cfg.MaxPopBytes, SubscriptionMode: cfg.DefaultSubscriptionMode}
 }
 
 // finishDirect records a direct pop's answer as finishPop records an HTTP
 // one, from the claim itself: an autoAck answer carries no lease, as the
 // route's does not.
-func (a *actor) finishDirect(call, b, code int, claim *store.PopResult, err error, tenant string, q QueueSpec, grp string, autoAck bool) *held {
+func (a *actor) finishDirect(call, b, code int, claim *consume.PopResult, err error, tenant string, q QueueSpec, grp string, autoAck bool) *held {
 	var h *held
 	a.finish(call, "pop", b, code, err, func(e *Event) {
 		if code != http.StatusOK {
@@ -89,7 +89,7 @@ func (a *actor) finishDirect(call, b, code int, claim *store.PopResult, err erro
 // answerOf is the answer the pop route writes for claim, as the simulator
 // reads it: payloads as written (null for none), leases left out for
 // autoAck.
-func answerOf(claim store.PopResult, autoAck bool) popAnswer {
+func answerOf(claim consume.PopResult, autoAck bool) popAnswer {
 	ans := popAnswer{LeaseID: claim.LeaseID}
 	for _, m := range claim.Messages {
 		data := m.Data

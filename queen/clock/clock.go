@@ -6,7 +6,10 @@
 // takes a Clock so the simulator can run it on virtual time.
 package clock
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // Clock tells the time and makes timers. Real is the production clock;
 // Sim is a virtual clock driven by the simulator.
@@ -40,3 +43,14 @@ func (r realTimer) Stop() bool          { return r.t.Stop() }
 // SocketDeadline is now plus d on the real clock, for operating-system
 // deadlines (net.Conn.SetDeadline), which no other clock can express.
 func SocketDeadline(d time.Duration) time.Time { return time.Now().Add(d) }
+
+// Sleep waits d on c, or until ctx ends: a pause that the simulator's
+// virtual clock can pace (combine.Retry's Wait).
+func Sleep(ctx context.Context, c Clock, d time.Duration) {
+	t := c.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C():
+	}
+}

@@ -248,3 +248,17 @@ func TestInFlightBoundRespected(t *testing.T) {
 		t.Errorf("at most %d statements ran at once, want 3", m)
 	}
 }
+
+// TestZeroRetryRunsOnce: a Retry nobody bound (a path built without a
+// broker's wiring) runs its statement once and returns its error, instead
+// of calling the nil binding.
+func TestZeroRetryRunsOnce(t *testing.T) {
+	for _, alone := range []bool{false, true} {
+		runs := 0
+		lost := errors.New("lost a lock race")
+		err := Retry{}.Run(context.Background(), alone, func(context.Context) error { runs++; return lost })
+		if runs != 1 || !errors.Is(err, lost) {
+			t.Fatalf("alone %v: %d runs, %v; want 1 run and its error", alone, runs, err)
+		}
+	}
+}

@@ -14,8 +14,12 @@ const contentionRetries = 3
 
 // Retry is the contention retry a combiner's statements run under: a
 // statement that lost a lock race runs again after a short jittered pause,
-// because contention is not an outage. Its fields are the driver's (queen/
-// store's Store.Retry fills them).
+// because contention is not an outage. Its fields bind it to a driver: the
+// broker's composition root (package queen) fills them from queen/store's
+// error classification and statement bound, the ids' jitter and the clock,
+// and hands the one value to queen/pushpath and queen/consume. The zero
+// Retry runs a statement once, with no bound beyond its context: a path
+// built without a broker's wiring retries nothing.
 type Retry struct {
 	// Bound applies the client-side statement bound.
 	Bound func(context.Context) (context.Context, context.CancelFunc)
@@ -35,6 +39,9 @@ type Retry struct {
 // its context), so a call on a locked row holds a connection only while it
 // tries. Any other lock race is tried contentionRetries times more.
 func (r Retry) Run(ctx context.Context, alone bool, statement func(ctx context.Context) error) error {
+	if r.Bound == nil {
+		return statement(ctx)
+	}
 	if alone {
 		var cancel context.CancelFunc
 		ctx, cancel = r.Bound(ctx)

@@ -20,7 +20,7 @@ import (
 // a call that would repeat another's item, and every call after a
 // permanent error, by itself; after a cursor lock held past
 // store.LockWait it runs each call alone, outside its slots; under both,
-// the contention retry (combine.Retry over the store's) runs a statement
+// the contention retry (Options.Retry) runs a statement
 // that lost a lock race again.
 func (c *Consumer) Ack(ctx context.Context, tenant, group string, items []store.AckItem) ([]store.AckResult, error) {
 	if canary.On("ack-ignores-tenant") && len(items) > 0 {
@@ -57,7 +57,7 @@ func newAckCombiner(o Options) *combine.Combiner[store.AckRow, store.AckResult] 
 	statement := func(alone bool) combine.Statement[store.AckRow, store.AckResult] {
 		return func(ctx context.Context, rows []store.AckRow) ([]store.AckResult, error) {
 			var out []store.AckResult
-			err := st.Retry().Run(ctx, alone, func(ctx context.Context) (err error) {
+			err := o.Retry.Run(ctx, alone, func(ctx context.Context) (err error) {
 				out, err = st.AckCompletions(ctx, rows)
 				return err
 			})

@@ -48,7 +48,7 @@ func TestAckMatchesTheOldTwoRules(t *testing.T) {
 		}
 		// Through a push path, as the broker pushes (store.Push is the
 		// store tests' own).
-		if err := pushpath.New(pushpath.Options{Store: s}).Replay(ctx, q.tenant, items); err != nil {
+		if err := pushpath.New(pushpath.Options{Store: s, Retry: storetest.Retry(s)}).Replay(ctx, q.tenant, items); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/queen-go/queen/queen/canary"
 	"github.com/queen-go/queen/queen/clock"
+	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/names"
 	"github.com/queen-go/queen/queen/store"
 )
@@ -21,9 +22,10 @@ import (
 // their state is this Claimer's, one per broker (the Consumer's). It is
 // safe for concurrent use.
 type Claimer struct {
-	st    *store.Store
-	names *names.Names
-	log   *slog.Logger
+	st     *store.Store
+	names  *names.Names
+	cipher *crypt.Cipher
+	log    *slog.Logger
 	// popMarks spaces the pop marks per (queue id, group).
 	popMarks *popMarkThrottle
 	// subChecks spaces the checks of cached subscriptions per (queue id,
@@ -46,6 +48,9 @@ type ClaimerOptions struct {
 	// empty pop. It also spaces the checks of cached subscriptions. Zero
 	// means 250 ms; negative means every time.
 	PopMarkEvery time.Duration
+	// Cipher opens the popped payloads sealed at rest
+	// (QUEEN_ENCRYPTION_KEY); nil: they are answered as stored.
+	Cipher *crypt.Cipher
 	// Log receives the bookkeeping that failed beside a pop that did not
 	// (a mark or a watermark not written); nil discards it.
 	Log *slog.Logger
@@ -62,7 +67,7 @@ func NewClaimer(st *store.Store, o ClaimerOptions) *Claimer {
 	if o.Names == nil {
 		o.Names = names.New(st, names.Options{})
 	}
-	return &Claimer{st: st, names: o.Names, log: o.Log, popMarks: newPopMarkThrottle(o.Clock, o.PopMarkEvery),
+	return &Claimer{st: st, names: o.Names, cipher: o.Cipher, log: o.Log, popMarks: newPopMarkThrottle(o.Clock, o.PopMarkEvery),
 		subChecks: newPopMarkThrottle(o.Clock, o.PopMarkEvery), marks: newWatermarkThrottle(o.Clock)}
 }
 
@@ -72,17 +77,17 @@ func NewClaimer(st *store.Store, o ClaimerOptions) *Claimer {
 // name cache checks that it still holds, at most once per PopMarkEvery per
 // (queue, group), so a queue or a group deleted through another broker is
 // subscribed again and popped at once, not after the cache's ttl.
-func (c *Claimer) Claim(ctx context.Context, req store.PopRequest) (store.PopResult, error) {
+func (c *Claimer) Claim(ctx context.Context, req PopRequest) (PopResult, error) {
 	if req.Group == "" {
 		req.Group = store.QueueModeGroup
 	}
-	return names.Retry(c.names, func() (store.PopResult, error) { return c.claimFresh(ctx, req) })
+	return names.Retry(c.names, func() (PopResult, error) { return c.claimFresh(ctx, req) })
 }
 
 // claimFresh is one attempt of Claim: claimOnce, then, when it found
 // nothing through a cached subscription, the check that the subscription
 // still holds (a stale one is answered names.StaleSubscription).
-func (c *Claimer) claimFresh(ctx context.Context, req store.PopRequest) (store.PopResult, error) {
+func (c *Claimer) claimFresh(ctx context.Context, req PopRequest) (PopResult, error) {
 	qid, cached := c.names.Subscription(req.Tenant, req.Queue, req.Group)
 	res, err := c.claimOnce(ctx, req)
 	if err != nil || len(res.Messages) > 0 || !cached || ctx.Err() != nil || !c.subChecks.due(qid, req.Group) {
@@ -105,14 +110,14 @@ func (c *Claimer) claimFresh(ctx context.Context, req store.PopRequest) (store.P
 // claimOnce subscribes the group if this broker has not yet, runs the pop
 // statement, and after an empty wildcard pop does its bookkeeping
 // (noteEmpty). A queue that does not exist pops nothing.
-func (c *Claimer) claimOnce(ctx context.Context, req store.PopRequest) (store.PopResult, error) {
+func (c *Claimer) claimOnce(ctx context.Context, req PopRequest) (PopResult, error) {
 	if req.Batch < 1 {
 		req.Batch = 1
 	}
 	if req.Partitions < 1 || req.Partition != "" {
 		req.Partitions = 1
 	}
-	res := store.PopResult{Queue: req.Queue, Group: req.Group}
+	res := PopResult{Queue: req.Queue, Group: req.Group}
 	if err := ctx.Err(); err != nil {
 		// The client is gone: claim nothing.
 		return res, err
@@ -125,11 +130,14 @@ func (c *Claimer) claimOnce(ctx context.Context, req store.PopRequest) (store.Po
 		return res, err
 	}
 	now := c.st.DBNow()
-	res, err = c.st.RunPop(ctx, store.PopParams{Queue: req.Queue, QueueID: qid, Group: req.Group, Partition: req.Partition,
+	rows, err := c.st.RunPop(ctx, store.PopParams{QueueID: qid, Group: req.Group, Partition: req.Partition,
 		Partitions: req.Partitions, Batch: req.Batch, LeaseSeconds: req.LeaseSeconds, AutoAck: req.AutoAck,
 		MaxBytes: req.MaxBytes, Now: now})
-	if err != nil || len(res.Messages) > 0 || req.Partition != "" {
+	if err != nil {
 		return res, err
+	}
+	if res = popResult(req, rows, c.cipher); len(res.Messages) > 0 || req.Partition != "" {
+		return res, nil
 	}
 	c.noteEmpty(ctx, req, qid, now)
 	return res, nil
@@ -140,7 +148,7 @@ func (c *Claimer) claimOnce(ctx context.Context, req store.PopRequest) (store.Po
 // such queue. Queue mode always subscribes from the start; a named group
 // from its SubscriptionFrom when given, else by its SubscriptionMode (all
 // when empty).
-func (c *Claimer) subscribed(ctx context.Context, req store.PopRequest) (string, error) {
+func (c *Claimer) subscribed(ctx context.Context, req PopRequest) (string, error) {
 	if id, ok := c.names.Subscription(req.Tenant, req.Queue, req.Group); ok {
 		return id, nil
 	}
@@ -162,7 +170,7 @@ func (c *Claimer) subscribed(ctx context.Context, req store.PopRequest) (string,
 // it. Neither changes the pop's answer, so a failure is logged, not
 // returned (and a client that left is no database problem worth a
 // warning).
-func (c *Claimer) noteEmpty(ctx context.Context, req store.PopRequest, queueID string, now *time.Time) {
+func (c *Claimer) noteEmpty(ctx context.Context, req PopRequest, queueID string, now *time.Time) {
 	if c.popMarks.due(queueID, req.Group) {
 		err := c.st.MarkPopEmpty(ctx, store.PopMarkParams{QueueID: queueID, Group: req.Group, Now: now})
 		if err != nil && ctx.Err() == nil {
@@ -176,7 +184,7 @@ func (c *Claimer) noteEmpty(ctx context.Context, req store.PopRequest, queueID s
 
 // noteEmptyScan writes the watermark when its throttle lets it, and arms
 // the throttle only when the row is there afterwards (watermarkThrottle).
-func (c *Claimer) noteEmptyScan(ctx context.Context, req store.PopRequest) error {
+func (c *Claimer) noteEmptyScan(ctx context.Context, req PopRequest) error {
 	if !c.marks.due(req.Tenant, req.Queue, req.Group) {
 		return nil
 	}

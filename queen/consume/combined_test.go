@@ -31,7 +31,7 @@ type acker struct {
 	claims *consume.Claimer
 }
 
-func (x acker) Pop(ctx context.Context, req store.PopRequest) (store.PopResult, error) {
+func (x acker) Pop(ctx context.Context, req consume.PopRequest) (consume.PopResult, error) {
 	return x.claims.Claim(ctx, req)
 }
 
@@ -51,11 +51,11 @@ func newAcker(t *testing.T, o store.Options, ackStatements int) (acker, *pgxpool
 	pool := storetest.Pool(t)
 	o.IDs = ids.NewSource(clock.Real{}, nil)
 	s := store.New(pool, o)
-	return acker{s, consume.New(consume.Options{Store: s, Clock: clock.Real{}, AckStatements: ackStatements}),
-		pushpath.New(pushpath.Options{Store: s, IDs: o.IDs}), consume.NewClaimer(s, consume.ClaimerOptions{})}, pool
+	return acker{s, consume.New(consume.Options{Store: s, Retry: storetest.Retry(s), Clock: clock.Real{}, AckStatements: ackStatements}),
+		pushpath.New(pushpath.Options{Store: s, Retry: storetest.Retry(s), IDs: o.IDs}), consume.NewClaimer(s, consume.ClaimerOptions{})}, pool
 }
 
-func popOne(t *testing.T, s acker, req store.PopRequest) store.PopResult {
+func popOne(t *testing.T, s acker, req consume.PopRequest) consume.PopResult {
 	t.Helper()
 	req.Tenant = tenant
 	res, err := s.Pop(context.Background(), req)
@@ -110,7 +110,7 @@ func TestLockedCursorDelaysOnlyItsAcks(t *testing.T) {
 		if _, err := s.Push(ctx, tenant, items, ""); err != nil {
 			t.Fatal(err)
 		}
-		res := popOne(t, s, store.PopRequest{Queue: q, Batch: each})
+		res := popOne(t, s, consume.PopRequest{Queue: q, Batch: each})
 		if len(res.Messages) != each {
 			t.Fatalf("pop %s: %d messages", q, len(res.Messages))
 		}
@@ -217,7 +217,7 @@ func TestCombinedAcksAnswerEachRequestExactly(t *testing.T) {
 			defer wg.Done()
 			group := groups[w%2]
 			for round := 0; ; round++ {
-				res, err := s.Pop(ctx, store.PopRequest{Tenant: tenant, Queue: "acomb", Group: group, Batch: 3})
+				res, err := s.Pop(ctx, consume.PopRequest{Tenant: tenant, Queue: "acomb", Group: group, Batch: 3})
 				if err != nil {
 					errs <- err
 					return

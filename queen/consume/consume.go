@@ -54,6 +54,7 @@ import (
 	"github.com/queen-go/queen/queen/canary"
 	"github.com/queen-go/queen/queen/clock"
 	"github.com/queen-go/queen/queen/combine"
+	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/names"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/waker"
@@ -72,8 +73,13 @@ type Wait struct {
 // Options wire a Consumer.
 type Options struct {
 	Store *store.Store
+	// Retry runs each completion statement again when it lost a lock race
+	// (the broker's one contention retry over Store; zero: none).
+	Retry combine.Retry
 	// Names caches the groups' subscriptions (ClaimerOptions.Names).
 	Names *names.Names
+	// Cipher opens the popped payloads (ClaimerOptions.Cipher).
+	Cipher *crypt.Cipher
 	// Waker ends a parked pop's wait early when a push commits.
 	Waker *waker.Hub
 	// Clock paces the waits (virtual in the simulator).
@@ -119,7 +125,7 @@ func New(o Options) *Consumer {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	claims := NewClaimer(o.Store, ClaimerOptions{Names: o.Names, Clock: o.Clock, PopMarkEvery: o.PopMarkEvery, Log: o.Log})
+	claims := NewClaimer(o.Store, ClaimerOptions{Names: o.Names, Cipher: o.Cipher, Clock: o.Clock, PopMarkEvery: o.PopMarkEvery, Log: o.Log})
 	return &Consumer{o: o, claims: claims, acks: newAckCombiner(o)}
 }
 
@@ -156,13 +162,13 @@ const (
 type Result struct {
 	Outcome Outcome
 	// Claim is the claimed batch when Outcome is Claimed.
-	Claim store.PopResult
+	Claim PopResult
 }
 
 // Try is one claim attempt. It is run with a context that is never
 // cancelled (a started claim runs to its end); an empty PopResult means
 // nothing was there.
-type Try func(context.Context) (store.PopResult, error)
+type Try func(context.Context) (PopResult, error)
 
 // Pop runs try until it claims messages or, when req.Wait, until
 // req.Timeout passes, parking between tries as the package doc says. An
@@ -213,7 +219,7 @@ func (c *Consumer) Pop(ctx context.Context, req Request, try Try) (Result, error
 
 // claimed reports a claim to the observer and gives it back when its
 // client left while it ran: the partition is not hidden for a whole lease.
-func (c *Consumer) claimed(ctx context.Context, tenant string, res store.PopResult, gone bool) Result {
+func (c *Consumer) claimed(ctx context.Context, tenant string, res PopResult, gone bool) Result {
 	if c.o.OnClaim != nil {
 		c.o.OnClaim(Claim{Tenant: tenant, Queue: res.Queue, LeaseID: res.LeaseID, Messages: len(res.Messages), ClientGone: gone})
 	}

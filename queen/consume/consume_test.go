@@ -54,7 +54,7 @@ func newRig(t *testing.T) *rig {
 	pool := storetest.Pool(t)
 	r := &rig{pool: pool, st: store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil)}), hub: waker.New(),
 		clock: clock.NewSim(start), draining: make(chan struct{})}
-	r.c = consume.New(consume.Options{Store: r.st, Waker: r.hub, Clock: counted{r.clock, &r.timers}, Draining: r.draining,
+	r.c = consume.New(consume.Options{Store: r.st, Retry: storetest.Retry(r.st), Waker: r.hub, Clock: counted{r.clock, &r.timers}, Draining: r.draining,
 		Wait:    consume.Wait{Initial: 100 * time.Millisecond, Threshold: 3, Factor: 2, Max: time.Second},
 		OnClaim: func(c consume.Claim) { r.mu.Lock(); r.claims = append(r.claims, c); r.mu.Unlock() }})
 	return r
@@ -62,8 +62,8 @@ func newRig(t *testing.T) *rig {
 
 // req is a leased pop of queue q: 300 s, so a claim nobody gives back
 // hides the partition for the rest of the test.
-func req(q string) store.PopRequest {
-	return store.PopRequest{Tenant: tenant, Queue: q, Batch: 5, Partitions: 1, LeaseSeconds: 300}
+func req(q string) consume.PopRequest {
+	return consume.PopRequest{Tenant: tenant, Queue: q, Batch: 5, Partitions: 1, LeaseSeconds: 300}
 }
 
 func (r *rig) push(t *testing.T, q string, txids ...string) {
@@ -73,7 +73,7 @@ func (r *rig) push(t *testing.T, q string, txids ...string) {
 		items[i] = store.PushItem{Queue: q, TransactionID: id}
 	}
 	// Through a push path, as the broker pushes (store.Push left the store).
-	if err := pushpath.New(pushpath.Options{Store: r.st}).Replay(context.Background(), tenant, items); err != nil {
+	if err := pushpath.New(pushpath.Options{Store: r.st, Retry: storetest.Retry(r.st)}).Replay(context.Background(), tenant, items); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -132,7 +132,7 @@ func TestGoneClientClaimsNothing(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	tries := 0
-	try := func(ctx context.Context) (store.PopResult, error) { tries++; return r.c.One(req("gone"))(ctx) }
+	try := func(ctx context.Context) (consume.PopResult, error) { tries++; return r.c.One(req("gone"))(ctx) }
 	res, err := r.c.Pop(ctx, consume.Request{Tenant: tenant, Queue: "gone", Wait: true, Timeout: time.Minute}, try)
 	if err != nil || res.Outcome != consume.Gone {
 		t.Fatalf("pop for a gone client: %+v %v", res, err)
@@ -157,7 +157,7 @@ func TestClaimThatRacedADisconnectIsReleased(t *testing.T) {
 	r.push(t, "raced", "m")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	try := func(tctx context.Context) (store.PopResult, error) {
+	try := func(tctx context.Context) (consume.PopResult, error) {
 		cancel() // the client hangs up while the claim runs
 		if tctx.Err() != nil {
 			t.Error("the running claim was cancelled with its client")
@@ -185,7 +185,7 @@ func TestEmptyWaitEndsAtItsTimeout(t *testing.T) {
 	r.push(t, "other", "x") // the tenant exists; queue "empty" has nothing
 	var mu sync.Mutex
 	var at []time.Duration
-	try := func(ctx context.Context) (store.PopResult, error) {
+	try := func(ctx context.Context) (consume.PopResult, error) {
 		mu.Lock()
 		at = append(at, r.clock.Now().Sub(start))
 		mu.Unlock()

@@ -15,7 +15,7 @@ import (
 // messages were completed; should it fail, the lease expires and they are
 // delivered again: at least once, as a broker crash between the answer
 // and this ack also gives.
-func (c *Consumer) Complete(tenant string, res store.PopResult) bool {
+func (c *Consumer) Complete(tenant string, res PopResult) bool {
 	items := make([]store.AckItem, len(res.Messages))
 	for i, m := range res.Messages {
 		items[i] = store.AckItem{TransactionID: m.TransactionID, PartitionID: m.PartitionID, LeaseID: res.LeaseID, Status: "completed"}
@@ -55,18 +55,18 @@ func (c *Consumer) Release(leaseID string) {
 }
 
 // One is the try of a pop of one queue (or one partition of it).
-func (c *Consumer) One(req store.PopRequest) Try {
-	return func(ctx context.Context) (store.PopResult, error) { return c.claims.Claim(ctx, req) }
+func (c *Consumer) One(req PopRequest) Try {
+	return func(ctx context.Context) (PopResult, error) { return c.claims.Claim(ctx, req) }
 }
 
 // Discover is the try of a pop by namespace and/or task: the tenant's
 // matching queues, highest priority first, and the first that has
 // messages answers.
-func (c *Consumer) Discover(req store.PopRequest, namespace, task string) Try {
-	return func(ctx context.Context) (store.PopResult, error) {
+func (c *Consumer) Discover(req PopRequest, namespace, task string) Try {
+	return func(ctx context.Context) (PopResult, error) {
 		queues, err := c.o.Store.QueuesFor(ctx, req.Tenant, namespace, task)
 		if err != nil {
-			return store.PopResult{}, err
+			return PopResult{}, err
 		}
 		for _, name := range queues {
 			one := req
@@ -76,7 +76,7 @@ func (c *Consumer) Discover(req store.PopRequest, namespace, task string) Try {
 				return res, err
 			}
 		}
-		return store.PopResult{}, nil
+		return PopResult{}, nil
 	}
 }
 

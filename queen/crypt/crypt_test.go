@@ -90,3 +90,41 @@ func TestPayloadCarriesWhetherItIsSealed(t *testing.T) {
 		t.Fatal("an empty payload was not sealed (it is stored as JSON null)")
 	}
 }
+
+// TestRevealOpensWhatAKeyOpensAndShowsTheRestAsStored: a reader's view of
+// a stored payload is its plaintext when a configured key opens it, the
+// stored text otherwise (no cipher, a key that does not open it, a plain
+// payload), and null for none.
+func TestRevealOpensWhatAKeyOpensAndShowsTheRestAsStored(t *testing.T) {
+	c, err := New(strings.Repeat("11", 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := New(strings.Repeat("22", 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := json.RawMessage(`{"pin":"1357"}`)
+	sealed, err := c.SealPayload(Plain(plain))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var none *Cipher
+	for _, tc := range []struct {
+		name string
+		c    *Cipher
+		p    Payload
+		want string
+	}{
+		{"opened", c, sealed, string(plain)},
+		{"no cipher", none, sealed, string(sealed.Raw())},
+		{"no key opens it", other, sealed, string(sealed.Raw())},
+		{"plain", c, Stored(plain, false), string(plain)},
+		{"empty", c, Stored(nil, false), "null"},
+		{"empty without a cipher", none, Stored(nil, true), "null"},
+	} {
+		if got := string(tc.c.Reveal(tc.p)); got != tc.want {
+			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
+		}
+	}
+}

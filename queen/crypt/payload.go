@@ -57,3 +57,22 @@ func (c *Cipher) OpenPayload(p Payload) (Payload, error) {
 	}
 	return Payload{raw: plain}, nil
 }
+
+// Reveal is what a reader hands a client of a stored payload: the
+// plaintext of a sealed one when a configured key opens it, else the
+// payload as stored (an envelope no key opens stays readable as one, never
+// an error: a retired key must not fail a listing); an empty one is JSON
+// null. A nil Cipher (no QUEEN_ENCRYPTION_KEY) opens nothing.
+func (c *Cipher) Reveal(p Payload) json.RawMessage {
+	if p.raw == nil {
+		return json.RawMessage("null")
+	}
+	if c == nil {
+		return p.raw
+	}
+	plain, err := c.OpenPayload(p)
+	if err != nil {
+		return p.raw
+	}
+	return plain.raw
+}

@@ -92,7 +92,7 @@ func newBroker(t *testing.T) *broker {
 	idSrc := ids.NewSource(clock.Real{}, nil)
 	st := store.New(storetest.Pool(t), store.Options{IDs: idSrc, TxTimeout: 10 * time.Second})
 	rec := analytics.NewRecorder(0)
-	srv := httpapi.New(httpapi.Options{Config: cfg, Store: st, Analytics: rec, Clock: clock.Real{}, Waker: waker.New(),
+	srv := httpapi.New(httpapi.Options{Config: cfg, Store: st, Retry: storetest.Retry(st), Analytics: rec, Clock: clock.Real{}, Waker: waker.New(),
 		IDs: idSrc, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Auth: authn})
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)

@@ -36,7 +36,7 @@ func TestSystemAnswersKeepTheirNullsAndOmissions(t *testing.T) {
 	}
 	// A message's detail: the dead-letter retry count shadows the row's,
 	// null when there is none; no groups is [].
-	d, _ := json.Marshal(newMessageDetail(store.MessageDetail{MessageRow: store.MessageRow{RetryCount: 4}}))
+	d, _ := json.Marshal(newMessageDetail(store.MessageDetail{MessageRow: store.MessageRow{RetryCount: 4}}, nil))
 	var m map[string]any
 	if err := json.Unmarshal(d, &m); err != nil {
 		t.Fatal(err)

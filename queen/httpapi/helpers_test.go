@@ -79,7 +79,7 @@ func newEnvSpool(t *testing.T, sp *spool.Spool, opts ...envOption) *env {
 	if cfg.Analytics {
 		e.rec = analytics.NewRecorder(cfg.AnalyticsMaxQueues)
 	}
-	srv := httpapi.New(httpapi.Options{Config: cfg, Store: e.store, Analytics: e.rec, Clock: clock.Real{}, Waker: waker.New(),
+	srv := httpapi.New(httpapi.Options{Config: cfg, Store: e.store, Retry: storetest.Retry(e.store), Analytics: e.rec, Clock: clock.Real{}, Waker: waker.New(),
 		IDs: idSrc, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Auth: authn, Cipher: cipher, Spool: sp})
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)

@@ -99,7 +99,7 @@ func (s *Server) getMessage(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, r, "message", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, newMessageDetail(d))
+	writeJSON(w, http.StatusOK, newMessageDetail(d, s.cipher))
 }
 
 // deleteMessage is DELETE /api/v1/messages/{partitionId}/{transactionId}.

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"encoding/json"
 
+	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/store"
 )
 
@@ -155,9 +156,9 @@ func newMessageRow(m store.MessageRow) messageRow {
 		CreatedAt: msStamp(m.CreatedAt), LeaseExpiresAt: msStampOrNull(m.LeaseExpiresAt), RetryCount: m.RetryCount}
 }
 
-// newMessageDetail is d's answer; its mode counts the bus groups that
-// consumed it.
-func newMessageDetail(d store.MessageDetail) messageDetail {
+// newMessageDetail is d's answer, its payload opened with c; its mode
+// counts the bus groups that consumed it.
+func newMessageDetail(d store.MessageDetail, c *crypt.Cipher) messageDetail {
 	hasQM, consumedBy, groups := false, 0, make([]messageGroup, len(d.Groups))
 	for i, g := range d.Groups {
 		if g.Name == store.QueueModeGroup {
@@ -167,11 +168,11 @@ func newMessageDetail(d store.MessageDetail) messageDetail {
 		}
 		groups[i] = messageGroup{Name: g.Name, Consumed: g.Consumed, LeaseExpiresAt: msStampOrNull(g.LeaseExpiresAt)}
 	}
-	c := d.Config
+	payload, qc := c.Reveal(d.Payload), d.Config
 	return messageDetail{messageRow: newMessageRow(d.MessageRow), RetryCount: d.DLQRetries,
-		Payload: d.Payload, Data: d.Payload, IsEncrypted: d.IsEncrypted, ErrorMessage: d.ErrorMessage,
-		QueueConfig: messageQueueConfig{LeaseTime: c.LeaseTime, RetryLimit: c.RetryLimit, RetryDelay: c.RetryDelay,
-			TTL: c.TTL, Priority: c.Priority},
+		Payload: payload, Data: payload, IsEncrypted: d.IsEncrypted, ErrorMessage: d.ErrorMessage,
+		QueueConfig: messageQueueConfig{LeaseTime: qc.LeaseTime, RetryLimit: qc.RetryLimit, RetryDelay: qc.RetryDelay,
+			TTL: qc.TTL, Priority: qc.Priority},
 		Mode:           messageMode{consumptionMode: modeBody(hasQM, d.TotalGroups), ConsumedByGroups: consumedBy},
 		ConsumerGroups: groups}
 }

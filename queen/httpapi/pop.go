@@ -13,7 +13,6 @@ import (
 	"github.com/queen-go/queen/queen/config"
 	"github.com/queen-go/queen/queen/consume"
 	"github.com/queen-go/queen/queen/limits"
-	"github.com/queen-go/queen/queen/store"
 )
 
 // maxLeaseSeconds bounds a lease: an integer number of seconds in
@@ -23,7 +22,7 @@ const maxLeaseSeconds = 366 * 24 * 3600
 
 // popParams are a pop's query parameters.
 type popParams struct {
-	req     store.PopRequest
+	req     consume.PopRequest
 	wait    bool
 	timeout time.Duration
 	// autoAck is the client's autoAck. The claim itself is always leased
@@ -63,7 +62,7 @@ func (s *Server) parsePop(r *http.Request) (popParams, error) {
 		autoAck: queryBool(q, "autoAck"),
 		timeout: time.Duration(queryInt(q, "timeout", int(s.cfg.DefaultTimeout/time.Millisecond))) * time.Millisecond,
 	}
-	p.req = store.PopRequest{
+	p.req = consume.PopRequest{
 		Tenant:       tenantOf(r),
 		Queue:        r.PathValue("queue"),
 		Partition:    r.PathValue("partition"),
@@ -169,10 +168,10 @@ func (s *Server) popDiscover(w http.ResponseWriter, r *http.Request) {
 // admitted runs each try of a pop under the arbiter's pop lane, so a
 // parked pop holds no slot while it waits.
 func (s *Server) admitted(r *http.Request, try consume.Try) consume.Try {
-	return func(ctx context.Context) (store.PopResult, error) {
+	return func(ctx context.Context) (consume.PopResult, error) {
 		release, err := s.admit(r, admission.Pop)
 		if err != nil {
-			return store.PopResult{}, err
+			return consume.PopResult{}, err
 		}
 		defer release()
 		return try(ctx)
@@ -210,7 +209,7 @@ func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, p popParams, t
 // the end of the answer only once they are (its next pop finds the
 // partition free). An answer that could not be written gives the claim
 // back: its messages were delivered to nobody.
-func (s *Server) deliver(w http.ResponseWriter, p popParams, res store.PopResult) {
+func (s *Server) deliver(w http.ResponseWriter, p popParams, res consume.PopResult) {
 	body := popBody(res)
 	body.Autopilot = p.autopilot
 	if p.autoAck {

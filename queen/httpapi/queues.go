@@ -330,7 +330,7 @@ func (s *Server) listDLQ(w http.ResponseWriter, r *http.Request) {
 	}
 	msgs := make([]dlqMessage, len(entries)) // never nil: an empty page is []
 	for i, e := range entries {
-		msgs[i] = newDLQMessage(e)
+		msgs[i] = newDLQMessage(e, s.cipher)
 	}
 	writeJSON(w, http.StatusOK, dlqPage{Messages: msgs, Total: total,
 		Pagination: dlqPagination{Limit: f.Limit, Offset: f.Offset, Total: total}})

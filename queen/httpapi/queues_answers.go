@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/store"
 )
 
@@ -248,11 +249,12 @@ func newLagSpread(v store.Spread) lagSpread {
 	return lagSpread{Avg: v.Avg, Median: v.Median, Min: v.Min, Max: v.Max}
 }
 
-func newDLQMessage(e store.DLQEntry) dlqMessage {
+// newDLQMessage is e's answer, its payload opened with c.
+func newDLQMessage(e store.DLQEntry, c *crypt.Cipher) dlqMessage {
 	return dlqMessage{
 		ID: e.ID, TransactionID: e.TransactionID, PartitionID: e.PartitionID, Queue: e.Queue,
 		Partition: e.Partition, ConsumerGroup: e.ConsumerGroup, ErrorMessage: e.ErrorMessage,
-		RetryCount: e.RetryCount, Data: e.Data, ProducerSub: e.ProducerSub,
+		RetryCount: e.RetryCount, Data: c.Reveal(e.Data), ProducerSub: e.ProducerSub,
 		CreatedAt: timestamp(e.CreatedAt), FailedAt: timestamp(e.FailedAt),
 	}
 }

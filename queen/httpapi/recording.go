@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/queen-go/queen/queen/analytics"
+	"github.com/queen-go/queen/queen/consume"
 	"github.com/queen-go/queen/queen/store"
 )
 
@@ -43,7 +44,7 @@ func (s *Server) recordPushed(tenant string, results []store.PushResult) {
 
 // recordPopped counts a pop's messages per queue and how old each was;
 // an autoAck pop completes them too.
-func (s *Server) recordPopped(tenant string, res store.PopResult) {
+func (s *Server) recordPopped(tenant string, res consume.PopResult) {
 	if s.rec == nil {
 		return
 	}
@@ -70,7 +71,7 @@ func (s *Server) recordPopped(tenant string, res store.PopResult) {
 // recordAutoAcked counts an autoAck pop's messages once they are completed:
 // an answer that could not be written gave its claim back, and nothing of
 // it was consumed.
-func (s *Server) recordAutoAcked(tenant string, res store.PopResult) {
+func (s *Server) recordAutoAcked(tenant string, res consume.PopResult) {
 	if s.rec == nil {
 		return
 	}

@@ -30,6 +30,7 @@ import (
 	"github.com/queen-go/queen/queen/analytics"
 	"github.com/queen-go/queen/queen/auth"
 	"github.com/queen-go/queen/queen/clock"
+	"github.com/queen-go/queen/queen/combine"
 	"github.com/queen-go/queen/queen/config"
 	"github.com/queen-go/queen/queen/consume"
 	"github.com/queen-go/queen/queen/crypt"
@@ -127,8 +128,12 @@ type Options struct {
 	SweeperStats func() SweeperStats
 	// Auth checks bearer tokens (JWT_ENABLED); nil lets every request in.
 	Auth *auth.Authenticator
-	// Cipher seals spooled payloads (QUEEN_ENCRYPTION_KEY); nil: none.
+	// Cipher seals spooled payloads and opens the payloads read back
+	// sealed at rest (QUEEN_ENCRYPTION_KEY); nil: none.
 	Cipher *crypt.Cipher
+	// Retry is the broker's contention retry over Store, for the ack
+	// combiner and a push path made here.
+	Retry combine.Retry
 	// Push is the push path (commit or spool); nil: one is made from the
 	// options above.
 	Push *pushpath.Path
@@ -193,12 +198,12 @@ func New(o Options) *Server {
 	s := &Server{cfg: o.Config, store: o.Store, names: o.Names, spool: o.Spool, drainer: o.Drainer, maint: o.Maintenance,
 		arbiter: o.Arbiter, clock: o.Clock, wake: o.Waker, peers: o.Peers, ids: o.IDs, sharedState: o.SharedState, meshRefusals: o.MeshRefusals, timerHint: o.TimerHint, sweeperStats: o.SweeperStats, connections: o.Connections, auth: o.Auth, cipher: o.Cipher, log: o.Logger, started: o.Clock.Now(),
 		draining: make(chan struct{})}
-	s.consumer = consume.New(consume.Options{Store: o.Store, Names: o.Names, Waker: o.Waker, Clock: o.Clock, Draining: s.draining, OnClaim: o.PopClaims, Log: o.Logger,
+	s.consumer = consume.New(consume.Options{Store: o.Store, Retry: o.Retry, Names: o.Names, Cipher: o.Cipher, Waker: o.Waker, Clock: o.Clock, Draining: s.draining, OnClaim: o.PopClaims, Log: o.Logger,
 		AckStatements: o.Config.AckStatements, AckBatchRows: o.Config.PushBatchRows,
 		Wait: consume.Wait{Initial: o.Config.PopWaitInitial, Threshold: o.Config.PopWaitThreshold, Factor: o.Config.PopWaitFactor, Max: o.Config.PopWaitMax}})
 	s.pushes = o.Push
 	if s.pushes == nil {
-		s.pushes = pushpath.New(pushpath.Options{Store: o.Store, Names: o.Names, Spool: o.Spool, Diverted: s.maint.Push, Ping: s.drainPing(),
+		s.pushes = pushpath.New(pushpath.Options{Store: o.Store, Retry: o.Retry, Names: o.Names, Spool: o.Spool, Diverted: s.maint.Push, Ping: s.drainPing(),
 			Cipher: o.Cipher, Arbiter: o.Arbiter, IDs: o.IDs, Log: o.Logger})
 	}
 	s.queueMessages = newQueueSeries(o.Config.MetricsMaxQueues)

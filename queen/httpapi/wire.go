@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"unicode/utf8"
 
+	"github.com/queen-go/queen/queen/consume"
 	"github.com/queen-go/queen/queen/store"
 )
 
@@ -158,7 +159,7 @@ type messageWire struct {
 	Offset        int64           `json:"offset"`
 }
 
-func popBody(res store.PopResult) popWire {
+func popBody(res consume.PopResult) popWire {
 	msgs := make([]messageWire, len(res.Messages))
 	for i, m := range res.Messages {
 		msgs[i] = messageWire{ID: m.ID, TransactionID: m.TransactionID, TraceID: m.TraceID, Data: m.Data,

@@ -30,7 +30,7 @@ func boolp(v bool) *bool { return &v }
 // push puts items in through a push path of s, as the broker pushes.
 func push(t *testing.T, s *store.Store, items ...store.PushItem) []store.PushResult {
 	t.Helper()
-	out, err := pushpath.New(pushpath.Options{Store: s, IDs: ids.NewSource(clock.Real{}, nil)}).Push(context.Background(), tenant, "", items)
+	out, err := pushpath.New(pushpath.Options{Store: s, Retry: storetest.Retry(s), IDs: ids.NewSource(clock.Real{}, nil)}).Push(context.Background(), tenant, "", items)
 	if err != nil || len(out.Results) != len(items) {
 		t.Fatalf("push %+v: %+v %v", items, out, err)
 	}
@@ -56,11 +56,11 @@ func TestRetentionPassRulesAndLeaderLock(t *testing.T) {
 		push(t, s, store.PushItem{Queue: q, TransactionID: "old-1"}, store.PushItem{Queue: q, TransactionID: "old-2"})
 	}
 	// Consume one of the two "completed" messages.
-	p, err := claim(ctx, s, store.PopRequest{Tenant: tenant, Queue: "completed", Batch: 1})
+	p, err := claim(ctx, s, consume.PopRequest{Tenant: tenant, Queue: "completed", Batch: 1})
 	if err != nil || len(p.Messages) != 1 {
 		t.Fatalf("pop: %+v %v", p, err)
 	}
-	if _, err := consume.New(consume.Options{Store: s, Clock: clock.Real{}}).Ack(ctx, tenant, "", []store.AckItem{{TransactionID: "old-1", PartitionID: p.PartitionID, LeaseID: p.LeaseID}}); err != nil {
+	if _, err := consume.New(consume.Options{Store: s, Retry: storetest.Retry(s), Clock: clock.Real{}}).Ack(ctx, tenant, "", []store.AckItem{{TransactionID: "old-1", PartitionID: p.PartitionID, LeaseID: p.LeaseID}}); err != nil {
 		t.Fatal(err)
 	}
 	now = now.Add(2 * time.Minute)
@@ -234,6 +234,6 @@ func TestRetentionClearsABacklogInOnePass(t *testing.T) {
 }
 
 // claim is a pop as the broker runs it (consume.Claimer.Claim) over s.
-func claim(ctx context.Context, s *store.Store, req store.PopRequest) (store.PopResult, error) {
+func claim(ctx context.Context, s *store.Store, req consume.PopRequest) (consume.PopResult, error) {
 	return consume.NewClaimer(s, consume.ClaimerOptions{}).Claim(ctx, req)
 }

@@ -31,7 +31,7 @@ func push(ctx context.Context, n *names.Names, items ...store.PushItem) ([]store
 // claimers are the brokers' Claimers: one per broker, as its throttles are.
 type claimers map[*names.Names]*consume.Claimer
 
-func (c claimers) claim(ctx context.Context, n *names.Names, req store.PopRequest) (store.PopResult, error) {
+func (c claimers) claim(ctx context.Context, n *names.Names, req consume.PopRequest) (consume.PopResult, error) {
 	if c[n] == nil {
 		c[n] = consume.NewClaimer(n.Store(), consume.ClaimerOptions{Names: n})
 	}
@@ -39,9 +39,9 @@ func (c claimers) claim(ctx context.Context, n *names.Names, req store.PopReques
 }
 
 // popAll pops every message of q's queue-mode group through n.
-func (c claimers) popAll(t *testing.T, n *names.Names, q string) []store.Message {
+func (c claimers) popAll(t *testing.T, n *names.Names, q string) []consume.Message {
 	t.Helper()
-	res, err := c.claim(context.Background(), n, store.PopRequest{Tenant: tenant, Queue: q, Batch: 100, AutoAck: true})
+	res, err := c.claim(context.Background(), n, consume.PopRequest{Tenant: tenant, Queue: q, Batch: 100, AutoAck: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func TestDLQRetryIntoAQueueRecreatedElsewhere(t *testing.T) {
 	a, b := pathtest.TwoBrokers(t)
 	ctx := context.Background()
 	pathtest.RecreatedElsewhere(t, a, b, "stale-dlq")
-	p, err := claimers{}.claim(ctx, b, store.PopRequest{Tenant: tenant, Queue: "stale-dlq", Batch: 1})
+	p, err := claimers{}.claim(ctx, b, consume.PopRequest{Tenant: tenant, Queue: "stale-dlq", Batch: 1})
 	if err != nil || len(p.Messages) != 1 {
 		t.Fatalf("pop through b: %+v %v", p, err)
 	}
@@ -96,7 +96,7 @@ func TestGroupDeletedElsewherePopsAtOnce(t *testing.T) {
 		}
 	}
 	c := claimers{}
-	req := store.PopRequest{Tenant: tenant, Queue: "stale-group", Group: "g", Batch: 1, AutoAck: true}
+	req := consume.PopRequest{Tenant: tenant, Queue: "stale-group", Group: "g", Batch: 1, AutoAck: true}
 	if p, err := c.claim(ctx, a, req); err != nil || len(p.Messages) != 1 {
 		t.Fatalf("first pop: %+v %v", p, err)
 	}

@@ -28,7 +28,7 @@ const Tenant = config.DefaultTenant
 // answers their results.
 func Push(t testing.TB, n *names.Names, items ...store.PushItem) []store.PushResult {
 	t.Helper()
-	p := pushpath.New(pushpath.Options{Store: n.Store(), Names: n, IDs: ids.NewSource(clock.Real{}, nil)})
+	p := pushpath.New(pushpath.Options{Store: n.Store(), Retry: storetest.Retry(n.Store()), Names: n, IDs: ids.NewSource(clock.Real{}, nil)})
 	out, err := p.Push(context.Background(), Tenant, "", items)
 	if err != nil || len(out.Results) != len(items) {
 		t.Fatalf("push %+v: %+v %v", items, out, err)
@@ -62,10 +62,10 @@ func RecreatedElsewhere(t testing.TB, a, b *names.Names, q string) {
 
 // PopAll pops, auto-acknowledged, up to 100 messages of q's queue-mode
 // group through n.
-func PopAll(t testing.TB, n *names.Names, q string) []store.Message {
+func PopAll(t testing.TB, n *names.Names, q string) []consume.Message {
 	t.Helper()
 	c := consume.NewClaimer(n.Store(), consume.ClaimerOptions{Names: n})
-	res, err := c.Claim(context.Background(), store.PopRequest{Tenant: Tenant, Queue: q, Batch: 100, AutoAck: true})
+	res, err := c.Claim(context.Background(), consume.PopRequest{Tenant: Tenant, Queue: q, Batch: 100, AutoAck: true})
 	if err != nil {
 		t.Fatal(err)
 	}

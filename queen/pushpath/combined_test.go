@@ -52,7 +52,7 @@ func newPusher(t *testing.T, o store.Options, pushStatements int) (pusher, *pgxp
 	o.IDs = ids.NewSource(clock.Real{}, nil)
 	s := store.New(pool, o)
 	n := names.New(s, names.Options{})
-	return pusher{s, n, pushpath.New(pushpath.Options{Store: s, Names: n, IDs: o.IDs, Log: quiet, PushStatements: pushStatements})}, pool
+	return pusher{s, n, pushpath.New(pushpath.Options{Store: s, Retry: storetest.Retry(s), Names: n, IDs: o.IDs, Log: quiet, PushStatements: pushStatements})}, pool
 }
 
 func push(t *testing.T, s pusher, queue, partition, txid string) {

@@ -19,7 +19,7 @@ import (
 //     statement; a permanent error re-runs each push by itself, a lock wait
 //     that ran out (store.LockWait) sends each push to run alone, outside
 //     the combiner's slots;
-//   - the contention retry (combine.Retry, over the store's Retry): a
+//   - the contention retry (combine.Retry, Options.Retry): a
 //     statement that lost a lock race runs again after a short pause; in a
 //     slot a lock wait that ran out returns at once, alone it is tried again
 //     for as long as the push's bound allows.
@@ -39,7 +39,7 @@ func newCombiner(o Options) *combine.Combiner[store.AppendRow, store.AppendOut] 
 	statement := func(alone bool) combine.Statement[store.AppendRow, store.AppendOut] {
 		return func(ctx context.Context, rows []store.AppendRow) ([]store.AppendOut, error) {
 			var out []store.AppendOut
-			err := st.Retry().Run(ctx, alone, func(ctx context.Context) (err error) {
+			err := o.Retry.Run(ctx, alone, func(ctx context.Context) (err error) {
 				out, err = appendRows(ctx, st, rows)
 				return err
 			})

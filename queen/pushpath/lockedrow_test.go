@@ -26,7 +26,7 @@ import (
 func TestPushersOfALockedRowLeaveTheSlotsFree(t *testing.T) {
 	pool := storetest.Pool(t)
 	st := store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil), TxTimeout: 60 * time.Second})
-	p := pushpath.New(pushpath.Options{Store: st, Arbiter: admission.New(4, 0.05), IDs: ids.NewSource(clock.Real{}, nil), Log: quiet})
+	p := pushpath.New(pushpath.Options{Store: st, Retry: storetest.Retry(st), Arbiter: admission.New(4, 0.05), IDs: ids.NewSource(clock.Real{}, nil), Log: quiet})
 	ctx := context.Background()
 	push := func(ctx context.Context, queue string) error {
 		out, err := p.Push(ctx, config.DefaultTenant, "", []store.PushItem{{Queue: queue, Payload: crypt.Plain([]byte(`1`))}})

@@ -33,6 +33,9 @@ import (
 // Options wire a Path.
 type Options struct {
 	Store *store.Store
+	// Retry runs each push statement again when it lost a lock race (the
+	// broker's one contention retry over Store; zero: none).
+	Retry combine.Retry
 	// Names resolves the pushes' partitions, cached (the broker's one
 	// queen/names over Store); nil: a cache of this path's own.
 	Names *names.Names

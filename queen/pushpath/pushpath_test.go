@@ -50,7 +50,8 @@ func items() []store.PushItem {
 // TestCommitsWhenTheDatabaseAnswers: a push commits and answers per item; a
 // missing transactionId is minted before anything is written.
 func TestCommitsWhenTheDatabaseAnswers(t *testing.T) {
-	p := pushpath.New(pushpath.Options{Store: newStore(storetest.Pool(t), nil), Spool: newSpool(t), IDs: ids.NewSource(clock.Real{}, nil), Log: quiet})
+	st := newStore(storetest.Pool(t), nil)
+	p := pushpath.New(pushpath.Options{Store: st, Retry: storetest.Retry(st), Spool: newSpool(t), IDs: ids.NewSource(clock.Real{}, nil), Log: quiet})
 	out, err := p.Push(context.Background(), config.DefaultTenant, "", items())
 	if err != nil || out.Buffered != nil || len(out.Results) != 2 {
 		t.Fatalf("push: %+v %v", out, err)
@@ -67,7 +68,8 @@ func TestDivertedPushesAreSealedOnDiskAndReplayOnce(t *testing.T) {
 	c, _ := crypt.New(strings.Repeat("5a", 32))
 	pool := storetest.Pool(t)
 	sp := newSpool(t)
-	p := pushpath.New(pushpath.Options{Store: newStore(pool, c), Spool: sp, Diverted: func() bool { return true }, Cipher: c,
+	st := newStore(pool, c)
+	p := pushpath.New(pushpath.Options{Store: st, Retry: storetest.Retry(st), Spool: sp, Diverted: func() bool { return true }, Cipher: c,
 		IDs: ids.NewSource(clock.Real{}, nil), Log: quiet})
 	out, err := p.Push(context.Background(), config.DefaultTenant, "sub-1", items())
 	if err != nil || out.SpoolErr != nil || len(out.Buffered) != 2 || out.Results != nil {
@@ -124,7 +126,8 @@ func TestAnOutageBuffersAndTurnsTheSpoolUnhealthy(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			sp := newSpool(t)
-			p := pushpath.New(pushpath.Options{Store: newStore(down, nil), Spool: sp, Ping: c.ping, IDs: ids.NewSource(clock.Real{}, nil), Log: quiet})
+			st := newStore(down, nil)
+			p := pushpath.New(pushpath.Options{Store: st, Retry: storetest.Retry(st), Spool: sp, Ping: c.ping, IDs: ids.NewSource(clock.Real{}, nil), Log: quiet})
 			out, err := p.Push(context.Background(), config.DefaultTenant, "", items())
 			if err != nil || len(out.Buffered) != 2 || !out.DBError {
 				t.Fatalf("push with the database down: %+v %v", out, err)
@@ -134,7 +137,8 @@ func TestAnOutageBuffersAndTurnsTheSpoolUnhealthy(t *testing.T) {
 			}
 		})
 	}
-	p := pushpath.New(pushpath.Options{Store: newStore(down, nil), IDs: ids.NewSource(clock.Real{}, nil), Log: quiet})
+	st := newStore(down, nil)
+	p := pushpath.New(pushpath.Options{Store: st, Retry: storetest.Retry(st), IDs: ids.NewSource(clock.Real{}, nil), Log: quiet})
 	if _, err := p.Push(context.Background(), config.DefaultTenant, "", items()); err == nil || !store.Unavailable(err) {
 		t.Fatalf("without a spool the outage is the caller's error: %v", err)
 	}
@@ -159,7 +163,8 @@ func TestASpoolThatCannotWriteSendsPushesToTheDatabase(t *testing.T) {
 			t.Cleanup(sp.Abandon)
 			sp.SetHealthy(false)
 			ffs.FailNext("create", &os.PathError{Op: "open", Path: "(injected)", Err: syscall.EROFS}, 1)
-			p := pushpath.New(pushpath.Options{Store: newStore(storetest.Pool(t), nil), Spool: sp, Ping: c.ping,
+			st := newStore(storetest.Pool(t), nil)
+			p := pushpath.New(pushpath.Options{Store: st, Retry: storetest.Retry(st), Spool: sp, Ping: c.ping,
 				IDs: ids.NewSource(clock.Real{}, nil), Log: quiet})
 			out, err := p.Push(context.Background(), config.DefaultTenant, "", items())
 			if err != nil {

@@ -106,7 +106,7 @@ func newEnv(t *testing.T, fs spool.FS) *env {
 	e.sp = open(t, e.dir, fs, c)
 	e.d = &spool.Drainer{Spool: e.sp, Every: 100 * time.Millisecond, MaxBatch: 2, Arbiter: admission.New(4, 0.05),
 		Ping:   e.st.Ping,
-		Replay: pushpath.New(pushpath.Options{Store: e.st}).Replay}
+		Replay: pushpath.New(pushpath.Options{Store: e.st, Retry: storetest.Retry(e.st)}).Replay}
 	return e
 }
 
@@ -630,7 +630,7 @@ func TestReplayKeepsTheStampedProducer(t *testing.T) {
 	if err := e.d.RunOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
-	p, err := consume.NewClaimer(e.st, consume.ClaimerOptions{}).Claim(ctx, store.PopRequest{Tenant: t1, Queue: stamped.Queue, Partition: stamped.Partition, Batch: 10})
+	p, err := consume.NewClaimer(e.st, consume.ClaimerOptions{}).Claim(ctx, consume.PopRequest{Tenant: t1, Queue: stamped.Queue, Partition: stamped.Partition, Batch: 10})
 	if err != nil || len(p.Messages) != 2 {
 		t.Fatalf("pop: %+v %v", p, err)
 	}

@@ -13,6 +13,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/queen-go/queen/queen/clock"
+	"github.com/queen-go/queen/queen/consume"
 	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/store/storetest"
@@ -107,7 +108,7 @@ func TestAckVerdictIsInlined(t *testing.T) {
 	if _, err := s.Push(ctx, tenant, []store.PushItem{{Queue: "inline", TransactionID: "a"}}, ""); err != nil {
 		t.Fatal(err)
 	}
-	res, err := claim(ctx, s, store.PopRequest{Tenant: tenant, Queue: "inline", Batch: 1})
+	res, err := claim(ctx, s, consume.PopRequest{Tenant: tenant, Queue: "inline", Batch: 1})
 	if err != nil || len(res.Messages) != 1 {
 		t.Fatalf("pop: %v %+v", err, res)
 	}

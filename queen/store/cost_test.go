@@ -14,6 +14,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/queen-go/queen/queen/clock"
+	"github.com/queen-go/queen/queen/consume"
 	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/leader"
 	"github.com/queen-go/queen/queen/store"
@@ -284,7 +285,7 @@ func TestDLQCountsFollowEveryPath(t *testing.T) {
 	}
 	growDLQ(t, pool, "dc", 5) // SQL, as a tool would
 	agree("after an insert by SQL")
-	p, err := claim(ctx, s, store.PopRequest{Tenant: tenant, Queue: "dc", Group: "g", Batch: 3})
+	p, err := claim(ctx, s, consume.PopRequest{Tenant: tenant, Queue: "dc", Group: "g", Batch: 3})
 	if err != nil || len(p.Messages) == 0 {
 		t.Fatalf("pop: %+v %v", p, err)
 	}
@@ -337,7 +338,7 @@ func TestAckUpdatesTheCursorInPlace(t *testing.T) {
 	if _, err := s.Push(ctx, tenant, []store.PushItem{{Queue: "hot-ack", TransactionID: "a"}, {Queue: "hot-ack", TransactionID: "b"}}, ""); err != nil {
 		t.Fatal(err)
 	}
-	res, err := claim(ctx, s, store.PopRequest{Tenant: tenant, Queue: "hot-ack", Batch: 2})
+	res, err := claim(ctx, s, consume.PopRequest{Tenant: tenant, Queue: "hot-ack", Batch: 2})
 	if err != nil || len(res.Messages) != 2 {
 		t.Fatalf("pop: %v %d", err, len(res.Messages))
 	}

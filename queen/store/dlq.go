@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -20,7 +19,7 @@ type DLQEntry struct {
 	ConsumerGroup string
 	ErrorMessage  *string
 	RetryCount    int
-	Data          json.RawMessage
+	Data          crypt.Payload // as stored: its reader opens it
 	ProducerSub   *string
 	CreatedAt     time.Time
 	FailedAt      time.Time
@@ -121,7 +120,7 @@ func (s *Store) ListDLQ(ctx context.Context, f DLQFilter) ([]DLQEntry, int64, er
 			var sealed bool
 			err := r.Scan(&e.ID, &e.TransactionID, &e.PartitionID, &e.Queue, &e.Partition, &e.ConsumerGroup,
 				&e.ErrorMessage, &e.RetryCount, &payload, &sealed, &e.ProducerSub, &e.CreatedAt, &e.FailedAt)
-			e.Data = s.openPayload(crypt.Stored(payload, sealed))
+			e.Data = crypt.Stored(payload, sealed)
 			return e, err
 		})
 		return err

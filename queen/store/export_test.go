@@ -4,8 +4,12 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/queen-go/queen/queen/clock"
+	"github.com/queen-go/queen/queen/combine"
 )
 
 // RetentionRuleSQL is a retention rule's statement, for the cost tests.
@@ -94,7 +98,7 @@ func (s *Store) Push(ctx context.Context, tenant string, items []PushItem, produ
 	// returned at once, for a combiner to split, and the tests that push
 	// while others hold the partition's rows failed with 55P03 whenever
 	// the machine was slow.
-	err = s.retry.Run(ctx, true, func(ctx context.Context) (err error) {
+	err = s.testRetry().Run(ctx, true, func(ctx context.Context) (err error) {
 		res, err = s.AppendRows(ctx, rows, LockWait())
 		return err
 	})
@@ -185,6 +189,15 @@ func (s *Store) partitionIDs(ctx context.Context, tenant string, items []PushIte
 	return pids, nil
 }
 
+// testRetry is the contention retry the broker wires into its paths
+// (package queen's contentionRetry) over s, for the store tests' push and
+// ack helpers: the store holds no retry, and its tests cannot import
+// storetest.Retry (an import cycle).
+func (s *Store) testRetry() combine.Retry {
+	return combine.Retry{Bound: s.bound, Jitter: s.ids.Jitter, Contention: Contention, LockTimedOut: LockTimedOut,
+		Wait: func(ctx context.Context, d time.Duration) { clock.Sleep(ctx, s.clock, d) }}
+}
+
 // Ack is the store tests' way to complete: what queen/consume's Ack does
 // for one caller's completions (the statement), without the combiner; the
 // combining and its retries are consume's, and tested there. A general
@@ -203,7 +216,7 @@ func (s *Store) Ack(ctx context.Context, tenant, group string, items []AckItem) 
 		rows[i] = AckRow{AckItem: it, Tenant: tenant, Group: group}
 	}
 	var out []AckResult
-	err := s.retry.Run(ctx, false, func(ctx context.Context) (err error) {
+	err := s.testRetry().Run(ctx, false, func(ctx context.Context) (err error) {
 		out, err = s.AckCompletions(ctx, rows)
 		return err
 	})

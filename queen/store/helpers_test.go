@@ -71,7 +71,7 @@ func namesOf(s *store.Store) *names.Names {
 }
 
 // claim is a pop as the broker runs it (consume.Claimer.Claim) over s.
-func claim(ctx context.Context, s *store.Store, req store.PopRequest) (store.PopResult, error) {
+func claim(ctx context.Context, s *store.Store, req consume.PopRequest) (consume.PopResult, error) {
 	c, ok := claimers.Load(s)
 	if !ok {
 		c, _ = claimers.LoadOrStore(s, consume.NewClaimer(s, consume.ClaimerOptions{Names: namesOf(s)}))

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -118,7 +117,7 @@ func (s *Store) ConsumptionMode(ctx context.Context, tenant, queue string) (hasQ
 // configuration and every cursor of its partition.
 type MessageDetail struct {
 	MessageRow
-	Payload      json.RawMessage
+	Payload      crypt.Payload // as stored: its reader opens it
 	IsEncrypted  bool
 	ErrorMessage *string
 	DLQRetries   *int
@@ -170,11 +169,12 @@ func (s *Store) GetMessage(ctx context.Context, tenant, partitionID, txid string
 		if err != nil {
 			return err
 		}
-		if err := tx.QueryRow(ctx, messageDetailSQL, d.ID).Scan(&d.Payload, &d.IsEncrypted, &d.Config.LeaseTime,
+		var payload []byte
+		if err := tx.QueryRow(ctx, messageDetailSQL, d.ID).Scan(&payload, &d.IsEncrypted, &d.Config.LeaseTime,
 			&d.Config.RetryLimit, &d.Config.RetryDelay, &d.Config.TTL, &d.Config.Priority); err != nil {
 			return err
 		}
-		d.Payload = s.openPayload(crypt.Stored(d.Payload, d.IsEncrypted))
+		d.Payload = crypt.Stored(payload, d.IsEncrypted)
 		err = tx.QueryRow(ctx, messageLastErrorSQL, d.ID).Scan(&d.ErrorMessage, &d.DLQRetries)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return err

@@ -10,6 +10,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/queen-go/queen/queen/clock"
+	"github.com/queen-go/queen/queen/consume"
 	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/store/storetest"
@@ -170,7 +171,7 @@ type pendingHistory struct {
 	queue  string
 	now    *time.Time
 	txids  []store.PushItem
-	popped []store.PopResult
+	popped []consume.PopResult
 }
 
 func (h *pendingHistory) step(action int) {
@@ -181,7 +182,7 @@ func (h *pendingHistory) step(action int) {
 	case 2:
 		*h.now = h.now.Add(time.Duration(rapid.IntRange(1, 15).Draw(h.t, "seconds")) * time.Second)
 	case 3, 4:
-		req := store.PopRequest{Tenant: tenant, Queue: h.queue, Partitions: 1,
+		req := consume.PopRequest{Tenant: tenant, Queue: h.queue, Partitions: 1,
 			Batch:   rapid.IntRange(1, 4).Draw(h.t, "batch"),
 			AutoAck: rapid.Bool().Draw(h.t, "autoAck"),
 			Group:   rapid.SampledFrom([]string{"", "g"}).Draw(h.t, "group")}
@@ -263,7 +264,7 @@ func TestListedPendingApproximations(t *testing.T) {
 	}
 	consume := func(queue string, n int) {
 		t.Helper()
-		ackAll(t, s, "", popOne(t, s, store.PopRequest{Queue: queue, Batch: n}))
+		ackAll(t, s, "", popOne(t, s, consume.PopRequest{Queue: queue, Batch: n}))
 	}
 	pending := func(queue string) int64 {
 		t.Helper()

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"math"
 	"strings"
@@ -17,62 +16,37 @@ import (
 // shared cursor, competing consumers.
 const QueueModeGroup = "__QUEUE_MODE__"
 
-// PopRequest is one pop call.
-type PopRequest struct {
-	Tenant    string
-	Queue     string
-	Partition string // "" pops any partition
-	Group     string // "" means QueueModeGroup
-	Batch     int    // max messages in total
-	// Partitions is the max partitions claimed by one wildcard pop.
-	Partitions int
-	AutoAck    bool
-	// SubscriptionMode (all or new) and SubscriptionFrom apply only when a
-	// named group first touches the queue.
-	SubscriptionMode string
-	SubscriptionFrom *time.Time
-	// LeaseSeconds overrides the queue's leaseTime when > 0.
-	LeaseSeconds int
-	// MaxBytes bounds the answer's payload bytes, each payload counted
-	// twice (the pop answer writes it as data and as payload); 0: no
-	// bound. The first message is always taken (popBytesSQL).
-	MaxBytes int64
+// PopRow is one message a pop statement claimed, as the statement
+// answers it (popLeaseSQL's columns): queen/consume makes the pop's answer
+// of them.
+type PopRow struct {
+	PartitionID, Partition string
+	// RetryCount is the partition's batch retry count.
+	RetryCount        int
+	ID, TransactionID string
+	TraceID           *string
+	// Payload is the message's payload as stored: its reader opens it.
+	Payload     crypt.Payload
+	ProducerSub *string
+	CreatedAt   time.Time
+	Seq         int64
+	// LeaseExpiresAt is the partition's new lease end; nil for autoAck.
+	LeaseExpiresAt *time.Time
 }
 
-// Message is a delivered message.
-type Message struct {
-	ID            string
-	TransactionID string
-	TraceID       *string
-	Data          json.RawMessage
-	ProducerSub   *string
-	CreatedAt     time.Time
-	Seq           int64
-	PartitionID   string
-	Partition     string
-	Queue         string
-	LeaseID       string
-	ConsumerGroup string
-	RetryCount    int
-}
-
-// PopResult is what a pop claimed. An empty Messages means nothing was
-// claimed and no lease is held.
-type PopResult struct {
-	Queue             string
-	Partition         string
-	PartitionID       string
-	LeaseID           string
-	Group             string
-	Messages          []Message
-	PartitionsClaimed int
-	LeaseExpiresAt    time.Time
+// PopRows are a pop statement's answer: its rows in the order it answers
+// them, and the lease token it claimed them under (minted here, for every
+// pop; an autoAck pop holds no lease under it). No rows: nothing claimed,
+// no lease held.
+type PopRows struct {
+	LeaseID string
+	Rows    []PopRow
 }
 
 // popClaimSQL opens both pop statements: the queue's settings and the
 // claimed cursor rows. $1 queue id, $2 group, $3 max partitions, $4 max
 // messages, $5 lease token, $6 lease seconds (0: the queue's leaseTime),
-// $7 autoAck, $8 now, $9 byte budget (PopRequest.MaxBytes), $10 partition
+// $7 autoAck, $8 now, $9 byte budget (PopParams.MaxBytes), $10 partition
 // name (specific pops only).
 //
 // Invariant (exclusive lease): a cursor row is claimed only if its lease is
@@ -289,12 +263,11 @@ func popStatement(p popParams, partition string) (string, []any) {
 }
 
 // PopParams are one pop statement's arguments as its caller names them
-// (queen/consume decides them from a PopRequest): the driver adds the lease
-// token and turns a zero MaxBytes into no bound.
+// (queen/consume decides them from its PopRequest): the driver adds the
+// lease token and turns a zero MaxBytes into no bound.
 type PopParams struct {
-	// Queue and Group label the answer; QueueID and Group are the
-	// statement's $1 and $2.
-	Queue, QueueID, Group string
+	// QueueID and Group are the statement's $1 and $2.
+	QueueID, Group string
 	// Partition names the one partition to pop; "" pops any (popSQL).
 	Partition    string
 	Partitions   int // >= 1; 1 for a specific partition
@@ -307,9 +280,9 @@ type PopParams struct {
 }
 
 // RunPop runs the pop statement p names (popStatement) and reads its rows:
-// the claimed messages, opened (openPayload), in the order the statement
-// answers them. An empty answer holds no lease.
-func (s *Store) RunPop(ctx context.Context, in PopParams) (PopResult, error) {
+// the claimed messages, their payloads as stored, in the order the
+// statement answers them.
+func (s *Store) RunPop(ctx context.Context, in PopParams) (PopRows, error) {
 	p := popParams{QueueID: in.QueueID, Group: in.Group, Partitions: in.Partitions, Batch: in.Batch, LeaseID: s.ids.New(),
 		LeaseSeconds: in.LeaseSeconds, AutoAck: in.AutoAck, Now: in.Now, MaxBytes: in.MaxBytes}
 	if p.MaxBytes <= 0 {
@@ -320,50 +293,25 @@ func (s *Store) RunPop(ctx context.Context, in PopParams) (PopResult, error) {
 	name, args := popStatement(p, in.Partition)
 	rows, err := s.pool.Query(ctx, text(name), args...)
 	if err != nil {
-		return PopResult{Queue: in.Queue, Group: in.Group}, err
+		return PopRows{}, err
 	}
 	defer rows.Close()
-	res, err := s.popRows(rows, in, p.LeaseID)
-	if err != nil {
-		return PopResult{Queue: in.Queue, Group: in.Group}, err
-	}
-	return res, nil
-}
-
-// popRows reads a pop statement's rows into its answer.
-func (s *Store) popRows(rows pgx.Rows, in PopParams, leaseID string) (PopResult, error) {
-	res := PopResult{Queue: in.Queue, Group: in.Group}
-	parts := map[string]bool{}
+	out := PopRows{LeaseID: p.LeaseID}
 	for rows.Next() {
-		m := Message{Queue: in.Queue, ConsumerGroup: in.Group}
+		var r PopRow
 		var payload []byte
 		var sealed bool
-		var expires *time.Time
-		if err := rows.Scan(&m.PartitionID, &m.Partition, &m.RetryCount, &m.ID, &m.TransactionID, &m.TraceID, &payload,
-			&sealed, &m.ProducerSub, &m.CreatedAt, &m.Seq, &expires); err != nil {
-			return res, err
+		if err := rows.Scan(&r.PartitionID, &r.Partition, &r.RetryCount, &r.ID, &r.TransactionID, &r.TraceID, &payload,
+			&sealed, &r.ProducerSub, &r.CreatedAt, &r.Seq, &r.LeaseExpiresAt); err != nil {
+			return PopRows{}, err
 		}
-		m.Data = s.openPayload(crypt.Stored(payload, sealed))
-		if !in.AutoAck {
-			m.LeaseID = leaseID
-		}
-		if res.PartitionID == "" {
-			res.PartitionID, res.Partition = m.PartitionID, m.Partition
-		}
-		if expires != nil {
-			res.LeaseExpiresAt = *expires
-		}
-		parts[m.PartitionID] = true
-		res.Messages = append(res.Messages, m)
+		r.Payload = crypt.Stored(payload, sealed)
+		out.Rows = append(out.Rows, r)
 	}
 	if err := rows.Err(); err != nil {
-		return res, err
+		return PopRows{}, err
 	}
-	res.PartitionsClaimed = len(parts)
-	if len(res.Messages) > 0 && !in.AutoAck {
-		res.LeaseID = leaseID
-	}
-	return res, nil
+	return out, nil
 }
 
 // lockQueueSQL serialises a group's subscription against partition creation

@@ -13,6 +13,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/queen-go/queen/queen/clock"
+	"github.com/queen-go/queen/queen/consume"
 	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/store"
@@ -44,7 +45,7 @@ func TestOnePartitionPopAgreesWithTheGeneralPop(t *testing.T) {
 		}}); err != nil {
 			rt.Fatal(err)
 		}
-		var popped []store.PopResult
+		var popped []consume.PopResult
 		seq := 0
 		for step := rapid.IntRange(5, 40).Draw(rt, "steps"); step > 0; step-- {
 			switch rapid.IntRange(0, 5).Draw(rt, "action") {
@@ -60,7 +61,7 @@ func TestOnePartitionPopAgreesWithTheGeneralPop(t *testing.T) {
 			case 2:
 				now = now.Add(time.Duration(rapid.IntRange(1, 40).Draw(rt, "seconds")) * time.Second)
 			case 3:
-				req := store.PopRequest{Tenant: tenant, Queue: queue, Partitions: 1,
+				req := consume.PopRequest{Tenant: tenant, Queue: queue, Partitions: 1,
 					Batch: rapid.IntRange(1, 4).Draw(rt, "batch"),
 					// A budget of a message, of two, or none (each null
 					// payload costs 8: "null" as data and as payload).
@@ -105,7 +106,7 @@ func TestOnePartitionPopAgreesWithTheGeneralPop(t *testing.T) {
 // comparePops runs the lean and the general statement for req on the same
 // state, each in a transaction rolled back, fails when they differ, and
 // returns how many messages the lean one delivered.
-func comparePops(rt *rapid.T, pool *pgxpool.Pool, queue string, req store.PopRequest, now time.Time) int {
+func comparePops(rt *rapid.T, pool *pgxpool.Pool, queue string, req consume.PopRequest, now time.Time) int {
 	ctx := context.Background()
 	var qid string
 	if err := pool.QueryRow(ctx, `SELECT id::text FROM queen.queues WHERE tenant_id = $1 AND name = $2`,
@@ -188,19 +189,19 @@ func TestPopByteBudgetSpansPartitionsAndLeavesTheRest(t *testing.T) {
 		}
 	}
 	got := map[string][]string{}
-	take := func(res store.PopResult) {
+	take := func(res consume.PopResult) {
 		for _, m := range res.Messages {
 			got[m.Partition] = append(got[m.Partition], m.TransactionID)
 		}
 	}
 	// autoAck, a budget below one message: the first message alone.
-	res, err := claim(ctx, s, store.PopRequest{Tenant: tenant, Queue: "budget", Partitions: 2, Batch: 10, AutoAck: true, MaxBytes: 5})
+	res, err := claim(ctx, s, consume.PopRequest{Tenant: tenant, Queue: "budget", Partitions: 2, Batch: 10, AutoAck: true, MaxBytes: 5})
 	if err != nil || len(res.Messages) != 1 {
 		t.Fatalf("autoAck pop under a tiny budget: %v, %d messages", err, len(res.Messages))
 	}
 	take(res)
 	// Leased, a budget of two messages: two, across whatever it claimed.
-	res, err = claim(ctx, s, store.PopRequest{Tenant: tenant, Queue: "budget", Partitions: 2, Batch: 10, MaxBytes: 24})
+	res, err = claim(ctx, s, consume.PopRequest{Tenant: tenant, Queue: "budget", Partitions: 2, Batch: 10, MaxBytes: 24})
 	if err != nil || len(res.Messages) != 2 {
 		t.Fatalf("pop with a budget of two messages: %v, %d messages", err, len(res.Messages))
 	}
@@ -212,7 +213,7 @@ func TestPopByteBudgetSpansPartitionsAndLeavesTheRest(t *testing.T) {
 	if out, err := s.Ack(ctx, tenant, "", items); err != nil || !out[0].Success || !out[len(out)-1].Success {
 		t.Fatalf("ack: %v %+v", err, out)
 	}
-	res, err = claim(ctx, s, store.PopRequest{Tenant: tenant, Queue: "budget", Partitions: 2, Batch: 10, AutoAck: true})
+	res, err = claim(ctx, s, consume.PopRequest{Tenant: tenant, Queue: "budget", Partitions: 2, Batch: 10, AutoAck: true})
 	if err != nil || len(res.Messages) != 1 {
 		t.Fatalf("the pop after the budgeted ones: %v, %d messages, want the one left", err, len(res.Messages))
 	}

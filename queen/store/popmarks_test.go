@@ -37,7 +37,7 @@ func consumedQueue(t *testing.T, s *store.Store, pool *pgxpool.Pool, queue, grou
 		t.Fatal(err)
 	}
 	growQueue(t, pool, queue, parts, 1, 0)
-	if _, err := claim(ctx, s, store.PopRequest{Tenant: tenant, Queue: queue, Group: group, Batch: 1, AutoAck: true}); err != nil {
+	if _, err := claim(ctx, s, consume.PopRequest{Tenant: tenant, Queue: queue, Group: group, Batch: 1, AutoAck: true}); err != nil {
 		t.Fatal(err)
 	}
 	var qid string
@@ -72,7 +72,7 @@ func TestEmptyWildcardPopReadsNoCursorRow(t *testing.T) {
 		return blocks
 	}
 	unmarked := pop()
-	res, err := claim(ctx, s, store.PopRequest{Tenant: tenant, Queue: "marks-cost", Group: "g", Batch: 1, AutoAck: true})
+	res, err := claim(ctx, s, consume.PopRequest{Tenant: tenant, Queue: "marks-cost", Group: "g", Batch: 1, AutoAck: true})
 	if err != nil || len(res.Messages) != 0 {
 		t.Fatalf("pop: %v %d messages", err, len(res.Messages))
 	}
@@ -98,7 +98,7 @@ func TestPopMarksAreClearedByEveryWriter(t *testing.T) {
 		t.Helper()
 		var got []string
 		for {
-			res, err := claim(ctx, s, store.PopRequest{Tenant: tenant, Queue: "marks-writers", Group: "g", Batch: 100, AutoAck: true})
+			res, err := claim(ctx, s, consume.PopRequest{Tenant: tenant, Queue: "marks-writers", Group: "g", Batch: 100, AutoAck: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -218,7 +218,7 @@ func TestPopMarksNeverHideACommittedPush(t *testing.T) {
 				before := append([]string(nil), answered...)
 				mu.Unlock()
 				for {
-					res, err := claim(ctx, s, store.PopRequest{Tenant: tenant, Queue: "marks-race", Group: group, Batch: 1000, AutoAck: true,
+					res, err := claim(ctx, s, consume.PopRequest{Tenant: tenant, Queue: "marks-race", Group: group, Batch: 1000, AutoAck: true,
 						SubscriptionMode: "all"})
 					if err != nil {
 						errs <- err

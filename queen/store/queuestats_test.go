@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/queen-go/queen/queen/consume"
 	"github.com/queen-go/queen/queen/store"
 )
 
@@ -20,15 +21,15 @@ func TestQueueStatsSnapshotFollowsTheLiveCounts(t *testing.T) {
 	for i, it := range []struct{ queue, partition string }{{"qs-a", "p1"}, {"qs-a", "p1"}, {"qs-a", "p2"}, {"qs-b", "p1"}, {"qs-b", "p1"}} {
 		push(t, s, it.queue, it.partition, fmt.Sprintf("t%d", i))
 	}
-	ackAll(t, s, "", popOne(t, s, store.PopRequest{Queue: "qs-a", Partition: "p1", Batch: 1}))
-	popOne(t, s, store.PopRequest{Queue: "qs-b", Batch: 1}) // leased: processing
+	ackAll(t, s, "", popOne(t, s, consume.PopRequest{Queue: "qs-a", Partition: "p1", Batch: 1}))
+	popOne(t, s, consume.PopRequest{Queue: "qs-b", Batch: 1}) // leased: processing
 	// Two dead letters in two partitions of qs-a, by failed acks.
 	if _, err := namesOf(s).Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: "qs-a",
 		Patch: store.OptionPatch{RetryLimit: intp(0), DLQAfterMaxRetries: boolp(true)}}); err != nil {
 		t.Fatal(err)
 	}
 	for _, part := range []string{"p1", "p2"} {
-		p := popOne(t, s, store.PopRequest{Queue: "qs-a", Partition: part, Batch: 1})
+		p := popOne(t, s, consume.PopRequest{Queue: "qs-a", Partition: part, Batch: 1})
 		out, err := ack(ctx, s, tenant, "", []store.AckItem{{TransactionID: p.Messages[0].TransactionID,
 			PartitionID: p.PartitionID, LeaseID: p.LeaseID, Status: "failed", Error: "boom"}})
 		if err != nil || !out[0].Success {

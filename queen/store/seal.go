@@ -2,15 +2,14 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-
-	"github.com/queen-go/queen/queen/crypt"
 )
 
 // Encryption at rest: the payloads of queues with encryptionEnabled are
-// stored sealed (queen/crypt) and opened on every read, so clients see
-// plaintext and the database does not.
+// stored sealed (queen/crypt), so the database does not see them. Reads
+// answer them as stored (crypt.Payload); whoever hands them to a client
+// opens them (crypt.Cipher.Reveal): queen/consume for pops, queen/httpapi
+// for the message and DLQ listings.
 
 // queueEncryptedSQL reads whether tenant $1's queue $2 encrypts.
 const queueEncryptedSQL = `SELECT encryption_enabled FROM queen.queues WHERE tenant_id = $1 AND name = $2`
@@ -96,20 +95,4 @@ func (s *Store) sealRows(ctx context.Context, tenant string, items []PushItem, r
 		}
 	}
 	return nil
-}
-
-// openPayload is what a reader sees of a stored payload: the plaintext of
-// a sealed one when a configured key opens it, else the payload as stored.
-func (s *Store) openPayload(p crypt.Payload) json.RawMessage {
-	if p.Raw() == nil {
-		return json.RawMessage("null")
-	}
-	if s.cipher == nil {
-		return p.Raw()
-	}
-	plain, err := s.cipher.OpenPayload(p)
-	if err != nil {
-		return p.Raw()
-	}
-	return plain.Raw()
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/queen-go/queen/queen/consume"
 	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/store"
 )
@@ -24,14 +25,14 @@ func TestPushPopAckRoundTrip(t *testing.T) {
 	if res[0].Status != "queued" || res[1].Status != "queued" || res[2].Status != "duplicate" || res[2].MessageID != res[0].MessageID {
 		t.Fatalf("push results: %+v", res)
 	}
-	pop, err := claim(ctx, s, store.PopRequest{Tenant: tenant, Queue: "q", Batch: 10})
+	pop, err := claim(ctx, s, consume.PopRequest{Tenant: tenant, Queue: "q", Batch: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(pop.Messages) != 2 || pop.Messages[0].TransactionID != "t1" || pop.LeaseID == "" {
 		t.Fatalf("pop: %+v", pop)
 	}
-	again, err := claim(ctx, s, store.PopRequest{Tenant: tenant, Queue: "q", Batch: 10})
+	again, err := claim(ctx, s, consume.PopRequest{Tenant: tenant, Queue: "q", Batch: 10})
 	if err != nil || len(again.Messages) != 0 {
 		t.Fatalf("second pop while leased: %+v %v", again, err)
 	}
@@ -50,7 +51,7 @@ func TestPushPopAckRoundTrip(t *testing.T) {
 	if !acks[0].LeaseReleased {
 		t.Fatalf("acking the whole batch should release the lease: %+v", acks)
 	}
-	empty, err := claim(ctx, s, store.PopRequest{Tenant: tenant, Queue: "q", Batch: 10})
+	empty, err := claim(ctx, s, consume.PopRequest{Tenant: tenant, Queue: "q", Batch: 10})
 	if err != nil || len(empty.Messages) != 0 {
 		t.Fatalf("pop after ack: %+v %v", empty, err)
 	}

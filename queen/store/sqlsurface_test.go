@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/queen-go/queen/queen/consume"
 	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/store"
 )
@@ -51,7 +52,7 @@ func TestSQLPushFunctionsFeedTheBroker(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT namespace, task FROM queen.queues WHERE name = 'sql.jobs'`).Scan(&ns, &task); err != nil || ns != "sql" || task != "jobs" {
 		t.Fatalf("namespace and task from the name: %q %q %v", ns, task, err)
 	}
-	p, err := claim(ctx, s, store.PopRequest{Tenant: tenant, Queue: "sql.jobs", Batch: 10, Partitions: 10})
+	p, err := claim(ctx, s, consume.PopRequest{Tenant: tenant, Queue: "sql.jobs", Batch: 10, Partitions: 10})
 	if err != nil || len(p.Messages) != 2 {
 		t.Fatalf("a wildcard pop of what SQL pushed: %+v %v", p, err)
 	}
@@ -137,7 +138,7 @@ func TestPopSpecificBatchLeasesLikeTheBroker(t *testing.T) {
 	if at := time.UnixMicro(got.Messages[0].CreatedAt); at.Before(before.Add(-time.Minute)) || at.After(time.Now().Add(time.Minute)) {
 		t.Fatalf("createdAt %d is not microseconds", got.Messages[0].CreatedAt)
 	}
-	if r, err := claim(ctx, s, store.PopRequest{Tenant: tenant, Queue: "spb", Batch: 10}); err != nil || len(r.Messages) != 0 {
+	if r, err := claim(ctx, s, consume.PopRequest{Tenant: tenant, Queue: "spb", Batch: 10}); err != nil || len(r.Messages) != 0 {
 		t.Fatalf("the broker popped a leased partition: %+v %v", r, err)
 	}
 	if again := popSpecific(t, pool, `[{"queue_name": "spb", "partition_name": "P", "worker_id": "w-2"}]`); again[0].Result.Error != "lease_held" {
@@ -152,7 +153,7 @@ func TestPopSpecificBatchLeasesLikeTheBroker(t *testing.T) {
 		t.Fatalf("ack under worker_id: %+v %v", res, err)
 	}
 	// The lease ended with its batch: c is next, for anyone.
-	r, err := claim(ctx, s, store.PopRequest{Tenant: tenant, Queue: "spb", Batch: 10})
+	r, err := claim(ctx, s, consume.PopRequest{Tenant: tenant, Queue: "spb", Batch: 10})
 	if err != nil || len(r.Messages) != 1 || r.Messages[0].TransactionID != "c" {
 		t.Fatalf("after the ack: %+v %v", r, err)
 	}

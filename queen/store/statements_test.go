@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/queen-go/queen/queen/clock"
+	"github.com/queen-go/queen/queen/consume"
 	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/leader"
 	"github.com/queen-go/queen/queen/store"
@@ -29,7 +30,7 @@ func push(t *testing.T, s *store.Store, queue, partition, txid string) {
 	}
 }
 
-func popOne(t *testing.T, s *store.Store, req store.PopRequest) store.PopResult {
+func popOne(t *testing.T, s *store.Store, req consume.PopRequest) consume.PopResult {
 	t.Helper()
 	req.Tenant = tenant
 	res, err := claim(context.Background(), s, req)
@@ -39,7 +40,7 @@ func popOne(t *testing.T, s *store.Store, req store.PopRequest) store.PopResult 
 	return res
 }
 
-func ackAll(t *testing.T, s *store.Store, group string, res store.PopResult) {
+func ackAll(t *testing.T, s *store.Store, group string, res consume.PopResult) {
 	t.Helper()
 	items := make([]store.AckItem, len(res.Messages))
 	for i, m := range res.Messages {
@@ -63,13 +64,13 @@ func TestWildcardPopServesLeastRecentlyClaimedFirst(t *testing.T) {
 	s, _ := timedStore(t, store.Options{})
 	push(t, s, "fair", "busy", "b-0") // created first: the lower partition id
 	push(t, s, "fair", "quiet", "q-0")
-	first := popOne(t, s, store.PopRequest{Queue: "fair", Batch: 1})
+	first := popOne(t, s, consume.PopRequest{Queue: "fair", Batch: 1})
 	if first.Partition != "busy" {
 		t.Fatalf("first pop: want the never-claimed lowest id (busy), got %q", first.Partition)
 	}
 	ackAll(t, s, "", first)
 	push(t, s, "fair", "busy", "b-1")
-	second := popOne(t, s, store.PopRequest{Queue: "fair", Batch: 1})
+	second := popOne(t, s, consume.PopRequest{Queue: "fair", Batch: 1})
 	if second.Partition != "quiet" {
 		t.Fatalf("second pop served %q again; quiet was never claimed", second.Partition)
 	}
@@ -85,11 +86,11 @@ func TestReleasedClaimKeepsItsTurn(t *testing.T) {
 	}
 	for _, p := range []string{"b", "c"} { // a has never been claimed: it is next
 		*now = now.Add(time.Second)
-		ackAll(t, s, "", popOne(t, s, store.PopRequest{Queue: "turn", Partition: p, Batch: 1}))
+		ackAll(t, s, "", popOne(t, s, consume.PopRequest{Queue: "turn", Partition: p, Batch: 1}))
 		push(t, s, "turn", p, p+"-1")
 	}
 	*now = now.Add(time.Second)
-	gone := popOne(t, s, store.PopRequest{Queue: "turn", Batch: 1})
+	gone := popOne(t, s, consume.PopRequest{Queue: "turn", Batch: 1})
 	if gone.Partition != "a" {
 		t.Fatalf("wildcard pop: want the never-claimed a, got %q", gone.Partition)
 	}
@@ -97,7 +98,7 @@ func TestReleasedClaimKeepsItsTurn(t *testing.T) {
 		t.Fatal(err)
 	}
 	*now = now.Add(time.Second)
-	if next := popOne(t, s, store.PopRequest{Queue: "turn", Batch: 1}); next.Partition != "a" {
+	if next := popOne(t, s, consume.PopRequest{Queue: "turn", Batch: 1}); next.Partition != "a" {
 		t.Fatalf("after the release the next pop served %q; a lost its turn to an abandoned client", next.Partition)
 	}
 }
@@ -118,7 +119,7 @@ func TestEmptiedPartitionDoesNotBlockWildcardPop(t *testing.T) {
 		t.Fatalf("eviction: %+v %v", res, err)
 	}
 	push(t, s, "ev", "b-live", "b-1")
-	got := popOne(t, s, store.PopRequest{Queue: "ev", Batch: 10})
+	got := popOne(t, s, consume.PopRequest{Queue: "ev", Batch: 10})
 	if len(got.Messages) != 1 || got.Partition != "b-live" {
 		t.Fatalf("pop: want b-live's message, got %+v", got)
 	}
@@ -138,7 +139,7 @@ func TestDelayedHeadDoesNotBlockWildcardPop(t *testing.T) {
 	push(t, s, "dl", "a-fresh", "a-0") // created first: the lower partition id
 	push(t, s, "dl", "b-old", "b-0")
 	*now = t0.Add(time.Minute)
-	both := popOne(t, s, store.PopRequest{Queue: "dl", Batch: 10, Partitions: 2})
+	both := popOne(t, s, consume.PopRequest{Queue: "dl", Batch: 10, Partitions: 2})
 	if len(both.Messages) != 2 {
 		t.Fatalf("first pop: %+v", both)
 	}
@@ -147,16 +148,16 @@ func TestDelayedHeadDoesNotBlockWildcardPop(t *testing.T) {
 	*now = t0
 	push(t, s, "dl", "b-old", "b-1") // created at t0: visible
 	*now = t0.Add(time.Minute)
-	got := popOne(t, s, store.PopRequest{Queue: "dl", Batch: 10})
+	got := popOne(t, s, consume.PopRequest{Queue: "dl", Batch: 10})
 	if len(got.Messages) != 1 || got.Messages[0].TransactionID != "b-1" {
 		t.Fatalf("want b-1 while a-fresh's head is delayed, got %+v", got)
 	}
 	ackAll(t, s, "", got)
-	if early := popOne(t, s, store.PopRequest{Queue: "dl", Batch: 10}); len(early.Messages) != 0 {
+	if early := popOne(t, s, consume.PopRequest{Queue: "dl", Batch: 10}); len(early.Messages) != 0 {
 		t.Fatalf("delivered inside delayedProcessing: %+v", early)
 	}
 	*now = t0.Add(2 * time.Minute)
-	last := popOne(t, s, store.PopRequest{Queue: "dl", Batch: 10})
+	last := popOne(t, s, consume.PopRequest{Queue: "dl", Batch: 10})
 	if len(last.Messages) != 1 || last.Messages[0].TransactionID != "a-1" {
 		t.Fatalf("after the delay: %+v", last)
 	}
@@ -173,9 +174,9 @@ func TestCompletedRetentionWaitsForEverySubscribedGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	push(t, s, "cr", "p", "m-1")
-	fast := popOne(t, s, store.PopRequest{Queue: "cr", Group: "fast"})
+	fast := popOne(t, s, consume.PopRequest{Queue: "cr", Group: "fast"})
 	ackAll(t, s, "fast", fast)
-	slow := popOne(t, s, store.PopRequest{Queue: "cr", Group: "slow"}) // subscribes slow
+	slow := popOne(t, s, consume.PopRequest{Queue: "cr", Group: "slow"}) // subscribes slow
 	if len(slow.Messages) != 1 {
 		t.Fatalf("slow pop: %+v", slow)
 	}
@@ -200,10 +201,10 @@ func TestSubscribedGroupSeesPartitionsCreatedLater(t *testing.T) {
 	t.Parallel()
 	s, _ := timedStore(t, store.Options{})
 	push(t, s, "later", "first", "f-1")
-	got := popOne(t, s, store.PopRequest{Queue: "later", Group: "g", Batch: 10})
+	got := popOne(t, s, consume.PopRequest{Queue: "later", Group: "g", Batch: 10})
 	ackAll(t, s, "g", got)
 	push(t, s, "later", "second", "s-1")
-	got = popOne(t, s, store.PopRequest{Queue: "later", Group: "g", Batch: 10})
+	got = popOne(t, s, consume.PopRequest{Queue: "later", Group: "g", Batch: 10})
 	if len(got.Messages) != 1 || got.Messages[0].TransactionID != "s-1" {
 		t.Fatalf("pop after a new partition: %+v", got)
 	}

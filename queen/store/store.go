@@ -36,7 +36,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/queen-go/queen/queen/clock"
-	"github.com/queen-go/queen/queen/combine"
 	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/ttlcache"
 
@@ -64,8 +63,7 @@ type Options struct {
 	// that stopped answering (a blackholed link) fails the call instead of
 	// hanging it. Zero means no bound beyond the caller's context.
 	TxTimeout time.Duration
-	// Clock ages the encryption hint and paces the lock wait's retries;
-	// nil means the wall clock.
+	// Clock ages the encryption hint; nil means the wall clock.
 	Clock clock.Clock
 	// CacheTTL bounds how long a cached encryption setting is trusted
 	// (QUEEN_CACHE_REFRESH_INTERVAL_MS, as queen/names' entries). Zero
@@ -74,8 +72,9 @@ type Options struct {
 	// ReadOnly follows whether the database was last seen read-only; its
 	// OnPgError belongs on the pool's connection config. Nil: not followed.
 	ReadOnly *ReadOnlyWatch
-	// Cipher seals the payloads of queues with encryptionEnabled and opens
-	// them on every read (QUEEN_ENCRYPTION_KEY); nil: no encryption.
+	// Cipher seals the payloads written to queues with encryptionEnabled
+	// (QUEEN_ENCRYPTION_KEY); nil: no encryption. Reads answer payloads as
+	// stored: their readers open them.
 	Cipher *crypt.Cipher
 }
 
@@ -88,7 +87,6 @@ type Store struct {
 	clock     clock.Clock
 	// sealed caches whether a queue encrypts (queueEncrypted).
 	sealed   *ttlcache.Cache[sealKey]
-	retry    combine.Retry
 	cipher   *crypt.Cipher
 	readOnly *ReadOnlyWatch
 }
@@ -107,7 +105,6 @@ func New(pool *pgxpool.Pool, o Options) *Store {
 	s := &Store{pool: pool, dbNow: o.DBNow, ids: o.IDs, txTimeout: o.TxTimeout, clock: o.Clock,
 		sealed: ttlcache.New[sealKey](o.Clock, o.CacheTTL), cipher: o.Cipher,
 		readOnly: o.ReadOnly}
-	s.retry = s.newRetry()
 	return s
 }
 

@@ -27,9 +27,9 @@ func TestWatermarksWrittenOnEmptyWildcardPopsAndDropped(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	pop := func() store.PopResult {
+	pop := func() consume.PopResult {
 		t.Helper()
-		r, err := claim(ctx, s, store.PopRequest{Tenant: tenant, Queue: "wm", Group: "g", Batch: 10})
+		r, err := claim(ctx, s, consume.PopRequest{Tenant: tenant, Queue: "wm", Group: "g", Batch: 10})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -119,9 +119,9 @@ func TestWatermarkAfterAnEmptyPopWhileLeased(t *testing.T) {
 	if _, err := s.Push(ctx, tenant, []store.PushItem{{Queue: "wl", TransactionID: "m1"}}, ""); err != nil {
 		t.Fatal(err)
 	}
-	pop := func(s *store.Store, q string) store.PopResult {
+	pop := func(s *store.Store, q string) consume.PopResult {
 		t.Helper()
-		r, err := claim(ctx, s, store.PopRequest{Tenant: tenant, Queue: q, Group: "g", Batch: 10})
+		r, err := claim(ctx, s, consume.PopRequest{Tenant: tenant, Queue: q, Group: "g", Batch: 10})
 		if err != nil {
 			t.Fatal(err)
 		}

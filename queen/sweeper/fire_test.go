@@ -75,7 +75,7 @@ func TestTimersScheduleClaimFireOnce(t *testing.T) {
 	if again, err := firer(s).FireTimers(ctx, token, claimed); err != nil || len(again) != 0 {
 		t.Fatalf("fired twice: %+v %v", again, err)
 	}
-	p, err := consume.NewClaimer(s, consume.ClaimerOptions{}).Claim(ctx, store.PopRequest{Tenant: tenant, Queue: "tq", Batch: 10})
+	p, err := consume.NewClaimer(s, consume.ClaimerOptions{}).Claim(ctx, consume.PopRequest{Tenant: tenant, Queue: "tq", Batch: 10})
 	if err != nil || len(p.Messages) != 1 || p.Messages[0].TransactionID != "fire-a" || p.Messages[0].ID != promised {
 		t.Fatalf("the fired message: %+v %v (promised id %s)", p, err, promised)
 	}
@@ -142,7 +142,7 @@ func TestTimerPayloadIsSealedFromScheduleToPop(t *testing.T) {
 	if _, err := firer(s).FireTimers(ctx, token, claimed); err != nil {
 		t.Fatal(err)
 	}
-	p, err := consume.NewClaimer(s, consume.ClaimerOptions{}).Claim(ctx, store.PopRequest{Tenant: tenant, Queue: "enc", Batch: 1})
+	p, err := consume.NewClaimer(s, consume.ClaimerOptions{Cipher: c}).Claim(ctx, consume.PopRequest{Tenant: tenant, Queue: "enc", Batch: 1})
 	if err != nil || len(p.Messages) != 1 || !strings.Contains(string(p.Messages[0].Data), "2468") {
 		t.Fatalf("pop of the fired timer: %+v %v", p, err)
 	}
