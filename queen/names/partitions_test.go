@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/queen-go/queen/queen/consume"
 	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/pathtest"
 	"github.com/queen-go/queen/queen/store"
@@ -21,7 +22,7 @@ func TestNewPartitionReachesASubscribedGroup(t *testing.T) {
 	item := func(part, txid string) store.PushItem {
 		return store.PushItem{Queue: "later", Partition: part, TransactionID: txid, Payload: crypt.Plain(json.RawMessage(`1`))}
 	}
-	pop := store.PopRequest{Tenant: tenant, Queue: "later", Group: "g", Batch: 10, AutoAck: true}
+	pop := consume.PopRequest{Tenant: tenant, Queue: "later", Group: "g", Batch: 10, AutoAck: true}
 	c := claimers{}
 	pathtest.Push(t, a, item("first", "f-1"))
 	if got, err := c.claim(ctx, a, pop); err != nil || len(got.Messages) != 1 {
