@@ -75,7 +75,7 @@ func (n *Names) Subscription(tenant, queue, group string) (string, bool) {
 // or deleted, here or through another broker.
 func (n *Names) ForgetQueue(tenant, queue string) {
 	n.forgetNames(tenant, queue)
-	n.st.ForgetSealHint(tenant, queue)
+	n.st.Writes().ForgetSealHint(tenant, queue)
 }
 
 // forgetNames drops a queue's partition and subscription entries.

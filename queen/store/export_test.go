@@ -101,7 +101,7 @@ func (s *Store) Push(ctx context.Context, tenant string, items []PushItem, produ
 	// while others hold the partition's rows failed with 55P03 whenever
 	// the machine was slow.
 	err = s.retry.Run(ctx, true, func(ctx context.Context) (err error) {
-		res, err = s.AppendRows(ctx, rows, LockWait())
+		res, err = s.writes.Append(ctx, s.pool, rows, LockWait())
 		return err
 	})
 	if err != nil {

@@ -210,7 +210,7 @@ func (s *Store) Configure(ctx context.Context, in ConfigureInput) (ConfigureResu
 	if err != nil {
 		return res, err
 	}
-	s.ForgetSealHint(in.Tenant, in.Queue)
+	s.writes.ForgetSealHint(in.Tenant, in.Queue)
 	key := PartitionKey{Queue: in.Queue, Partition: DefaultPartition}
 	pids, err := s.ResolvePartitions(ctx, in.Tenant, []PartitionKey{key})
 	if err != nil {

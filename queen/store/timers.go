@@ -283,16 +283,8 @@ func (s *Store) PeekTimer(ctx context.Context, tenant, queue, key string) (Timer
 }
 
 // sealTimerPayload seals a timer's payload at schedule time when its queue
-// asks for encryption, so it is never at rest in the clear; the fire stores
-// it sealed as it is.
+// asks for encryption (the write policy decides, reading the setting on q),
+// so it is never at rest in the clear; the fire stores it sealed as it is.
 func (s *Store) sealTimerPayload(ctx context.Context, q querier, tenant, queue string, payload json.RawMessage) (json.RawMessage, bool, error) {
-	if s.cipher == nil {
-		return payload, false, nil
-	}
-	on, err := s.queueEncrypted(ctx, q, tenant, queue)
-	if err != nil || !on {
-		return payload, false, err
-	}
-	sealed, err := s.cipher.Seal(payload)
-	return sealed, err == nil, err
+	return s.writes.SealTimer(ctx, q, tenant, queue, payload)
 }
