@@ -65,9 +65,10 @@ const RefAckCompletedSQL = refAckCompletedSQL
 const AckReadSQL = ackReadSQL
 
 // Push is the store tests' way to put messages in: what queen/pushpath does
-// for one caller (its statements), without the combiner and without the
-// name cache; the combining and its retries are pushpath's, and the name
-// cache and its stale retry queen/names', and tested there.
+// for one caller (its statements, through the store's write policy),
+// without the combiner and without the name cache; the combining and its
+// retries are pushpath's, and the name cache and its stale retry
+// queen/names', and tested there.
 func (s *Store) Push(ctx context.Context, tenant string, items []PushItem, producerSub string) ([]PushResult, error) {
 	out := make([]PushResult, len(items))
 	if len(items) == 0 {

@@ -9,7 +9,10 @@ import (
 
 // Encryption at rest: the payloads of queues with encryptionEnabled are
 // stored sealed (queen/crypt) and opened on every read, so clients see
-// plaintext and the database does not.
+// plaintext and the database does not. Sealing on the way in is the write
+// policy's (WritePolicy, queen/pushpath); the store reads the setting
+// (QueueEncrypted) and appendSQL refuses an unsealed row into an
+// encrypting queue.
 
 // queueEncryptedSQL reads whether tenant $1's queue $2 encrypts.
 const queueEncryptedSQL = `SELECT encryption_enabled FROM queen.queues WHERE tenant_id = $1 AND name = $2`
