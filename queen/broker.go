@@ -268,7 +268,7 @@ func (b *Broker) openStore(ctx context.Context) (*crypt.Cipher, error) {
 		cipher, _ = crypt.New(b.cfg.EncryptionKey, b.cfg.EncryptionKeysPrevious...) // checked when the configuration was parsed
 	}
 	b.store = store.New(b.pool, store.Options{DBNow: b.opts.DBNow, IDs: b.opts.IDs, TxTimeout: b.cfg.DBStatementTimeout, Cipher: cipher,
-		Clock: b.opts.Clock, CacheTTL: b.cfg.CacheRefreshInterval,
+		Clock: b.opts.Clock, Writes: pushpath.WritesFor(pushpath.WritesOptions{Cipher: cipher, Clock: b.opts.Clock, TTL: b.cfg.CacheRefreshInterval}),
 		ReadOnly: b.readOnly})
 	b.names = names.New(b.store, names.Options{Clock: b.opts.Clock, TTL: b.cfg.CacheRefreshInterval})
 	if err := b.checkStandby(ctx); err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/httpapi"
 	"github.com/queen-go/queen/queen/ids"
+	"github.com/queen-go/queen/queen/pushpath"
 	"github.com/queen-go/queen/queen/spool"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/store/storetest"
@@ -68,7 +69,8 @@ func newEnvSpool(t *testing.T, sp *spool.Spool, opts ...envOption) *env {
 		}
 	}
 	e.pool = storetest.Pool(t)
-	e.store = store.New(e.pool, store.Options{IDs: idSrc, DBNow: e.dbNow, TxTimeout: 10 * time.Second, Cipher: cipher})
+	e.store = store.New(e.pool, store.Options{IDs: idSrc, DBNow: e.dbNow, TxTimeout: 10 * time.Second, Cipher: cipher,
+		Writes: pushpath.WritesFor(pushpath.WritesOptions{Cipher: cipher})})
 	var authn *auth.Authenticator
 	if cfg.JWTEnabled {
 		var err error

@@ -73,11 +73,12 @@ func (n *Names) Subscription(tenant, queue, group string) (string, bool) {
 }
 
 // ForgetQueue drops what this process caches of a queue (its partitions,
-// its subscriptions and the store's encryption hint): it was configured
-// or deleted, here or through another broker.
+// its subscriptions and the write policy's encryption hint, queen/pushpath's
+// through store.WritePolicy): it was configured or deleted, here or through
+// another broker.
 func (n *Names) ForgetQueue(tenant, queue string) {
 	n.forgetNames(tenant, queue)
-	n.st.ForgetSealHint(tenant, queue)
+	n.st.Writes().ForgetSealHint(tenant, queue)
 }
 
 // forgetNames drops a queue's partition and subscription entries.

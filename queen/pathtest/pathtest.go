@@ -42,7 +42,7 @@ func Push(t testing.TB, n *names.Names, items ...store.PushItem) []store.PushRes
 func TwoBrokers(t testing.TB) (a, b *names.Names) {
 	t.Helper()
 	pool := storetest.Pool(t)
-	o := store.Options{IDs: ids.NewSource(clock.Real{}, nil), CacheTTL: time.Hour}
+	o := store.Options{IDs: ids.NewSource(clock.Real{}, nil), Writes: pushpath.WritesFor(pushpath.WritesOptions{TTL: time.Hour})}
 	n := names.Options{TTL: time.Hour}
 	return names.New(store.New(pool, o), n), names.New(store.New(pool, o), n)
 }

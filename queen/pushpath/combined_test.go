@@ -50,6 +50,7 @@ func newPusher(t *testing.T, o store.Options, pushStatements int) (pusher, *pgxp
 	t.Helper()
 	pool := storetest.Pool(t)
 	o.IDs = ids.NewSource(clock.Real{}, nil)
+	o.Writes = pushpath.WritesFor(pushpath.WritesOptions{})
 	s := store.New(pool, o)
 	n := names.New(s, names.Options{})
 	return pusher{s, n, pushpath.New(pushpath.Options{Store: s, Retry: storetest.Retry(s), Names: n, IDs: o.IDs, Log: quiet, PushStatements: pushStatements})}, pool

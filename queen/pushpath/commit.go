@@ -22,7 +22,10 @@ import (
 //   - the contention retry (combine.Retry, Options.Retry): a
 //     statement that lost a lock race runs again after a short pause; in a
 //     slot a lock wait that ran out returns at once, alone it is tried again
-//     for as long as the push's bound allows.
+//     for as long as the push's bound allows;
+//   - the needs-seal re-run (writes.go): an append that found a row the
+//     encryption hint let through unsealed wrote nothing; the rows are
+//     sealed and the append runs again (refused without a key).
 //
 // Anything that still fails is the push's error: Push decides whether the
 // spool keeps it.
@@ -52,15 +55,16 @@ func newCombiner(o Options) *combine.Combiner[store.AppendRow, store.AppendOut] 
 		Permanent: store.IsPermanent, LockTimedOut: store.LockTimedOut})
 }
 
-// appendRows is one append statement over rows, waiting at most
-// store.LockWait for a partition's lock. The stranded canary commits it the
+// appendRows is one append over rows through the write policy (sealing,
+// in-batch dedup; writes.go), waiting at most store.LockWait for a
+// partition's lock. The stranded canary commits it the
 // reference broker's way instead (store.AppendRowsStranded): its own
 // explicit transaction, the partitions' order moved only after COMMIT.
 func appendRows(ctx context.Context, st *store.Store, rows []store.AppendRow) ([]store.AppendOut, error) {
 	if canary.On("stranded") {
 		return st.AppendRowsStranded(ctx, rows)
 	}
-	return st.AppendRows(ctx, rows, store.LockWait())
+	return st.Writes().Append(ctx, st.Pool(), rows, store.LockWait())
 }
 
 // commit appends items and returns one result per item, in input order. It

@@ -72,9 +72,10 @@ const RefAckCompletedSQL = refAckCompletedSQL
 const AckReadSQL = ackReadSQL
 
 // Push is the store tests' way to put messages in: what queen/pushpath does
-// for one caller (its statements), without the combiner and without the
-// name cache; the combining and its retries are pushpath's, and the name
-// cache and its stale retry queen/names', and tested there.
+// for one caller (its statements, through the store's write policy),
+// without the combiner and without the name cache; the combining and its
+// retries are pushpath's, and the name cache and its stale retry
+// queen/names', and tested there.
 func (s *Store) Push(ctx context.Context, tenant string, items []PushItem, producerSub string) ([]PushResult, error) {
 	out := make([]PushResult, len(items))
 	if len(items) == 0 {
@@ -99,7 +100,7 @@ func (s *Store) Push(ctx context.Context, tenant string, items []PushItem, produ
 	// while others hold the partition's rows failed with 55P03 whenever
 	// the machine was slow.
 	err = s.testRetry().Run(ctx, true, func(ctx context.Context) (err error) {
-		res, err = s.AppendRows(ctx, rows, LockWait())
+		res, err = s.writes.Append(ctx, s.pool, rows, LockWait())
 		return err
 	})
 	if err != nil {

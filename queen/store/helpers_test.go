@@ -12,6 +12,7 @@ import (
 	"github.com/queen-go/queen/queen/consume"
 	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/names"
+	"github.com/queen-go/queen/queen/pushpath"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/store/storetest"
 )
@@ -32,7 +33,9 @@ func newStore(t *testing.T) *store.Store {
 func newStoreWithPool(t *testing.T) (*store.Store, *pgxpool.Pool) {
 	t.Helper()
 	pool := storetest.Pool(t)
-	return store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil)}), pool
+	// The write policy (sealing, in-batch dedup) is queen/pushpath's, as
+	// the broker wires it.
+	return store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil), Writes: pushpath.WritesFor(pushpath.WritesOptions{})}), pool
 }
 
 // ack acknowledges as queen/consume's Ack does for one caller, without the

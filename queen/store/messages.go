@@ -273,7 +273,7 @@ func (s *Store) RetryDeadLetter(ctx context.Context, d DeadLetter, rows []Append
 		if _, err := tx.Exec(ctx, deleteDeadLetterSQL, d.id); err != nil {
 			return err
 		}
-		out, err := s.appendDistinct(ctx, tx, rows)
+		out, err := s.writes.Append(ctx, tx, rows, "")
 		if err != nil {
 			return err
 		}

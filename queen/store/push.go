@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/queen-go/queen/queen/canary"
 	"github.com/queen-go/queen/queen/crypt"
 )
 
@@ -162,18 +161,19 @@ SET last_seq = greatest(p.last_seq, a.seq), appended = p.appended + a.n,
 FROM (SELECT partition_id, max(seq) AS seq, count(*) AS n FROM queen.messages WHERE id = ANY($1::uuid[]) GROUP BY partition_id) a
 WHERE p.id = a.partition_id`
 
-// AppendRowsStranded is AppendRows as the stranded canary of
+// AppendRowsStranded is the append as the stranded canary of
 // queen/pushpath runs it, the reference broker's way: the append (which
-// that canary rewrites, strandedSQL) in an explicit transaction of its own,
-// then the partitions' last_seq moved after its COMMIT. Outside that
-// canary the move would count the rows twice; nothing else calls it.
+// that canary rewrites, strandedSQL) through the write policy in an
+// explicit transaction of its own, then the partitions' last_seq moved
+// after its COMMIT. Outside that canary the move would count the rows
+// twice; nothing else calls it.
 func (s *Store) AppendRowsStranded(ctx context.Context, rows []AppendRow) ([]AppendOut, error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	out, err := s.appendDistinct(ctx, tx, rows)
+	out, err := s.writes.Append(ctx, tx, rows, "")
 	if err != nil {
 		return nil, err
 	}
@@ -200,6 +200,19 @@ type AppendRow struct {
 // PartitionID is the partition the row goes to: the row lock it waits for.
 func (r AppendRow) PartitionID() string { return r.pid }
 
+// ID is the message id minted for the row.
+func (r AppendRow) ID() string { return r.id }
+
+// Payload is the row's payload, as it will be stored.
+func (r AppendRow) Payload() crypt.Payload { return r.payload }
+
+// WithPayload is the row with payload p instead (sealed, or opened, by the
+// write policy).
+func (r AppendRow) WithPayload(p crypt.Payload) AppendRow {
+	r.payload = p
+	return r
+}
+
 // AppendOut is one row's outcome (PushAnswers reads it).
 type AppendOut struct {
 	messageID string
@@ -211,6 +224,21 @@ type AppendOut struct {
 	// nothing was written for it.
 	needsSeal bool
 }
+
+// NeedsSeal reports that the row's queue encrypts and its payload was not
+// sealed: the statement wrote nothing at all.
+func (o AppendOut) NeedsSeal() bool { return o.needsSeal }
+
+// AsDuplicate is o answered as a duplicate (a repeat of a row earlier in
+// the same append): the same message id, not queued.
+func (o AppendOut) AsDuplicate() AppendOut {
+	o.queued = false
+	return o
+}
+
+// QueuedAs is the outcome "queued as message id": what the dedup-off canary
+// answers for every row, a repeat included.
+func QueuedAs(messageID string) AppendOut { return AppendOut{messageID: messageID, queued: true} }
 
 // PushAnswers answers the items todo names (rows and res are theirs, in
 // order) in out, and returns those whose partition was gone, with an error
@@ -237,8 +265,8 @@ func PushAnswers(items []PushItem, todo []int, rows []AppendRow, res []AppendOut
 
 // BuildRows makes the rows AppendRows stores for items whose partitions
 // are resolved already (pids[i] is items[i]'s partition id, queen/names
-// resolves them): it mints their message ids and seals their payloads. It
-// neither combines nor retries.
+// resolves them): it mints their message ids, and the write policy seals
+// their payloads. It neither combines nor retries.
 func (s *Store) BuildRows(ctx context.Context, tenant string, items []PushItem, pids []string, producerSub string) ([]AppendRow, error) {
 	rows := make([]AppendRow, len(items))
 	for i, it := range items {
@@ -253,45 +281,48 @@ func (s *Store) BuildRows(ctx context.Context, tenant string, items []PushItem, 
 		}
 		rows[i] = AppendRow{id: id, pid: pids[i], txid: txid, trace: it.TraceID, payload: it.Payload, sub: sub}
 	}
-	if err := s.sealRows(ctx, tenant, items, rows); err != nil {
+	if err := s.writes.SealRows(ctx, tenant, items, rows); err != nil {
 		return nil, err
 	}
 	return rows, nil
 }
 
-// AppendRows is one append statement over rows, on a connection of its
-// own: rows may repeat a (partition, transactionId) pair (the repeat
-// answers duplicate), and it waits at most lockWait for a partition's lock
-// (LockWait). It answers only after COMMIT: a queued outcome is durable.
-// It neither combines nor retries.
-func (s *Store) AppendRows(ctx context.Context, rows []AppendRow, lockWait string) ([]AppendOut, error) {
-	return s.appendDistinctWaiting(ctx, s.pool, rows, lockWait)
+// AppendRowsParams are AppendRows' arguments: the rows, whose (partition,
+// transactionId) pairs are distinct, and how long to wait at most for a
+// partition's lock ("": the session's lock_timeout; LockWait).
+type AppendRowsParams struct {
+	Rows     []AppendRow
+	LockWait string
 }
 
-// appendRowsWaiting runs appendSQL on q for rows whose (partition,
-// transactionId) pairs are distinct, waiting at most lockWait for a
-// partition's lock ("": the session's lock_timeout), and answers one
-// outcome per row.
-func (s *Store) appendRowsWaiting(ctx context.Context, q querier, rows []AppendRow, lockWait string) ([]AppendOut, error) {
-	p := appendParams{Now: s.dbNow(), SealCheck: true}
-	if lockWait != "" {
-		p.LockWait = &lockWait
+// AppendRows runs appendSQL on q and answers one outcome per row. When a
+// row needs sealing (AppendOut.NeedsSeal) nothing was written and the
+// others' outcomes are empty; otherwise a row not inserted is looked up
+// (dupLookupSQL): a duplicate with the stored message's id, or gone. It
+// neither seals, deduplicates, combines nor retries: that is the write
+// policy's (WritePolicy) and queen/pushpath's.
+func (s *Store) AppendRows(ctx context.Context, q Executor, p AppendRowsParams) ([]AppendOut, error) {
+	rows := p.Rows
+	args := appendParams{Now: s.dbNow(), SealCheck: true}
+	if p.LockWait != "" {
+		args.LockWait = &p.LockWait
 	}
 	for _, r := range rows {
-		p.IDs = append(p.IDs, r.id)
-		p.PartitionIDs = append(p.PartitionIDs, r.pid)
-		p.TransactionIDs = append(p.TransactionIDs, r.txid)
-		p.TraceIDs = append(p.TraceIDs, r.trace)
-		p.Payloads = append(p.Payloads, payloadText(r.payload))
-		p.ProducerSubs = append(p.ProducerSubs, r.sub)
-		p.Encrypted = append(p.Encrypted, r.payload.Sealed())
+		args.IDs = append(args.IDs, r.id)
+		args.PartitionIDs = append(args.PartitionIDs, r.pid)
+		args.TransactionIDs = append(args.TransactionIDs, r.txid)
+		args.TraceIDs = append(args.TraceIDs, r.trace)
+		args.Payloads = append(args.Payloads, payloadText(r.payload))
+		args.ProducerSubs = append(args.ProducerSubs, r.sub)
+		args.Encrypted = append(args.Encrypted, r.payload.Sealed())
 	}
-	res, err := q.Query(ctx, text("append"), argsOf(p)...)
+	res, err := q.Query(ctx, text("append"), argsOf(args)...)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]AppendOut, len(rows))
-	var raced, unsealed []int
+	var raced []int
+	unsealed := false
 	for res.Next() {
 		var ord, advanced int64
 		var o AppendOut
@@ -302,7 +333,7 @@ func (s *Store) appendRowsWaiting(ctx context.Context, q querier, rows []AppendR
 		out[ord-1] = o
 		switch {
 		case o.needsSeal:
-			unsealed = append(unsealed, int(ord-1))
+			unsealed = true
 		case !o.queued:
 			raced = append(raced, int(ord-1))
 		}
@@ -310,44 +341,16 @@ func (s *Store) appendRowsWaiting(ctx context.Context, q querier, rows []AppendR
 	if err := res.Err(); err != nil {
 		return nil, err
 	}
-	if len(unsealed) > 0 {
-		// Nothing was written: seal what must be and run the whole batch
-		// again.
-		return s.appendSealed(ctx, q, rows, unsealed, lockWait)
+	if unsealed {
+		// Nothing was written: the policy seals and runs it again.
+		return out, nil
 	}
 	if len(raced) > 0 {
 		if err := s.lookupDuplicates(ctx, q, rows, raced, out); err != nil {
 			return nil, err
 		}
 	}
-	if canary.On("dedup-off") {
-		for i := range out {
-			out[i] = AppendOut{messageID: rows[i].id, queued: true}
-		}
-	}
 	return out, nil
-}
-
-// appendSealed seals the rows appendSQL found unsealed for a queue that
-// encrypts (the hint that decides sealing up front was stale: encryption was
-// turned on from another broker) and appends the whole batch again; the first
-// statement wrote nothing. A broker without a key cannot: the write is
-// refused, never stored in the clear.
-func (s *Store) appendSealed(ctx context.Context, q querier, rows []AppendRow, idx []int, lockWait string) ([]AppendOut, error) {
-	if s.cipher == nil {
-		r := rows[idx[0]]
-		return nil, &RefusedError{Reason: fmt.Sprintf("partition %s (transactionId %s): the queue has encryptionEnabled and this broker has no QUEEN_ENCRYPTION_KEY", r.pid, r.txid)}
-	}
-	again := append([]AppendRow(nil), rows...)
-	for _, i := range idx {
-		sealed, err := s.cipher.SealPayload(rows[i].payload)
-		if err != nil {
-			return nil, err
-		}
-		again[i].payload = sealed
-	}
-	s.sealed.Clear()
-	return s.appendRowsWaiting(ctx, q, again, lockWait)
 }
 
 // payloadText is a payload as appendSQL takes it: an empty one is JSON null.
@@ -384,47 +387,4 @@ func (s *Store) lookupDuplicates(ctx context.Context, q querier, rows []AppendRo
 		out[raced[ord-1]] = AppendOut{messageID: id}
 	}
 	return res.Err()
-}
-
-// appendDistinct runs appendSQL over rows that may repeat a (partition,
-// transactionId) pair: a repeat is answered as a duplicate of the first.
-func (s *Store) appendDistinct(ctx context.Context, q querier, rows []AppendRow) ([]AppendOut, error) {
-	return s.appendDistinctWaiting(ctx, q, rows, "")
-}
-
-// appendDistinctWaiting is appendDistinct waiting at most lockWait for a
-// partition's lock ("": the session's lock_timeout).
-func (s *Store) appendDistinctWaiting(ctx context.Context, q querier, rows []AppendRow, lockWait string) ([]AppendOut, error) {
-	type key struct{ pid, txid string }
-	first := make(map[key]int, len(rows))
-	alias := make([]int, len(rows))
-	uniq := make([]AppendRow, 0, len(rows))
-	for i, r := range rows {
-		k := key{r.pid, r.txid}
-		if j, ok := first[k]; ok {
-			alias[i] = j
-			continue
-		}
-		first[k] = len(uniq)
-		alias[i] = len(uniq)
-		uniq = append(uniq, r)
-	}
-	res, err := s.appendRowsWaiting(ctx, q, uniq, lockWait)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]AppendOut, len(rows))
-	taken := make([]bool, len(uniq))
-	for i := range rows {
-		j := alias[i]
-		out[i] = res[j]
-		switch {
-		case taken[j] && canary.On("dedup-off"):
-			out[i] = AppendOut{messageID: rows[i].id, queued: true}
-		case taken[j]:
-			out[i].queued = false
-		}
-		taken[j] = true
-	}
-	return out, nil
 }

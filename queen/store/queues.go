@@ -205,7 +205,7 @@ func (s *Store) ConfigureQueue(ctx context.Context, in ConfigureInput) (Queue, e
 	if err != nil {
 		return res, err
 	}
-	s.ForgetSealHint(in.Tenant, in.Queue)
+	s.writes.ForgetSealHint(in.Tenant, in.Queue)
 	return res, nil
 }
 

@@ -7,6 +7,7 @@
 // popSQL for a pop (popOneSQL when it claims one partition), ackCompletedSQL for a batch of completions; a general
 // ack batch or a transaction is a fixed, small number of statements.
 // Pushes reach it as rows (BuildRows) and one append statement (AppendRows),
+// sealed and deduplicated by queen/pushpath's write policy (WritePolicy),
 // completions as one ackCompletedSQL (AckCompletions): combining concurrent
 // calls and retrying them is queen/pushpath's and queen/consume's, over
 // queen/combine. Names resolve to ids through queen/names' process cache,
@@ -37,7 +38,6 @@ import (
 
 	"github.com/queen-go/queen/queen/clock"
 	"github.com/queen-go/queen/queen/crypt"
-	"github.com/queen-go/queen/queen/ttlcache"
 
 	"github.com/queen-go/queen/queen/config"
 	"github.com/queen-go/queen/queen/ids"
@@ -63,12 +63,12 @@ type Options struct {
 	// that stopped answering (a blackholed link) fails the call instead of
 	// hanging it. Zero means no bound beyond the caller's context.
 	TxTimeout time.Duration
-	// Clock ages the encryption hint; nil means the wall clock.
+	// Clock is the store's time; nil means the wall clock.
 	Clock clock.Clock
-	// CacheTTL bounds how long a cached encryption setting is trusted
-	// (QUEEN_CACHE_REFRESH_INTERVAL_MS, as queen/names' entries). Zero
-	// means 60 s.
-	CacheTTL time.Duration
+	// Writes builds the write policy over this store (queen/pushpath's
+	// WritesFor: sealing, its hint and the in-batch dedup); nil: none,
+	// which seals nothing and refuses what it would decide (WritePolicy).
+	Writes func(*Store) WritePolicy
 	// ReadOnly follows whether the database was last seen read-only; its
 	// OnPgError belongs on the pool's connection config. Nil: not followed.
 	ReadOnly *ReadOnlyWatch
@@ -85,8 +85,8 @@ type Store struct {
 	ids       *ids.Source
 	txTimeout time.Duration
 	clock     clock.Clock
-	// sealed caches whether a queue encrypts (queueEncrypted).
-	sealed   *ttlcache.Cache[sealKey]
+	// writes is the policy around the append (Options.Writes).
+	writes   WritePolicy
 	cipher   *crypt.Cipher
 	readOnly *ReadOnlyWatch
 }
@@ -99,12 +99,12 @@ func New(pool *pgxpool.Pool, o Options) *Store {
 	if o.Clock == nil {
 		o.Clock = clock.Real{}
 	}
-	if o.CacheTTL <= 0 {
-		o.CacheTTL = 60 * time.Second
-	}
 	s := &Store{pool: pool, dbNow: o.DBNow, ids: o.IDs, txTimeout: o.TxTimeout, clock: o.Clock,
-		sealed: ttlcache.New[sealKey](o.Clock, o.CacheTTL), cipher: o.Cipher,
-		readOnly: o.ReadOnly}
+		cipher: o.Cipher, readOnly: o.ReadOnly}
+	s.writes = statementsOnly{s}
+	if o.Writes != nil {
+		s.writes = o.Writes(s)
+	}
 	return s
 }
 

@@ -158,7 +158,9 @@ func (s *Store) applyTimer(ctx context.Context, q querier, tenant, producerSub s
 			payload = json.RawMessage("null")
 		}
 		r.MessageID = s.ids.New()
-		payload, sealed, err := s.sealTimerPayload(ctx, q, tenant, op.Queue, payload)
+		// Sealed now when the queue encrypts (the write policy decides),
+		// so it is never at rest in the clear; the fire stores it as it is.
+		payload, sealed, err := s.writes.SealTimer(ctx, q, tenant, op.Queue, payload)
 		if err != nil {
 			return r, err
 		}
@@ -184,7 +186,7 @@ func (s *Store) applyTimer(ctx context.Context, q querier, tenant, producerSub s
 		payload, sealed := op.Payload, false
 		if payload != nil {
 			var err error
-			if payload, sealed, err = s.sealTimerPayload(ctx, q, tenant, op.Queue, payload); err != nil {
+			if payload, sealed, err = s.writes.SealTimer(ctx, q, tenant, op.Queue, payload); err != nil {
 				return r, err
 			}
 		}
@@ -280,19 +282,4 @@ func (s *Store) PeekTimer(ctx context.Context, tenant, queue, key string) (Timer
 		return Timer{}, false, nil
 	}
 	return t, err == nil, err
-}
-
-// sealTimerPayload seals a timer's payload at schedule time when its queue
-// asks for encryption, so it is never at rest in the clear; the fire stores
-// it sealed as it is.
-func (s *Store) sealTimerPayload(ctx context.Context, q querier, tenant, queue string, payload json.RawMessage) (json.RawMessage, bool, error) {
-	if s.cipher == nil {
-		return payload, false, nil
-	}
-	on, err := s.queueEncrypted(ctx, q, tenant, queue)
-	if err != nil || !on {
-		return payload, false, err
-	}
-	sealed, err := s.cipher.Seal(payload)
-	return sealed, err == nil, err
 }

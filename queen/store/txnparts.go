@@ -91,7 +91,7 @@ func (s *Store) appendInTx(ctx context.Context, tx pgx.Tx, rows []AppendRow, gon
 	if len(rows) == 0 {
 		return nil, nil
 	}
-	out, err := s.appendDistinct(ctx, tx, rows)
+	out, err := s.writes.Append(ctx, tx, rows, "")
 	if err != nil {
 		return nil, err
 	}

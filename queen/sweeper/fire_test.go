@@ -13,6 +13,7 @@ import (
 	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/names"
 	"github.com/queen-go/queen/queen/pathtest"
+	"github.com/queen-go/queen/queen/pushpath"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/store/storetest"
 	"github.com/queen-go/queen/queen/sweeper"
@@ -34,7 +35,7 @@ func fireThrough(n *names.Names) *sweeper.Sweeper {
 func clockedStore(t *testing.T) (*store.Store, *time.Time) {
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	return store.New(storetest.Pool(t), store.Options{IDs: ids.NewSource(clock.Real{}, nil),
-		DBNow: func() *time.Time { t := now; return &t }}), &now
+		DBNow: func() *time.Time { t := now; return &t }, Writes: pushpath.WritesFor(pushpath.WritesOptions{})}), &now
 }
 
 func TestTimersScheduleClaimFireOnce(t *testing.T) {
@@ -120,7 +121,8 @@ func TestTimerPayloadIsSealedFromScheduleToPop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil), Cipher: c})
+	s := store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil), Cipher: c,
+		Writes: pushpath.WritesFor(pushpath.WritesOptions{Cipher: c})})
 	ctx := context.Background()
 	on := true
 	if _, err := names.New(s, names.Options{}).Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: "enc", Patch: store.OptionPatch{EncryptionEnabled: &on}}); err != nil {
