@@ -124,34 +124,7 @@ func (e *env) peerWindow(ctx context.Context, s peerSpec, t *tally) error {
 	if err != nil {
 		return err
 	}
-	if err := e.checkpoint(ctx); err != nil {
-		p.kill()
-		return err
-	}
-	before, err := e.markBefore(ctx)
-	if err != nil {
-		p.kill()
-		return err
-	}
-	if _, err := io.WriteString(p.stdin, "go\n"); err != nil {
-		p.kill()
-		return fmt.Errorf("river-peer: %w", err)
-	}
-	win, err := p.read("window")
-	if err != nil {
-		p.kill()
-		return err
-	}
-	after, err := e.markAfter(ctx)
-	if err != nil {
-		p.kill()
-		return err
-	}
-	if _, err := io.WriteString(p.stdin, "stop\n"); err != nil {
-		p.kill()
-		return fmt.Errorf("river-peer: %w", err)
-	}
-	stopped, err := p.read("stopped")
+	r, err := e.drivePeer(ctx, p)
 	if err != nil {
 		p.kill()
 		return err
@@ -162,9 +135,43 @@ func (e *env) peerWindow(ctx context.Context, s peerSpec, t *tally) error {
 	if err := e.awaitPeerGone(ctx); err != nil {
 		return err
 	}
-	e.river.add(s.workload, stopped)
-	t.add(win.Count, e.o.window.Seconds(), before, after, win.CPUSeconds)
+	e.river.add(s.workload, r.stopped)
+	t.add(r.window.Count, e.o.window.Seconds(), r.before, r.after, r.window.CPUSeconds)
 	return nil
+}
+
+// peerRun is what drivePeer read: the peer's window and final reports and
+// the marks around its window.
+type peerRun struct {
+	window, stopped peerReport
+	before, after   mark
+}
+
+// drivePeer takes a set-up peer through its window: checkpoint, mark, go,
+// its window report, mark, stop, its final report.
+func (e *env) drivePeer(ctx context.Context, p *peerProc) (peerRun, error) {
+	var r peerRun
+	if err := e.checkpoint(ctx); err != nil {
+		return r, err
+	}
+	var err error
+	if r.before, err = e.markBefore(ctx); err != nil {
+		return r, err
+	}
+	if _, err := io.WriteString(p.stdin, "go\n"); err != nil {
+		return r, fmt.Errorf("river-peer: %w", err)
+	}
+	if r.window, err = p.read("window"); err != nil {
+		return r, err
+	}
+	if r.after, err = e.markAfter(ctx); err != nil {
+		return r, err
+	}
+	if _, err := io.WriteString(p.stdin, "stop\n"); err != nil {
+		return r, fmt.Errorf("river-peer: %w", err)
+	}
+	r.stopped, err = p.read("stopped")
+	return r, err
 }
 
 // awaitPeerGone waits until the peer's backends have ended and the
