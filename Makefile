@@ -64,10 +64,13 @@ fuzz: ## run every fuzz target for FUZZTIME (20000x execs) each (their seeds als
 
 BENCH_WINDOW ?= 5s
 BENCH_WINDOWS ?= 3
-bench: ## broker vs raw PostgreSQL in one run (own throwaway server): ratios, latency, bootstrap, CPU, exactly-once; writes bench-result.json
+# River, the peer in make bench's three-way table, is its own Go module
+# (bench/riverpeer): the broker's go.mod never gains it.
+bench: ## broker vs raw PostgreSQL and River in one run (own throwaway server): ratios, latency, bootstrap, CPU, WAL, exactly-once; writes bench-result.json
 	$(GO) build -o bin/queen ./cmd/queen
 	$(GO) build -o bin/queen-bench ./cmd/queen-bench
-	./bin/queen-bench -queen bin/queen -window $(BENCH_WINDOW) -windows $(BENCH_WINDOWS) -out bench-result.json
+	cd bench/riverpeer && $(GO) build -o ../../bin/river-peer .
+	./bin/queen-bench -queen bin/queen -river bin/river-peer -window $(BENCH_WINDOW) -windows $(BENCH_WINDOWS) -out bench-result.json
 
 SCALE_FLAGS ?=
 bench-scale: ## each operation's p50/p99 at a small size and after growing the tables (10M messages, 100k partitions, 1M DLQ, 1M KV, 10k queues; SCALE_FLAGS to shrink); writes bench-scale-result.json

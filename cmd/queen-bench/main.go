@@ -2,10 +2,14 @@
 // run on one throwaway server: raw probes through pgx alternate with the
 // broker over loopback HTTP, window by window, and each broker figure is
 // reported as a ratio to its raw counterpart (medians of the windows), with
-// CPU-seconds per 1,000 messages for the broker and for PostgreSQL. Every
-// message the broker answered "queued" is checked to be stored once, and
-// every delivery to be the only one in its group. The result is printed and
-// written as JSON.
+// CPU-seconds per 1,000 messages for the broker and for PostgreSQL and WAL
+// bytes per message. For single pushes, 100-message pushes and consuming,
+// River takes windows of its own between them (bench/riverpeer, a separate
+// Go module run as a subprocess, so the broker never depends on River), and
+// the three are printed side by side. Every message the broker answered
+// "queued" is checked to be stored once, every delivery to be the only one
+// in its group, and every River job to be stored once and completed at most
+// once. The result is printed and written as JSON.
 //
 // It is run by `make bench`, never by the tests: timing belongs here.
 package main
@@ -33,6 +37,7 @@ type options struct {
 	window   time.Duration
 	windows  int
 	binary   string
+	river    string
 	out      string
 	parts    int
 	skipBoot bool
@@ -46,6 +51,7 @@ func main() {
 	flag.DurationVar(&o.window, "window", 5*time.Second, "length of one measurement window")
 	flag.IntVar(&o.windows, "windows", 3, "alternating windows per workload (medians are reported)")
 	flag.StringVar(&o.binary, "queen", "bin/queen", "the broker binary")
+	flag.StringVar(&o.river, "river", "bin/river-peer", "the River peer binary (bench/riverpeer); empty: no River columns")
 	flag.StringVar(&o.out, "out", "bench-result.json", "where to write the JSON result")
 	flag.IntVar(&o.parts, "bootstrap-partitions", 5000, "partitions of the bootstrap workload")
 	flag.BoolVar(&o.skipBoot, "skip-bootstrap", false, "skip the bootstrap workload")
@@ -71,12 +77,18 @@ type env struct {
 	broker   *exec.Cmd
 	http     *httpClient
 	pg       *pglocal.Cluster
-	dir      string   // the run's temporary folder
-	cleanups []func() // run when the run ends
+	dir      string      // the run's temporary folder
+	river    *riverBooks // what the River peers inserted and completed
+	cleanups []func()    // run when the run ends
 }
 
 func run(o options) error {
 	ctx := context.Background()
+	if o.river != "" && !o.scale {
+		if _, err := os.Stat(o.river); err != nil {
+			return fmt.Errorf("the River peer (build it: cd bench/riverpeer && go build -o ../../bin/river-peer ., or pass -river \"\" to leave River out): %w", err)
+		}
+	}
 	dir, err := os.MkdirTemp("", "queen-bench-")
 	if err != nil {
 		return err
@@ -155,10 +167,18 @@ func (e *env) runAll(ctx context.Context, o options, pg *pglocal.Cluster, dir st
 	if err := e.compareAll(ctx, o, &res, true); err != nil {
 		return err
 	}
+	if err := e.verifyRiver(ctx, &res); err != nil {
+		return err
+	}
 	if err := e.verifyStored(ctx, &res); err != nil {
 		return err
 	}
 	res.check()
+	if res.ThreeWay = threeWay(res.Comparisons); len(res.ThreeWay) > 2 {
+		fmt.Printf("\nraw, queen and River (msgs/s; CPU-s per 1,000 msgs: postgres+process; WAL bytes per msg):\n%s\n", strings.Join(res.ThreeWay, "\n"))
+	} else {
+		res.ThreeWay = nil
+	}
 	body, _ := json.MarshalIndent(res, "", "  ")
 	if err := os.WriteFile(o.out, append(body, '\n'), 0o644); err != nil {
 		return err
@@ -236,7 +256,7 @@ func startBroker(ctx context.Context, o options, pool *pgxpool.Pool, pg *pglocal
 		return nil, nil, fmt.Errorf("start %s: %w", o.binary, err)
 	}
 	stop := func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }
-	e := &env{o: o, pool: pool, url: fmt.Sprintf("http://127.0.0.1:%d", port), pgPID: pg.PID(), broker: cmd, http: newHTTPClient()}
+	e := &env{o: o, pool: pool, url: fmt.Sprintf("http://127.0.0.1:%d", port), pgPID: pg.PID(), broker: cmd, http: newHTTPClient(), river: newRiverBooks()}
 	if err := e.waitHealthy(ctx); err != nil {
 		stop()
 		return nil, nil, err

@@ -274,17 +274,19 @@ func (r bootstrapResult) print() {
 
 // result is the JSON written at the end.
 type result struct {
-	Started     time.Time        `json:"started"`
-	Window      string           `json:"window"`
-	Windows     int              `json:"windows"`
-	Comparisons []comparison     `json:"comparisons"`
-	Latency     *latencyResult   `json:"latency,omitempty"`
-	Bootstrap   *bootstrapResult `json:"bootstrap,omitempty"`
-	Mesh        *meshResult      `json:"mesh,omitempty"`
-	Stored      map[string]int64 `json:"storedPerQueue"`
-	ExactlyOnce bool             `json:"exactlyOnce"`
-	Violations  []string         `json:"violations,omitempty"`
-	AllMet      bool             `json:"allTargetsMet"`
+	Started     time.Time              `json:"started"`
+	Window      string                 `json:"window"`
+	Windows     int                    `json:"windows"`
+	Comparisons []comparison           `json:"comparisons"`
+	Latency     *latencyResult         `json:"latency,omitempty"`
+	Bootstrap   *bootstrapResult       `json:"bootstrap,omitempty"`
+	Mesh        *meshResult            `json:"mesh,omitempty"`
+	Stored      map[string]int64       `json:"storedPerQueue"`
+	River       map[string]riverStored `json:"riverJobsPerQueue,omitempty"`
+	ThreeWay    []string               `json:"threeWayTable,omitempty"`
+	ExactlyOnce bool                   `json:"exactlyOnce"`
+	Violations  []string               `json:"violations,omitempty"`
+	AllMet      bool                   `json:"allTargetsMet"`
 }
 
 // verifyStored checks that every queue holds exactly the messages answered

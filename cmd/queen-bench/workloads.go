@@ -27,6 +27,24 @@ type workload struct {
 	// so it weighs on no later workload).
 	teardown func()
 	late     bool // runs after bootstrap
+	// peers are River's columns (none when -river is empty), and row the
+	// workload's label in the three-way table.
+	peers []peerSpec
+	row   string
+}
+
+// riverConsumers is the consume peer's MaxWorkers. At River's default
+// fetch settings a queue fetches at most every 100 ms (FetchCooldown), up
+// to MaxWorkers jobs, so MaxWorkers caps its rate near ten times itself per
+// second: at 100 it measured exactly 1,000/s, a cap of River's settings
+// rather than of PostgreSQL. 1,000 is the order River's own benchmark
+// found best.
+const riverConsumers = 1000
+
+// withRiver gives w River columns and a row in the three-way table.
+func withRiver(w workload, row string, peers ...peerSpec) workload {
+	w.row, w.peers = row, peers
+	return w
 }
 
 // books is what the exactly-once verification needs from the workloads.
@@ -62,10 +80,15 @@ func (b *books) deliver(queue, group, txid string) {
 
 func workloads() []workload {
 	return []workload{
-		pushWorkload("push-b1", 1, 50, "single-row INSERT commits/s, 16 clients", 0.7, rawInsert(1, 16)),
+		withRiver(pushWorkload("push-b1", 1, 50, "single-row INSERT commits/s, 16 clients", 0.7, rawInsert(1, 16)),
+			"1 message per request / Insert, 50 clients", peerSpec{name: "river", workload: "push-b1", clients: 50, batch: 1}),
 		pushWorkload("push-b10", 10, 32, "100-row INSERT rows/s, 4 clients", 0.4, rawInsert(100, 4)),
-		pushWorkload("push-b100", 100, 16, "100-row INSERT rows/s, 4 clients", 0.6, rawInsert(100, 4)),
-		popWorkload("pop+ack-b10", 10, 10, 0.7, 6000),
+		withRiver(pushWorkload("push-b100", 100, 16, "100-row INSERT rows/s, 4 clients", 0.6, rawInsert(100, 4)),
+			"100 per request / InsertMany, 16 clients",
+			peerSpec{name: "river", workload: "push-b100", clients: 16, batch: 100},
+			peerSpec{name: "river-copy", workload: "push-b100-copy", clients: 16, batch: 100}),
+		withRiver(popWorkload("pop+ack-b10", 10, 10, 0.7, 6000),
+			"consume + ack, batch 10 / River's workers", peerSpec{name: "river", workload: "consume", clients: riverConsumers}),
 		popWorkload("pop+ack-b100", 100, 10, 0.6, 25000),
 		recordingWorkload(),
 	}
@@ -325,64 +348,87 @@ type comparison struct {
 	BrokerCPUPer1k float64   `json:"brokerCpuSecondsPer1000"`
 	PGCPUPer1k     float64   `json:"postgresCpuSecondsPer1000"`
 	RawPGCPUPer1k  float64   `json:"rawPostgresCpuSecondsPer1000"`
+	WALPerMsg      float64   `json:"walBytesPerMessage"`
+	RawWALPerMsg   float64   `json:"rawWalBytesPerMessage"`
+	// Peers are River's columns, when the workload has them.
+	Peers []peerResult `json:"peers,omitempty"`
+	Row   string       `json:"-"` // the three-way table's label
 }
 
-// compare alternates raw and broker windows.
+// compare alternates raw, broker and River windows, each after a
+// checkpoint.
 func (e *env) compare(ctx context.Context, w workload) (comparison, error) {
 	c := comparison{Name: w.name, Raw: w.raw, Target: w.target}
 	if err := w.setup(ctx, e); err != nil {
 		return c, err
 	}
-	secs := e.o.window.Seconds()
-	var brokerCPU, pgCPU, rawPG, brokerMsgs, rawRows float64
-	refill := func() error {
-		if w.refill == nil {
-			return nil
-		}
-		return w.refill(ctx, e)
+	var raw, broker tally
+	if e.o.river == "" {
+		w.peers = nil
 	}
+	peers := make([]tally, len(w.peers))
 	for win := 0; win < e.o.windows; win++ {
-		if err := refill(); err != nil {
-			return c, err
-		}
-		workers, op := w.rawOp(e)
-		before := e.cpu()
-		n, err := window(ctx, e.o.window, workers, op)
-		if err != nil {
+		if err := e.timed(ctx, w, &raw, false, func() (int, func(ctx context.Context, worker, iter int) (int, error)) {
+			return w.rawOp(e)
+		}); err != nil {
 			return c, fmt.Errorf("raw window: %w", err)
 		}
-		after := e.cpu()
-		rawPG += after.pg - before.pg
-		rawRows += float64(n)
-		c.RawRates = append(c.RawRates, float64(n)/secs)
-
-		if err := refill(); err != nil {
-			return c, err
-		}
-		workers, op = w.brokerOp(e, win)
-		before = e.cpu()
-		n, err = window(ctx, e.o.window, workers, op)
-		if err != nil {
+		if err := e.timed(ctx, w, &broker, true, func() (int, func(ctx context.Context, worker, iter int) (int, error)) {
+			return w.brokerOp(e, win)
+		}); err != nil {
 			return c, fmt.Errorf("broker window: %w", err)
 		}
-		after = e.cpu()
-		brokerCPU += after.broker - before.broker
-		pgCPU += after.pg - before.pg
-		brokerMsgs += float64(n)
-		c.BrokerRates = append(c.BrokerRates, float64(n)/secs)
+		for i, p := range w.peers {
+			if err := e.peerWindow(ctx, p, &peers[i]); err != nil {
+				return c, fmt.Errorf("%s window: %w", p.name, err)
+			}
+		}
 	}
+	c.RawRates, c.BrokerRates = raw.rates, broker.rates
 	c.RawMedian, c.BrokerMedian = median(c.RawRates), median(c.BrokerRates)
 	if c.RawMedian > 0 {
 		c.Ratio = c.BrokerMedian / c.RawMedian
 	}
 	c.Met = c.Ratio >= c.Target
-	if brokerMsgs > 0 {
-		c.BrokerCPUPer1k, c.PGCPUPer1k = 1000*brokerCPU/brokerMsgs, 1000*pgCPU/brokerMsgs
+	c.BrokerCPUPer1k, c.PGCPUPer1k, c.RawPGCPUPer1k = broker.per1k(broker.own), broker.per1k(broker.pg), raw.per1k(raw.pg)
+	c.WALPerMsg, c.RawWALPerMsg = broker.walPerMsg(), raw.walPerMsg()
+	for i, p := range w.peers {
+		c.Peers = append(c.Peers, peers[i].peerResult(p))
 	}
-	if rawRows > 0 {
-		c.RawPGCPUPer1k = 1000 * rawPG / rawRows
-	}
+	c.Row = w.row
 	return c, nil
+}
+
+// timed runs one raw (broker false) or broker window of w after its refill
+// and a checkpoint, adding it to t.
+func (e *env) timed(ctx context.Context, w workload, t *tally, broker bool, mk func() (int, func(ctx context.Context, worker, iter int) (int, error))) error {
+	if w.refill != nil {
+		if err := w.refill(ctx, e); err != nil {
+			return err
+		}
+	}
+	if err := e.checkpoint(ctx); err != nil {
+		return err
+	}
+	workers, op := mk()
+	before, err := e.markBefore(ctx)
+	if err != nil {
+		return err
+	}
+	n, err := window(ctx, e.o.window, workers, op)
+	if err != nil {
+		return err
+	}
+	after, err := e.markAfter(ctx)
+	if err != nil {
+		return err
+	}
+	own := 0.0
+	if broker {
+		own = after.broker - before.broker
+	}
+	t.add(n, e.o.window.Seconds(), before, after, own)
+	return nil
 }
 
 func (c comparison) print() {
@@ -392,8 +438,11 @@ func (c comparison) print() {
 	}
 	fmt.Printf("%-13s broker %9.0f msg/s  raw %9.0f/s (%s)  ratio %.2f (target >= %.2f, %s)\n",
 		c.Name, c.BrokerMedian, c.RawMedian, c.Raw, c.Ratio, c.Target, mark)
-	fmt.Printf("%-13s windows broker %v raw %v; CPU-s per 1,000 msgs: broker %.3f, postgres %.3f (raw: postgres %.3f)\n",
-		"", rounded(c.BrokerRates), rounded(c.RawRates), c.BrokerCPUPer1k, c.PGCPUPer1k, c.RawPGCPUPer1k)
+	fmt.Printf("%-13s windows broker %v raw %v; CPU-s per 1,000 msgs: broker %.3f, postgres %.3f (raw: postgres %.3f); WAL %.0f B/msg (raw %.0f)\n",
+		"", rounded(c.BrokerRates), rounded(c.RawRates), c.BrokerCPUPer1k, c.PGCPUPer1k, c.RawPGCPUPer1k, c.WALPerMsg, c.RawWALPerMsg)
+	for _, p := range c.Peers {
+		p.print()
+	}
 }
 
 func rounded(xs []float64) []int {
