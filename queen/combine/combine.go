@@ -90,6 +90,14 @@ func New[In, Out any](o Options[In, Out]) *Combiner[In, Out] {
 	return &Combiner[In, Out]{o: o}
 }
 
+// Waiting reports how many calls wait for a slot: they go in the next
+// statement (for tests and gauges).
+func (c *Combiner[In, Out]) Waiting() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.waiting)
+}
+
 // call is one call waiting in or running through a combiner: its rows in,
 // one outcome per row out.
 type call[In, Out any] struct {

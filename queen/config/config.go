@@ -90,6 +90,7 @@ type Config struct {
 	PushStatements          int           // QUEEN_PUSH_STATEMENTS, default 1: combined push statements in flight
 	PushBatchRows           int           // QUEEN_PUSH_BATCH_ROWS, default 1000: rows in one combined push statement
 	AckStatements           int           // QUEEN_ACK_STATEMENTS, default 1: combined completion (ack) statements in flight
+	PopStatements           int           // QUEEN_POP_STATEMENTS, default 1: combined one-partition pop statements in flight
 
 	// The mesh (hints between brokers): runs only when MeshEnabled and at
 	// least one peer is configured.
@@ -206,6 +207,7 @@ func Default() Config {
 		PushStatements:          1,
 		PushBatchRows:           1000,
 		AckStatements:           1,
+		PopStatements:           1,
 		MeshPort:                6633,
 		MeshEnabled:             true,
 		MeshHeartbeat:           time.Second,
@@ -364,6 +366,7 @@ func (p *parser) engine(c *Config) {
 	p.intRange("QUEEN_PUSH_STATEMENTS", &c.PushStatements, 1, 1000)
 	p.intRange("QUEEN_PUSH_BATCH_ROWS", &c.PushBatchRows, 1, 100000)
 	p.intRange("QUEEN_ACK_STATEMENTS", &c.AckStatements, 1, 1000)
+	p.intRange("QUEEN_POP_STATEMENTS", &c.PopStatements, 1, 1000)
 }
 
 // mesh reads the broker mesh. The port is read first because a peer named

@@ -1,6 +1,7 @@
 package consume
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/queen-go/queen/queen/canary"
 	"github.com/queen-go/queen/queen/clock"
+	"github.com/queen-go/queen/queen/combine"
 	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/names"
 	"github.com/queen-go/queen/queen/store"
@@ -33,6 +35,8 @@ type Claimer struct {
 	subChecks *popMarkThrottle
 	// marks spaces the watermark checks per (tenant, queue, group).
 	marks *watermarkThrottle
+	// pops combines the one-partition wildcard pops (popcombine.go).
+	pops *combine.Combiner[popCall, popOut]
 }
 
 // ClaimerOptions configure a Claimer.
@@ -51,6 +55,13 @@ type ClaimerOptions struct {
 	// Cipher opens the popped payloads sealed at rest
 	// (QUEEN_ENCRYPTION_KEY); nil: they are answered as stored.
 	Cipher *crypt.Cipher
+	// PopStatements is how many combined pop statements may be in flight
+	// at once (QUEEN_POP_STATEMENTS); one-partition wildcard pops
+	// arriving while they run wait and go together in the next one.
+	// Zero means 1.
+	PopStatements int
+	// PopBatch caps the pops of one combined statement. Zero means 64.
+	PopBatch int
 	// Log receives the bookkeeping that failed beside a pop that did not
 	// (a mark or a watermark not written); nil discards it.
 	Log *slog.Logger
@@ -68,7 +79,8 @@ func NewClaimer(st *store.Store, o ClaimerOptions) *Claimer {
 		o.Names = names.New(st, names.Options{})
 	}
 	return &Claimer{st: st, names: o.Names, cipher: o.Cipher, log: o.Log, popMarks: newPopMarkThrottle(o.Clock, o.PopMarkEvery),
-		subChecks: newPopMarkThrottle(o.Clock, o.PopMarkEvery), marks: newWatermarkThrottle(o.Clock)}
+		subChecks: newPopMarkThrottle(o.Clock, o.PopMarkEvery), marks: newWatermarkThrottle(o.Clock),
+		pops: newPopCombiner(st, max(o.PopStatements, 1), cmp.Or(o.PopBatch, 64))}
 }
 
 // Claim claims up to req.Partitions partitions for the group and returns up
@@ -130,7 +142,7 @@ func (c *Claimer) claimOnce(ctx context.Context, req PopRequest) (PopResult, err
 		return res, err
 	}
 	now := c.st.DBNow()
-	rows, err := c.st.RunPop(ctx, store.PopParams{QueueID: qid, Group: req.Group, Partition: req.Partition,
+	rows, err := c.runPop(ctx, store.PopParams{QueueID: qid, Group: req.Group, Partition: req.Partition,
 		Partitions: req.Partitions, Batch: req.Batch, LeaseSeconds: req.LeaseSeconds, AutoAck: req.AutoAck,
 		MaxBytes: req.MaxBytes, Now: now})
 	if err != nil {

@@ -97,6 +97,9 @@ type Options struct {
 	// flight at once (QUEEN_ACK_STATEMENTS); acks of completions arriving
 	// while they run wait and go together in the next one. Zero means 4.
 	AckStatements int
+	// PopStatements is how many combined pop statements may be in flight
+	// at once (ClaimerOptions.PopStatements, QUEEN_POP_STATEMENTS).
+	PopStatements int
 	// AckBatchRows caps the items of one combined completion statement
 	// (QUEEN_PUSH_BATCH_ROWS). Zero means 1000.
 	AckBatchRows int
@@ -125,7 +128,7 @@ func New(o Options) *Consumer {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	claims := NewClaimer(o.Store, ClaimerOptions{Names: o.Names, Cipher: o.Cipher, Clock: o.Clock, PopMarkEvery: o.PopMarkEvery, Log: o.Log})
+	claims := NewClaimer(o.Store, ClaimerOptions{Names: o.Names, Cipher: o.Cipher, Clock: o.Clock, PopMarkEvery: o.PopMarkEvery, PopStatements: o.PopStatements, Log: o.Log})
 	return &Consumer{o: o, claims: claims, acks: newAckCombiner(o)}
 }
 

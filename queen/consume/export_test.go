@@ -19,3 +19,6 @@ func AckTx(ctx context.Context, st *store.Store, tx pgx.Tx, tenant, group string
 func RefAckTx(ctx context.Context, st *store.Store, dbNow *time.Time, tx pgx.Tx, tenant, group string, items []store.AckItem, strict bool) ([]store.AckResult, error) {
 	return refAckTx(ctx, st, dbNow, tx, tenant, group, items, strict)
 }
+
+// PopsWaiting is how many pops wait for the claimer's pop statement slot.
+func (c *Claimer) PopsWaiting() int { return c.pops.Waiting() }

@@ -199,7 +199,7 @@ func New(o Options) *Server {
 		arbiter: o.Arbiter, clock: o.Clock, wake: o.Waker, peers: o.Peers, ids: o.IDs, sharedState: o.SharedState, meshRefusals: o.MeshRefusals, timerHint: o.TimerHint, sweeperStats: o.SweeperStats, connections: o.Connections, auth: o.Auth, cipher: o.Cipher, log: o.Logger, started: o.Clock.Now(),
 		draining: make(chan struct{})}
 	s.consumer = consume.New(consume.Options{Store: o.Store, Retry: o.Retry, Names: o.Names, Cipher: o.Cipher, Waker: o.Waker, Clock: o.Clock, Draining: s.draining, OnClaim: o.PopClaims, Log: o.Logger,
-		AckStatements: o.Config.AckStatements, AckBatchRows: o.Config.PushBatchRows,
+		AckStatements: o.Config.AckStatements, AckBatchRows: o.Config.PushBatchRows, PopStatements: o.Config.PopStatements,
 		Wait: consume.Wait{Initial: o.Config.PopWaitInitial, Threshold: o.Config.PopWaitThreshold, Factor: o.Config.PopWaitFactor, Max: o.Config.PopWaitMax}})
 	s.pushes = o.Push
 	if s.pushes == nil {

@@ -107,6 +107,7 @@ var statementVariants = map[string][]variant{
 	"pop.partition":       popVariants,
 	"pop.one":             popOneVariants,
 	"pop.partition.one":   popOneVariants,
+	"pop.many":            popOneVariants,
 	"retention.completed": {retentionIgnoresGroupMin, retentionIgnoresGroupSub},
 	"retention.evicted":   {evictEarly},
 	"lease.extend":        {extendRevives},

@@ -45,6 +45,10 @@ func PopStatements(partition bool) (one, general string) {
 	return text("pop.one"), text("pop")
 }
 
+// PopManySQL is the statement of several one-partition wildcard pops, for
+// the property that it is one pop each.
+func PopManySQL() string { return text("pop.many") }
+
 // AckCompletedSQL is the completions statement, for the HOT test.
 const AckCompletedSQL = ackCompletedSQL
 

@@ -129,13 +129,24 @@ const popPickSQL = `SELECT m.id, m.transaction_id, m.trace_id, m.payload, m.is_e
 // written before the budget.
 const popBytesSQL = `sum(2 * octet_length(m.payload::text)::bigint) OVER w AS bytes`
 
-// popLeaseSQL closes both pop statements: it leases (or, for autoAck,
-// completes) what per_partition picked and answers the picked messages.
-const popLeaseSQL = `
+// popLeaseSQL closes the pop statements of one lease: it leases (or, for
+// autoAck, completes) what per_partition picked and answers the picked
+// messages.
+var popLeaseSQL = popLease(`$5::text`, false)
+
+// popLease is the closing leased CTE and answer of a pop statement: token
+// is the lease token of a row s of per_partition; ranked answers each
+// row's claim rank after the lease end (popManySQL).
+func popLease(token string, ranked bool) string {
+	rank, rankOut := "", ""
+	if ranked {
+		rank, rankOut = ", s.rank", ", l.rank"
+	}
+	return `
 leased AS (
 	UPDATE queen.partition_consumers pc SET
 		lease_acquired_at = q.now,
-		worker_id = CASE WHEN $7::bool THEN NULL ELSE $5::text END,
+		worker_id = CASE WHEN $7::bool THEN NULL ELSE ` + token + ` END,
 		lease_expires_at = CASE WHEN $7::bool THEN NULL
 			ELSE q.now + make_interval(secs => coalesce(nullif($6::int, 0), nullif(q.lease_time, 0), 60)) END,
 		batch_size = CASE WHEN $7::bool THEN 0 ELSE s.n END,
@@ -150,18 +161,19 @@ leased AS (
 		last_consumed_at = CASE WHEN $7::bool THEN q.now ELSE pc.last_consumed_at END
 	FROM per_partition s, q
 	WHERE pc.partition_id = s.partition_id AND pc.consumer_group = $2
-	RETURNING pc.partition_id, pc.lease_expires_at
+	RETURNING pc.partition_id, pc.lease_expires_at` + rank + `
 )
 SELECT p.partition_id::text, p.name, p.retries, p.id::text, p.transaction_id, p.trace_id::text, p.payload,
-	p.is_encrypted, p.producer_sub, p.created_at, p.seq, l.lease_expires_at
+	p.is_encrypted, p.producer_sub, p.created_at, p.seq, l.lease_expires_at` + rankOut + `
 FROM picked p JOIN leased l ON l.partition_id = p.partition_id`
+}
 
 // popSQL claims up to $3 partitions, reads their messages and leases
 // them, in one statement (popClaimSQL, popHiddenFromSQL, popLeaseSQL give
 // its invariants). The batch of $4 messages is shared across the claimed
 // partitions in claim order; a partition whose messages the batch did not
 // reach is not leased.
-const popSQL = popClaimSQL + `
+var popSQL = popClaimSQL + `
 claimed AS (
 	SELECT c.*, row_number() OVER (ORDER BY c.acquired ASC NULLS FIRST, c.partition_id) AS rank,
 		` + popHiddenFromSQL + `
@@ -189,7 +201,7 @@ ORDER BY p.n`
 // batch to share out, so it numbers, groups and sorts nothing; the lease
 // takes the last picked row. Its invariants are popSQL's
 // (TestOnePartitionPopAgreesWithTheGeneralPop).
-const popOneSQL = popClaimSQL + `
+var popOneSQL = popClaimSQL + `
 claimed AS (
 	SELECT c.*, ` + popHiddenFromSQL + `
 	FROM cand c, q
@@ -298,20 +310,31 @@ func (s *Store) RunPop(ctx context.Context, in PopParams) (PopRows, error) {
 	defer rows.Close()
 	out := PopRows{LeaseID: p.LeaseID}
 	for rows.Next() {
-		var r PopRow
-		var payload []byte
-		var sealed bool
-		if err := rows.Scan(&r.PartitionID, &r.Partition, &r.RetryCount, &r.ID, &r.TransactionID, &r.TraceID, &payload,
-			&sealed, &r.ProducerSub, &r.CreatedAt, &r.Seq, &r.LeaseExpiresAt); err != nil {
+		r, err := scanPopRow(rows)
+		if err != nil {
 			return PopRows{}, err
 		}
-		r.Payload = crypt.Stored(payload, sealed)
 		out.Rows = append(out.Rows, r)
 	}
 	if err := rows.Err(); err != nil {
 		return PopRows{}, err
 	}
 	return out, nil
+}
+
+// scanPopRow reads one row of a pop statement (popLease's columns), and
+// into extra any columns after them.
+func scanPopRow(rows pgx.Rows, extra ...any) (PopRow, error) {
+	var r PopRow
+	var payload []byte
+	var sealed bool
+	dst := append([]any{&r.PartitionID, &r.Partition, &r.RetryCount, &r.ID, &r.TransactionID, &r.TraceID, &payload,
+		&sealed, &r.ProducerSub, &r.CreatedAt, &r.Seq, &r.LeaseExpiresAt}, extra...)
+	if err := rows.Scan(dst...); err != nil {
+		return PopRow{}, err
+	}
+	r.Payload = crypt.Stored(payload, sealed)
+	return r, nil
 }
 
 // lockQueueSQL serialises a group's subscription against partition creation

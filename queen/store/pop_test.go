@@ -72,6 +72,9 @@ func TestOnePartitionPopAgreesWithTheGeneralPop(t *testing.T) {
 					req.Partition = fmt.Sprintf("p%d", rapid.IntRange(0, 2).Draw(rt, "popPartition"))
 				}
 				delivered += comparePops(rt, pool, queue, req, now)
+				if req.Partition == "" && !req.AutoAck {
+					comparePopMany(rt, pool, queue, req, now, rapid.IntRange(2, 4).Draw(rt, "pops"))
+				}
 				res, err := claim(ctx, s, req)
 				if err != nil {
 					rt.Fatal(err)
@@ -131,6 +134,59 @@ func comparePops(rt *rapid.T, pool *pgxpool.Pool, queue string, req consume.PopR
 		rt.Fatalf("pop %+v: the one-partition statement left cursors\n%v\nthe general one\n%v", req, leanCursors, generalCursors)
 	}
 	return len(leanRows)
+}
+
+// comparePopMany runs n one-partition wildcard pops for req as one
+// combined statement (popManySQL) and as n one-partition statements one
+// after the other in one transaction, each rolled back, and fails unless
+// the k-th partition the combined one claimed, its rows and its lease
+// under the k-th token, are what the k-th single pop claimed, and every
+// cursor row is left alike. (AutoAck pops are not compared: a single pop
+// after an autoAck one may claim that partition's next batch, where one
+// combined scan claims each partition once.)
+func comparePopMany(rt *rapid.T, pool *pgxpool.Pool, queue string, req consume.PopRequest, now time.Time, n int) {
+	ctx := context.Background()
+	var qid string
+	if err := pool.QueryRow(ctx, `SELECT id::text FROM queen.queues WHERE tenant_id = $1 AND name = $2`,
+		tenant, queue).Scan(&qid); err != nil {
+		rt.Fatal(err)
+	}
+	group := req.Group
+	if group == "" {
+		group = store.QueueModeGroup
+	}
+	tokens := make([]string, n)
+	for i := range tokens {
+		tokens[i] = fmt.Sprintf("00000000-0000-7000-8000-0000000000%02d", i+1)
+	}
+	manyRows, manyCursors := popRolledBack(rt, pool, store.PopManySQL(), []any{qid, group, n, req.Batch, tokens, 0, false, now, req.MaxBytes})
+	one, _ := store.PopStatements(false)
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		rt.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	var singleRows []string
+	claims := 0
+	for _, tok := range tokens {
+		rows := collect(rt, tx, one, qid, group, 1, req.Batch, tok, 0, false, now, req.MaxBytes)
+		if len(rows) > 0 {
+			claims++
+		}
+		for _, r := range rows {
+			singleRows = append(singleRows, fmt.Sprint(r, " ", claims))
+		}
+	}
+	singleCursors := collect(rt, tx, `SELECT partition_id, consumer_group, last_consumed_seq, last_consumed_id, last_consumed_created_at,
+		lease_acquired_at, lease_expires_at, worker_id, batch_size, acked_count, lease_max_seq, batch_retry_count,
+		total_messages_consumed, total_batches_consumed, last_consumed_at
+		FROM queen.partition_consumers WHERE queue_id = $1 ORDER BY partition_id, consumer_group`, qid)
+	if !reflect.DeepEqual(manyRows, singleRows) {
+		rt.Fatalf("%d pops %+v: the combined statement answered\n%v\nthe single ones, in turn\n%v", n, req, manyRows, singleRows)
+	}
+	if !reflect.DeepEqual(manyCursors, singleCursors) {
+		rt.Fatalf("%d pops %+v: the combined statement left cursors\n%v\nthe single ones\n%v", n, req, manyCursors, singleCursors)
+	}
 }
 
 // popRolledBack runs a pop statement in a transaction it rolls back and

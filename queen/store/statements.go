@@ -24,6 +24,7 @@ var statements = map[string]statement{
 	"pop.one":             {popText(false, true), popParams{}},
 	"pop.partition":       {popText(true, false), popPartitionParams{}},
 	"pop.partition.one":   {popText(true, true), popPartitionParams{}},
+	"pop.many":            {popManySQL, popManyParams{}},
 	"subscribe":           {subscribeSQL, subscribeParams{}},
 	"seek":                {seekSQL, nil},
 	"lease.extend":        {extendSQL, nil},
