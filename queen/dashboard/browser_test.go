@@ -261,6 +261,7 @@ func TestDashboardInABrowser(t *testing.T) {
 		}
 	}
 	// visit opens a page as the given token and waits for a fresh render.
+	count := eval
 	visit := func(token, page string, reload bool) {
 		t.Helper()
 		before := 0
@@ -279,7 +280,11 @@ func TestDashboardInABrowser(t *testing.T) {
 			eval(fmt.Sprintf(`location.hash = %q, 1`, "#/"+page))
 		}
 		want := strings.SplitN(page, "/", 2)[0]
-		wait(page, fmt.Sprintf(`document.body.dataset.page === %q && +(document.body.dataset.renders || 0) > %d`, want, before))
+		wait(page, fmt.Sprintf(`document.body.dataset.page === %q && (+(document.body.dataset.renders || 0) > %d || !!document.body.dataset.failed)`, want, before))
+		if count(`document.body.dataset.failed ? 1 : 0`) == 1 {
+			text, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("main")))
+			t.Fatalf("%s did not load: %s", page, text)
+		}
 	}
 	shot := func(name string) {
 		t.Helper()
@@ -291,7 +296,6 @@ func TestDashboardInABrowser(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	count := eval
 
 	// As an admin: every page, its failure box absent, a screenshot each.
 	for i, page := range pages {
@@ -313,6 +317,17 @@ func TestDashboardInABrowser(t *testing.T) {
 	if n := count(`+document.querySelector('[data-chart="Queue throughput"]').dataset.points`); n == 0 {
 		t.Fatal("the queue's chart has no points after traffic")
 	}
+	chooseRange(t, eval, wait, "7d")
+	visit(b.admin, "queue/orders", true)
+	if n := count(`document.getElementById('range').value === '7d' && localStorage.getItem('queen.range') === '7d' ? 1 : 0`); n != 1 {
+		t.Fatal("the 7 d range was not kept across a reload")
+	}
+	if n := count(`[...document.querySelectorAll('[data-chart]')].filter((c) => +c.dataset.span === 7 * 86400e3 && +c.dataset.points > 0 &&
+		[...c.querySelectorAll('text.tick')].every((e) => /^\d\d-\d\d \d\d:\d\d$/.test(e.textContent))).length`); n != 2 {
+		t.Fatalf("%d of the queue's 2 charts span 7 d with points and dated axis labels", n)
+	}
+	shot("admin-queue-orders-7d")
+	chooseRange(t, eval, wait, "1h")
 
 	// A group is shown by what it has still to consume, in time and in
 	// messages (the route's figures), and queue mode is no group.
@@ -405,4 +420,13 @@ func TestDashboardInABrowser(t *testing.T) {
 	if len(problems) > 0 {
 		t.Fatalf("the browser reported:\n%s", strings.Join(problems, "\n"))
 	}
+}
+
+// chooseRange picks a time range in the header as a user does and waits
+// until every chart on the page spans it.
+func chooseRange(t *testing.T, eval func(string) int, wait func(string, string), r string) {
+	t.Helper()
+	eval(fmt.Sprintf(`(() => { const s = document.getElementById('range'); s.value = %q; s.dispatchEvent(new Event('change')); return 1 })()`, r))
+	span := map[string]int{"1h": 3600e3, "6h": 6 * 3600e3, "24h": 24 * 3600e3, "7d": 7 * 86400e3}[r]
+	wait("the "+r+" range", fmt.Sprintf(`[...document.querySelectorAll('[data-chart]')].every((c) => +c.dataset.span === %d)`, span))
 }

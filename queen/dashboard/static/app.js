@@ -12,9 +12,13 @@ const REFRESH_MS = Math.max(100, Number(new URLSearchParams(location.search).get
 // alone (a re-render replaced the Settings form every 5 s and wiped a
 // token half typed). They render on navigation and after their own save.
 const FORM_PAGES = new Set(['settings']);
+// RANGES are the time ranges the header offers; the choice is kept in
+// localStorage so a reload, or the next visit, shows the same window.
+const RANGES = { '1h': [3600e3, '1 h'], '6h': [6 * 3600e3, '6 h'], '24h': [24 * 3600e3, '24 h'], '7d': [7 * 24 * 3600e3, '7 d'] };
 const Q = {
   token: localStorage.getItem('queen.token') || '',
   tenant: localStorage.getItem('queen.tenant') || '',
+  range: RANGES[localStorage.getItem('queen.range')] ? localStorage.getItem('queen.range') : '1h',
   session: null,
   route: null,
   timer: null,
@@ -51,7 +55,7 @@ function h(tag, attrs) {
   const el = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
     if (v === undefined || v === null || v === false) continue;
-    if (k === 'onclick') el.addEventListener('click', v);
+    if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
     else if (k === 'class') el.className = v;
     else if (k === 'text') el.textContent = v;
     else el.setAttribute(k, v === true ? '' : String(v));
@@ -159,9 +163,9 @@ function chart(title, series, from, to, unit) {
     t.textContent = label;
     root.appendChild(t);
   }
-  for (const [t, anchor] of [[from, 'start'], [to, 'end']]) {
-    const e = svg('text', { x: x(t), y: H - 5, 'text-anchor': anchor });
-    e.textContent = new Date(t).toISOString().slice(11, 16);
+  for (const [t, anchor] of [[from, 'start'], [(from + to) / 2, 'middle'], [to, 'end']]) {
+    const e = svg('text', { class: 'tick', x: x(t), y: H - 5, 'text-anchor': anchor });
+    e.textContent = tickLabel(t, to - from);
     root.appendChild(e);
   }
   series.forEach((s, i) => {
@@ -173,16 +177,39 @@ function chart(title, series, from, to, unit) {
     }
   });
   const points = series.reduce((n, s) => n + s.points.length, 0);
-  return h('section', { class: 'card chart', 'data-chart': title, 'data-points': points },
+  return h('section', { class: 'card chart', 'data-chart': title, 'data-points': points, 'data-span': to - from },
     h('h2', { text: title + (unit ? ' (' + unit + ')' : '') }),
-    points ? root : h('p', { class: 'muted', text: 'No recorded minutes in this window yet.' }),
+    points ? root : h('p', { class: 'muted', text: 'No recorded minutes in the last ' + RANGES[Q.range][1] + ' yet.' }),
     h('div', { class: 'legend' }, series.map((s, i) => h('span', { class: 'k' + i, text: '● ' + s.name }))));
 }
 
-function lastHour() {
+
+// range is the chosen window ending now, with its query string (from, to)
+// for the windowed routes and a label for titles.
+function range() {
+  const [span, label] = RANGES[Q.range] || RANGES['1h'];
   const to = Date.now();
-  const from = to - 3600 * 1000;
-  return { from, to, qs: 'from=' + new Date(from).toISOString() + '&to=' + new Date(to).toISOString() };
+  const from = to - span;
+  return { from, to, span, label, qs: 'from=' + new Date(from).toISOString() + '&to=' + new Date(to).toISOString() };
+}
+
+// tickLabel reads an axis instant at the window's scale: the time of day
+// within a day, the date and hour beyond (a 7 d axis of bare times read
+// as one day).
+function tickLabel(t, span) {
+  const iso = new Date(t).toISOString();
+  return span > 24 * 3600e3 ? iso.slice(5, 10) + ' ' + iso.slice(11, 16) : iso.slice(11, 16);
+}
+
+function setupRange() {
+  const sel = document.getElementById('range');
+  sel.replaceChildren(...Object.entries(RANGES).map(([k, [, label]]) => h('option', { value: k, text: label })));
+  sel.value = Q.range;
+  sel.addEventListener('change', () => {
+    Q.range = RANGES[sel.value] ? sel.value : '1h';
+    localStorage.setItem('queen.range', Q.range);
+    render();
+  });
 }
 
 // ---------- pages ----------
@@ -190,7 +217,7 @@ function lastHour() {
 const OVERVIEW_QUEUES = 100;
 
 async function overview() {
-  const w = lastHour();
+  const w = range();
   // A page of the newest queues: the whole list is counted live, which a
   // dashboard polling every few seconds must not ask of a large cluster.
   const [list, status] = await Promise.all([api('/api/v1/resources/queues?limit=' + OVERVIEW_QUEUES), api('/api/v1/status?' + w.qs)]);
@@ -215,15 +242,15 @@ async function overview() {
 }
 
 async function queuePage(name) {
-  const w = lastHour();
+  const w = range();
   const st = Q.state.queue || (Q.state.queue = { offset: 0 });
   if (st.name !== name) { st.name = name; st.offset = 0; }
   const enc = encodeURIComponent(name);
-  const since = new Date(Date.now() - 24 * 3600 * 1000).toISOString();
+
   const [q, groups, msgs, ops] = await Promise.all([
     api('/api/v1/status/queues/' + enc),
     api('/api/v1/consumer-groups'),
-    api('/api/v1/status/queues/' + enc + '/messages?limit=25&offset=' + st.offset + '&from=' + since),
+    api('/api/v1/status/queues/' + enc + '/messages?limit=25&offset=' + st.offset + '&' + w.qs),
     api('/api/v1/analytics/queue-ops?queue=' + enc + '&' + w.qs),
   ]);
   const series = (ops.series || []).filter((b) => b.queueName === name);
@@ -248,10 +275,10 @@ async function queuePage(name) {
       mine.map((g) => [link(g.name, '#/groups'), fmt(g.members), fmt(g.partitionsWithLag), dur(g.maxTimeLag), fmt(g.lagMessages),
         badge(g.state, g.state === 'Lagging' ? 'warn' : 'ok')]),
       'No group has consumed this queue.')),
-    card('Messages (last 24 h, newest first)',
+    card('Messages (last ' + w.label + ', newest first)',
       table(['Transaction', 'Partition', 'Status', 'Created'],
         list.map((m) => [h('code', { text: m.transactionId }), m.partition, badge(m.status, m.status === 'dead_letter' ? 'bad' : m.status === 'completed' ? 'ok' : ''), when(m.createdAt)]),
-        'No messages in the last 24 hours.'),
+        'No messages in the last ' + w.label + '.'),
       h('div', { class: 'pager' },
         h('button', { disabled: st.offset === 0, text: '← newer', onclick: () => { st.offset = Math.max(0, st.offset - 25); render(); } }),
         h('span', { class: 'muted', text: 'from ' + (st.offset + 1) }),
@@ -397,6 +424,7 @@ async function render() {
     document.getElementById('updated').textContent = 'Updated ' + new Date().toISOString().slice(11, 19) + ' UTC' +
       (FORM_PAGES.has(r.page) ? ' (not refreshed while this form is open)' : ', every ' + REFRESH_MS / 1000 + ' s');
     document.body.dataset.page = r.page;
+    delete document.body.dataset.failed; // a failure is over once the page renders
     document.body.dataset.renders = String(Number(document.body.dataset.renders || 0) + 1);
   } catch (e) {
     main.replaceChildren(h('h1', { text: 'Cannot load this page' }),
@@ -431,6 +459,7 @@ function tick() {
 window.addEventListener('hashchange', () => { Q.state.armed = null; render(); });
 
 (async function start() {
+  setupRange();
   await loadSession();
   await render();
   Q.timer = setInterval(tick, REFRESH_MS);
