@@ -187,7 +187,7 @@ func (b *broker) dlqTotal() string {
 	return strings.TrimSuffix(between(out, `"total":`, `,`)[0], "}")
 }
 
-var pages = []string{"overview", "queue/orders", "dlq", "groups", "maintenance", "spool", "cluster", "settings"}
+var pages = []string{"overview", "queue/orders", "dlq", "groups", "maintenance", "spool", "cluster", "settings", "search/o-1"}
 
 // The dashboard in headless Chromium, against a broker with data: every
 // page renders without a console error; the charts have points after
@@ -328,6 +328,31 @@ func TestDashboardInABrowser(t *testing.T) {
 	}
 	shot("admin-queue-orders-7d")
 	chooseRange(t, eval, wait, "1h")
+
+	// The header's search finds a queue and a group by name and a message
+	// by its transactionId, each linking to its page.
+	search := func(term string) {
+		t.Helper()
+		before := count(`+(document.body.dataset.renders || 0)`)
+		eval(fmt.Sprintf(`document.getElementById('search').value = %q, document.getElementById('search-form').requestSubmit(), 1`, term))
+		wait("the search for "+term, fmt.Sprintf(`document.body.dataset.page === 'search' && +document.body.dataset.renders > %d`, before))
+	}
+	links := func(text, href string) int {
+		return count(fmt.Sprintf(`[...document.querySelectorAll('main a')].filter((a) => a.textContent === %q && a.getAttribute('href').startsWith(%q)).length`, text, href))
+	}
+	search("ORD")
+	if n := links("orders", "#/queue/orders"); n != 1 {
+		t.Fatalf("searching ORD links %d times to the queue orders", n)
+	}
+	search("bill")
+	if n := links("billing", "#/groups"); n != 1 {
+		t.Fatalf("searching bill links %d times to the group billing", n)
+	}
+	search("o-7")
+	if n := links("o-7", "#/message/"); n != 1 {
+		t.Fatalf("searching o-7 links %d times to the message o-7", n)
+	}
+	shot("admin-search-o-7")
 
 	// A group is shown by what it has still to consume, in time and in
 	// messages (the route's figures), and queue mode is no group.

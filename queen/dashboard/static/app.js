@@ -327,6 +327,55 @@ async function groupsPage() {
   ];
 }
 
+// SEARCH_MESSAGES bounds the messages a search reads: no route looks a
+// message up by transactionId alone, so the search matches the newest
+// this many of the chosen window, and says so.
+const SEARCH_MESSAGES = 1000;
+
+// searchPage finds queues and consumer groups by name and messages by
+// transactionId (case-insensitive substrings), each linking to its page.
+async function searchPage(term) {
+  const w = range();
+  const needle = term.toLowerCase();
+  const has = (s) => String(s || '').toLowerCase().includes(needle);
+  const [list, groups, msgs] = await Promise.all([
+    api('/api/v1/resources/queues?limit=1000'),
+    api('/api/v1/consumer-groups'),
+    api('/api/v1/messages?limit=' + SEARCH_MESSAGES + '&' + w.qs),
+  ]);
+  document.getElementById('search').value = term;
+  const qs = (list.queues || []).filter((q) => has(q.name));
+  const gs = (groups || []).filter((g) => g.name !== '__QUEUE_MODE__' && has(g.name));
+  const ms = (msgs.messages || []).filter((m) => has(m.transactionId));
+  return [
+    h('h1', {}, 'Search ', h('code', { text: term })),
+    card('Queues', table(['Queue', { label: 'Partitions', num: 1 }, { label: 'Pending', num: 1 }],
+      qs.map((q) => [link(q.name, '#/queue/' + encodeURIComponent(q.name)), fmt(q.partitions), fmt(q.messages.pending)]), 'No queue by that name.')),
+    card('Consumer groups', table(['Group', 'Queue', { label: 'Behind (messages)', num: 1 }],
+      gs.map((g) => [link(g.name, '#/groups'), link(g.queueName, '#/queue/' + encodeURIComponent(g.queueName)), fmt(g.lagMessages)]), 'No consumer group by that name.')),
+    card('Messages by transactionId (the newest ' + fmt(SEARCH_MESSAGES) + ' of the last ' + w.label + ')',
+      table(['Transaction', 'Queue', 'Partition', 'Status', 'Created'],
+        ms.map((m) => [messageLink(m), m.queue, m.partition, statusBadge(m.status), when(m.createdAt)]), 'No message with that transactionId in this window.')),
+  ];
+}
+
+// messageLink is a message's transactionId linking to its detail page.
+function messageLink(m) {
+  return h('a', { class: 'mono', href: '#/message/' + encodeURIComponent(m.partitionId) + '/' + encodeURIComponent(m.transactionId), text: m.transactionId });
+}
+
+function statusBadge(status) {
+  return badge(String(status).replace('_', ' '), status === 'dead_letter' ? 'bad' : status === 'completed' ? 'ok' : '');
+}
+
+function setupSearch() {
+  document.getElementById('search-form').addEventListener('submit', (e) => {
+    e.preventDefault();
+    const term = document.getElementById('search').value.trim();
+    if (term) location.hash = '#/search/' + encodeURIComponent(term);
+  });
+}
+
 async function maintenancePage() {
   if (!(Q.session || {}).canAdmin) {
     return [h('h1', { text: 'Maintenance' }), card(null, h('p', { class: 'muted', text: 'The maintenance switches need an admin token (Settings).' }))];
@@ -405,7 +454,7 @@ function parseRoute() {
 
 const PAGES = {
   overview: () => overview(), queue: (a) => queuePage(a), dlq: () => dlqPage(), groups: () => groupsPage(),
-  maintenance: () => maintenancePage(), spool: () => spoolPage(), cluster: () => clusterPage(), settings: () => settingsPage(),
+  search: (a) => searchPage(a), maintenance: () => maintenancePage(), spool: () => spoolPage(), cluster: () => clusterPage(), settings: () => settingsPage(),
 };
 
 let rendering = false;
@@ -460,6 +509,7 @@ window.addEventListener('hashchange', () => { Q.state.armed = null; render(); })
 
 (async function start() {
   setupRange();
+  setupSearch();
   await loadSession();
   await render();
   Q.timer = setInterval(tick, REFRESH_MS);
