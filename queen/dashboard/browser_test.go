@@ -199,6 +199,11 @@ func TestDashboardInABrowser(t *testing.T) {
 	exe := chromium(t)
 	b := newBroker(t)
 	b.traffic()
+	// A payload that would be markup if the page used innerHTML: its
+	// detail page must show it as text.
+	b.must("POST", "/api/v1/push", `{"items":[{"queue":"notes","transactionId":"hostile-1","payload":{"html":"<img src=x id=xss>","n":1}}]}`)
+	hostile := "message/" + between(b.must("GET", "/api/v1/messages?queue=notes", ""), `"partitionId":"`, `"`)[0] + "/hostile-1"
+	all := append(pages[:len(pages):len(pages)], hostile)
 	dir := shots(t)
 	t.Logf("screenshots in %s", dir)
 
@@ -298,7 +303,7 @@ func TestDashboardInABrowser(t *testing.T) {
 	}
 
 	// As an admin: every page, its failure box absent, a screenshot each.
-	for i, page := range pages {
+	for i, page := range all {
 		visit(b.admin, page, i == 0)
 		if n := count(`document.body.dataset.failed ? 1 : 0`); n != 0 {
 			text, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("main")))
@@ -354,6 +359,31 @@ func TestDashboardInABrowser(t *testing.T) {
 	}
 	shot("admin-search-o-7")
 
+	// A message's detail: reached from the queue page's rows, its payload
+	// pretty-printed as text (markup in it stays text), and a dead
+	// letter's retry and delete offered to a writer.
+	visit(b.admin, "queue/orders", false)
+	rendered := count(`+document.body.dataset.renders`)
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`main a[href^="#/message/"]`))); err != nil {
+		t.Fatalf("a message row's link: %v", err)
+	}
+	wait("the message page", fmt.Sprintf(`document.body.dataset.page === 'message' && +document.body.dataset.renders > %d`, rendered))
+	if n := count(`JSON.parse(document.getElementById('payload').textContent).n`); n != 19 {
+		t.Fatalf("the newest message's page shows payload n=%d, not 19", n)
+	}
+	visit(b.admin, hostile, false)
+	if n := count(`document.getElementById('xss') === null && JSON.parse(document.getElementById('payload').textContent).html === '<img src=x id=xss>' &&
+		document.getElementById('payload').textContent.includes('\n  "html"') ? 1 : 0`); n != 1 {
+		t.Fatal("the payload is not shown as pretty-printed text")
+	}
+	shot("admin-message-hostile")
+	dead := b.must("GET", "/api/v1/dlq?limit=1", "")
+	visit(b.admin, "message/"+between(dead, `"partitionId":"`, `"`)[0]+"/"+between(dead, `"transactionId":"`, `"`)[0], false)
+	if n := count(`document.querySelectorAll('main button[data-action="retry"], main button[data-action="delete"]').length`); n != 2 {
+		t.Fatalf("a dead letter's page offers %d of retry and delete to an admin", n)
+	}
+	shot("admin-message-dead-letter")
+
 	// A group is shown by what it has still to consume, in time and in
 	// messages (the route's figures), and queue mode is no group.
 	var groups []struct {
@@ -401,7 +431,7 @@ func TestDashboardInABrowser(t *testing.T) {
 
 	// As a read-only user: no action button on any page.
 	ro := bearer(t, "viewer", "read-only")
-	for i, page := range pages {
+	for i, page := range all {
 		visit(ro, page, i == 0)
 		if n := count(`document.querySelectorAll('button.action').length`); n != 0 {
 			t.Errorf("read-only: %d action buttons on %s", n, page)

@@ -277,7 +277,7 @@ async function queuePage(name) {
       'No group has consumed this queue.')),
     card('Messages (last ' + w.label + ', newest first)',
       table(['Transaction', 'Partition', 'Status', 'Created'],
-        list.map((m) => [h('code', { text: m.transactionId }), m.partition, badge(m.status, m.status === 'dead_letter' ? 'bad' : m.status === 'completed' ? 'ok' : ''), when(m.createdAt)]),
+        list.map((m) => [messageLink(m), m.partition, statusBadge(m.status), when(m.createdAt)]),
         'No messages in the last ' + w.label + '.'),
       h('div', { class: 'pager' },
         h('button', { disabled: st.offset === 0, text: '← newer', onclick: () => { st.offset = Math.max(0, st.offset - 25); render(); } }),
@@ -324,6 +324,39 @@ async function groupsPage() {
           action('Seek to end', 'write', () => api(path(g) + '/seek', { method: 'POST', body: { toEnd: true } }), { key: 'seek-' + g.name + g.queueName, name: 'seek' }), ' ',
           action('Delete', 'admin', () => api(path(g) + '?deleteMetadata=true', { method: 'DELETE' }), { confirm: true, key: 'delg-' + g.name + g.queueName, name: 'delete-group' }))]),
       'No consumer group has consumed yet.')),
+  ];
+}
+
+// groupName shows queue mode as what it is, never its internal name.
+function groupName(g) { return g === '__QUEUE_MODE__' ? '(queue mode)' : g; }
+
+// messagePage is #/message/<partitionId>/<transactionId>: the message's
+// payload (text only, so a hostile payload stays text), its statuses,
+// times and groups, and the actions the session may take.
+async function messagePage(arg) {
+  const cut = arg.indexOf('/');
+  const pid = arg.slice(0, cut), txn = arg.slice(cut + 1);
+  const path = '/api/v1/messages/' + encodeURIComponent(pid) + '/' + encodeURIComponent(txn);
+  const m = await api(path);
+  const payload = m.payload !== undefined ? m.payload : m.data;
+  const lease = m.leaseExpiresAt && Date.parse(m.leaseExpiresAt) > Date.now() ? when(m.leaseExpiresAt) : '—';
+  return [
+    h('h1', {}, 'Message ', h('code', { text: txn })),
+    card(null, table(['', ''], [
+      ['Queue', link(m.queue, '#/queue/' + encodeURIComponent(m.queue))], ['Partition', m.partition],
+      ['Status', statusBadge(m.status)], ['Queue mode', statusBadge(m.queueStatus)],
+      ['Trace id', m.traceId ? h('code', { text: m.traceId }) : '—'], ['Created', when(m.createdAt)], ['Lease expires', lease],
+      ['Failed deliveries', fmt(m.retryCount)], ['Error', m.errorMessage || '—'], ['Producer', m.producerSub || '—'],
+      ['Encrypted at rest', m.isEncrypted ? 'yes' : 'no'],
+    ]), h('p', { class: 'row-actions' },
+      m.status === 'dead_letter' ? action('Retry', 'write', () => api(path + '/retry', { method: 'POST', body: {} }), { key: 'retry-' + arg, name: 'retry' }) : null, ' ',
+      action('Delete', 'write', async () => {
+        await api(path, { method: 'DELETE' });
+        location.hash = '#/queue/' + encodeURIComponent(m.queue);
+      }, { confirm: true, key: 'del-' + arg, name: 'delete' }))),
+    card('Consumer groups', table(['Group', 'Consumed', 'Lease expires'],
+      (m.consumerGroups || []).map((g) => [groupName(g.name), g.consumed ? badge('yes', 'ok') : badge('no'), when(g.leaseExpiresAt)]), 'No group has a cursor on its partition.')),
+    card('Payload', h('pre', { id: 'payload', class: 'payload', text: JSON.stringify(payload, null, 2) })),
   ];
 }
 
@@ -454,7 +487,7 @@ function parseRoute() {
 
 const PAGES = {
   overview: () => overview(), queue: (a) => queuePage(a), dlq: () => dlqPage(), groups: () => groupsPage(),
-  search: (a) => searchPage(a), maintenance: () => maintenancePage(), spool: () => spoolPage(), cluster: () => clusterPage(), settings: () => settingsPage(),
+  search: (a) => searchPage(a), message: (a) => messagePage(a), maintenance: () => maintenancePage(), spool: () => spoolPage(), cluster: () => clusterPage(), settings: () => settingsPage(),
 };
 
 let rendering = false;
