@@ -187,7 +187,7 @@ func (b *broker) dlqTotal() string {
 	return strings.TrimSuffix(between(out, `"total":`, `,`)[0], "}")
 }
 
-var pages = []string{"overview", "queue/orders", "dlq", "groups", "maintenance", "spool", "cluster", "settings", "search/o-1"}
+var pages = []string{"overview", "queue/orders", "dlq", "groups", "maintenance", "spool", "cluster", "settings", "search/o-1", "traces", "traces/checkout"}
 
 // The dashboard in headless Chromium, against a broker with data: every
 // page renders without a console error; the charts have points after
@@ -204,6 +204,23 @@ func TestDashboardInABrowser(t *testing.T) {
 	b.must("POST", "/api/v1/push", `{"items":[{"queue":"notes","transactionId":"hostile-1","payload":{"html":"<img src=x id=xss>","n":1}}]}`)
 	hostile := "message/" + between(b.must("GET", "/api/v1/messages?queue=notes", ""), `"partitionId":"`, `"`)[0] + "/hostile-1"
 	all := append(pages[:len(pages):len(pages)], hostile)
+	// Two events of the trace "checkout" on o-3, the second recorded later.
+	var listed struct {
+		Messages []struct{ TransactionID, PartitionID string }
+	}
+	if err := json.Unmarshal([]byte(b.must("GET", "/api/v1/messages?queue=orders&limit=200", "")), &listed); err != nil {
+		t.Fatal(err)
+	}
+	traced := ""
+	for _, m := range listed.Messages {
+		if m.TransactionID == "o-3" {
+			traced = "message/" + m.PartitionID + "/o-3"
+			for step, kind := range []string{"info", "processing"} {
+				b.must("POST", "/api/v1/traces", fmt.Sprintf(`{"transactionId":"o-3","partitionId":%q,"eventType":%q,"data":{"step":%d},"traceNames":["checkout"]}`, m.PartitionID, kind, step+1))
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+	}
 	dir := shots(t)
 	t.Logf("screenshots in %s", dir)
 
@@ -383,6 +400,24 @@ func TestDashboardInABrowser(t *testing.T) {
 		t.Fatalf("a dead letter's page offers %d of retry and delete to an admin", n)
 	}
 	shot("admin-message-dead-letter")
+
+	// Traces: the names link to a trace, whose events read in time order,
+	// and a message's page lists its own.
+	visit(b.admin, "traces", false)
+	if n := links("checkout", "#/traces/checkout"); n != 1 {
+		t.Fatalf("the traces page links %d times to the trace checkout", n)
+	}
+	steps := `[...document.querySelectorAll('main tbody tr')].map((r) => r.lastChild.textContent).join('|') === '{"step":1}|{"step":2}' ? 1 : 0`
+	visit(b.admin, "traces/checkout", false)
+	if n := count(steps); n != 1 {
+		text, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("main")))
+		t.Fatalf("the trace checkout does not show its two steps in time order: %s", text)
+	}
+	visit(b.admin, traced, false)
+	if n := count(`[...document.querySelectorAll('main section')].filter((c) => (c.querySelector('h2') || {}).textContent === 'Trace events' && c.querySelectorAll('tbody tr').length === 2).length`); n != 1 {
+		t.Fatal("o-3's page does not list its two trace events")
+	}
+	shot("admin-message-traced")
 
 	// A group is shown by what it has still to consume, in time and in
 	// messages (the route's figures), and queue mode is no group.

@@ -337,7 +337,7 @@ async function messagePage(arg) {
   const cut = arg.indexOf('/');
   const pid = arg.slice(0, cut), txn = arg.slice(cut + 1);
   const path = '/api/v1/messages/' + encodeURIComponent(pid) + '/' + encodeURIComponent(txn);
-  const m = await api(path);
+  const [m, tr] = await Promise.all([api(path), api('/api/v1/traces/' + encodeURIComponent(pid) + '/' + encodeURIComponent(txn))]);
   const payload = m.payload !== undefined ? m.payload : m.data;
   const lease = m.leaseExpiresAt && Date.parse(m.leaseExpiresAt) > Date.now() ? when(m.leaseExpiresAt) : '—';
   return [
@@ -357,7 +357,44 @@ async function messagePage(arg) {
     card('Consumer groups', table(['Group', 'Consumed', 'Lease expires'],
       (m.consumerGroups || []).map((g) => [groupName(g.name), g.consumed ? badge('yes', 'ok') : badge('no'), when(g.leaseExpiresAt)]), 'No group has a cursor on its partition.')),
     card('Payload', h('pre', { id: 'payload', class: 'payload', text: JSON.stringify(payload, null, 2) })),
+    card('Trace events', eventTable(tr.traces || [], false)),
   ];
+}
+
+// byTime orders trace events oldest first (ties by id, as recorded).
+function byTime(events) {
+  return events.slice().sort((a, b) => (Date.parse(a.created_at) - Date.parse(b.created_at)) || String(a.id).localeCompare(String(b.id), 'en', { numeric: true }));
+}
+
+// eventRows are trace events as table rows, oldest first; withMessage adds
+// the message each belongs to.
+function eventTable(events, withMessage) {
+  const head = ['Time', 'Event', withMessage ? 'Message' : null, withMessage ? 'Queue' : null, 'Group', 'Broker', 'Data'].filter((c) => c);
+  return table(head, byTime(events).map((e) => [when(e.created_at), badge(e.event_type),
+    withMessage ? messageLink({ partitionId: e.partition_id, transactionId: e.transaction_id }) : null,
+    withMessage ? (e.queue_name || '—') + ' / ' + (e.partition_name || '—') : null,
+    groupName(e.consumer_group), e.worker_id || '—', h('code', { text: JSON.stringify(e.data) })].filter((c) => c !== null)), 'No trace events.');
+}
+
+// tracesPage is #/traces (the trace names, most recent first, a name to
+// look up) and #/traces/<name> (that trace's events in time order).
+async function tracesPage(name) {
+  const form = h('form', { class: 'inline', id: 'trace-form', onsubmit: (e) => {
+    e.preventDefault();
+    const v = form.querySelector('input').value.trim();
+    if (v) location.hash = '#/traces/' + encodeURIComponent(v);
+  } }, h('input', { type: 'text', id: 'trace-name', value: name || '', placeholder: 'a trace name', 'aria-label': 'Trace name' }), ' ', h('button', { text: 'Show events' }));
+  if (!name) {
+    const n = await api('/api/v1/traces/names?limit=100');
+    return [h('h1', { text: 'Traces' }), card(null, form),
+      card('Trace names (most recent first)', table(['Name', { label: 'Events', num: 1 }, { label: 'Messages', num: 1 }, 'Last seen'],
+        (n.trace_names || []).map((t) => [link(t.trace_name, '#/traces/' + encodeURIComponent(t.trace_name)), fmt(t.trace_count), fmt(t.message_count), when(t.last_seen)]),
+        'No trace recorded yet (POST /api/v1/traces).'))];
+  }
+  const t = await api('/api/v1/traces/by-name/' + encodeURIComponent(name) + '?limit=1000');
+  const shown = (t.traces || []).length;
+  return [h('h1', {}, 'Trace ', h('code', { text: name })), card(null, form),
+    card('Events, oldest first' + (t.total > shown ? ' (the newest ' + fmt(shown) + ' of ' + fmt(t.total) + ')' : ''), eventTable(t.traces || [], true))];
 }
 
 // SEARCH_MESSAGES bounds the messages a search reads: no route looks a
@@ -371,11 +408,13 @@ async function searchPage(term) {
   const w = range();
   const needle = term.toLowerCase();
   const has = (s) => String(s || '').toLowerCase().includes(needle);
-  const [list, groups, msgs] = await Promise.all([
+  const [list, groups, msgs, names] = await Promise.all([
     api('/api/v1/resources/queues?limit=1000'),
     api('/api/v1/consumer-groups'),
     api('/api/v1/messages?limit=' + SEARCH_MESSAGES + '&' + w.qs),
+    api('/api/v1/traces/names?limit=1000'),
   ]);
+  const ts = (names.trace_names || []).filter((t) => has(t.trace_name));
   document.getElementById('search').value = term;
   const qs = (list.queues || []).filter((q) => has(q.name));
   const gs = (groups || []).filter((g) => g.name !== '__QUEUE_MODE__' && has(g.name));
@@ -389,6 +428,8 @@ async function searchPage(term) {
     card('Messages by transactionId (the newest ' + fmt(SEARCH_MESSAGES) + ' of the last ' + w.label + ')',
       table(['Transaction', 'Queue', 'Partition', 'Status', 'Created'],
         ms.map((m) => [messageLink(m), m.queue, m.partition, statusBadge(m.status), when(m.createdAt)]), 'No message with that transactionId in this window.')),
+    card('Traces', table(['Trace name', { label: 'Events', num: 1 }, 'Last seen'],
+      ts.map((t) => [link(t.trace_name, '#/traces/' + encodeURIComponent(t.trace_name)), fmt(t.trace_count), when(t.last_seen)]), 'No trace by that name.')),
   ];
 }
 
@@ -487,7 +528,7 @@ function parseRoute() {
 
 const PAGES = {
   overview: () => overview(), queue: (a) => queuePage(a), dlq: () => dlqPage(), groups: () => groupsPage(),
-  search: (a) => searchPage(a), message: (a) => messagePage(a), maintenance: () => maintenancePage(), spool: () => spoolPage(), cluster: () => clusterPage(), settings: () => settingsPage(),
+  search: (a) => searchPage(a), message: (a) => messagePage(a), traces: (a) => tracesPage(a), maintenance: () => maintenancePage(), spool: () => spoolPage(), cluster: () => clusterPage(), settings: () => settingsPage(),
 };
 
 let rendering = false;
@@ -530,11 +571,18 @@ async function loadSession() {
   document.body.dataset.level = Q.session.level;
 }
 
+// typing is true while a field of the page has the focus: a re-render
+// would replace it under the user's fingers (a filter, a seek time).
+function typing() {
+  const a = document.activeElement;
+  return !!a && a.closest('main') !== null && (a.tagName === 'INPUT' || a.tagName === 'SELECT');
+}
+
 // tick is the refresh: the live pages re-render, a form page does not.
 // body.dataset.ticks counts the ticks, so a test can wait for them.
 function tick() {
   document.body.dataset.ticks = String(Number(document.body.dataset.ticks || 0) + 1);
-  if (document.hidden || FORM_PAGES.has(parseRoute().page)) return;
+  if (document.hidden || FORM_PAGES.has(parseRoute().page) || typing()) return;
   render();
 }
 
