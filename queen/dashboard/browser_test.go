@@ -464,6 +464,27 @@ func TestDashboardInABrowser(t *testing.T) {
 	}
 	shot("admin-dlq-after-retry")
 
+	// The DLQ's filters narrow the listing (queue, group, failure time),
+	// and its top errors count the dead letters by error.
+	if n := count(`[...document.querySelectorAll('main section')].filter((c) => /^Top errors/.test((c.querySelector('h2') || {}).textContent) &&
+		[...c.querySelectorAll('tbody tr')].some((r) => +r.cells[1].textContent > 0)).length`); n != 1 {
+		t.Fatal("the DLQ page shows no top error")
+	}
+	filter := func(id, value string, rows int) {
+		t.Helper()
+		eval(fmt.Sprintf(`(() => { const e = document.getElementById(%q); e.value = %q; e.dispatchEvent(new Event('change')); return 1 })()`, id, value))
+		wait(fmt.Sprintf("%d dead letters with %s=%q", rows, id, value), fmt.Sprintf(`document.getElementById(%q).value === %q && document.querySelectorAll('button[data-action="retry"]').length === %d`, id, value, rows))
+	}
+	filter("dlq-queue", "notes", 0)
+	filter("dlq-queue", "orders", 1)
+	filter("dlq-group", "billing", 0)
+	filter("dlq-group", "__QUEUE_MODE__", 1)
+	filter("dlq-to", "2020-01-01T00:00", 0)
+	shot("admin-dlq-filtered")
+	filter("dlq-to", "", 1)
+	filter("dlq-group", "", 1)
+	filter("dlq-queue", "", 1)
+
 	// As a read-only user: no action button on any page.
 	ro := bearer(t, "viewer", "read-only")
 	for i, page := range all {

@@ -290,23 +290,62 @@ async function queuePage(name) {
   ];
 }
 
+// dlqFilters are the DLQ page's choices, kept in its state so a refresh
+// renders them as they were; a change applies at once.
+function dlqFilters(st, queues, groups) {
+  const set = (k) => (e) => { st.f[k] = e.target.value; st.offset = 0; render(); };
+  const opts = (values, label) => [h('option', { value: '', text: 'all' }),
+    ...values.map((v) => h('option', { value: v, text: label ? label(v) : v }))];
+  const sel = (id, k, values, label) => {
+    const el = h('select', { id, onchange: set(k) }, opts(values, label));
+    el.value = st.f[k];
+    return el;
+  };
+  const at = (id, k) => h('input', { type: 'datetime-local', id, value: st.f[k], onchange: set(k) });
+  return h('form', { class: 'inline filters', onsubmit: (e) => e.preventDefault() },
+    h('label', { for: 'dlq-queue', text: 'Queue' }), sel('dlq-queue', 'queue', queues),
+    h('label', { for: 'dlq-group', text: 'Group' }), sel('dlq-group', 'group', groups, groupName),
+    h('label', { for: 'dlq-from', text: 'Failed from (local time)' }), at('dlq-from', 'from'),
+    h('label', { for: 'dlq-to', text: 'to' }), at('dlq-to', 'to'));
+}
+
+// dlqQuery is the DLQ listing's filter query; the times typed are local.
+function dlqQuery(f) {
+  const p = new URLSearchParams();
+  if (f.queue) p.set('queue', f.queue);
+  if (f.group) p.set('consumerGroup', f.group);
+  for (const k of ['from', 'to']) if (f[k] && !isNaN(new Date(f[k]))) p.set(k, new Date(f[k]).toISOString());
+  return p.toString();
+}
+
 async function dlqPage() {
-  const st = Q.state.dlq || (Q.state.dlq = { offset: 0 });
-  const d = await api('/api/v1/dlq?limit=50&offset=' + st.offset);
+  const st = Q.state.dlq || (Q.state.dlq = { offset: 0, f: { queue: '', group: '', from: '', to: '' } });
+  const w = range();
+  const [d, list, groups, status] = await Promise.all([
+    api('/api/v1/dlq?limit=50&offset=' + st.offset + '&' + dlqQuery(st.f)),
+    api('/api/v1/resources/queues?limit=1000'),
+    api('/api/v1/consumer-groups'),
+    api('/api/v1/status?' + w.qs),
+  ]);
   const rows = d.messages || [];
   const msgPath = (m) => '/api/v1/messages/' + encodeURIComponent(m.partitionId) + '/' + encodeURIComponent(m.transactionId);
+  const groupNames = ['__QUEUE_MODE__', ...new Set((groups || []).map((g) => g.name).filter((g) => g !== '__QUEUE_MODE__'))];
+  const top = (status.deadLetterQueue || {}).topErrors || [];
   return [
     h('h1', {}, 'Dead letters ', badge(fmt(d.total))),
+    card(null, dlqFilters(st, (list.queues || []).map((q) => q.name), groupNames)),
     card(null, table(['Queue', 'Partition', 'Group', 'Transaction', 'Error', { label: 'Retries', num: 1 }, 'Failed', ''],
-      rows.map((m) => [link(m.queue, '#/queue/' + encodeURIComponent(m.queue)), m.partition, m.consumerGroup, h('code', { text: m.transactionId }),
+      rows.map((m) => [link(m.queue, '#/queue/' + encodeURIComponent(m.queue)), m.partition, groupName(m.consumerGroup), messageLink(m),
         m.errorMessage || '—', fmt(m.retryCount), when(m.failedAt),
         h('span', { class: 'row-actions', 'data-dlq': m.transactionId },
           action('Retry', 'write', () => api(msgPath(m) + '/retry', { method: 'POST', body: {} }), { key: 'retry-' + m.id + m.consumerGroup, name: 'retry' }), ' ',
           action('Delete', 'write', () => api(msgPath(m), { method: 'DELETE' }), { confirm: true, key: 'del-' + m.id + m.consumerGroup, name: 'delete' }))]),
-      'The dead-letter queue is empty.'),
+      dlqQuery(st.f) ? 'No dead letter matches these filters.' : 'The dead-letter queue is empty.'),
     h('div', { class: 'pager' },
       h('button', { disabled: st.offset === 0, text: '← newer', onclick: () => { st.offset = Math.max(0, st.offset - 50); render(); } }),
       h('button', { disabled: rows.length < 50, text: 'older →', onclick: () => { st.offset += 50; render(); } }))),
+    card('Top errors (the newest 1,000 dead letters of every queue)',
+      table(['Error', { label: 'Dead letters', num: 1 }], top.map((e) => [e.error || '(no error message)', fmt(e.count)]), 'No dead letter.')),
   ];
 }
 
