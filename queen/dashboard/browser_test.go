@@ -446,6 +446,22 @@ func TestDashboardInABrowser(t *testing.T) {
 		t.Fatalf("the groups page does not show billing %d messages behind: %s", behind, text)
 	}
 
+	// Seek to a time: before every message, billing replays the queue.
+	eval(`(() => { const e = document.querySelector('input[data-seek="billing/orders"]'); e.value = '1970-01-01T00:00'; e.dispatchEvent(new Event('input')); return 1 })()`)
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`button[data-action="seek-time"]`))); err != nil {
+		t.Fatalf("seek to a time through the UI: %v", err)
+	}
+	wait("the seek to be done", `[...document.querySelectorAll('main .flash')].some((p) => p.textContent === 'Seek to time: done')`)
+	if err := json.Unmarshal([]byte(b.must("GET", "/api/v1/consumer-groups", "")), &groups); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range groups {
+		if g.Name == "billing" && g.LagMessages <= behind {
+			t.Fatalf("billing is %d messages behind after a seek to 1970, %d before", g.LagMessages, behind)
+		}
+	}
+	shot("admin-groups-after-seek")
+
 	// A DLQ retry through the UI moves the message back to its queue.
 	before := b.dlqTotal()
 	visit(b.admin, "dlq", false)

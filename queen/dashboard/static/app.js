@@ -349,6 +349,23 @@ async function dlqPage() {
   ];
 }
 
+// seekToTime is a time field and its button moving the group's cursors on
+// the queue to the newest message stored at or before that time (before
+// every message: the first, a replay), for a session that may write. The
+// time typed is kept in the page's state across refreshes.
+function seekToTime(g, path) {
+  if (!(Q.session || {}).canWrite) return null;
+  const times = Q.state.seekAt || (Q.state.seekAt = {});
+  const key = g.name + '/' + g.queueName;
+  const input = h('input', { type: 'datetime-local', 'data-seek': key, value: times[key] || '', title: 'local time',
+    oninput: (e) => { times[key] = e.target.value; }, onchange: (e) => { times[key] = e.target.value; } });
+  return h('span', { class: 'seek' }, input, ' ', action('Seek to time', 'write', () => {
+    const at = new Date(times[key] || '');
+    if (isNaN(at)) throw new Error('pick a time first');
+    return api(path + '/seek', { method: 'POST', body: { timestamp: at.toISOString() } });
+  }, { key: 'seekt-' + key, name: 'seek-time' }));
+}
+
 async function groupsPage() {
   const groups = await api('/api/v1/consumer-groups');
   const rows = (groups || []).filter((g) => g.name !== '__QUEUE_MODE__');
@@ -361,6 +378,7 @@ async function groupsPage() {
         dur(g.maxTimeLag), fmt(g.lagMessages), badge(g.state, g.state === 'Lagging' ? 'warn' : g.state === 'Dead' ? '' : 'ok'), g.subscriptionMode || 'all',
         h('span', { class: 'row-actions' },
           action('Seek to end', 'write', () => api(path(g) + '/seek', { method: 'POST', body: { toEnd: true } }), { key: 'seek-' + g.name + g.queueName, name: 'seek' }), ' ',
+          seekToTime(g, path(g)), ' ',
           action('Delete', 'admin', () => api(path(g) + '?deleteMetadata=true', { method: 'DELETE' }), { confirm: true, key: 'delg-' + g.name + g.queueName, name: 'delete-group' }))]),
       'No consumer group has consumed yet.')),
   ];
