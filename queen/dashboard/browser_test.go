@@ -187,7 +187,7 @@ func (b *broker) dlqTotal() string {
 	return strings.TrimSuffix(between(out, `"total":`, `,`)[0], "}")
 }
 
-var pages = []string{"overview", "queue/orders", "dlq", "groups", "maintenance", "spool", "cluster", "settings", "search/o-1", "traces", "traces/checkout"}
+var pages = []string{"overview", "queue/orders", "dlq", "groups", "maintenance", "spool", "cluster", "settings", "search/o-1", "traces", "traces/checkout", "system", "postgres"}
 
 // The dashboard in headless Chromium, against a broker with data: every
 // page renders without a console error; the charts have points after
@@ -446,7 +446,30 @@ func TestDashboardInABrowser(t *testing.T) {
 		t.Fatalf("the groups page does not show billing %d messages behind: %s", behind, text)
 	}
 
+	// The System page: the broker's row in units a person reads, and its
+	// CPU and memory charted; the PostgreSQL page: cache hit in percent,
+	// the queen tables' sizes in MB.
+	visit(b.admin, "system", false)
+	if n := count(`[...document.querySelectorAll('main tr')].filter((r) => r.cells[0].textContent === 'dash-test' && / %$/.test(r.cells[2].textContent) &&
+		/ MB$/.test(r.cells[3].textContent) && /^([\d,]+|—)$/.test(r.cells[4].textContent) && +r.cells[7].textContent > 0).length`); n != 1 {
+		text, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("main")))
+		t.Fatalf("the System page does not show dash-test's CPU, memory, pool and goroutines: %s", text)
+	}
+	if n := count(`+document.querySelector('[data-chart="CPU"]').dataset.points > 0 && +document.querySelector('[data-chart="Memory (RSS)"]').dataset.points > 0 ? 1 : 0`); n != 1 {
+		t.Fatal("the System page's CPU and memory charts have no points")
+	}
+	visit(b.admin, "postgres", false)
+	if n := count(`[...document.querySelectorAll('main .tile')].filter((e) => /^[\d.,]+ %(table |index )?cache hit$/.test(e.textContent)).length`); n != 3 {
+		text, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("main")))
+		t.Fatalf("the PostgreSQL page does not show its three cache hit ratios in percent: %s", text)
+	}
+	if n := count(`[...document.querySelectorAll('main tr')].filter((r) => r.cells[0].textContent === 'messages' && / MB$/.test(r.cells[1].textContent)).length`); n < 1 {
+		text, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("main")))
+		t.Fatalf("the PostgreSQL page does not size the messages table in MB: %s", text)
+	}
+
 	// Seek to a time: before every message, billing replays the queue.
+	visit(b.admin, "groups", false)
 	eval(`(() => { const e = document.querySelector('input[data-seek="billing/orders"]'); e.value = '1970-01-01T00:00'; e.dispatchEvent(new Event('input')); return 1 })()`)
 	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`button[data-action="seek-time"]`))); err != nil {
 		t.Fatalf("seek to a time through the UI: %v", err)

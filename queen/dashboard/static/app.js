@@ -152,7 +152,7 @@ function svg(tag, attrs) {
 function chart(title, series, from, to, unit) {
   const W = 600, H = 170, L = 44, B = 20, T = 8, R = 8;
   const all = series.flatMap((s) => s.points);
-  const top = Math.max(1e-9, ...all.map((p) => p[1]));
+  const top = Math.max(0, ...all.map((p) => p[1])) || 1; // an all-zero chart still reads 0 to 1
   const x = (t) => L + (W - L - R) * (t - from) / Math.max(1, to - from);
   const y = (v) => T + (H - T - B) * (1 - v / top);
   const root = svg('svg', { viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: 'none', role: 'img' });
@@ -507,6 +507,73 @@ function setupSearch() {
   });
 }
 
+// mb is a byte count in megabytes, as a person reads a size.
+function mb(bytes) {
+  if (bytes === null || bytes === undefined) return '—';
+  return fmt(+(bytes / 1048576).toFixed(bytes < 1048576 ? 3 : 1)) + ' MB';
+}
+
+function pct(v) { return v === null || v === undefined ? '—' : fmt(+Number(v).toFixed(2)) + ' %'; }
+
+// gauge reads one {avg, min, max, last} leaf of a system-metrics point.
+function gauge(point, group, name) { return (((point || {}).metrics || {})[group] || {})[name] || {}; }
+
+// cpuPct is a point's CPU in percent of one core: Queen's cpu leaves are
+// percent x 100 despite their names (1 % is 100).
+function cpuPct(p) { return ((gauge(p, 'cpu', 'user_us').avg || 0) + (gauge(p, 'cpu', 'system_us').avg || 0)) / 100; }
+
+// systemPage is #/system: each broker's CPU, memory, pool, goroutines and
+// the request latency, over the chosen window, from the recorded minutes.
+async function systemPage() {
+  const w = range();
+  const [sys, wm] = await Promise.all([api('/api/v1/analytics/system-metrics?' + w.qs), api('/api/v1/analytics/worker-metrics?' + w.qs)]);
+  const reps = (sys.replicas || []).map((r) => ({ name: r.workerId || r.hostname, pts: (r.timeSeries || []).slice().sort((a, b) => Date.parse(a.timestamp) - Date.parse(b.timestamp)) }));
+  const per = (f) => reps.map((r) => ({ name: r.name, points: r.pts.map((p) => [Date.parse(p.timestamp), f(p)]) }));
+  const ts = wm.timeSeries || [];
+  const lat = (k) => ts.map((b) => [Date.parse(b.timestamp), b[k] || 0]);
+  return [
+    h('h1', { text: 'System' }),
+    card('Brokers (their newest recorded minute in the last ' + w.label + ')', table(['Broker', 'Host', { label: 'CPU', num: 1 }, { label: 'Memory (RSS)', num: 1 },
+      { label: 'Pool in use', num: 1 }, { label: 'Pool idle', num: 1 }, { label: 'Pool size', num: 1 }, { label: 'Goroutines', num: 1 }, { label: 'Heap', num: 1 }, 'Minute'],
+    reps.map((r) => {
+      const p = r.pts[r.pts.length - 1];
+      return [r.name, (sys.replicas.find((x) => (x.workerId || x.hostname) === r.name) || {}).hostname || '—', pct(cpuPct(p)),
+        mb(gauge(p, 'memory', 'rss_bytes').last), fmt(gauge(p, 'database', 'pool_active').last), fmt(gauge(p, 'database', 'pool_idle').last),
+        fmt(gauge(p, 'database', 'pool_size').last), fmt(gauge(p, 'runtime', 'goroutines').last), mb(gauge(p, 'runtime', 'heap_bytes').last), when(p.timestamp)];
+    }), 'No broker recorded a minute in this window.')),
+    h('div', { class: 'grid' },
+      chart('CPU', per(cpuPct), w.from, w.to, '% of one core'),
+      chart('Memory (RSS)', per((p) => (gauge(p, 'memory', 'rss_bytes').avg || 0) / 1048576), w.from, w.to, 'MB'),
+      chart('Pool in use', per((p) => gauge(p, 'database', 'pool_active').avg || 0), w.from, w.to, 'connections'),
+      chart('Goroutines', per((p) => gauge(p, 'runtime', 'goroutines').avg || 0), w.from, w.to, ''),
+      chart('Request latency', [{ name: 'average', points: lat('avgLatencyMs') }, { name: 'p99', points: lat('p99LatencyMs') }], w.from, w.to, 'ms')),
+  ];
+}
+
+// postgresPage is #/postgres: the database's cache hit ratios, sizes, dead
+// tuples and the other sessions' queries (GET analytics/postgres-stats).
+async function postgresPage() {
+  const d = await api('/api/v1/analytics/postgres-stats');
+  const db = d.databaseStats || {};
+  const cs = d.cacheSummary || {};
+  const aq = d.activeQueries || [];
+  return [
+    h('h1', {}, 'PostgreSQL ', h('code', { text: d.database || '' })),
+    h('div', { class: 'tiles' }, tile('cache hit', pct((d.databaseCache || {}).cacheHitRatio)), tile('table cache hit', pct((cs.tables || {}).hitRatio)),
+      tile('index cache hit', pct((cs.indexes || {}).hitRatio)), tile('database size', mb(db.sizeBytes)), tile('connections', db.connections),
+      tile('other sessions\' queries', aq.length)),
+    card('Table sizes', table(['Table', { label: 'Total', num: 1 }, { label: 'Table', num: 1 }, { label: 'Indexes', num: 1 }],
+      (d.tableSizes || []).map((t) => [t.table, mb(t.totalSizeBytes), mb(t.tableSizeBytes), mb(t.indexSizeBytes)]), 'No table.')),
+    card('Dead tuples', table(['Table', { label: 'Live', num: 1 }, { label: 'Dead', num: 1 }, { label: 'Dead share', num: 1 }, 'Last vacuum', 'Last autovacuum'],
+      (d.deadTuples || []).map((t) => [t.table, fmt(t.liveTuples), fmt(t.deadTuples), pct(t.deadPercentage), when(t.lastVacuum), when(t.lastAutovacuum)]), 'No table.')),
+    card('Index cache', table(['Index', 'Table', { label: 'Hit ratio', num: 1 }, { label: 'Disk reads', num: 1 }],
+      (d.indexCache || []).map((t) => [t.index, t.table, pct(t.cacheHitRatio), fmt(t.diskReads)]), 'No index read yet.')),
+    card('Other sessions\' queries', table(['PID', 'State', { label: 'Running', num: 1 }, 'Waiting on', 'Query'],
+      aq.map((q) => [fmt(q.pid), q.state || '—', dur((q.durationMs || 0) / 1000), q.waitEvent ? q.waitEventType + ' / ' + q.waitEvent : '—', h('code', { text: q.query || '' })]), 'No other session is running a query.')),
+    card('Replication', h('p', { class: 'muted', text: 'The postgres-stats answer carries no replication figures yet (standbys and their lag); the PostgreSQL failover state is in the broker logs and /metrics.' })),
+  ];
+}
+
 async function maintenancePage() {
   if (!(Q.session || {}).canAdmin) {
     return [h('h1', { text: 'Maintenance' }), card(null, h('p', { class: 'muted', text: 'The maintenance switches need an admin token (Settings).' }))];
@@ -585,7 +652,7 @@ function parseRoute() {
 
 const PAGES = {
   overview: () => overview(), queue: (a) => queuePage(a), dlq: () => dlqPage(), groups: () => groupsPage(),
-  search: (a) => searchPage(a), message: (a) => messagePage(a), traces: (a) => tracesPage(a), maintenance: () => maintenancePage(), spool: () => spoolPage(), cluster: () => clusterPage(), settings: () => settingsPage(),
+  search: (a) => searchPage(a), message: (a) => messagePage(a), traces: (a) => tracesPage(a), system: () => systemPage(), postgres: () => postgresPage(), maintenance: () => maintenancePage(), spool: () => spoolPage(), cluster: () => clusterPage(), settings: () => settingsPage(),
 };
 
 let rendering = false;
