@@ -437,8 +437,12 @@ func TestDashboardInABrowser(t *testing.T) {
 	if behind <= 0 {
 		t.Fatalf("billing is %d messages behind after taking 4 of 20: %+v", behind, groups)
 	}
+	visit(b.admin, "queue/orders", false)
 	if n := count(`[...document.querySelectorAll('main td')].filter((c) => c.textContent === '__QUEUE_MODE__').length`); n != 0 {
 		t.Fatal("the queue page lists __QUEUE_MODE__ as a group")
+	}
+	if n := count(`[...document.querySelectorAll('main td')].filter((c) => c.textContent === 'Default').length`); n != 0 {
+		t.Fatal("the queue page lists the empty Default partition")
 	}
 	visit(b.admin, "groups", false)
 	if n := count(fmt.Sprintf(`[...document.querySelectorAll('main tr')].filter((r) => r.cells[0] && r.cells[0].textContent === 'billing' && r.cells[5].textContent === '%d').length`, behind)); n != 1 {

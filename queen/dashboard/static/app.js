@@ -241,6 +241,11 @@ async function overview() {
   ];
 }
 
+// shownPartition leaves out the empty "Default" partition a queue is
+// created with: a placeholder, not data (it is listed once it holds a
+// message).
+function shownPartition(p) { return !(p.name === 'Default' && !((p.messages || {}).total > 0)); }
+
 async function queuePage(name) {
   const w = range();
   const st = Q.state.queue || (Q.state.queue = { offset: 0 });
@@ -268,7 +273,7 @@ async function queuePage(name) {
       chart('Queue lag', [{ name: 'average', points: secs(pts('avgLagMs')) }, { name: 'max', points: secs(pts('maxLagMs')) }], w.from, w.to, 's')),
     card('Partitions', table(['Partition', { label: 'Messages', num: 1 }, { label: 'Pending', num: 1 }, { label: 'Completed', num: 1 },
       { label: 'DLQ', num: 1 }, { label: 'Consumed', num: 1 }, 'Last activity'],
-    (q.partitions || []).map((p) => [p.name, fmt(p.messages.total), fmt(p.messages.pending), fmt(p.messages.completed),
+    (q.partitions || []).filter(shownPartition).map((p) => [p.name, fmt(p.messages.total), fmt(p.messages.pending), fmt(p.messages.completed),
       fmt(p.messages.deadLetter), fmt((p.cursor || {}).totalConsumed), when(p.lastActivity)]))),
     card('Consumer groups', table(['Group', { label: 'Partitions', num: 1 }, { label: 'Lagging', num: 1 }, { label: 'Behind (time)', num: 1 },
       { label: 'Behind (messages)', num: 1 }, 'State'],
