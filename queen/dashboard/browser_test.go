@@ -187,7 +187,7 @@ func (b *broker) dlqTotal() string {
 	return strings.TrimSuffix(between(out, `"total":`, `,`)[0], "}")
 }
 
-var pages = []string{"overview", "queue/orders", "dlq", "groups", "maintenance", "spool", "cluster", "settings"}
+var pages = []string{"overview", "queue/orders", "dlq", "groups", "maintenance", "spool", "cluster", "settings", "search/o-1", "traces", "traces/checkout", "system", "postgres"}
 
 // The dashboard in headless Chromium, against a broker with data: every
 // page renders without a console error; the charts have points after
@@ -199,6 +199,36 @@ func TestDashboardInABrowser(t *testing.T) {
 	exe := chromium(t)
 	b := newBroker(t)
 	b.traffic()
+	// A payload that would be markup if the page used innerHTML: its
+	// detail page must show it as text.
+	b.must("POST", "/api/v1/push", `{"items":[{"queue":"notes","transactionId":"hostile-1","payload":{"html":"<img src=x id=xss>","n":1}}]}`)
+	hostile := "message/" + between(b.must("GET", "/api/v1/messages?queue=notes", ""), `"partitionId":"`, `"`)[0] + "/hostile-1"
+	all := append(pages[:len(pages):len(pages)], hostile)
+	// shotName names a page's screenshot: the message page by what it
+	// shows, not by its partition's id (a new one each run).
+	shotName := func(page string) string {
+		if page == hostile {
+			return "message-hostile"
+		}
+		return strings.ReplaceAll(page, "/", "-")
+	}
+	// Two events of the trace "checkout" on o-3, the second recorded later.
+	var listed struct {
+		Messages []struct{ TransactionID, PartitionID string }
+	}
+	if err := json.Unmarshal([]byte(b.must("GET", "/api/v1/messages?queue=orders&limit=200", "")), &listed); err != nil {
+		t.Fatal(err)
+	}
+	traced := ""
+	for _, m := range listed.Messages {
+		if m.TransactionID == "o-3" {
+			traced = "message/" + m.PartitionID + "/o-3"
+			for step, kind := range []string{"info", "processing"} {
+				b.must("POST", "/api/v1/traces", fmt.Sprintf(`{"transactionId":"o-3","partitionId":%q,"eventType":%q,"data":{"step":%d},"traceNames":["checkout"]}`, m.PartitionID, kind, step+1))
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+	}
 	dir := shots(t)
 	t.Logf("screenshots in %s", dir)
 
@@ -261,6 +291,7 @@ func TestDashboardInABrowser(t *testing.T) {
 		}
 	}
 	// visit opens a page as the given token and waits for a fresh render.
+	count := eval
 	visit := func(token, page string, reload bool) {
 		t.Helper()
 		before := 0
@@ -279,7 +310,11 @@ func TestDashboardInABrowser(t *testing.T) {
 			eval(fmt.Sprintf(`location.hash = %q, 1`, "#/"+page))
 		}
 		want := strings.SplitN(page, "/", 2)[0]
-		wait(page, fmt.Sprintf(`document.body.dataset.page === %q && +(document.body.dataset.renders || 0) > %d`, want, before))
+		wait(page, fmt.Sprintf(`document.body.dataset.page === %q && (+(document.body.dataset.renders || 0) > %d || !!document.body.dataset.failed)`, want, before))
+		if count(`document.body.dataset.failed ? 1 : 0`) == 1 {
+			text, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("main")))
+			t.Fatalf("%s did not load: %s", page, text)
+		}
 	}
 	shot := func(name string) {
 		t.Helper()
@@ -291,16 +326,15 @@ func TestDashboardInABrowser(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	count := eval
 
 	// As an admin: every page, its failure box absent, a screenshot each.
-	for i, page := range pages {
+	for i, page := range all {
 		visit(b.admin, page, i == 0)
 		if n := count(`document.body.dataset.failed ? 1 : 0`); n != 0 {
 			text, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("main")))
 			t.Fatalf("%s did not load: %s", page, text)
 		}
-		shot("admin-" + strings.ReplaceAll(page, "/", "-"))
+		shot("admin-" + shotName(page))
 	}
 	visit(b.admin, "overview", false)
 	if n := count(`+document.querySelector('[data-chart="Throughput"]').dataset.points`); n == 0 {
@@ -313,6 +347,84 @@ func TestDashboardInABrowser(t *testing.T) {
 	if n := count(`+document.querySelector('[data-chart="Queue throughput"]').dataset.points`); n == 0 {
 		t.Fatal("the queue's chart has no points after traffic")
 	}
+	chooseRange(t, eval, wait, "7d")
+	visit(b.admin, "queue/orders", true)
+	if n := count(`document.getElementById('range').value === '7d' && localStorage.getItem('queen.range') === '7d' ? 1 : 0`); n != 1 {
+		t.Fatal("the 7 d range was not kept across a reload")
+	}
+	if n := count(`[...document.querySelectorAll('[data-chart]')].filter((c) => +c.dataset.span === 7 * 86400e3 && +c.dataset.points > 0 &&
+		[...c.querySelectorAll('text.tick')].every((e) => /^\d\d-\d\d \d\d:\d\d$/.test(e.textContent))).length`); n != 2 {
+		t.Fatalf("%d of the queue's 2 charts span 7 d with points and dated axis labels", n)
+	}
+	shot("admin-queue-orders-7d")
+	chooseRange(t, eval, wait, "1h")
+
+	// The header's search finds a queue and a group by name and a message
+	// by its transactionId, each linking to its page.
+	search := func(term string) {
+		t.Helper()
+		before := count(`+(document.body.dataset.renders || 0)`)
+		eval(fmt.Sprintf(`document.getElementById('search').value = %q, document.getElementById('search-form').requestSubmit(), 1`, term))
+		wait("the search for "+term, fmt.Sprintf(`document.body.dataset.page === 'search' && +document.body.dataset.renders > %d`, before))
+	}
+	links := func(text, href string) int {
+		return count(fmt.Sprintf(`[...document.querySelectorAll('main a')].filter((a) => a.textContent === %q && a.getAttribute('href').startsWith(%q)).length`, text, href))
+	}
+	search("ORD")
+	if n := links("orders", "#/queue/orders"); n != 1 {
+		t.Fatalf("searching ORD links %d times to the queue orders", n)
+	}
+	search("bill")
+	if n := links("billing", "#/groups"); n != 1 {
+		t.Fatalf("searching bill links %d times to the group billing", n)
+	}
+	search("o-7")
+	if n := links("o-7", "#/message/"); n != 1 {
+		t.Fatalf("searching o-7 links %d times to the message o-7", n)
+	}
+	shot("admin-search-o-7")
+
+	// A message's detail: reached from the queue page's rows, its payload
+	// pretty-printed as text (markup in it stays text), and a dead
+	// letter's retry and delete offered to a writer.
+	visit(b.admin, "queue/orders", false)
+	rendered := count(`+document.body.dataset.renders`)
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`main a[href^="#/message/"]`))); err != nil {
+		t.Fatalf("a message row's link: %v", err)
+	}
+	wait("the message page", fmt.Sprintf(`document.body.dataset.page === 'message' && +document.body.dataset.renders > %d`, rendered))
+	if n := count(`JSON.parse(document.getElementById('payload').textContent).n`); n != 19 {
+		t.Fatalf("the newest message's page shows payload n=%d, not 19", n)
+	}
+	visit(b.admin, hostile, false)
+	if n := count(`document.getElementById('xss') === null && JSON.parse(document.getElementById('payload').textContent).html === '<img src=x id=xss>' &&
+		document.getElementById('payload').textContent.includes('\n  "html"') ? 1 : 0`); n != 1 {
+		t.Fatal("the payload is not shown as pretty-printed text")
+	}
+	dead := b.must("GET", "/api/v1/dlq?limit=1", "")
+	visit(b.admin, "message/"+between(dead, `"partitionId":"`, `"`)[0]+"/"+between(dead, `"transactionId":"`, `"`)[0], false)
+	if n := count(`document.querySelectorAll('main button[data-action="retry"], main button[data-action="delete"]').length`); n != 2 {
+		t.Fatalf("a dead letter's page offers %d of retry and delete to an admin", n)
+	}
+	shot("admin-message-dead-letter")
+
+	// Traces: the names link to a trace, whose events read in time order,
+	// and a message's page lists its own.
+	visit(b.admin, "traces", false)
+	if n := links("checkout", "#/traces/checkout"); n != 1 {
+		t.Fatalf("the traces page links %d times to the trace checkout", n)
+	}
+	steps := `[...document.querySelectorAll('main tbody tr')].map((r) => r.lastChild.textContent).join('|') === '{"step":1}|{"step":2}' ? 1 : 0`
+	visit(b.admin, "traces/checkout", false)
+	if n := count(steps); n != 1 {
+		text, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("main")))
+		t.Fatalf("the trace checkout does not show its two steps in time order: %s", text)
+	}
+	visit(b.admin, traced, false)
+	if n := count(`[...document.querySelectorAll('main section')].filter((c) => (c.querySelector('h2') || {}).textContent === 'Trace events' && c.querySelectorAll('tbody tr').length === 2).length`); n != 1 {
+		t.Fatal("o-3's page does not list its two trace events")
+	}
+	shot("admin-message-traced")
 
 	// A group is shown by what it has still to consume, in time and in
 	// messages (the route's figures), and queue mode is no group.
@@ -332,14 +444,57 @@ func TestDashboardInABrowser(t *testing.T) {
 	if behind <= 0 {
 		t.Fatalf("billing is %d messages behind after taking 4 of 20: %+v", behind, groups)
 	}
+	visit(b.admin, "queue/orders", false)
 	if n := count(`[...document.querySelectorAll('main td')].filter((c) => c.textContent === '__QUEUE_MODE__').length`); n != 0 {
 		t.Fatal("the queue page lists __QUEUE_MODE__ as a group")
+	}
+	if n := count(`[...document.querySelectorAll('main td')].filter((c) => c.textContent === 'Default').length`); n != 0 {
+		t.Fatal("the queue page lists the empty Default partition")
 	}
 	visit(b.admin, "groups", false)
 	if n := count(fmt.Sprintf(`[...document.querySelectorAll('main tr')].filter((r) => r.cells[0] && r.cells[0].textContent === 'billing' && r.cells[5].textContent === '%d').length`, behind)); n != 1 {
 		text, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("main")))
 		t.Fatalf("the groups page does not show billing %d messages behind: %s", behind, text)
 	}
+
+	// The System page: the broker's row in units a person reads, and its
+	// CPU and memory charted; the PostgreSQL page: cache hit in percent,
+	// the queen tables' sizes in MB.
+	visit(b.admin, "system", false)
+	if n := count(`[...document.querySelectorAll('main tr')].filter((r) => r.cells[0].textContent === 'dash-test' && / %$/.test(r.cells[2].textContent) &&
+		/ MB$/.test(r.cells[3].textContent) && /^([\d,]+|—)$/.test(r.cells[4].textContent) && +r.cells[7].textContent > 0).length`); n != 1 {
+		text, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("main")))
+		t.Fatalf("the System page does not show dash-test's CPU, memory, pool and goroutines: %s", text)
+	}
+	if n := count(`+document.querySelector('[data-chart="CPU"]').dataset.points > 0 && +document.querySelector('[data-chart="Memory (RSS)"]').dataset.points > 0 ? 1 : 0`); n != 1 {
+		t.Fatal("the System page's CPU and memory charts have no points")
+	}
+	visit(b.admin, "postgres", false)
+	if n := count(`[...document.querySelectorAll('main .tile')].filter((e) => /^[\d.,]+ %(table |index )?cache hit$/.test(e.textContent)).length`); n != 3 {
+		text, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("main")))
+		t.Fatalf("the PostgreSQL page does not show its three cache hit ratios in percent: %s", text)
+	}
+	if n := count(`[...document.querySelectorAll('main tr')].filter((r) => r.cells[0].textContent === 'messages' && / MB$/.test(r.cells[1].textContent)).length`); n < 1 {
+		text, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("main")))
+		t.Fatalf("the PostgreSQL page does not size the messages table in MB: %s", text)
+	}
+
+	// Seek to a time: before every message, billing replays the queue.
+	visit(b.admin, "groups", false)
+	eval(`(() => { const e = document.querySelector('input[data-seek="billing/orders"]'); e.value = '1970-01-01T00:00'; e.dispatchEvent(new Event('input')); return 1 })()`)
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`button[data-action="seek-time"]`))); err != nil {
+		t.Fatalf("seek to a time through the UI: %v", err)
+	}
+	wait("the seek to be done", `[...document.querySelectorAll('main .flash')].some((p) => p.textContent === 'Seek to time: done')`)
+	if err := json.Unmarshal([]byte(b.must("GET", "/api/v1/consumer-groups", "")), &groups); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range groups {
+		if g.Name == "billing" && g.LagMessages <= behind {
+			t.Fatalf("billing is %d messages behind after a seek to 1970, %d before", g.LagMessages, behind)
+		}
+	}
+	shot("admin-groups-after-seek")
 
 	// A DLQ retry through the UI moves the message back to its queue.
 	before := b.dlqTotal()
@@ -359,14 +514,35 @@ func TestDashboardInABrowser(t *testing.T) {
 	}
 	shot("admin-dlq-after-retry")
 
+	// The DLQ's filters narrow the listing (queue, group, failure time),
+	// and its top errors count the dead letters by error.
+	if n := count(`[...document.querySelectorAll('main section')].filter((c) => /^Top errors/.test((c.querySelector('h2') || {}).textContent) &&
+		[...c.querySelectorAll('tbody tr')].some((r) => +r.cells[1].textContent > 0)).length`); n != 1 {
+		t.Fatal("the DLQ page shows no top error")
+	}
+	filter := func(id, value string, rows int) {
+		t.Helper()
+		eval(fmt.Sprintf(`(() => { const e = document.getElementById(%q); e.value = %q; e.dispatchEvent(new Event('change')); return 1 })()`, id, value))
+		wait(fmt.Sprintf("%d dead letters with %s=%q", rows, id, value), fmt.Sprintf(`document.getElementById(%q).value === %q && document.querySelectorAll('button[data-action="retry"]').length === %d`, id, value, rows))
+	}
+	filter("dlq-queue", "notes", 0)
+	filter("dlq-queue", "orders", 1)
+	filter("dlq-group", "billing", 0)
+	filter("dlq-group", "__QUEUE_MODE__", 1)
+	filter("dlq-to", "2020-01-01T00:00", 0)
+	shot("admin-dlq-filtered")
+	filter("dlq-to", "", 1)
+	filter("dlq-group", "", 1)
+	filter("dlq-queue", "", 1)
+
 	// As a read-only user: no action button on any page.
 	ro := bearer(t, "viewer", "read-only")
-	for i, page := range pages {
+	for i, page := range all {
 		visit(ro, page, i == 0)
 		if n := count(`document.querySelectorAll('button.action').length`); n != 0 {
 			t.Errorf("read-only: %d action buttons on %s", n, page)
 		}
-		shot("readonly-" + strings.ReplaceAll(page, "/", "-"))
+		shot("readonly-" + shotName(page))
 	}
 	if n := count(`document.body.dataset.level === 'read-only' ? 1 : 0`); n != 1 {
 		t.Fatal("the session does not say read-only")
@@ -405,4 +581,13 @@ func TestDashboardInABrowser(t *testing.T) {
 	if len(problems) > 0 {
 		t.Fatalf("the browser reported:\n%s", strings.Join(problems, "\n"))
 	}
+}
+
+// chooseRange picks a time range in the header as a user does and waits
+// until every chart on the page spans it.
+func chooseRange(t *testing.T, eval func(string) int, wait func(string, string), r string) {
+	t.Helper()
+	eval(fmt.Sprintf(`(() => { const s = document.getElementById('range'); s.value = %q; s.dispatchEvent(new Event('change')); return 1 })()`, r))
+	span := map[string]int{"1h": 3600e3, "6h": 6 * 3600e3, "24h": 24 * 3600e3, "7d": 7 * 86400e3}[r]
+	wait("the "+r+" range", fmt.Sprintf(`[...document.querySelectorAll('[data-chart]')].every((c) => +c.dataset.span === %d)`, span))
 }

@@ -12,9 +12,13 @@ const REFRESH_MS = Math.max(100, Number(new URLSearchParams(location.search).get
 // alone (a re-render replaced the Settings form every 5 s and wiped a
 // token half typed). They render on navigation and after their own save.
 const FORM_PAGES = new Set(['settings']);
+// RANGES are the time ranges the header offers; the choice is kept in
+// localStorage so a reload, or the next visit, shows the same window.
+const RANGES = { '1h': [3600e3, '1 h'], '6h': [6 * 3600e3, '6 h'], '24h': [24 * 3600e3, '24 h'], '7d': [7 * 24 * 3600e3, '7 d'] };
 const Q = {
   token: localStorage.getItem('queen.token') || '',
   tenant: localStorage.getItem('queen.tenant') || '',
+  range: RANGES[localStorage.getItem('queen.range')] ? localStorage.getItem('queen.range') : '1h',
   session: null,
   route: null,
   timer: null,
@@ -51,7 +55,7 @@ function h(tag, attrs) {
   const el = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
     if (v === undefined || v === null || v === false) continue;
-    if (k === 'onclick') el.addEventListener('click', v);
+    if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
     else if (k === 'class') el.className = v;
     else if (k === 'text') el.textContent = v;
     else el.setAttribute(k, v === true ? '' : String(v));
@@ -148,7 +152,7 @@ function svg(tag, attrs) {
 function chart(title, series, from, to, unit) {
   const W = 600, H = 170, L = 44, B = 20, T = 8, R = 8;
   const all = series.flatMap((s) => s.points);
-  const top = Math.max(1e-9, ...all.map((p) => p[1]));
+  const top = Math.max(0, ...all.map((p) => p[1])) || 1; // an all-zero chart still reads 0 to 1
   const x = (t) => L + (W - L - R) * (t - from) / Math.max(1, to - from);
   const y = (v) => T + (H - T - B) * (1 - v / top);
   const root = svg('svg', { viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: 'none', role: 'img' });
@@ -159,9 +163,9 @@ function chart(title, series, from, to, unit) {
     t.textContent = label;
     root.appendChild(t);
   }
-  for (const [t, anchor] of [[from, 'start'], [to, 'end']]) {
-    const e = svg('text', { x: x(t), y: H - 5, 'text-anchor': anchor });
-    e.textContent = new Date(t).toISOString().slice(11, 16);
+  for (const [t, anchor] of [[from, 'start'], [(from + to) / 2, 'middle'], [to, 'end']]) {
+    const e = svg('text', { class: 'tick', x: x(t), y: H - 5, 'text-anchor': anchor });
+    e.textContent = tickLabel(t, to - from);
     root.appendChild(e);
   }
   series.forEach((s, i) => {
@@ -173,16 +177,39 @@ function chart(title, series, from, to, unit) {
     }
   });
   const points = series.reduce((n, s) => n + s.points.length, 0);
-  return h('section', { class: 'card chart', 'data-chart': title, 'data-points': points },
+  return h('section', { class: 'card chart', 'data-chart': title, 'data-points': points, 'data-span': to - from },
     h('h2', { text: title + (unit ? ' (' + unit + ')' : '') }),
-    points ? root : h('p', { class: 'muted', text: 'No recorded minutes in this window yet.' }),
+    points ? root : h('p', { class: 'muted', text: 'No recorded minutes in the last ' + RANGES[Q.range][1] + ' yet.' }),
     h('div', { class: 'legend' }, series.map((s, i) => h('span', { class: 'k' + i, text: '● ' + s.name }))));
 }
 
-function lastHour() {
+
+// range is the chosen window ending now, with its query string (from, to)
+// for the windowed routes and a label for titles.
+function range() {
+  const [span, label] = RANGES[Q.range] || RANGES['1h'];
   const to = Date.now();
-  const from = to - 3600 * 1000;
-  return { from, to, qs: 'from=' + new Date(from).toISOString() + '&to=' + new Date(to).toISOString() };
+  const from = to - span;
+  return { from, to, span, label, qs: 'from=' + new Date(from).toISOString() + '&to=' + new Date(to).toISOString() };
+}
+
+// tickLabel reads an axis instant at the window's scale: the time of day
+// within a day, the date and hour beyond (a 7 d axis of bare times read
+// as one day).
+function tickLabel(t, span) {
+  const iso = new Date(t).toISOString();
+  return span > 24 * 3600e3 ? iso.slice(5, 10) + ' ' + iso.slice(11, 16) : iso.slice(11, 16);
+}
+
+function setupRange() {
+  const sel = document.getElementById('range');
+  sel.replaceChildren(...Object.entries(RANGES).map(([k, [, label]]) => h('option', { value: k, text: label })));
+  sel.value = Q.range;
+  sel.addEventListener('change', () => {
+    Q.range = RANGES[sel.value] ? sel.value : '1h';
+    localStorage.setItem('queen.range', Q.range);
+    render();
+  });
 }
 
 // ---------- pages ----------
@@ -190,7 +217,7 @@ function lastHour() {
 const OVERVIEW_QUEUES = 100;
 
 async function overview() {
-  const w = lastHour();
+  const w = range();
   // A page of the newest queues: the whole list is counted live, which a
   // dashboard polling every few seconds must not ask of a large cluster.
   const [list, status] = await Promise.all([api('/api/v1/resources/queues?limit=' + OVERVIEW_QUEUES), api('/api/v1/status?' + w.qs)]);
@@ -214,16 +241,21 @@ async function overview() {
   ];
 }
 
+// shownPartition leaves out the empty "Default" partition a queue is
+// created with: a placeholder, not data (it is listed once it holds a
+// message).
+function shownPartition(p) { return !(p.name === 'Default' && !((p.messages || {}).total > 0)); }
+
 async function queuePage(name) {
-  const w = lastHour();
+  const w = range();
   const st = Q.state.queue || (Q.state.queue = { offset: 0 });
   if (st.name !== name) { st.name = name; st.offset = 0; }
   const enc = encodeURIComponent(name);
-  const since = new Date(Date.now() - 24 * 3600 * 1000).toISOString();
+
   const [q, groups, msgs, ops] = await Promise.all([
     api('/api/v1/status/queues/' + enc),
     api('/api/v1/consumer-groups'),
-    api('/api/v1/status/queues/' + enc + '/messages?limit=25&offset=' + st.offset + '&from=' + since),
+    api('/api/v1/status/queues/' + enc + '/messages?limit=25&offset=' + st.offset + '&' + w.qs),
     api('/api/v1/analytics/queue-ops?queue=' + enc + '&' + w.qs),
   ]);
   const series = (ops.series || []).filter((b) => b.queueName === name);
@@ -241,17 +273,17 @@ async function queuePage(name) {
       chart('Queue lag', [{ name: 'average', points: secs(pts('avgLagMs')) }, { name: 'max', points: secs(pts('maxLagMs')) }], w.from, w.to, 's')),
     card('Partitions', table(['Partition', { label: 'Messages', num: 1 }, { label: 'Pending', num: 1 }, { label: 'Completed', num: 1 },
       { label: 'DLQ', num: 1 }, { label: 'Consumed', num: 1 }, 'Last activity'],
-    (q.partitions || []).map((p) => [p.name, fmt(p.messages.total), fmt(p.messages.pending), fmt(p.messages.completed),
+    (q.partitions || []).filter(shownPartition).map((p) => [p.name, fmt(p.messages.total), fmt(p.messages.pending), fmt(p.messages.completed),
       fmt(p.messages.deadLetter), fmt((p.cursor || {}).totalConsumed), when(p.lastActivity)]))),
     card('Consumer groups', table(['Group', { label: 'Partitions', num: 1 }, { label: 'Lagging', num: 1 }, { label: 'Behind (time)', num: 1 },
       { label: 'Behind (messages)', num: 1 }, 'State'],
       mine.map((g) => [link(g.name, '#/groups'), fmt(g.members), fmt(g.partitionsWithLag), dur(g.maxTimeLag), fmt(g.lagMessages),
         badge(g.state, g.state === 'Lagging' ? 'warn' : 'ok')]),
       'No group has consumed this queue.')),
-    card('Messages (last 24 h, newest first)',
+    card('Messages (last ' + w.label + ', newest first)',
       table(['Transaction', 'Partition', 'Status', 'Created'],
-        list.map((m) => [h('code', { text: m.transactionId }), m.partition, badge(m.status, m.status === 'dead_letter' ? 'bad' : m.status === 'completed' ? 'ok' : ''), when(m.createdAt)]),
-        'No messages in the last 24 hours.'),
+        list.map((m) => [messageLink(m), m.partition, statusBadge(m.status), when(m.createdAt)]),
+        'No messages in the last ' + w.label + '.'),
       h('div', { class: 'pager' },
         h('button', { disabled: st.offset === 0, text: '← newer', onclick: () => { st.offset = Math.max(0, st.offset - 25); render(); } }),
         h('span', { class: 'muted', text: 'from ' + (st.offset + 1) }),
@@ -263,24 +295,80 @@ async function queuePage(name) {
   ];
 }
 
+// dlqFilters are the DLQ page's choices, kept in its state so a refresh
+// renders them as they were; a change applies at once.
+function dlqFilters(st, queues, groups) {
+  const set = (k) => (e) => { st.f[k] = e.target.value; st.offset = 0; render(); };
+  const opts = (values, label) => [h('option', { value: '', text: 'all' }),
+    ...values.map((v) => h('option', { value: v, text: label ? label(v) : v }))];
+  const sel = (id, k, values, label) => {
+    const el = h('select', { id, onchange: set(k) }, opts(values, label));
+    el.value = st.f[k];
+    return el;
+  };
+  const at = (id, k) => h('input', { type: 'datetime-local', id, value: st.f[k], onchange: set(k) });
+  return h('form', { class: 'inline filters', onsubmit: (e) => e.preventDefault() },
+    h('label', { for: 'dlq-queue', text: 'Queue' }), sel('dlq-queue', 'queue', queues),
+    h('label', { for: 'dlq-group', text: 'Group' }), sel('dlq-group', 'group', groups, groupName),
+    h('label', { for: 'dlq-from', text: 'Failed from (local time)' }), at('dlq-from', 'from'),
+    h('label', { for: 'dlq-to', text: 'to' }), at('dlq-to', 'to'));
+}
+
+// dlqQuery is the DLQ listing's filter query; the times typed are local.
+function dlqQuery(f) {
+  const p = new URLSearchParams();
+  if (f.queue) p.set('queue', f.queue);
+  if (f.group) p.set('consumerGroup', f.group);
+  for (const k of ['from', 'to']) if (f[k] && !isNaN(new Date(f[k]))) p.set(k, new Date(f[k]).toISOString());
+  return p.toString();
+}
+
 async function dlqPage() {
-  const st = Q.state.dlq || (Q.state.dlq = { offset: 0 });
-  const d = await api('/api/v1/dlq?limit=50&offset=' + st.offset);
+  const st = Q.state.dlq || (Q.state.dlq = { offset: 0, f: { queue: '', group: '', from: '', to: '' } });
+  const w = range();
+  const [d, list, groups, status] = await Promise.all([
+    api('/api/v1/dlq?limit=50&offset=' + st.offset + '&' + dlqQuery(st.f)),
+    api('/api/v1/resources/queues?limit=1000'),
+    api('/api/v1/consumer-groups'),
+    api('/api/v1/status?' + w.qs),
+  ]);
   const rows = d.messages || [];
   const msgPath = (m) => '/api/v1/messages/' + encodeURIComponent(m.partitionId) + '/' + encodeURIComponent(m.transactionId);
+  const groupNames = ['__QUEUE_MODE__', ...new Set((groups || []).map((g) => g.name).filter((g) => g !== '__QUEUE_MODE__'))];
+  const top = (status.deadLetterQueue || {}).topErrors || [];
   return [
     h('h1', {}, 'Dead letters ', badge(fmt(d.total))),
+    card(null, dlqFilters(st, (list.queues || []).map((q) => q.name), groupNames)),
     card(null, table(['Queue', 'Partition', 'Group', 'Transaction', 'Error', { label: 'Retries', num: 1 }, 'Failed', ''],
-      rows.map((m) => [link(m.queue, '#/queue/' + encodeURIComponent(m.queue)), m.partition, m.consumerGroup, h('code', { text: m.transactionId }),
+      rows.map((m) => [link(m.queue, '#/queue/' + encodeURIComponent(m.queue)), m.partition, groupName(m.consumerGroup), messageLink(m),
         m.errorMessage || '—', fmt(m.retryCount), when(m.failedAt),
         h('span', { class: 'row-actions', 'data-dlq': m.transactionId },
           action('Retry', 'write', () => api(msgPath(m) + '/retry', { method: 'POST', body: {} }), { key: 'retry-' + m.id + m.consumerGroup, name: 'retry' }), ' ',
           action('Delete', 'write', () => api(msgPath(m), { method: 'DELETE' }), { confirm: true, key: 'del-' + m.id + m.consumerGroup, name: 'delete' }))]),
-      'The dead-letter queue is empty.'),
+      dlqQuery(st.f) ? 'No dead letter matches these filters.' : 'The dead-letter queue is empty.'),
     h('div', { class: 'pager' },
       h('button', { disabled: st.offset === 0, text: '← newer', onclick: () => { st.offset = Math.max(0, st.offset - 50); render(); } }),
       h('button', { disabled: rows.length < 50, text: 'older →', onclick: () => { st.offset += 50; render(); } }))),
+    card('Top errors (the newest 1,000 dead letters of every queue)',
+      table(['Error', { label: 'Dead letters', num: 1 }], top.map((e) => [e.error || '(no error message)', fmt(e.count)]), 'No dead letter.')),
   ];
+}
+
+// seekToTime is a time field and its button moving the group's cursors on
+// the queue to the newest message stored at or before that time (before
+// every message: the first, a replay), for a session that may write. The
+// time typed is kept in the page's state across refreshes.
+function seekToTime(g, path) {
+  if (!(Q.session || {}).canWrite) return null;
+  const times = Q.state.seekAt || (Q.state.seekAt = {});
+  const key = g.name + '/' + g.queueName;
+  const input = h('input', { type: 'datetime-local', 'data-seek': key, value: times[key] || '', title: 'local time',
+    oninput: (e) => { times[key] = e.target.value; }, onchange: (e) => { times[key] = e.target.value; } });
+  return h('span', { class: 'seek' }, input, ' ', action('Seek to time', 'write', () => {
+    const at = new Date(times[key] || '');
+    if (isNaN(at)) throw new Error('pick a time first');
+    return api(path + '/seek', { method: 'POST', body: { timestamp: at.toISOString() } });
+  }, { key: 'seekt-' + key, name: 'seek-time' }));
 }
 
 async function groupsPage() {
@@ -295,8 +383,199 @@ async function groupsPage() {
         dur(g.maxTimeLag), fmt(g.lagMessages), badge(g.state, g.state === 'Lagging' ? 'warn' : g.state === 'Dead' ? '' : 'ok'), g.subscriptionMode || 'all',
         h('span', { class: 'row-actions' },
           action('Seek to end', 'write', () => api(path(g) + '/seek', { method: 'POST', body: { toEnd: true } }), { key: 'seek-' + g.name + g.queueName, name: 'seek' }), ' ',
+          seekToTime(g, path(g)), ' ',
           action('Delete', 'admin', () => api(path(g) + '?deleteMetadata=true', { method: 'DELETE' }), { confirm: true, key: 'delg-' + g.name + g.queueName, name: 'delete-group' }))]),
       'No consumer group has consumed yet.')),
+  ];
+}
+
+// groupName shows queue mode as what it is, never its internal name.
+function groupName(g) { return g === '__QUEUE_MODE__' ? '(queue mode)' : g; }
+
+// messagePage is #/message/<partitionId>/<transactionId>: the message's
+// payload (text only, so a hostile payload stays text), its statuses,
+// times and groups, and the actions the session may take.
+async function messagePage(arg) {
+  const cut = arg.indexOf('/');
+  const pid = arg.slice(0, cut), txn = arg.slice(cut + 1);
+  const path = '/api/v1/messages/' + encodeURIComponent(pid) + '/' + encodeURIComponent(txn);
+  const [m, tr] = await Promise.all([api(path), api('/api/v1/traces/' + encodeURIComponent(pid) + '/' + encodeURIComponent(txn))]);
+  const payload = m.payload !== undefined ? m.payload : m.data;
+  const lease = m.leaseExpiresAt && Date.parse(m.leaseExpiresAt) > Date.now() ? when(m.leaseExpiresAt) : '—';
+  return [
+    h('h1', {}, 'Message ', h('code', { text: txn })),
+    card(null, table(['', ''], [
+      ['Queue', link(m.queue, '#/queue/' + encodeURIComponent(m.queue))], ['Partition', m.partition],
+      ['Status', statusBadge(m.status)], ['Queue mode', statusBadge(m.queueStatus)],
+      ['Trace id', m.traceId ? h('code', { text: m.traceId }) : '—'], ['Created', when(m.createdAt)], ['Lease expires', lease],
+      ['Failed deliveries', fmt(m.retryCount)], ['Error', m.errorMessage || '—'], ['Producer', m.producerSub || '—'],
+      ['Encrypted at rest', m.isEncrypted ? 'yes' : 'no'],
+    ]), h('p', { class: 'row-actions' },
+      m.status === 'dead_letter' ? action('Retry', 'write', () => api(path + '/retry', { method: 'POST', body: {} }), { key: 'retry-' + arg, name: 'retry' }) : null, ' ',
+      action('Delete', 'write', async () => {
+        await api(path, { method: 'DELETE' });
+        location.hash = '#/queue/' + encodeURIComponent(m.queue);
+      }, { confirm: true, key: 'del-' + arg, name: 'delete' }))),
+    card('Consumer groups', table(['Group', 'Consumed', 'Lease expires'],
+      (m.consumerGroups || []).map((g) => [groupName(g.name), g.consumed ? badge('yes', 'ok') : badge('no'), when(g.leaseExpiresAt)]), 'No group has a cursor on its partition.')),
+    card('Payload', h('pre', { id: 'payload', class: 'payload', text: JSON.stringify(payload, null, 2) })),
+    card('Trace events', eventTable(tr.traces || [], false)),
+  ];
+}
+
+// byTime orders trace events oldest first (ties by id, as recorded).
+function byTime(events) {
+  return events.slice().sort((a, b) => (Date.parse(a.created_at) - Date.parse(b.created_at)) || String(a.id).localeCompare(String(b.id), 'en', { numeric: true }));
+}
+
+// eventRows are trace events as table rows, oldest first; withMessage adds
+// the message each belongs to.
+function eventTable(events, withMessage) {
+  const head = ['Time', 'Event', withMessage ? 'Message' : null, withMessage ? 'Queue' : null, 'Group', 'Broker', 'Data'].filter((c) => c);
+  return table(head, byTime(events).map((e) => [when(e.created_at), badge(e.event_type),
+    withMessage ? messageLink({ partitionId: e.partition_id, transactionId: e.transaction_id }) : null,
+    withMessage ? (e.queue_name || '—') + ' / ' + (e.partition_name || '—') : null,
+    groupName(e.consumer_group), e.worker_id || '—', h('code', { text: JSON.stringify(e.data) })].filter((c) => c !== null)), 'No trace events.');
+}
+
+// tracesPage is #/traces (the trace names, most recent first, a name to
+// look up) and #/traces/<name> (that trace's events in time order).
+async function tracesPage(name) {
+  const form = h('form', { class: 'inline', id: 'trace-form', onsubmit: (e) => {
+    e.preventDefault();
+    const v = form.querySelector('input').value.trim();
+    if (v) location.hash = '#/traces/' + encodeURIComponent(v);
+  } }, h('input', { type: 'text', id: 'trace-name', value: name || '', placeholder: 'a trace name', 'aria-label': 'Trace name' }), ' ', h('button', { text: 'Show events' }));
+  if (!name) {
+    const n = await api('/api/v1/traces/names?limit=100');
+    return [h('h1', { text: 'Traces' }), card(null, form),
+      card('Trace names (most recent first)', table(['Name', { label: 'Events', num: 1 }, { label: 'Messages', num: 1 }, 'Last seen'],
+        (n.trace_names || []).map((t) => [link(t.trace_name, '#/traces/' + encodeURIComponent(t.trace_name)), fmt(t.trace_count), fmt(t.message_count), when(t.last_seen)]),
+        'No trace recorded yet (POST /api/v1/traces).'))];
+  }
+  const t = await api('/api/v1/traces/by-name/' + encodeURIComponent(name) + '?limit=1000');
+  const shown = (t.traces || []).length;
+  return [h('h1', {}, 'Trace ', h('code', { text: name })), card(null, form),
+    card('Events, oldest first' + (t.total > shown ? ' (the newest ' + fmt(shown) + ' of ' + fmt(t.total) + ')' : ''), eventTable(t.traces || [], true))];
+}
+
+// SEARCH_MESSAGES bounds the messages a search reads: no route looks a
+// message up by transactionId alone, so the search matches the newest
+// this many of the chosen window, and says so.
+const SEARCH_MESSAGES = 1000;
+
+// searchPage finds queues and consumer groups by name and messages by
+// transactionId (case-insensitive substrings), each linking to its page.
+async function searchPage(term) {
+  const w = range();
+  const needle = term.toLowerCase();
+  const has = (s) => String(s || '').toLowerCase().includes(needle);
+  const [list, groups, msgs, names] = await Promise.all([
+    api('/api/v1/resources/queues?limit=1000'),
+    api('/api/v1/consumer-groups'),
+    api('/api/v1/messages?limit=' + SEARCH_MESSAGES + '&' + w.qs),
+    api('/api/v1/traces/names?limit=1000'),
+  ]);
+  const ts = (names.trace_names || []).filter((t) => has(t.trace_name));
+  document.getElementById('search').value = term;
+  const qs = (list.queues || []).filter((q) => has(q.name));
+  const gs = (groups || []).filter((g) => g.name !== '__QUEUE_MODE__' && has(g.name));
+  const ms = (msgs.messages || []).filter((m) => has(m.transactionId));
+  return [
+    h('h1', {}, 'Search ', h('code', { text: term })),
+    card('Queues', table(['Queue', { label: 'Partitions', num: 1 }, { label: 'Pending', num: 1 }],
+      qs.map((q) => [link(q.name, '#/queue/' + encodeURIComponent(q.name)), fmt(q.partitions), fmt(q.messages.pending)]), 'No queue by that name.')),
+    card('Consumer groups', table(['Group', 'Queue', { label: 'Behind (messages)', num: 1 }],
+      gs.map((g) => [link(g.name, '#/groups'), link(g.queueName, '#/queue/' + encodeURIComponent(g.queueName)), fmt(g.lagMessages)]), 'No consumer group by that name.')),
+    card('Messages by transactionId (the newest ' + fmt(SEARCH_MESSAGES) + ' of the last ' + w.label + ')',
+      table(['Transaction', 'Queue', 'Partition', 'Status', 'Created'],
+        ms.map((m) => [messageLink(m), m.queue, m.partition, statusBadge(m.status), when(m.createdAt)]), 'No message with that transactionId in this window.')),
+    card('Traces', table(['Trace name', { label: 'Events', num: 1 }, 'Last seen'],
+      ts.map((t) => [link(t.trace_name, '#/traces/' + encodeURIComponent(t.trace_name)), fmt(t.trace_count), when(t.last_seen)]), 'No trace by that name.')),
+  ];
+}
+
+// messageLink is a message's transactionId linking to its detail page.
+function messageLink(m) {
+  return h('a', { class: 'mono', href: '#/message/' + encodeURIComponent(m.partitionId) + '/' + encodeURIComponent(m.transactionId), text: m.transactionId });
+}
+
+function statusBadge(status) {
+  return badge(String(status).replace('_', ' '), status === 'dead_letter' ? 'bad' : status === 'completed' ? 'ok' : '');
+}
+
+function setupSearch() {
+  document.getElementById('search-form').addEventListener('submit', (e) => {
+    e.preventDefault();
+    const term = document.getElementById('search').value.trim();
+    if (term) location.hash = '#/search/' + encodeURIComponent(term);
+  });
+}
+
+// mb is a byte count in megabytes, as a person reads a size.
+function mb(bytes) {
+  if (bytes === null || bytes === undefined) return '—';
+  return fmt(+(bytes / 1048576).toFixed(bytes < 1048576 ? 3 : 1)) + ' MB';
+}
+
+function pct(v) { return v === null || v === undefined ? '—' : fmt(+Number(v).toFixed(2)) + ' %'; }
+
+// gauge reads one {avg, min, max, last} leaf of a system-metrics point.
+function gauge(point, group, name) { return (((point || {}).metrics || {})[group] || {})[name] || {}; }
+
+// cpuPct is a point's CPU in percent of one core: Queen's cpu leaves are
+// percent x 100 despite their names (1 % is 100).
+function cpuPct(p) { return ((gauge(p, 'cpu', 'user_us').avg || 0) + (gauge(p, 'cpu', 'system_us').avg || 0)) / 100; }
+
+// systemPage is #/system: each broker's CPU, memory, pool, goroutines and
+// the request latency, over the chosen window, from the recorded minutes.
+async function systemPage() {
+  const w = range();
+  const [sys, wm] = await Promise.all([api('/api/v1/analytics/system-metrics?' + w.qs), api('/api/v1/analytics/worker-metrics?' + w.qs)]);
+  const reps = (sys.replicas || []).map((r) => ({ name: r.workerId || r.hostname, pts: (r.timeSeries || []).slice().sort((a, b) => Date.parse(a.timestamp) - Date.parse(b.timestamp)) }));
+  const per = (f) => reps.map((r) => ({ name: r.name, points: r.pts.map((p) => [Date.parse(p.timestamp), f(p)]) }));
+  const ts = wm.timeSeries || [];
+  const lat = (k) => ts.map((b) => [Date.parse(b.timestamp), b[k] || 0]);
+  return [
+    h('h1', { text: 'System' }),
+    card('Brokers (their newest recorded minute in the last ' + w.label + ')', table(['Broker', 'Host', { label: 'CPU', num: 1 }, { label: 'Memory (RSS)', num: 1 },
+      { label: 'Pool in use', num: 1 }, { label: 'Pool idle', num: 1 }, { label: 'Pool size', num: 1 }, { label: 'Goroutines', num: 1 }, { label: 'Heap', num: 1 }, 'Minute'],
+    reps.map((r) => {
+      const p = r.pts[r.pts.length - 1];
+      return [r.name, (sys.replicas.find((x) => (x.workerId || x.hostname) === r.name) || {}).hostname || '—', pct(cpuPct(p)),
+        mb(gauge(p, 'memory', 'rss_bytes').last), fmt(gauge(p, 'database', 'pool_active').last), fmt(gauge(p, 'database', 'pool_idle').last),
+        fmt(gauge(p, 'database', 'pool_size').last), fmt(gauge(p, 'runtime', 'goroutines').last), mb(gauge(p, 'runtime', 'heap_bytes').last), when(p.timestamp)];
+    }), 'No broker recorded a minute in this window.')),
+    h('div', { class: 'grid' },
+      chart('CPU', per(cpuPct), w.from, w.to, '% of one core'),
+      chart('Memory (RSS)', per((p) => (gauge(p, 'memory', 'rss_bytes').avg || 0) / 1048576), w.from, w.to, 'MB'),
+      chart('Pool in use', per((p) => gauge(p, 'database', 'pool_active').avg || 0), w.from, w.to, 'connections'),
+      chart('Goroutines', per((p) => gauge(p, 'runtime', 'goroutines').avg || 0), w.from, w.to, ''),
+      chart('Request latency', [{ name: 'average', points: lat('avgLatencyMs') }, { name: 'p99', points: lat('p99LatencyMs') }], w.from, w.to, 'ms')),
+  ];
+}
+
+// postgresPage is #/postgres: the database's cache hit ratios, sizes, dead
+// tuples and the other sessions' queries (GET analytics/postgres-stats).
+async function postgresPage() {
+  const d = await api('/api/v1/analytics/postgres-stats');
+  const db = d.databaseStats || {};
+  const cs = d.cacheSummary || {};
+  const aq = d.activeQueries || [];
+  return [
+    h('h1', {}, 'PostgreSQL ', h('code', { text: d.database || '' })),
+    h('div', { class: 'tiles' }, tile('cache hit', pct((d.databaseCache || {}).cacheHitRatio)), tile('table cache hit', pct((cs.tables || {}).hitRatio)),
+      tile('index cache hit', pct((cs.indexes || {}).hitRatio)), tile('database size', mb(db.sizeBytes)), tile('connections', db.connections),
+      tile('other sessions\' queries', aq.length)),
+    card('Table sizes', table(['Table', { label: 'Total', num: 1 }, { label: 'Table', num: 1 }, { label: 'Indexes', num: 1 }],
+      (d.tableSizes || []).map((t) => [t.table, mb(t.totalSizeBytes), mb(t.tableSizeBytes), mb(t.indexSizeBytes)]), 'No table.')),
+    card('Dead tuples', table(['Table', { label: 'Live', num: 1 }, { label: 'Dead', num: 1 }, { label: 'Dead share', num: 1 }, 'Last vacuum', 'Last autovacuum'],
+      (d.deadTuples || []).map((t) => [t.table, fmt(t.liveTuples), fmt(t.deadTuples), pct(t.deadPercentage), when(t.lastVacuum), when(t.lastAutovacuum)]), 'No table.')),
+    card('Index cache', table(['Index', 'Table', { label: 'Hit ratio', num: 1 }, { label: 'Disk reads', num: 1 }],
+      (d.indexCache || []).map((t) => [t.index, t.table, pct(t.cacheHitRatio), fmt(t.diskReads)]), 'No index read yet.')),
+    card('Other sessions\' queries', table(['PID', 'State', { label: 'Running', num: 1 }, 'Waiting on', 'Query'],
+      aq.map((q) => [fmt(q.pid), q.state || '—', dur((q.durationMs || 0) / 1000), q.waitEvent ? q.waitEventType + ' / ' + q.waitEvent : '—', h('code', { text: q.query || '' })]), 'No other session is running a query.')),
+    card('Replication', h('p', { class: 'muted', text: 'The postgres-stats answer carries no replication figures yet (standbys and their lag); the PostgreSQL failover state is in the broker logs and /metrics.' })),
   ];
 }
 
@@ -378,7 +657,7 @@ function parseRoute() {
 
 const PAGES = {
   overview: () => overview(), queue: (a) => queuePage(a), dlq: () => dlqPage(), groups: () => groupsPage(),
-  maintenance: () => maintenancePage(), spool: () => spoolPage(), cluster: () => clusterPage(), settings: () => settingsPage(),
+  search: (a) => searchPage(a), message: (a) => messagePage(a), traces: (a) => tracesPage(a), system: () => systemPage(), postgres: () => postgresPage(), maintenance: () => maintenancePage(), spool: () => spoolPage(), cluster: () => clusterPage(), settings: () => settingsPage(),
 };
 
 let rendering = false;
@@ -397,6 +676,7 @@ async function render() {
     document.getElementById('updated').textContent = 'Updated ' + new Date().toISOString().slice(11, 19) + ' UTC' +
       (FORM_PAGES.has(r.page) ? ' (not refreshed while this form is open)' : ', every ' + REFRESH_MS / 1000 + ' s');
     document.body.dataset.page = r.page;
+    delete document.body.dataset.failed; // a failure is over once the page renders
     document.body.dataset.renders = String(Number(document.body.dataset.renders || 0) + 1);
   } catch (e) {
     main.replaceChildren(h('h1', { text: 'Cannot load this page' }),
@@ -420,17 +700,26 @@ async function loadSession() {
   document.body.dataset.level = Q.session.level;
 }
 
+// typing is true while a field of the page has the focus: a re-render
+// would replace it under the user's fingers (a filter, a seek time).
+function typing() {
+  const a = document.activeElement;
+  return !!a && a.closest('main') !== null && (a.tagName === 'INPUT' || a.tagName === 'SELECT');
+}
+
 // tick is the refresh: the live pages re-render, a form page does not.
 // body.dataset.ticks counts the ticks, so a test can wait for them.
 function tick() {
   document.body.dataset.ticks = String(Number(document.body.dataset.ticks || 0) + 1);
-  if (document.hidden || FORM_PAGES.has(parseRoute().page)) return;
+  if (document.hidden || FORM_PAGES.has(parseRoute().page) || typing()) return;
   render();
 }
 
 window.addEventListener('hashchange', () => { Q.state.armed = null; render(); });
 
 (async function start() {
+  setupRange();
+  setupSearch();
   await loadSession();
   await render();
   Q.timer = setInterval(tick, REFRESH_MS);
