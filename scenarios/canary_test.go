@@ -279,6 +279,15 @@ func TestAckCombinerSwapsIsCaughtByGeneratedFreeSeeds(t *testing.T) {
 	huntFree(t, "ack-combiner-swaps", func(*scenarios.Scenario) bool { return true })
 }
 
+// TestPopCombinerSwapsIsCaughtByGeneratedFreeSeeds: a combined pop
+// statement that hands each pop another's claim (pops of other queues,
+// groups or tenants among them) is seen by the delivery rules: a message
+// handed out under a second live lease, twice in a group, or to a pop of
+// another tenant.
+func TestPopCombinerSwapsIsCaughtByGeneratedFreeSeeds(t *testing.T) {
+	huntFree(t, "pop-combiner-swaps", func(*scenarios.Scenario) bool { return true })
+}
+
 // TestTimerClaimIgnoresLeaseIsCaughtByGeneratedFreeSeeds: a sweeper that
 // claims timers another still holds fires each once all the same (the last
 // claim's token is the one the fire needs); only the timer-claims rule,

@@ -26,6 +26,7 @@ import "os"
 // cycle-ignores-lease (a streams cycle commits under a lease it lost),
 // combiner-swaps (a combined push batch hands its answers back reversed),
 // ack-combiner-swaps (a combined ack batch does the same),
+// pop-combiner-swaps (a combined pop statement does the same),
 // kv-getmany-ttl-ignored (getMany alone reads expired rows), limits-off
 // (the edge checks no field against queen/limits), timer-batch-poisoned
 // (a timer whose fire is refused fails its whole claimed batch, every
@@ -66,4 +67,4 @@ import "os"
 // group subscribing with mode new or subscriptionFrom gets its cursor one
 // message past its start point), seek-skips-one (a seek to a timestamp
 // puts the cursor one message past it).
-func On(name string) bool { return os.Getenv("QUEEN_CANARY") == name }
+func On(name string) bool { return name != "" && os.Getenv("QUEEN_CANARY") == name }

@@ -65,7 +65,7 @@ func newPopCombiner(st *store.Store, statements, maxCalls int) *combine.Combiner
 		// A pop's rows are its own: no error is another's, and a pop
 		// waits for no row lock (SKIP LOCKED), so none runs alone.
 		Permanent: never, LockTimedOut: never,
-		MaxInFlight: statements, MaxRows: maxCalls,
+		MaxInFlight: statements, MaxRows: maxCalls, SwapCanary: "pop-combiner-swaps",
 	})
 }
 
