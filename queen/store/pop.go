@@ -209,19 +209,24 @@ claimed AS (
 picked AS (
 	SELECT c.partition_id, c.name, c.retries, m.id, m.transaction_id, m.trace_id, m.payload, m.is_encrypted, m.producer_sub,
 		m.created_at, m.seq
-	FROM claimed c
-	CROSS JOIN LATERAL (
-		SELECT m.*, row_number() OVER w AS n, ` + popBytesSQL + `
-		FROM (` + popPickSQL + `) m
-		WINDOW w AS (ORDER BY m.seq ROWS UNBOUNDED PRECEDING)
-	) m
-	WHERE m.n = 1 OR m.bytes <= $9::bigint
+	FROM claimed c` + popPickOwnSQL + `
 ),
 per_partition AS (
 	SELECT partition_id, (SELECT count(*) FROM picked) AS n, seq AS last_seq, id AS last_id, created_at AS last_created
 	FROM picked ORDER BY seq DESC LIMIT 1
 ),` + popLeaseSQL + `
 ORDER BY p.seq`
+
+// popPickOwnSQL is the pick of one claimed partition c within its own byte
+// budget (popBytesSQL over c's messages alone): the pick of popOneSQL and
+// of each pop of popManySQL.
+const popPickOwnSQL = `
+	CROSS JOIN LATERAL (
+		SELECT m.*, row_number() OVER w AS n, ` + popBytesSQL + `
+		FROM (` + popPickSQL + `) m
+		WINDOW w AS (ORDER BY m.seq ROWS UNBOUNDED PRECEDING)
+	) m
+	WHERE m.n = 1 OR m.bytes <= $9::bigint`
 
 // popText builds the statement for a wildcard or a specific-partition pop
 // claiming one partition or several; the statement table (statements.go)

@@ -110,16 +110,7 @@ func TestOnePartitionPopAgreesWithTheGeneralPop(t *testing.T) {
 // state, each in a transaction rolled back, fails when they differ, and
 // returns how many messages the lean one delivered.
 func comparePops(rt *rapid.T, pool *pgxpool.Pool, queue string, req consume.PopRequest, now time.Time) int {
-	ctx := context.Background()
-	var qid string
-	if err := pool.QueryRow(ctx, `SELECT id::text FROM queen.queues WHERE tenant_id = $1 AND name = $2`,
-		tenant, queue).Scan(&qid); err != nil {
-		rt.Fatal(err)
-	}
-	group := req.Group
-	if group == "" {
-		group = store.QueueModeGroup
-	}
+	qid, group := queueAndGroup(rt, pool, queue, req)
 	args := []any{qid, group, 1, req.Batch, "00000000-0000-7000-8000-0000000000aa", 0, req.AutoAck, now, req.MaxBytes}
 	if req.Partition != "" {
 		args = append(args, req.Partition)
@@ -146,15 +137,7 @@ func comparePops(rt *rapid.T, pool *pgxpool.Pool, queue string, req consume.PopR
 // combined scan claims each partition once.)
 func comparePopMany(rt *rapid.T, pool *pgxpool.Pool, queue string, req consume.PopRequest, now time.Time, n int) {
 	ctx := context.Background()
-	var qid string
-	if err := pool.QueryRow(ctx, `SELECT id::text FROM queen.queues WHERE tenant_id = $1 AND name = $2`,
-		tenant, queue).Scan(&qid); err != nil {
-		rt.Fatal(err)
-	}
-	group := req.Group
-	if group == "" {
-		group = store.QueueModeGroup
-	}
+	qid, group := queueAndGroup(rt, pool, queue, req)
 	tokens := make([]string, n)
 	for i := range tokens {
 		tokens[i] = fmt.Sprintf("00000000-0000-7000-8000-0000000000%02d", i+1)
@@ -187,6 +170,20 @@ func comparePopMany(rt *rapid.T, pool *pgxpool.Pool, queue string, req consume.P
 	if !reflect.DeepEqual(manyCursors, singleCursors) {
 		rt.Fatalf("%d pops %+v: the combined statement left cursors\n%v\nthe single ones\n%v", n, req, manyCursors, singleCursors)
 	}
+}
+
+// queueAndGroup are req's queue id and consumer group as a pop statement
+// takes them.
+func queueAndGroup(rt *rapid.T, pool *pgxpool.Pool, queue string, req consume.PopRequest) (qid, group string) {
+	if err := pool.QueryRow(context.Background(), `SELECT id::text FROM queen.queues WHERE tenant_id = $1 AND name = $2`,
+		tenant, queue).Scan(&qid); err != nil {
+		rt.Fatal(err)
+	}
+	group = req.Group
+	if group == "" {
+		group = store.QueueModeGroup
+	}
+	return qid, group
 }
 
 // popRolledBack runs a pop statement in a transaction it rolls back and

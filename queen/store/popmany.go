@@ -24,13 +24,7 @@ claimed AS (
 picked AS (
 	SELECT c.partition_id, c.name, c.retries, c.rank, m.id, m.transaction_id, m.trace_id, m.payload, m.is_encrypted,
 		m.producer_sub, m.created_at, m.seq
-	FROM claimed c
-	CROSS JOIN LATERAL (
-		SELECT m.*, row_number() OVER w AS n, ` + popBytesSQL + `
-		FROM (` + popPickSQL + `) m
-		WINDOW w AS (ORDER BY m.seq ROWS UNBOUNDED PRECEDING)
-	) m
-	WHERE m.n = 1 OR m.bytes <= $9::bigint
+	FROM claimed c` + popPickOwnSQL + `
 ),
 per_partition AS (
 	SELECT partition_id, min(rank) AS rank, count(*) AS n, max(seq) AS last_seq,
