@@ -199,7 +199,40 @@ type ext struct {
 	invokeI  int
 }
 
+// completionExcused reports, for an autoAck pop answered between from and
+// to (virtual ms), whether a fault may have failed the completion the broker
+// runs right after writing the answer (consume.Complete): a database fault
+// on any broker, a read-only server among them (the completion is a write),
+// or a broker stopping or crashing, from the fault's start to answerGrace
+// after its end. Such a completion is indeterminate: the lease then ends and
+// the messages are delivered again (at least once, as SPEC's autoAck
+// says), so the delivery is not counted as a completion. Faults that only
+// slow or reorder excuse nothing.
+func completionExcused(h []Event) func(from, to int64) bool {
+	type window struct{ from, to int64 }
+	var windows []window
+	for _, e := range h {
+		switch {
+		case e.Kind == KFault && e.Fault != "pg.readonly" && benign(e.Fault):
+		case e.Kind == KFault && strings.HasPrefix(e.Fault, "spool."):
+		case e.Kind == KFault:
+			windows = append(windows, window{e.VT, max(e.Until, e.VT) + answerGrace})
+		case e.Kind == KBroker:
+			windows = append(windows, window{e.VT, e.VT + answerGrace})
+		}
+	}
+	return func(from, to int64) bool {
+		for _, w := range windows {
+			if from <= w.to && to >= w.from {
+				return true
+			}
+		}
+		return false
+	}
+}
+
 func build(h []Event) *timeline {
+	excused := completionExcused(h)
 	t := &timeline{attempted: map[Key]bool{}, pushVT: map[Key]int64{}, acked: map[Key]bool{}, queuedOK: map[Key]int{},
 		pushTenants: map[[3]string]map[string]bool{}, releases: map[string][]int{}, released: map[string]int{}, extends: map[string][]ext{},
 		leaseGroup: map[string]string{}}
@@ -273,7 +306,7 @@ func build(h []Event) *timeline {
 				if m.Lease != "" {
 					t.leaseGroup[m.Lease] = g
 				}
-				if d.autoAck {
+				if d.autoAck && !excused(in.VT, c.done.VT) {
 					t.completions = append(t.completions, completion{key: d.key, group: g, okI: c.done.Index, invokeI: c.in.Index})
 				}
 			}
