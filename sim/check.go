@@ -164,6 +164,11 @@ type completion struct {
 	invokeI int
 	lease   string
 	dlq     bool
+	// uncertain: an autoAck delivery answered inside a fault window, whose
+	// completion after the answer may have failed (completionExcused):
+	// it counts for every rule but no-double-delivery, which lets the
+	// message be delivered and completed again.
+	uncertain bool
 }
 
 // timeline is what the checkers derive from a history.
@@ -206,8 +211,8 @@ type ext struct {
 // or a broker stopping or crashing, from the fault's start to answerGrace
 // after its end. Such a completion is indeterminate: the lease then ends and
 // the messages are delivered again (at least once, as SPEC's autoAck
-// says), so the delivery is not counted as a completion. Faults that only
-// slow or reorder excuse nothing.
+// says), so no-double-delivery does not hold the delivery as a completion
+// (completion.uncertain). Faults that only slow or reorder excuse nothing.
 func completionExcused(h []Event) func(from, to int64) bool {
 	type window struct{ from, to int64 }
 	var windows []window
@@ -306,8 +311,9 @@ func build(h []Event) *timeline {
 				if m.Lease != "" {
 					t.leaseGroup[m.Lease] = g
 				}
-				if d.autoAck && !excused(in.VT, c.done.VT) {
-					t.completions = append(t.completions, completion{key: d.key, group: g, okI: c.done.Index, invokeI: c.in.Index})
+				if d.autoAck {
+					t.completions = append(t.completions, completion{key: d.key, group: g, okI: c.done.Index, invokeI: c.in.Index,
+						uncertain: excused(in.VT, c.done.VT)})
 				}
 			}
 		case "ack":
