@@ -168,17 +168,23 @@ SELECT p.partition_id::text, p.name, p.retries, p.id::text, p.transaction_id, p.
 FROM picked p JOIN leased l ON l.partition_id = p.partition_id`
 }
 
+// popClaimedRankedSQL numbers the claimed partitions in claim order (least
+// recently claimed first), with what delayedProcessing hides of each: the
+// claimed CTE of the statements that claim several partitions (popSQL,
+// popManySQL).
+const popClaimedRankedSQL = `
+claimed AS (
+	SELECT c.*, row_number() OVER (ORDER BY c.acquired ASC NULLS FIRST, c.partition_id) AS rank,
+		` + popHiddenFromSQL + `
+	FROM cand c, q
+),`
+
 // popSQL claims up to $3 partitions, reads their messages and leases
 // them, in one statement (popClaimSQL, popHiddenFromSQL, popLeaseSQL give
 // its invariants). The batch of $4 messages is shared across the claimed
 // partitions in claim order; a partition whose messages the batch did not
 // reach is not leased.
-var popSQL = popClaimSQL + `
-claimed AS (
-	SELECT c.*, row_number() OVER (ORDER BY c.acquired ASC NULLS FIRST, c.partition_id) AS rank,
-		` + popHiddenFromSQL + `
-	FROM cand c, q
-),
+var popSQL = popClaimSQL + popClaimedRankedSQL + `
 picked AS (
 	SELECT * FROM (
 		SELECT c.partition_id, c.name, c.retries, m.id, m.transaction_id, m.trace_id, m.payload, m.is_encrypted, m.producer_sub,

@@ -13,14 +13,10 @@ import (
 // the byte budget $9, and the partition of claim rank k is leased under
 // the k-th token of $5 (text[]), so each pop holds its own lease and
 // answers only its own partition. Its invariants are popOneSQL's, per
-// partition (TestCombinedPopsAreOnePopEach); what it saves is the
+// partition (TestOnePartitionPopAgreesWithTheGeneralPop holds n combined
+// pops to n single ones run in turn); what it saves is the
 // candidate scan, the round trip and the commit, once for all its pops.
-var popManySQL = popClaimSQL + `
-claimed AS (
-	SELECT c.*, row_number() OVER (ORDER BY c.acquired ASC NULLS FIRST, c.partition_id) AS rank,
-		` + popHiddenFromSQL + `
-	FROM cand c, q
-),
+var popManySQL = popClaimSQL + popClaimedRankedSQL + `
 picked AS (
 	SELECT c.partition_id, c.name, c.retries, c.rank, m.id, m.transaction_id, m.trace_id, m.payload, m.is_encrypted,
 		m.producer_sub, m.created_at, m.seq
