@@ -68,3 +68,59 @@ func Unreached(cov sim.Coverage, required []string) []string {
 	}
 	return out
 }
+
+// RowsFor are the plan rows built to reach cell: the rows whose first queue
+// has the cell's queue option, or every row when the cell names none (or
+// an option no row gives orders, such as dlq's deliveries, which any row
+// may reach).
+func RowsFor(cell string) []int {
+	var want string
+	for _, part := range strings.Split(cell, " x ") {
+		if v, ok := strings.CutPrefix(part, "queue="); ok {
+			want = v
+		}
+	}
+	var rows []int
+	for r := 0; r < Rows; r++ {
+		if rowQueues[r%8] == want {
+			rows = append(rows, r)
+		}
+	}
+	if len(rows) == 0 {
+		for r := 0; r < Rows; r++ {
+			rows = append(rows, r)
+		}
+	}
+	return rows
+}
+
+// TopUp runs more seeds for the required cells cov misses, rounds times
+// over the rows that plan each (RowsFor), with seeds drawn from base, and
+// adds their cells to cov; run answers a seed's cells
+// (nil when it failed). It answers the cells still unreached. A cell a
+// change made unreachable stays unreached; a cell a busy machine's one
+// seed missed (a late group's only pop on a window queue timed out, say)
+// is reached by a rerun of its rows, and the test says so.
+func TopUp(cov sim.Coverage, required []string, base uint64, rounds int, run func(seed uint64) sim.Coverage) []string {
+	next := uint64(Rows)
+	for round := 0; round < rounds; round++ {
+		missing := Unreached(cov, required)
+		if len(missing) == 0 {
+			return nil
+		}
+		ran := map[int]bool{}
+		for _, c := range missing {
+			for _, r := range RowsFor(c) {
+				if ran[r] || cov[c] > 0 {
+					continue
+				}
+				ran[r] = true
+				if got := run(WithRow(base^(next*0x9e3779b97f4a7c15), r)); got != nil {
+					cov.Add(got)
+				}
+				next++
+			}
+		}
+	}
+	return Unreached(cov, required)
+}
