@@ -1,6 +1,7 @@
 // Package streams owns the streams cycle (POST /streams/v1/cycle), the
 // server side of Queen's streaming SDKs (contract-streams.md), composed of
-// queen/store's statements in one PostgreSQL transaction.
+// queen/store's statements and queen/writes' append in one PostgreSQL
+// transaction.
 //
 // The contract: a cycle commits the query's state changes for one source
 // partition, its sink pushes and its source ack together, or nothing.
@@ -75,7 +76,8 @@ type CycleResult struct {
 }
 
 // Cycle commits one cycle through n's store, resolving the sinks' names
-// through n and appending through the broker's write policy w, or nothing (the package doc states the contract).
+// through n and appending through the broker's write policy w, or nothing
+// (the package doc states the contract).
 func Cycle(ctx context.Context, n *names.Names, w *writes.Policy, p CycleParams) (CycleResult, error) {
 	return names.Retry(n, func() (CycleResult, error) { return cycleOnce(ctx, n, w, p) })
 }

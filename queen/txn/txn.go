@@ -1,7 +1,8 @@
 // Package txn owns the transaction route (POST /api/v1/transaction): pushes,
 // acks, timers and KV operations applied all-or-nothing in one PostgreSQL
-// transaction, composed of queen/store's statements and queen/consume's
-// strict ack (consume.AckStrictInTx, the general ack's state machine).
+// transaction, composed of queen/store's statements, queen/writes' append
+// and timers (sealing, in-batch dedup) and queen/consume's strict ack
+// (consume.AckStrictInTx, the general ack's state machine).
 //
 // The contract:
 //
