@@ -45,6 +45,7 @@ import (
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/sweeper"
 	"github.com/queen-go/queen/queen/waker"
+	"github.com/queen-go/queen/queen/writes"
 )
 
 // Options configure a Broker. Zero values are production defaults.
@@ -88,13 +89,16 @@ type Options struct {
 
 // Broker is one queen process.
 type Broker struct {
-	opts     Options
-	cfg      config.Config
-	log      *slog.Logger
-	pool     *pgxpool.Pool
-	probe    *dbprobe.Prober
-	store    *store.Store
-	names    *names.Names // the store's names, cached: every path shares it
+	opts  Options
+	cfg   config.Config
+	log   *slog.Logger
+	pool  *pgxpool.Pool
+	probe *dbprobe.Prober
+	store *store.Store
+	names *names.Names // the store's names, cached: every path shares it
+	// writes is the write policy every path that writes shares (sealing
+	// with the encryption hint names forgets, the in-batch dedup).
+	writes   *writes.Policy
 	api      *httpapi.Server
 	handler  http.Handler
 	http     *http.Server
@@ -268,9 +272,9 @@ func (b *Broker) openStore(ctx context.Context) (*crypt.Cipher, error) {
 		cipher, _ = crypt.New(b.cfg.EncryptionKey, b.cfg.EncryptionKeysPrevious...) // checked when the configuration was parsed
 	}
 	b.store = store.New(b.pool, store.Options{DBNow: b.opts.DBNow, IDs: b.opts.IDs, TxTimeout: b.cfg.DBStatementTimeout, Cipher: cipher,
-		Clock: b.opts.Clock, Writes: pushpath.WritesFor(pushpath.WritesOptions{Cipher: cipher, Clock: b.opts.Clock, TTL: b.cfg.CacheRefreshInterval}),
-		ReadOnly: b.readOnly})
-	b.names = names.New(b.store, names.Options{Clock: b.opts.Clock, TTL: b.cfg.CacheRefreshInterval})
+		Clock: b.opts.Clock, ReadOnly: b.readOnly})
+	b.writes = writes.New(b.store, writes.Options{Cipher: cipher, Clock: b.opts.Clock, TTL: b.cfg.CacheRefreshInterval})
+	b.names = names.New(b.store, names.Options{Clock: b.opts.Clock, TTL: b.cfg.CacheRefreshInterval, SealHints: b.writes})
 	if err := b.checkStandby(ctx); err != nil {
 		return nil, err
 	}
@@ -312,7 +316,7 @@ func (b *Broker) apiOptions(ctx context.Context, arbiter *admission.Arbiter, cip
 		b.recorder = analytics.NewRecorder(b.cfg.AnalyticsMaxQueues)
 	}
 	b.arbiter, b.waker = arbiter, waker.New()
-	o := httpapi.Options{Config: b.cfg, Store: b.store, Names: b.names, Analytics: b.recorder, Spool: b.spool, Drainer: b.drainer,
+	o := httpapi.Options{Config: b.cfg, Store: b.store, Writes: b.writes, Names: b.names, Analytics: b.recorder, Spool: b.spool, Drainer: b.drainer,
 		Maintenance: b.maint, Arbiter: arbiter, Clock: b.opts.Clock, Waker: b.waker, IDs: b.opts.IDs, Logger: b.log,
 		Cipher: cipher, Push: pushes, PopClaims: b.opts.PopClaims, Retry: retry}
 	if err := b.configureAuth(&o); err != nil {
@@ -332,7 +336,7 @@ func (b *Broker) apiOptions(ctx context.Context, arbiter *admission.Arbiter, cip
 // newPushPath is the one owner of commit-or-spool and of the replay of what
 // was spooled; the drainer replays through it.
 func (b *Broker) newPushPath(arbiter *admission.Arbiter, cipher *crypt.Cipher, retry combine.Retry) *pushpath.Path {
-	pushes := pushpath.New(pushpath.Options{Store: b.store, Retry: retry, Names: b.names, Spool: b.spool, Diverted: b.maint.Push, Ping: b.probe.Probe,
+	pushes := pushpath.New(pushpath.Options{Store: b.store, Retry: retry, Writes: b.writes, Names: b.names, Spool: b.spool, Diverted: b.maint.Push, Ping: b.probe.Probe,
 		Cipher: cipher, Arbiter: arbiter, IDs: b.opts.IDs, Log: b.log,
 		PushStatements: b.cfg.PushStatements, PushBatchRows: b.cfg.PushBatchRows})
 	if b.drainer != nil {
@@ -483,7 +487,7 @@ func (b *Broker) logServing() {
 
 // newSweeper is this broker's timer and KV sweeper.
 func (b *Broker) newSweeper(arbiter *admission.Arbiter, cipher *crypt.Cipher) *sweeper.Sweeper {
-	return &sweeper.Sweeper{Store: b.store, Names: b.names, Arbiter: arbiter, Clock: b.opts.Clock, IDs: b.opts.IDs, Log: b.log, Cipher: cipher,
+	return &sweeper.Sweeper{Store: b.store, Names: b.names, Writes: b.writes, Arbiter: arbiter, Clock: b.opts.Clock, IDs: b.opts.IDs, Log: b.log, Cipher: cipher,
 		Lease: b.cfg.SweeperLease, MinSleep: b.cfg.SweeperMinSleep, MaxSleep: b.cfg.SweeperMaxSleep,
 		IdleMaxSleep: b.cfg.SweeperIdleMaxSleep, ClaimBatch: b.cfg.SweeperClaimBatch, PruneBatch: 1000,
 		MaxAttempts: b.cfg.SweeperMaxAttempts, RetryBase: b.cfg.SweeperRetryBase, Observe: b.opts.TimerClaims}

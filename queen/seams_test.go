@@ -58,26 +58,36 @@ func TestSeamsAreRespected(t *testing.T) {
 // policy packages (pushpath, consume) run the combiners over store; queen/txn
 // (the transaction route) and queen/streams (the streams cycle) compose
 // store's statements and are reached from httpapi; they import nothing else
-// of queen but canary and queen/names (names to ids, cached, and the stale
-// retry), except that txn acks through consume, which owns the ack state
-// machine. queen/names runs store's statements and imports no policy.
+// of queen but canary, queen/names (names to ids, cached, and the stale
+// retry) and queen/writes (the write policy), except that txn acks through
+// consume, which owns the ack state machine. queen/names runs store's
+// statements and imports no policy; queen/writes (what a write does to rows
+// before and around the append: sealing, the needs-seal re-run, the
+// in-batch dedup) runs store's statements over the seams below it only.
 func TestSeamsKeepImportArrowsOneWay(t *testing.T) {
 	const mod = "github.com/queen-go/queen/queen/"
 	rules := map[string]func(imp string) bool{
 		"store": func(imp string) bool {
 			return !strings.HasPrefix(imp, mod+"pushpath") && !strings.HasPrefix(imp, mod+"consume") &&
 				!strings.HasPrefix(imp, mod+"httpapi") && !strings.HasPrefix(imp, mod+"txn") &&
-				!strings.HasPrefix(imp, mod+"streams") && !strings.HasPrefix(imp, mod+"names")
+				!strings.HasPrefix(imp, mod+"streams") && !strings.HasPrefix(imp, mod+"names") &&
+				!strings.HasPrefix(imp, mod+"writes")
 		},
 		"names": func(imp string) bool {
 			return !strings.HasPrefix(imp, mod) || imp == mod+"store" || imp == mod+"canary" || imp == mod+"clock" ||
 				imp == mod+"ttlcache"
 		},
+		"writes": func(imp string) bool {
+			return !strings.HasPrefix(imp, mod) || imp == mod+"store" || imp == mod+"crypt" || imp == mod+"canary" ||
+				imp == mod+"clock" || imp == mod+"ttlcache"
+		},
 		"txn": func(imp string) bool {
-			return !strings.HasPrefix(imp, mod) || imp == mod+"store" || imp == mod+"canary" || imp == mod+"consume" || imp == mod+"names"
+			return !strings.HasPrefix(imp, mod) || imp == mod+"store" || imp == mod+"canary" || imp == mod+"consume" ||
+				imp == mod+"names" || imp == mod+"writes"
 		},
 		"streams": func(imp string) bool {
-			return !strings.HasPrefix(imp, mod) || imp == mod+"store" || imp == mod+"canary" || imp == mod+"names"
+			return !strings.HasPrefix(imp, mod) || imp == mod+"store" || imp == mod+"canary" || imp == mod+"names" ||
+				imp == mod+"writes"
 		},
 		"combine": func(imp string) bool {
 			return !strings.HasPrefix(imp, mod) || imp == mod+"canary" || imp == mod+"admission"
@@ -116,7 +126,9 @@ func TestSeamsKeepImportArrowsOneWay(t *testing.T) {
 	for _, arrow := range []string{"pushpath " + mod + "combine", "pushpath " + mod + "store",
 		"consume " + mod + "combine", "consume " + mod + "store",
 		"txn " + mod + "store", "txn " + mod + "consume", "httpapi " + mod + "txn", "streams " + mod + "store", "httpapi " + mod + "streams",
-		"pushpath " + mod + "names", "consume " + mod + "names", "txn " + mod + "names", "streams " + mod + "names"} {
+		"pushpath " + mod + "names", "consume " + mod + "names", "txn " + mod + "names", "streams " + mod + "names",
+		"writes " + mod + "store", "pushpath " + mod + "writes", "txn " + mod + "writes", "streams " + mod + "writes",
+		"httpapi " + mod + "writes"} {
 		if !imported[arrow] {
 			t.Errorf("%s no longer imports %s", strings.Fields(arrow)[0], strings.Fields(arrow)[1])
 		}
@@ -136,8 +148,11 @@ var layers = map[string]int{
 	"config": 3,
 	// The statements.
 	"store": 4,
-	// Names to ids, cached, and the one retry when a cached id went stale.
-	"names": 5,
+	// Names to ids, cached, and the one retry when a cached id went stale;
+	// what a write does to rows before and around the append (sealing, the
+	// in-batch dedup), which names forgets the hints of through an
+	// interface of its own.
+	"names": 5, "writes": 5,
 	// Services and policy over the statements.
 	"analytics": 6, "consume": 6, "leader": 6, "spool": 6, "store/storetest": 6, "sweeper": 6,
 	"streams": 6,

@@ -273,7 +273,7 @@ func (s *Server) transaction(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return
 	}
-	results, more, err := txn.Run(r.Context(), s.names, txn.Request{Tenant: tenantOf(r), Ops: ops, RequiredLeases: leases, ProducerSub: subOf(r),
+	results, more, err := txn.Run(r.Context(), s.names, s.writes, txn.Request{Tenant: tenantOf(r), Ops: ops, RequiredLeases: leases, ProducerSub: subOf(r),
 		Extras: extras})
 	release()
 	if s.txnFailed(w, r, txnID, err) {

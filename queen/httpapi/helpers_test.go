@@ -21,11 +21,11 @@ import (
 	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/httpapi"
 	"github.com/queen-go/queen/queen/ids"
-	"github.com/queen-go/queen/queen/pushpath"
 	"github.com/queen-go/queen/queen/spool"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/store/storetest"
 	"github.com/queen-go/queen/queen/waker"
+	"github.com/queen-go/queen/queen/writes"
 )
 
 func TestMain(m *testing.M) { storetest.Main(m) }
@@ -36,10 +36,13 @@ type env struct {
 	t     *testing.T
 	url   string
 	store *store.Store
-	pool  *pgxpool.Pool
-	mu    sync.Mutex
-	shift time.Duration
-	rec   *analytics.Recorder // nil with QUEEN_ANALYTICS=false
+	// writes is the server's write policy, for the tests that write
+	// around it (a sweeper's fire).
+	writes *writes.Policy
+	pool   *pgxpool.Pool
+	mu     sync.Mutex
+	shift  time.Duration
+	rec    *analytics.Recorder // nil with QUEEN_ANALYTICS=false
 }
 
 type envOption func(*config.Config)
@@ -69,8 +72,8 @@ func newEnvSpool(t *testing.T, sp *spool.Spool, opts ...envOption) *env {
 		}
 	}
 	e.pool = storetest.Pool(t)
-	e.store = store.New(e.pool, store.Options{IDs: idSrc, DBNow: e.dbNow, TxTimeout: 10 * time.Second, Cipher: cipher,
-		Writes: pushpath.WritesFor(pushpath.WritesOptions{Cipher: cipher})})
+	e.store = store.New(e.pool, store.Options{IDs: idSrc, DBNow: e.dbNow, TxTimeout: 10 * time.Second, Cipher: cipher})
+	e.writes = storetest.Writes(e.store, cipher)
 	var authn *auth.Authenticator
 	if cfg.JWTEnabled {
 		var err error
@@ -81,7 +84,7 @@ func newEnvSpool(t *testing.T, sp *spool.Spool, opts ...envOption) *env {
 	if cfg.Analytics {
 		e.rec = analytics.NewRecorder(cfg.AnalyticsMaxQueues)
 	}
-	srv := httpapi.New(httpapi.Options{Config: cfg, Store: e.store, Retry: storetest.Retry(e.store), Analytics: e.rec, Clock: clock.Real{}, Waker: waker.New(),
+	srv := httpapi.New(httpapi.Options{Config: cfg, Store: e.store, Writes: e.writes, Retry: storetest.Retry(e.store), Analytics: e.rec, Clock: clock.Real{}, Waker: waker.New(),
 		IDs: idSrc, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Auth: authn, Cipher: cipher, Spool: sp})
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)

@@ -219,7 +219,7 @@ func TestTimerKVAndTransactionCorporaAreStored(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fired, err := (&sweeper.Sweeper{Store: e.store, Names: names.New(e.store, names.Options{})}).FireTimers(ctx, corpusToken, claimed)
+	fired, err := (&sweeper.Sweeper{Store: e.store, Names: names.New(e.store, names.Options{}), Writes: e.writes}).FireTimers(ctx, corpusToken, claimed)
 	if err != nil || len(fired) != len(claimed) || len(claimed) == 0 {
 		t.Errorf("firing the corpus's timers: %d claimed, %d fired: %v", len(claimed), len(fired), err)
 	}

@@ -134,7 +134,7 @@ func (s *Server) retryMessage(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, retryRefused{Error: "push maintenance is on: retry after it ends"})
 		return
 	}
-	res, err := s.names.RetryMessage(r.Context(), tenantOf(r), pid, txid)
+	res, err := s.pushes.RetryMessage(r.Context(), tenantOf(r), pid, txid)
 	if errors.Is(err, store.ErrNotFound) {
 		writeJSON(w, http.StatusNotFound, retryMissing{Error: "Message not found", PartitionID: pid, TransactionID: txid})
 		return

@@ -43,6 +43,7 @@ import (
 	"github.com/queen-go/queen/queen/spool"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/waker"
+	"github.com/queen-go/queen/queen/writes"
 )
 
 // Version is reported by /health.
@@ -53,6 +54,7 @@ type Server struct {
 	cfg     config.Config
 	store   *store.Store
 	names   *names.Names
+	writes  *writes.Policy
 	spool   *spool.Spool
 	drainer *spool.Drainer
 	maint   *maintenance.State
@@ -98,8 +100,13 @@ type counters struct {
 type Options struct {
 	Config config.Config
 	Store  *store.Store
+	// Writes is the write policy every write runs through (the broker's
+	// one queen/writes over Store); nil: one of this server's own, sealing
+	// with Cipher.
+	Writes *writes.Policy
 	// Names resolves names over Store, cached (the broker's one
-	// queen/names); nil: a cache of this server's own.
+	// queen/names, forgetting Writes' hints); nil: a cache of this
+	// server's own.
 	Names *names.Names
 	// Analytics records the per-minute buckets (nil: none recorded).
 	Analytics *analytics.Recorder
@@ -192,10 +199,13 @@ func New(o Options) *Server {
 	if o.Maintenance == nil {
 		o.Maintenance = maintenance.New(o.Store, o.Spool, o.Logger)
 	}
-	if o.Names == nil {
-		o.Names = names.New(o.Store, names.Options{Clock: o.Clock, TTL: o.Config.CacheRefreshInterval})
+	if o.Writes == nil {
+		o.Writes = writes.New(o.Store, writes.Options{Cipher: o.Cipher, Clock: o.Clock, TTL: o.Config.CacheRefreshInterval})
 	}
-	s := &Server{cfg: o.Config, store: o.Store, names: o.Names, spool: o.Spool, drainer: o.Drainer, maint: o.Maintenance,
+	if o.Names == nil {
+		o.Names = names.New(o.Store, names.Options{Clock: o.Clock, TTL: o.Config.CacheRefreshInterval, SealHints: o.Writes})
+	}
+	s := &Server{cfg: o.Config, store: o.Store, names: o.Names, writes: o.Writes, spool: o.Spool, drainer: o.Drainer, maint: o.Maintenance,
 		arbiter: o.Arbiter, clock: o.Clock, wake: o.Waker, peers: o.Peers, ids: o.IDs, sharedState: o.SharedState, meshRefusals: o.MeshRefusals, timerHint: o.TimerHint, sweeperStats: o.SweeperStats, connections: o.Connections, auth: o.Auth, cipher: o.Cipher, log: o.Logger, started: o.Clock.Now(),
 		draining: make(chan struct{})}
 	s.consumer = consume.New(consume.Options{Store: o.Store, Retry: o.Retry, Names: o.Names, Cipher: o.Cipher, Waker: o.Waker, Clock: o.Clock, Draining: s.draining, OnClaim: o.PopClaims, Log: o.Logger,
@@ -203,7 +213,7 @@ func New(o Options) *Server {
 		Wait: consume.Wait{Initial: o.Config.PopWaitInitial, Threshold: o.Config.PopWaitThreshold, Factor: o.Config.PopWaitFactor, Max: o.Config.PopWaitMax}})
 	s.pushes = o.Push
 	if s.pushes == nil {
-		s.pushes = pushpath.New(pushpath.Options{Store: o.Store, Retry: o.Retry, Names: o.Names, Spool: o.Spool, Diverted: s.maint.Push, Ping: s.drainPing(),
+		s.pushes = pushpath.New(pushpath.Options{Store: o.Store, Retry: o.Retry, Writes: o.Writes, Names: o.Names, Spool: o.Spool, Diverted: s.maint.Push, Ping: s.drainPing(),
 			Cipher: o.Cipher, Arbiter: o.Arbiter, IDs: o.IDs, Log: o.Logger})
 	}
 	s.queueMessages = newQueueSeries(o.Config.MetricsMaxQueues)

@@ -142,7 +142,7 @@ func (s *Server) cycle(w http.ResponseWriter, r *http.Request) {
 	if !s.ownsStreamPartition(w, r, p.PartitionID) {
 		return
 	}
-	res, err := streams.Cycle(r.Context(), s.names, p)
+	res, err := streams.Cycle(r.Context(), s.names, s.writes, p)
 	if msg, ok := store.IsRollback(err); ok {
 		writeJSON(w, http.StatusOK, rolledBackCycle(p, msg))
 		return

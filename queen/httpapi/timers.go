@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -8,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/queen-go/queen/queen/admission"
 	"github.com/queen-go/queen/queen/limits"
@@ -239,7 +242,11 @@ func (s *Server) applyTimers(w http.ResponseWriter, r *http.Request, ops []store
 		return nil, false
 	}
 	defer release()
-	res, err := s.store.ApplyTimers(r.Context(), tenantOf(r), subOf(r), ops)
+	var res []store.TimerResult
+	err = s.store.InTx(r.Context(), func(ctx context.Context, tx pgx.Tx) (err error) {
+		res, err = s.writes.ApplyTimers(ctx, tx, tenantOf(r), subOf(r), ops)
+		return err
+	})
 	if err != nil {
 		s.timersStoreError(w, r, err)
 		return nil, false

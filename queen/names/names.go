@@ -36,7 +36,21 @@ type Names struct {
 	st    *store.Store
 	parts *ttlcache.Cache[partName]
 	subs  *ttlcache.Cache[subName]
+	hints SealHints
 }
+
+// SealHints is what else a broker caches of a queue and forgets with its
+// names: the write policy's encryption hint (queen/writes' Policy, which
+// decides policy, so this package holds it only through this).
+type SealHints interface {
+	// ForgetSealHint drops the cached encryption setting of a queue.
+	ForgetSealHint(tenant, queue string)
+}
+
+// noHints is SealHints of a broker that caches no encryption setting.
+type noHints struct{}
+
+func (noHints) ForgetSealHint(string, string) {}
 
 // Options configure Names.
 type Options struct {
@@ -45,6 +59,10 @@ type Options struct {
 	// TTL bounds how long a cached name -> id entry is trusted
 	// (QUEEN_CACHE_REFRESH_INTERVAL_MS). Zero means 60 s.
 	TTL time.Duration
+	// SealHints is the broker's write policy (queen/writes), whose
+	// encryption hint of a queue is forgotten with the queue's names; nil:
+	// none is cached.
+	SealHints SealHints
 }
 
 type partName struct{ tenant, queue, partition string }
@@ -60,7 +78,11 @@ func New(st *store.Store, o Options) *Names {
 	if o.TTL <= 0 {
 		o.TTL = 60 * time.Second
 	}
-	return &Names{st: st, parts: ttlcache.New[partName](o.Clock, o.TTL), subs: ttlcache.New[subName](o.Clock, o.TTL)}
+	if o.SealHints == nil {
+		o.SealHints = noHints{}
+	}
+	return &Names{st: st, parts: ttlcache.New[partName](o.Clock, o.TTL), subs: ttlcache.New[subName](o.Clock, o.TTL),
+		hints: o.SealHints}
 }
 
 // Store is the store the names resolve through.
@@ -73,12 +95,11 @@ func (n *Names) Subscription(tenant, queue, group string) (string, bool) {
 }
 
 // ForgetQueue drops what this process caches of a queue (its partitions,
-// its subscriptions and the write policy's encryption hint, queen/pushpath's
-// through store.WritePolicy): it was configured or deleted, here or through
-// another broker.
+// its subscriptions and the write policy's encryption hint, Options.SealHints):
+// it was configured or deleted, here or through another broker.
 func (n *Names) ForgetQueue(tenant, queue string) {
 	n.forgetNames(tenant, queue)
-	n.st.Writes().ForgetSealHint(tenant, queue)
+	n.hints.ForgetSealHint(tenant, queue)
 }
 
 // forgetNames drops a queue's partition and subscription entries.

@@ -34,11 +34,11 @@ func (n *Names) partitionIDs(ctx context.Context, tenant string, keys []partKey)
 	return out, nil
 }
 
-// PushRows resolves the items' partitions (queues and partitions are
-// created on first use) and makes the rows store.AppendRows stores
-// (store.BuildRows: message ids minted, payloads sealed). It neither
-// combines nor retries: a caller runs it under Retry.
-func (n *Names) PushRows(ctx context.Context, tenant string, items []store.PushItem, producerSub string) ([]store.AppendRow, error) {
+// PushPartitions resolves the items' partitions (queues and partitions are
+// created on first use): pids[i] is items[i]'s, from which the write
+// policy makes the rows the append stores (queen/writes' BuildRows). It
+// neither combines nor retries: a caller runs it under Retry.
+func (n *Names) PushPartitions(ctx context.Context, tenant string, items []store.PushItem) ([]string, error) {
 	keys := make([]partKey, len(items))
 	for i, it := range items {
 		keys[i] = partKey{Queue: it.Queue, Partition: it.Partition}
@@ -54,7 +54,7 @@ func (n *Names) PushRows(ctx context.Context, tenant string, items []store.PushI
 	for i, k := range keys {
 		pids[i] = ids[k]
 	}
-	return n.st.BuildRows(ctx, tenant, items, pids, producerSub)
+	return pids, nil
 }
 
 // TimerRows resolves the claimed timers' partitions (queues and

@@ -16,7 +16,8 @@ import (
 // path once more, resolving the names again. A second stale answer is a
 // real race (deleted again meanwhile) and goes to the caller as the path's
 // own error. The paths: queen/pushpath's push, queen/txn, queen/streams,
-// queen/consume's pop, queen/sweeper's timer fire and RetryMessage (DLQ).
+// queen/consume's pop, queen/sweeper's timer fire and queen/pushpath's
+// RetryMessage (DLQ).
 //
 // Before, only a plain push did this; a transaction or a streams cycle into
 // a queue recreated elsewhere failed "a partition was deleted during the

@@ -16,12 +16,16 @@ type ConfigureResult struct {
 	DefaultPartitionID string
 }
 
-// Configure runs store.ConfigureQueue, makes sure the queue's Default
-// partition exists (resolvePartitions, past the cache) and, once the
-// queue's row is written, forgets the queue's entries and caches its
-// Default partition.
+// Configure runs store.ConfigureQueue, forgets the write policy's
+// encryption hint of the queue once its row committed, makes sure the
+// queue's Default partition exists (resolvePartitions, past the cache)
+// and, once the queue's row is written, forgets the queue's entries and
+// caches its Default partition.
 func (n *Names) Configure(ctx context.Context, in store.ConfigureInput) (ConfigureResult, error) {
 	q, err := n.st.ConfigureQueue(ctx, in)
+	if err == nil {
+		n.hints.ForgetSealHint(in.Tenant, in.Queue)
+	}
 	res := ConfigureResult{Queue: q}
 	if q.ID == "" {
 		return res, err // nothing was written
@@ -75,22 +79,4 @@ func (n *Names) Subscribe(ctx context.Context, p store.SubscribeParams) (string,
 	}
 	n.subs.Put(subName{tenant: p.Tenant, queue: p.Queue, group: p.Group}, qid)
 	return qid, nil
-}
-
-// RetryMessage gives a dead-lettered message another life
-// (store.ReadDeadLetter, then store.RetryDeadLetter with its row resolved
-// here). A stale cached partition id is forgotten and the retry run again
-// (Retry).
-func (n *Names) RetryMessage(ctx context.Context, tenant, partitionID, txid string) (store.Retried, error) {
-	return Retry(n, func() (store.Retried, error) {
-		d, err := n.st.ReadDeadLetter(ctx, tenant, partitionID, txid)
-		if err != nil {
-			return d.Retried, err
-		}
-		rows, err := n.PushRows(ctx, tenant, []store.PushItem{d.Item}, "")
-		if err != nil {
-			return d.Retried, err
-		}
-		return n.st.RetryDeadLetter(ctx, d, rows)
-	})
 }

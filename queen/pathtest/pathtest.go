@@ -24,8 +24,9 @@ import (
 // Tenant is the tenant every helper here works in.
 const Tenant = config.DefaultTenant
 
-// Push puts items in through a push path of n, as the broker pushes, and
-// answers their results.
+// Push puts items in through a push path of n, as the broker pushes
+// (through a write policy of its own, without a key), and answers their
+// results.
 func Push(t testing.TB, n *names.Names, items ...store.PushItem) []store.PushResult {
 	t.Helper()
 	p := pushpath.New(pushpath.Options{Store: n.Store(), Retry: storetest.Retry(n.Store()), Names: n, IDs: ids.NewSource(clock.Real{}, nil)})
@@ -42,7 +43,7 @@ func Push(t testing.TB, n *names.Names, items ...store.PushItem) []store.PushRes
 func TwoBrokers(t testing.TB) (a, b *names.Names) {
 	t.Helper()
 	pool := storetest.Pool(t)
-	o := store.Options{IDs: ids.NewSource(clock.Real{}, nil), Writes: pushpath.WritesFor(pushpath.WritesOptions{TTL: time.Hour})}
+	o := store.Options{IDs: ids.NewSource(clock.Real{}, nil)}
 	n := names.Options{TTL: time.Hour}
 	return names.New(store.New(pool, o), n), names.New(store.New(pool, o), n)
 }

@@ -50,10 +50,10 @@ func newPusher(t *testing.T, o store.Options, pushStatements int) (pusher, *pgxp
 	t.Helper()
 	pool := storetest.Pool(t)
 	o.IDs = ids.NewSource(clock.Real{}, nil)
-	o.Writes = pushpath.WritesFor(pushpath.WritesOptions{})
 	s := store.New(pool, o)
-	n := names.New(s, names.Options{})
-	return pusher{s, n, pushpath.New(pushpath.Options{Store: s, Retry: storetest.Retry(s), Names: n, IDs: o.IDs, Log: quiet, PushStatements: pushStatements})}, pool
+	w := storetest.Writes(s, nil)
+	n := names.New(s, names.Options{SealHints: w})
+	return pusher{s, n, pushpath.New(pushpath.Options{Store: s, Retry: storetest.Retry(s), Writes: w, Names: n, IDs: o.IDs, Log: quiet, PushStatements: pushStatements})}, pool
 }
 
 func push(t *testing.T, s pusher, queue, partition, txid string) {

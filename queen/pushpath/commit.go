@@ -7,6 +7,7 @@ import (
 	"github.com/queen-go/queen/queen/combine"
 	"github.com/queen-go/queen/queen/names"
 	"github.com/queen-go/queen/queen/store"
+	"github.com/queen-go/queen/queen/writes"
 )
 
 // The retry layers of a push, outermost first, all here:
@@ -23,7 +24,7 @@ import (
 //     statement that lost a lock race runs again after a short pause; in a
 //     slot a lock wait that ran out returns at once, alone it is tried again
 //     for as long as the push's bound allows;
-//   - the needs-seal re-run (writes.go): an append that found a row the
+//   - the needs-seal re-run (queen/writes' Append): an append that found a row the
 //     encryption hint let through unsealed wrote nothing; the rows are
 //     sealed and the append runs again (refused without a key).
 //
@@ -38,12 +39,12 @@ func newCombiner(o Options) *combine.Combiner[store.AppendRow, store.AppendOut] 
 	if o.PushBatchRows <= 0 {
 		o.PushBatchRows = 1000
 	}
-	st := o.Store
+	st, w := o.Store, o.Writes
 	statement := func(alone bool) combine.Statement[store.AppendRow, store.AppendOut] {
 		return func(ctx context.Context, rows []store.AppendRow) ([]store.AppendOut, error) {
 			var out []store.AppendOut
 			err := o.Retry.Run(ctx, alone, func(ctx context.Context) (err error) {
-				out, err = appendRows(ctx, st, rows)
+				out, err = appendRows(ctx, st, w, rows)
 				return err
 			})
 			return out, err
@@ -56,15 +57,34 @@ func newCombiner(o Options) *combine.Combiner[store.AppendRow, store.AppendOut] 
 }
 
 // appendRows is one append over rows through the write policy (sealing,
-// in-batch dedup; writes.go), waiting at most store.LockWait for a
-// partition's lock. The stranded canary commits it the
-// reference broker's way instead (store.AppendRowsStranded): its own
-// explicit transaction, the partitions' order moved only after COMMIT.
-func appendRows(ctx context.Context, st *store.Store, rows []store.AppendRow) ([]store.AppendOut, error) {
+// in-batch dedup; queen/writes), waiting at most store.LockWait for a
+// partition's lock. The stranded canary commits it the reference broker's
+// way instead (appendStranded).
+func appendRows(ctx context.Context, st *store.Store, w *writes.Policy, rows []store.AppendRow) ([]store.AppendOut, error) {
 	if canary.On("stranded") {
-		return st.AppendRowsStranded(ctx, rows)
+		return appendStranded(ctx, st, w, rows)
 	}
-	return st.Writes().Append(ctx, st.Pool(), rows, store.LockWait())
+	return w.Append(ctx, st.Pool(), rows, store.LockWait())
+}
+
+// appendStranded is the append as the stranded canary runs it: through the
+// write policy in an explicit transaction of its own (the append statement
+// that canary rewrites), then the partitions' order moved only after COMMIT
+// (store.AdvanceStranded).
+func appendStranded(ctx context.Context, st *store.Store, w *writes.Policy, rows []store.AppendRow) ([]store.AppendOut, error) {
+	tx, err := st.Pool().Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	out, err := w.Append(ctx, tx, rows, "")
+	if err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, err
+	}
+	return out, st.AdvanceStranded(ctx, rows)
 }
 
 // commit appends items and returns one result per item, in input order. It
@@ -102,7 +122,7 @@ func (p *Path) pushSome(ctx context.Context, tenant string, items []store.PushIt
 	for j, i := range todo {
 		sub[j] = items[i]
 	}
-	rows, err := p.o.Names.PushRows(ctx, tenant, sub, producerSub)
+	rows, err := pushRows(ctx, p.o.Names, p.o.Writes, tenant, sub, producerSub)
 	if err != nil {
 		return todo, err
 	}
@@ -111,4 +131,14 @@ func (p *Path) pushSome(ctx context.Context, tenant string, items []store.PushIt
 		return todo, err
 	}
 	return store.PushAnswers(items, todo, rows, res, out)
+}
+
+// pushRows resolves the items' partitions (queen/names) and makes their
+// rows (queen/writes: ids minted, payloads sealed).
+func pushRows(ctx context.Context, n *names.Names, w *writes.Policy, tenant string, items []store.PushItem, producerSub string) ([]store.AppendRow, error) {
+	pids, err := n.PushPartitions(ctx, tenant, items)
+	if err != nil {
+		return nil, err
+	}
+	return w.BuildRows(ctx, tenant, items, pids, producerSub)
 }

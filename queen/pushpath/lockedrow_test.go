@@ -25,8 +25,7 @@ import (
 // slots were gone every push of the broker queued behind them.
 func TestPushersOfALockedRowLeaveTheSlotsFree(t *testing.T) {
 	pool := storetest.Pool(t)
-	st := store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil), TxTimeout: 60 * time.Second,
-		Writes: pushpath.WritesFor(pushpath.WritesOptions{})})
+	st := store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil), TxTimeout: 60 * time.Second})
 	p := pushpath.New(pushpath.Options{Store: st, Retry: storetest.Retry(st), Arbiter: admission.New(4, 0.05), IDs: ids.NewSource(clock.Real{}, nil), Log: quiet})
 	ctx := context.Background()
 	push := func(ctx context.Context, queue string) error {

@@ -28,6 +28,7 @@ import (
 	"github.com/queen-go/queen/queen/names"
 	"github.com/queen-go/queen/queen/spool"
 	"github.com/queen-go/queen/queen/store"
+	"github.com/queen-go/queen/queen/writes"
 )
 
 // Options wire a Path.
@@ -36,8 +37,13 @@ type Options struct {
 	// Retry runs each push statement again when it lost a lock race (the
 	// broker's one contention retry over Store; zero: none).
 	Retry combine.Retry
+	// Writes is the write policy every append runs through (the broker's
+	// one queen/writes over Store); nil: one of this path's own, without a
+	// key (a row for a queue that encrypts is refused).
+	Writes *writes.Policy
 	// Names resolves the pushes' partitions, cached (the broker's one
-	// queen/names over Store); nil: a cache of this path's own.
+	// queen/names over Store, forgetting Writes' hints); nil: a cache of
+	// this path's own.
 	Names *names.Names
 	// Spool keeps pushes while the database is unavailable; nil: none, and
 	// an unavailable database is the caller's error.
@@ -70,8 +76,11 @@ func New(o Options) *Path {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
+	if o.Writes == nil {
+		o.Writes = writes.New(o.Store, writes.Options{})
+	}
 	if o.Names == nil {
-		o.Names = names.New(o.Store, names.Options{})
+		o.Names = names.New(o.Store, names.Options{SealHints: o.Writes})
 	}
 	return &Path{o: o, pushes: newCombiner(o)}
 }

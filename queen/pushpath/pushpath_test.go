@@ -40,8 +40,7 @@ func newSpool(t *testing.T) *spool.Spool {
 }
 
 func newStore(pool *pgxpool.Pool, c *crypt.Cipher) *store.Store {
-	return store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil), TxTimeout: 2 * time.Second, Cipher: c,
-		Writes: pushpath.WritesFor(pushpath.WritesOptions{Cipher: c})})
+	return store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil), TxTimeout: 2 * time.Second, Cipher: c})
 }
 
 func items() []store.PushItem {
@@ -70,8 +69,8 @@ func TestDivertedPushesAreSealedOnDiskAndReplayOnce(t *testing.T) {
 	pool := storetest.Pool(t)
 	sp := newSpool(t)
 	st := newStore(pool, c)
-	p := pushpath.New(pushpath.Options{Store: st, Retry: storetest.Retry(st), Spool: sp, Diverted: func() bool { return true }, Cipher: c,
-		IDs: ids.NewSource(clock.Real{}, nil), Log: quiet})
+	p := pushpath.New(pushpath.Options{Store: st, Retry: storetest.Retry(st), Writes: storetest.Writes(st, c), Spool: sp,
+		Diverted: func() bool { return true }, Cipher: c, IDs: ids.NewSource(clock.Real{}, nil), Log: quiet})
 	out, err := p.Push(context.Background(), config.DefaultTenant, "sub-1", items())
 	if err != nil || out.SpoolErr != nil || len(out.Buffered) != 2 || out.Results != nil {
 		t.Fatalf("diverted push: %+v %v", out, err)

@@ -44,7 +44,7 @@ func TestAckCompletedMatchesTheOldRule(t *testing.T) {
 		for i := 0; i < 5; i++ {
 			items = append(items, store.PushItem{Queue: q.queue, Partition: q.partition, TransactionID: fmt.Sprintf("m%d", i)})
 		}
-		if _, err := s.Push(ctx, q.tenant, items, ""); err != nil {
+		if _, err := pushItems(ctx, s, q.tenant, items, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -105,7 +105,7 @@ func distinctAcks(items []store.AckItem) []store.AckItem {
 func TestAckVerdictIsInlined(t *testing.T) {
 	s, pool := newStoreWithPool(t)
 	ctx := context.Background()
-	if _, err := s.Push(ctx, tenant, []store.PushItem{{Queue: "inline", TransactionID: "a"}}, ""); err != nil {
+	if _, err := pushItems(ctx, s, tenant, []store.PushItem{{Queue: "inline", TransactionID: "a"}}, ""); err != nil {
 		t.Fatal(err)
 	}
 	res, err := claim(ctx, s, consume.PopRequest{Tenant: tenant, Queue: "inline", Batch: 1})

@@ -207,7 +207,7 @@ func TestScaleMigrationOnAGrownTable(t *testing.T) {
 		go func() { done <- store.Migrate(ctx, pool) }()
 		// Pushes go on while it builds.
 		for i := range 20 {
-			if _, err := s.Push(ctx, tenant, []store.PushItem{{Queue: "grown", Partition: "p1", TransactionID: fmt.Sprintf("during-%v-%d", invalidate, i)}}, ""); err != nil {
+			if _, err := pushItems(ctx, s, tenant, []store.PushItem{{Queue: "grown", Partition: "p1", TransactionID: fmt.Sprintf("during-%v-%d", invalidate, i)}}, ""); err != nil {
 				t.Fatalf("a push during the migration: %v", err)
 			}
 		}
@@ -335,7 +335,7 @@ func TestAckUpdatesTheCursorInPlace(t *testing.T) {
 	t.Parallel()
 	s, pool := newStoreWithPool(t)
 	ctx := context.Background()
-	if _, err := s.Push(ctx, tenant, []store.PushItem{{Queue: "hot-ack", TransactionID: "a"}, {Queue: "hot-ack", TransactionID: "b"}}, ""); err != nil {
+	if _, err := pushItems(ctx, s, tenant, []store.PushItem{{Queue: "hot-ack", TransactionID: "a"}, {Queue: "hot-ack", TransactionID: "b"}}, ""); err != nil {
 		t.Fatal(err)
 	}
 	res, err := claim(ctx, s, consume.PopRequest{Tenant: tenant, Queue: "hot-ack", Batch: 2})
@@ -429,7 +429,7 @@ func TestStoredCountsFollowEveryPath(t *testing.T) {
 	agree := func(when string) { t.Helper(); storedCountsAgree(t, pool, when) }
 	push := func(items ...store.PushItem) []store.PushResult {
 		t.Helper()
-		res, err := s.Push(ctx, tenant, items, "")
+		res, err := pushItems(ctx, s, tenant, items, "")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -75,12 +75,19 @@ const RefAckCompletedSQL = refAckCompletedSQL
 // queen.ack_verdict is inlined.
 const AckReadSQL = ackReadSQL
 
+// TestWrites is what the store tests' Push runs through: the write policy
+// (queen/writes' Policy), which the store cannot import.
+type TestWrites interface {
+	BuildRows(ctx context.Context, tenant string, items []PushItem, pids []string, producerSub string) ([]AppendRow, error)
+	Append(ctx context.Context, q Executor, rows []AppendRow, lockWait string) ([]AppendOut, error)
+}
+
 // Push is the store tests' way to put messages in: what queen/pushpath does
-// for one caller (its statements, through the store's write policy),
-// without the combiner and without the name cache; the combining and its
-// retries are pushpath's, and the name cache and its stale retry
-// queen/names', and tested there.
-func (s *Store) Push(ctx context.Context, tenant string, items []PushItem, producerSub string) ([]PushResult, error) {
+// for one caller (its statements, through the write policy w), without the
+// combiner and without the name cache; the combining and its retries are
+// pushpath's, and the name cache and its stale retry queen/names', and
+// tested there.
+func (s *Store) Push(ctx context.Context, w TestWrites, tenant string, items []PushItem, producerSub string) ([]PushResult, error) {
 	out := make([]PushResult, len(items))
 	if len(items) == 0 {
 		return out, nil
@@ -93,7 +100,7 @@ func (s *Store) Push(ctx context.Context, tenant string, items []PushItem, produ
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.BuildRows(ctx, tenant, items, pids, producerSub)
+	rows, err := w.BuildRows(ctx, tenant, items, pids, producerSub)
 	if err != nil {
 		return nil, err
 	}
@@ -104,7 +111,7 @@ func (s *Store) Push(ctx context.Context, tenant string, items []PushItem, produ
 	// while others hold the partition's rows failed with 55P03 whenever
 	// the machine was slow.
 	err = s.testRetry().Run(ctx, true, func(ctx context.Context) (err error) {
-		res, err = s.writes.Append(ctx, s.pool, rows, LockWait())
+		res, err = w.Append(ctx, s.pool, rows, LockWait())
 		return err
 	})
 	if err != nil {

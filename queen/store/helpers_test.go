@@ -12,9 +12,9 @@ import (
 	"github.com/queen-go/queen/queen/consume"
 	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/names"
-	"github.com/queen-go/queen/queen/pushpath"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/store/storetest"
+	"github.com/queen-go/queen/queen/writes"
 )
 
 const tenant = config.DefaultTenant
@@ -33,9 +33,7 @@ func newStore(t *testing.T) *store.Store {
 func newStoreWithPool(t *testing.T) (*store.Store, *pgxpool.Pool) {
 	t.Helper()
 	pool := storetest.Pool(t)
-	// The write policy (sealing, in-batch dedup) is queen/pushpath's, as
-	// the broker wires it.
-	return store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil), Writes: pushpath.WritesFor(pushpath.WritesOptions{})}), pool
+	return store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil)}), pool
 }
 
 // ack acknowledges as queen/consume's Ack does for one caller, without the
@@ -67,10 +65,27 @@ func claimerFor(s *store.Store, o consume.ClaimerOptions) {
 // broker keeps one beside its store: its pops and deletes share it.
 var caches sync.Map // *store.Store -> *names.Names
 
-// namesOf is s's name cache.
+// namesOf is s's name cache, forgetting writesOf(s)'s encryption hints.
 func namesOf(s *store.Store) *names.Names {
-	n, _ := caches.LoadOrStore(s, names.New(s, names.Options{}))
+	n, _ := caches.LoadOrStore(s, names.New(s, names.Options{SealHints: writesOf(s)}))
 	return n.(*names.Names)
+}
+
+// policies holds the write policy of each store (queen/writes: sealing,
+// in-batch dedup), one per store as a broker keeps one beside its store:
+// its pushes and its name cache share it.
+var policies sync.Map // *store.Store -> *writes.Policy
+
+// writesOf is s's write policy, without a key.
+func writesOf(s *store.Store) *writes.Policy {
+	w, _ := policies.LoadOrStore(s, storetest.Writes(s, nil))
+	return w.(*writes.Policy)
+}
+
+// pushItems puts items in as pushpath does for one caller (store.Push), through
+// s's write policy.
+func pushItems(ctx context.Context, s *store.Store, tenant string, items []store.PushItem, producerSub string) ([]store.PushResult, error) {
+	return s.Push(ctx, writesOf(s), tenant, items, producerSub)
 }
 
 // claim is a pop as the broker runs it (consume.Claimer.Claim) over s.

@@ -233,8 +233,9 @@ type DeadLetter struct {
 // ReadDeadLetter reads the newest DLQ row of the tenant's message txid of
 // partitionID, as the item a retry pushes to the end of its partition under
 // transactionId "dlq:<row id>" (so a repeated retry of that row dedups).
-// ErrNotFound: no DLQ row. queen/names' RetryMessage resolves the item's
-// partition and runs RetryDeadLetter.
+// ErrNotFound: no DLQ row. queen/pushpath's RetryMessage resolves the
+// item's partition and, in one transaction, runs DeleteDeadLetter and the
+// append.
 func (s *Store) ReadDeadLetter(ctx context.Context, tenant, partitionID, txid string) (DeadLetter, error) {
 	var d DeadLetter
 	r := &d.Retried
@@ -262,26 +263,10 @@ func (s *Store) ReadDeadLetter(ctx context.Context, tenant, partitionID, txid st
 	return d, nil
 }
 
-// RetryDeadLetter gives d's message another life, in one transaction: its
-// DLQ row is deleted and rows (d.Item's, BuildRows) appended. A partition
-// deleted meanwhile is a *GoneError, and nothing is written.
-func (s *Store) RetryDeadLetter(ctx context.Context, d DeadLetter, rows []AppendRow) (Retried, error) {
-	r := d.Retried
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, deleteDeadLetterSQL, d.id); err != nil {
-			return err
-		}
-		out, err := s.writes.Append(ctx, tx, rows, "")
-		if err != nil {
-			return err
-		}
-		if gone := goneIDs(rows, out); len(gone) > 0 {
-			return &GoneError{Partitions: gone, Err: fmt.Errorf("the message's partition was deleted during the retry")}
-		}
-		r.MessageID, r.Duplicate, r.PartitionID = out[0].messageID, !out[0].queued, rows[0].pid
-		return nil
-	})
-	return r, err
+// DeleteDeadLetter runs deleteDeadLetterSQL on q: d's DLQ row is deleted,
+// in the transaction that appends d.Item again (queen/pushpath's
+// RetryMessage).
+func (s *Store) DeleteDeadLetter(ctx context.Context, q Executor, d DeadLetter) error {
+	_, err := q.Exec(ctx, deleteDeadLetterSQL, d.id)
+	return err
 }

@@ -222,7 +222,7 @@ func (h *pendingHistory) push() {
 	if len(h.txids) > len(items) && rapid.Bool().Draw(h.t, "duplicate") {
 		items = append(items, h.txids[rapid.IntRange(0, len(h.txids)-len(items)-1).Draw(h.t, "dupOf")])
 	}
-	if _, err := h.s.Push(context.Background(), tenant, items, ""); err != nil {
+	if _, err := pushItems(context.Background(), h.s, tenant, items, ""); err != nil {
 		h.t.Fatal(err)
 	}
 }
@@ -258,7 +258,7 @@ func TestListedPendingApproximations(t *testing.T) {
 		for i, id := range txids {
 			items[i] = store.PushItem{Queue: queue, TransactionID: id}
 		}
-		if _, err := s.Push(ctx, tenant, items, ""); err != nil {
+		if _, err := pushItems(ctx, s, tenant, items, ""); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -53,7 +53,7 @@ func TestOnePartitionPopAgreesWithTheGeneralPop(t *testing.T) {
 				part := fmt.Sprintf("p%d", rapid.IntRange(0, 2).Draw(rt, "partition"))
 				for n := rapid.IntRange(1, 3).Draw(rt, "messages"); n > 0; n-- {
 					seq++
-					if _, err := s.Push(ctx, tenant, []store.PushItem{{Queue: queue, Partition: part,
+					if _, err := pushItems(ctx, s, tenant, []store.PushItem{{Queue: queue, Partition: part,
 						TransactionID: fmt.Sprintf("t%d", seq)}}, ""); err != nil {
 						rt.Fatal(err)
 					}
@@ -235,7 +235,7 @@ func TestPopByteBudgetSpansPartitionsAndLeavesTheRest(t *testing.T) {
 	ctx := context.Background()
 	for _, part := range []string{"p0", "p1"} {
 		for i := 0; i < 2; i++ {
-			if _, err := s.Push(ctx, tenant, []store.PushItem{{Queue: "budget", Partition: part,
+			if _, err := pushItems(ctx, s, tenant, []store.PushItem{{Queue: "budget", Partition: part,
 				TransactionID: fmt.Sprintf("%s-%d", part, i), Payload: crypt.Plain([]byte(`"aaaa"`))}}, ""); err != nil {
 				t.Fatal(err)
 			}

@@ -128,11 +128,11 @@ func TestPopMarksAreClearedByEveryWriter(t *testing.T) {
 		want  int
 	}{
 		{"a push to an old partition", func() error {
-			_, err := s.Push(ctx, tenant, []store.PushItem{{Queue: "marks-writers", Partition: "p7", TransactionID: "old-p"}}, "")
+			_, err := pushItems(ctx, s, tenant, []store.PushItem{{Queue: "marks-writers", Partition: "p7", TransactionID: "old-p"}}, "")
 			return err
 		}, 1},
 		{"a push creating a partition", func() error {
-			_, err := s.Push(ctx, tenant, []store.PushItem{{Queue: "marks-writers", Partition: "new", TransactionID: "new-p"}}, "")
+			_, err := pushItems(ctx, s, tenant, []store.PushItem{{Queue: "marks-writers", Partition: "new", TransactionID: "new-p"}}, "")
 			return err
 		}, 1},
 		{"a seek to the start", func() error {
@@ -191,7 +191,7 @@ func TestPopMarksNeverHideACommittedPush(t *testing.T) {
 			for i := range 200 {
 				txid := fmt.Sprintf("w%d-%d", w, i)
 				part := fmt.Sprintf("p%d", rng.IntN(6))
-				if _, err := s.Push(ctx, tenant, []store.PushItem{{Queue: "marks-race", Partition: part, TransactionID: txid}}, ""); err != nil {
+				if _, err := pushItems(ctx, s, tenant, []store.PushItem{{Queue: "marks-race", Partition: part, TransactionID: txid}}, ""); err != nil {
 					errs <- err
 					return
 				}

@@ -136,7 +136,8 @@ JOIN queen.messages m ON m.partition_id = v.pid AND m.transaction_id = v.txid`
 // strandedSQL is the stranded canary: the reference broker's bug. No
 // per-partition serialisation (neither the partition row's lock nor its
 // update) and an order fixed when a row is written rather than when it
-// commits; run in a transaction of its own (AppendRowsStranded), so the gap
+// commits; run in a transaction of its own (queen/pushpath's stranded
+// append, then AdvanceStranded), so the gap
 // between taking a position and COMMIT is whatever the COMMIT's way to the
 // database takes: the simulator's pg.hold fault widens it.
 func strandedSQL(sql string) string {
@@ -161,36 +162,24 @@ SET last_seq = greatest(p.last_seq, a.seq), appended = p.appended + a.n,
 FROM (SELECT partition_id, max(seq) AS seq, count(*) AS n FROM queen.messages WHERE id = ANY($1::uuid[]) GROUP BY partition_id) a
 WHERE p.id = a.partition_id`
 
-// AppendRowsStranded is the append as the stranded canary of
-// queen/pushpath runs it, the reference broker's way: the append (which
-// that canary rewrites, strandedSQL) through the write policy in an
-// explicit transaction of its own, then the partitions' last_seq moved
-// after its COMMIT. Outside that canary the move would count the rows
-// twice; nothing else calls it.
-func (s *Store) AppendRowsStranded(ctx context.Context, rows []AppendRow) ([]AppendOut, error) {
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	out, err := s.writes.Append(ctx, tx, rows, "")
-	if err != nil {
-		return nil, err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return nil, err
-	}
+// AdvanceStranded runs strandedAdvanceSQL over rows, on the pool: the
+// second half of the append as the stranded canary of queen/pushpath runs
+// it, the reference broker's way (the append, which that canary rewrites,
+// strandedSQL, committed in an explicit transaction of its own, then the
+// partitions' last_seq moved after its COMMIT). Outside that canary the
+// move would count the rows twice; nothing else calls it.
+func (s *Store) AdvanceStranded(ctx context.Context, rows []AppendRow) error {
 	// A repeated row's id was never appended, so moving by every row's id
 	// moves what the distinct rows wrote.
 	ids := make([]string, len(rows))
 	for i, r := range rows {
 		ids[i] = r.id
 	}
-	_, err = s.pool.Exec(ctx, strandedAdvanceSQL, ids, s.dbNow())
-	return out, err
+	_, err := s.pool.Exec(ctx, strandedAdvanceSQL, ids, s.dbNow())
+	return err
 }
 
-// AppendRow is one message bound for a known partition (BuildRows makes
+// AppendRow is one message bound for a known partition (NewRows makes
 // them; AppendRows stores them).
 type AppendRow struct {
 	id, pid, txid, trace, sub string
@@ -257,17 +246,18 @@ func PushAnswers(items []PushItem, todo []int, rows []AppendRow, res []AppendOut
 			out[i].Status = "queued"
 		}
 	}
-	if gone := goneIDs(rows, res); len(gone) > 0 {
+	if gone := GoneIDs(rows, res); len(gone) > 0 {
 		return again, &GoneError{Partitions: gone, Err: fmt.Errorf("push: partitions deleted while pushing into them")}
 	}
 	return nil, nil
 }
 
-// BuildRows makes the rows AppendRows stores for items whose partitions
-// are resolved already (pids[i] is items[i]'s partition id, queen/names
-// resolves them): it mints their message ids, and the write policy seals
-// their payloads. It neither combines nor retries.
-func (s *Store) BuildRows(ctx context.Context, tenant string, items []PushItem, pids []string, producerSub string) ([]AppendRow, error) {
+// NewRows makes the rows AppendRows stores for items whose partitions are
+// resolved already (pids[i] is items[i]'s partition id, queen/names
+// resolves them): it mints their message ids. Their payloads are the
+// items' as they came: the write policy (queen/writes' BuildRows) seals
+// them. It neither combines nor retries.
+func (s *Store) NewRows(items []PushItem, pids []string, producerSub string) []AppendRow {
 	rows := make([]AppendRow, len(items))
 	for i, it := range items {
 		id := s.ids.New()
@@ -281,10 +271,7 @@ func (s *Store) BuildRows(ctx context.Context, tenant string, items []PushItem, 
 		}
 		rows[i] = AppendRow{id: id, pid: pids[i], txid: txid, trace: it.TraceID, payload: it.Payload, sub: sub}
 	}
-	if err := s.writes.SealRows(ctx, tenant, items, rows); err != nil {
-		return nil, err
-	}
-	return rows, nil
+	return rows
 }
 
 // AppendRowsParams are AppendRows' arguments: the rows, whose (partition,
@@ -300,7 +287,7 @@ type AppendRowsParams struct {
 // others' outcomes are empty; otherwise a row not inserted is looked up
 // (dupLookupSQL): a duplicate with the stored message's id, or gone. It
 // neither seals, deduplicates, combines nor retries: that is the write
-// policy's (WritePolicy) and queen/pushpath's.
+// policy's (queen/writes) and queen/pushpath's.
 func (s *Store) AppendRows(ctx context.Context, q Executor, p AppendRowsParams) ([]AppendOut, error) {
 	rows := p.Rows
 	args := appendParams{Now: s.dbNow(), SealCheck: true}

@@ -159,9 +159,9 @@ const configureQueueSQL = `
 			RETURNING ` + queueColumns
 
 // ConfigureQueue creates or updates a queue and answers its stored row.
-// Merge keeps unmentioned options; Replace resets them. It forgets the
-// queue's encryption hint; queen/names' Configure runs it, forgets its
-// names and makes sure the queue's Default partition exists.
+// Merge keeps unmentioned options; Replace resets them. queen/names'
+// Configure runs it, forgets the queue's names and the write policy's
+// encryption hint, and makes sure the queue's Default partition exists.
 func (s *Store) ConfigureQueue(ctx context.Context, in ConfigureInput) (Queue, error) {
 	var res Queue
 	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx, now time.Time) error {
@@ -202,11 +202,7 @@ func (s *Store) ConfigureQueue(ctx context.Context, in ConfigureInput) (Queue, e
 		res = q
 		return nil
 	})
-	if err != nil {
-		return res, err
-	}
-	s.writes.ForgetSealHint(in.Tenant, in.Queue)
-	return res, nil
+	return res, err
 }
 
 // QueueInfo is a queue with its counts, for the resources routes.

@@ -114,7 +114,7 @@ func TestQueueStatsSnapshotFollowsTheLiveCounts(t *testing.T) {
 	for i := range items {
 		items[i] = store.PushItem{Queue: fmt.Sprintf("chunk-%04d", i), TransactionID: "x"}
 	}
-	if _, err := s.Push(ctx, tenant, items, ""); err != nil {
+	if _, err := pushItems(ctx, s, tenant, items, ""); err != nil {
 		t.Fatal(err)
 	}
 	n, err := s.RefreshQueueStats(ctx)

@@ -45,7 +45,7 @@ func TestReadOnlyServerIsAnOutage(t *testing.T) {
 	t.Cleanup(pool.Close)
 	s := store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil), ReadOnly: watch})
 	push := func(txid string) error {
-		_, err := s.Push(ctx, config.DefaultTenant, []store.PushItem{{Queue: "ro", TransactionID: txid}}, "")
+		_, err := pushItems(ctx, s, config.DefaultTenant, []store.PushItem{{Queue: "ro", TransactionID: txid}}, "")
 		return err
 	}
 	if err := push("before"); err != nil {

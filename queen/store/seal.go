@@ -6,7 +6,7 @@ import (
 
 // Encryption at rest: the payloads of queues with encryptionEnabled are
 // stored sealed (queen/crypt), so the database does not see them. Sealing
-// on the way in is the write policy's (WritePolicy, queen/pushpath): the
+// on the way in is the write policy's (queen/writes): the
 // store reads the setting (QueueEncrypted), and appendSQL refuses an
 // unsealed row into an encrypting queue. Reads answer payloads as stored
 // (crypt.Payload); whoever hands them to a client opens them
@@ -23,7 +23,7 @@ type QueueEncryptedParams struct {
 
 // QueueEncrypted runs queueEncryptedSQL on q: whether the tenant's queue
 // asks for encryption (false for a queue that does not exist). It caches
-// nothing; the write policy (WritePolicy, queen/pushpath) keeps it as a
+// nothing; the write policy (queen/writes) keeps it as a
 // hint, and appendSQL has the last word.
 func (s *Store) QueueEncrypted(ctx context.Context, q Executor, p QueueEncryptedParams) (bool, error) {
 	var on bool

@@ -14,7 +14,7 @@ func TestPushPopAckRoundTrip(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
 	ctx := context.Background()
-	res, err := s.Push(ctx, tenant, []store.PushItem{
+	res, err := pushItems(ctx, s, tenant, []store.PushItem{
 		{Queue: "q", Payload: crypt.Plain(json.RawMessage(`{"a":1}`)), TransactionID: "t1"},
 		{Queue: "q", Payload: crypt.Plain(json.RawMessage(`{"a":2}`)), TransactionID: "t2"},
 		{Queue: "q", TransactionID: "t1"},

@@ -67,7 +67,7 @@ func TestSQLPushFunctionsFeedTheBroker(t *testing.T) {
 		}
 	}
 	// And an HTTP-path push after it continues the same sequence.
-	res, err := s.Push(ctx, tenant, []store.PushItem{{Queue: "sql.jobs", Partition: "p1", TransactionID: "t3"}}, "")
+	res, err := pushItems(ctx, s, tenant, []store.PushItem{{Queue: "sql.jobs", Partition: "p1", TransactionID: "t3"}}, "")
 	if err != nil || res[0].Status != "queued" {
 		t.Fatalf("push after SQL pushes: %+v %v", res, err)
 	}
@@ -119,7 +119,7 @@ func TestPopSpecificBatchLeasesLikeTheBroker(t *testing.T) {
 	s, pool := newStoreWithPool(t)
 	ctx := context.Background()
 	sub := "sp-test-sub"
-	if _, err := s.Push(ctx, tenant, []store.PushItem{{Queue: "spb", Partition: "P", TransactionID: "a", Payload: crypt.Plain(json.RawMessage(`{"n":1}`))},
+	if _, err := pushItems(ctx, s, tenant, []store.PushItem{{Queue: "spb", Partition: "P", TransactionID: "a", Payload: crypt.Plain(json.RawMessage(`{"n":1}`))},
 		{Queue: "spb", Partition: "P", TransactionID: "b", ProducerSub: sub}, {Queue: "spb", Partition: "P", TransactionID: "c"}}, ""); err != nil {
 		t.Fatal(err)
 	}

@@ -52,8 +52,9 @@ func (s *Store) SubscriptionLive(ctx context.Context, p SubscriptionLiveParams) 
 	return live, err
 }
 
-// goneIDs is the set of partition ids whose rows an append found gone.
-func goneIDs(rows []AppendRow, out []AppendOut) map[string]bool {
+// GoneIDs is the set of partition ids whose rows an append found gone
+// (out[i] is rows[i]'s outcome): a *GoneError's Partitions.
+func GoneIDs(rows []AppendRow, out []AppendOut) map[string]bool {
 	var gone map[string]bool
 	for i, o := range out {
 		if o.gone {

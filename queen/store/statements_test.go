@@ -24,7 +24,7 @@ func timedStore(t *testing.T, o store.Options) (*store.Store, *time.Time) {
 
 func push(t *testing.T, s *store.Store, queue, partition, txid string) {
 	t.Helper()
-	res, err := s.Push(context.Background(), tenant, []store.PushItem{{Queue: queue, Partition: partition, TransactionID: txid}}, "")
+	res, err := pushItems(context.Background(), s, tenant, []store.PushItem{{Queue: queue, Partition: partition, TransactionID: txid}}, "")
 	if err != nil || res[0].Status != "queued" {
 		t.Fatalf("push %s/%s %s: %+v %v", queue, partition, txid, res, err)
 	}

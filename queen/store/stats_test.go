@@ -19,7 +19,7 @@ func TestRecordedMinutesFoldAndPrune(t *testing.T) {
 	pool := storetest.Pool(t)
 	ctx := context.Background()
 	s := store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil)})
-	if _, err := s.Push(ctx, tenant, []store.PushItem{{Queue: "st", TransactionID: "1"}, {Queue: "st", TransactionID: "2"}}, ""); err != nil {
+	if _, err := pushItems(ctx, s, tenant, []store.PushItem{{Queue: "st", TransactionID: "1"}, {Queue: "st", TransactionID: "2"}}, ""); err != nil {
 		t.Fatal(err)
 	}
 	now := time.Now().UTC().Truncate(time.Minute)

@@ -6,8 +6,8 @@
 // struct and the invariant it protects beside it): appendSQL for a push,
 // popSQL for a pop (popOneSQL when it claims one partition), ackCompletedSQL for a batch of completions; a general
 // ack batch or a transaction is a fixed, small number of statements.
-// Pushes reach it as rows (BuildRows) and one append statement (AppendRows),
-// sealed and deduplicated by queen/pushpath's write policy (WritePolicy),
+// Pushes reach it as rows (NewRows) and one append statement (AppendRows),
+// sealed and deduplicated by the write policy (queen/writes),
 // completions as one ackCompletedSQL (AckCompletions): combining concurrent
 // calls and retrying them is queen/pushpath's and queen/consume's, over
 // queen/combine. Names resolve to ids through queen/names' process cache,
@@ -65,10 +65,6 @@ type Options struct {
 	TxTimeout time.Duration
 	// Clock is the store's time; nil means the wall clock.
 	Clock clock.Clock
-	// Writes builds the write policy over this store (queen/pushpath's
-	// WritesFor: sealing, its hint and the in-batch dedup); nil: none,
-	// which seals nothing and refuses what it would decide (WritePolicy).
-	Writes func(*Store) WritePolicy
 	// ReadOnly follows whether the database was last seen read-only; its
 	// OnPgError belongs on the pool's connection config. Nil: not followed.
 	ReadOnly *ReadOnlyWatch
@@ -85,10 +81,8 @@ type Store struct {
 	ids       *ids.Source
 	txTimeout time.Duration
 	clock     clock.Clock
-	// writes is the policy around the append (Options.Writes).
-	writes   WritePolicy
-	cipher   *crypt.Cipher
-	readOnly *ReadOnlyWatch
+	cipher    *crypt.Cipher
+	readOnly  *ReadOnlyWatch
 }
 
 // New wraps an open pool.
@@ -99,13 +93,8 @@ func New(pool *pgxpool.Pool, o Options) *Store {
 	if o.Clock == nil {
 		o.Clock = clock.Real{}
 	}
-	s := &Store{pool: pool, dbNow: o.DBNow, ids: o.IDs, txTimeout: o.TxTimeout, clock: o.Clock,
+	return &Store{pool: pool, dbNow: o.DBNow, ids: o.IDs, txTimeout: o.TxTimeout, clock: o.Clock,
 		cipher: o.Cipher, readOnly: o.ReadOnly}
-	s.writes = statementsOnly{s}
-	if o.Writes != nil {
-		s.writes = o.Writes(s)
-	}
-	return s
 }
 
 // bound applies the client-side statement bound (TxTimeout), so a database
@@ -309,6 +298,14 @@ func (s *Store) inTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx
 		}
 		return fn(ctx, tx, now)
 	})
+}
+
+// InTx runs fn in one transaction, bounded by Options.TxTimeout, that
+// first reads the database instant (as every admin write's transaction
+// does): for the composite writes begun outside the store (a timers call,
+// queen/writes' ApplyTimers).
+func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	return s.inTx(ctx, func(ctx context.Context, tx pgx.Tx, _ time.Time) error { return fn(ctx, tx) })
 }
 
 // Now returns the database's current instant (or the injected one).

@@ -64,7 +64,7 @@ func brokerPush(t *testing.T, s *store.Store) func(string, []surfaceItem) []stri
 			in[i] = store.PushItem{Queue: queue, Partition: it.partition, TransactionID: it.txid,
 				Payload: crypt.Plain(json.RawMessage(it.payload)), TraceID: it.trace, ProducerSub: it.sub}
 		}
-		res, err := s.Push(context.Background(), tenant, in, "")
+		res, err := pushItems(context.Background(), s, tenant, in, "")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -118,82 +118,40 @@ SELECT count(*) FROM queen.log_timers
 WHERE tenant_id = $1 AND queue = $2 AND left(timer_key, length($3)) = $3`
 )
 
-// ApplyTimers runs the operations in one transaction and answers one result
-// each, in order. An op naming a timer already named earlier in the call is
-// the caller's to refuse before this.
-func (s *Store) ApplyTimers(ctx context.Context, tenant, producerSub string, ops []TimerOp) ([]TimerResult, error) {
-	var out []TimerResult
-	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx, _ time.Time) error {
-		var err error
-		out, err = s.applyTimers(ctx, tx, tenant, producerSub, ops)
-		return err
-	})
-	return out, err
+// TimerParams are ApplyTimer's arguments: one op on Tenant's timers, by
+// ProducerSub, with its payload as the write policy made it (queen/writes'
+// ApplyTimers, which begins no transaction: its caller does).
+type TimerParams struct {
+	Tenant, ProducerSub string
+	Op                  TimerOp
+	// Payload is what a schedule stores ("null" for none), or what a
+	// reschedule replaces the stored one with (nil keeps it); sealed when
+	// Sealed, since its queue encrypts.
+	Payload json.RawMessage
+	Sealed  bool
+	// MessageID is the id of a schedule's message (minted by the caller,
+	// NewID, before it sealed the payload).
+	MessageID string
+	// Now is the statement's database instant (DBNow), read by the caller
+	// before it sealed, as the op's first read of database time.
+	Now *time.Time
 }
 
-// applyTimers runs ops on q, one statement each.
-func (s *Store) applyTimers(ctx context.Context, q querier, tenant, producerSub string, ops []TimerOp) ([]TimerResult, error) {
-	out := make([]TimerResult, len(ops))
-	for i, op := range ops {
-		var err error
-		if out[i], err = s.applyTimer(ctx, q, tenant, producerSub, op); err != nil {
-			return nil, fmt.Errorf("timer %d (%s %s/%s): %w", i, op.Op, op.Queue, op.TimerKey, err)
-		}
-	}
-	return out, nil
-}
-
-func (s *Store) applyTimer(ctx context.Context, q querier, tenant, producerSub string, op TimerOp) (TimerResult, error) {
+// ApplyTimer runs p.Op on q, one statement (and, when it changed nothing,
+// timerClaimedSQL to say why).
+func (s *Store) ApplyTimer(ctx context.Context, q Executor, p TimerParams) (TimerResult, error) {
+	op := p.Op
 	r := TimerResult{Queue: op.Queue, TimerKey: op.TimerKey, Txn: op.Txn}
-	now := s.dbNow()
-	var at time.Time
 	switch op.Op {
 	case "schedule":
-		part := op.Partition
-		if part == "" {
-			part = DefaultPartition
-		}
-		payload := op.Payload
-		if payload == nil {
-			payload = json.RawMessage("null")
-		}
-		r.MessageID = s.ids.New()
-		// Sealed now when the queue encrypts (the write policy decides),
-		// so it is never at rest in the clear; the fire stores it as it is.
-		payload, sealed, err := s.writes.SealTimer(ctx, q, tenant, op.Queue, payload)
-		if err != nil {
-			return r, err
-		}
-		var inserted bool
-		err = q.QueryRow(ctx, scheduleTimerSQL, tenant, op.Queue, op.TimerKey, part, op.DeliverAt, op.DelayMs,
-			op.Txn, r.MessageID, string(payload), now, producerSub, sealed, !op.NoReplace).Scan(&at, &inserted)
-		if errors.Is(err, pgx.ErrNoRows) && op.NoReplace {
-			r.Status, r.MessageID = "exists", ""
-			return r, nil
-		}
-		if errors.Is(err, pgx.ErrNoRows) {
-			return s.timerMiss(ctx, q, tenant, op, r)
-		}
-		if err != nil {
-			return r, err
-		}
-		r.OK, r.Status, r.DeliverAt = true, "scheduled", &at
-		if !inserted {
-			r.Status = "rescheduled"
-		}
-		return r, nil
+		r.MessageID = p.MessageID
+		return s.scheduleTimer(ctx, q, p, r)
 	case "reschedule":
-		payload, sealed := op.Payload, false
-		if payload != nil {
-			var err error
-			if payload, sealed, err = s.writes.SealTimer(ctx, q, tenant, op.Queue, payload); err != nil {
-				return r, err
-			}
-		}
-		err := q.QueryRow(ctx, rescheduleTimerSQL, tenant, op.Queue, op.TimerKey, op.DeliverAt, op.DelayMs,
-			payload != nil, now, nullableJSON(payload), sealed).Scan(&at, &r.Txn, &r.MessageID)
+		var at time.Time
+		err := q.QueryRow(ctx, rescheduleTimerSQL, p.Tenant, op.Queue, op.TimerKey, op.DeliverAt, op.DelayMs,
+			p.Payload != nil, p.Now, nullableJSON(p.Payload), p.Sealed).Scan(&at, &r.Txn, &r.MessageID)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return s.timerMiss(ctx, q, tenant, op, r)
+			return s.timerMiss(ctx, q, p.Tenant, op, r)
 		}
 		if err != nil {
 			return r, err
@@ -201,9 +159,9 @@ func (s *Store) applyTimer(ctx context.Context, q querier, tenant, producerSub s
 		r.OK, r.Status, r.DeliverAt = true, "rescheduled", &at
 		return r, nil
 	case "cancel":
-		err := q.QueryRow(ctx, cancelTimerSQL, tenant, op.Queue, op.TimerKey, now).Scan(&r.Txn, &r.MessageID)
+		err := q.QueryRow(ctx, cancelTimerSQL, p.Tenant, op.Queue, op.TimerKey, p.Now).Scan(&r.Txn, &r.MessageID)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return s.timerMiss(ctx, q, tenant, op, r)
+			return s.timerMiss(ctx, q, p.Tenant, op, r)
 		}
 		if err != nil {
 			return r, err
@@ -212,6 +170,34 @@ func (s *Store) applyTimer(ctx context.Context, q querier, tenant, producerSub s
 		return r, nil
 	}
 	return r, fmt.Errorf("unknown timer op %q", op.Op)
+}
+
+// scheduleTimer runs scheduleTimerSQL for p (ApplyTimer's schedule).
+func (s *Store) scheduleTimer(ctx context.Context, q Executor, p TimerParams, r TimerResult) (TimerResult, error) {
+	op := p.Op
+	part := op.Partition
+	if part == "" {
+		part = DefaultPartition
+	}
+	var at time.Time
+	var inserted bool
+	err := q.QueryRow(ctx, scheduleTimerSQL, p.Tenant, op.Queue, op.TimerKey, part, op.DeliverAt, op.DelayMs,
+		op.Txn, r.MessageID, string(p.Payload), p.Now, p.ProducerSub, p.Sealed, !op.NoReplace).Scan(&at, &inserted)
+	if errors.Is(err, pgx.ErrNoRows) && op.NoReplace {
+		r.Status, r.MessageID = "exists", ""
+		return r, nil
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return s.timerMiss(ctx, q, p.Tenant, op, r)
+	}
+	if err != nil {
+		return r, err
+	}
+	r.OK, r.Status, r.DeliverAt = true, "scheduled", &at
+	if !inserted {
+		r.Status = "rescheduled"
+	}
+	return r, nil
 }
 
 // timerMiss answers an op that changed nothing: too_late when a live claim

@@ -2,19 +2,18 @@ package store
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 )
 
 // The statements a transaction composes (queen/txn runs them, in one pgx
-// transaction it begins itself): the cursor lock, the append, the timers
-// and the KV operations; its acks are queen/consume's (AckStrictInTx, over
-// AckRead and AckWrite). Each runs on the transaction it is handed; none
-// begins, retries or decides anything. The append and the rollback errors
-// serve queen/streams' cycle too, and the append queen/sweeper's timer
-// fire (with DeleteClaimedTimers, sweep.go).
+// transaction it begins itself): the cursor lock and the KV operations;
+// the append and the timers go through the write policy (queen/writes'
+// AppendInTx and ApplyTimers), its acks are queen/consume's (AckStrictInTx,
+// over AckRead and AckWrite). Each runs on the transaction it is handed;
+// none begins, retries or decides anything. The rollback errors serve
+// queen/streams' cycle too.
 
 // txnLockSQL locks, before anything else in a transaction, every cursor row
 // it relies on: the rows holding its requiredLeases and the rows its acks
@@ -63,47 +62,6 @@ func (s *Store) LockTxnCursors(ctx context.Context, tx pgx.Tx, p TxnLockParams) 
 		}
 	}
 	return held, rows.Err()
-}
-
-// AppendInTx appends rows inside tx (a repeated (partition, transactionId)
-// answers duplicate). A partition deleted meanwhile (its cached id is
-// stale) fails the append with a *GoneError naming the gone ids, wrapping
-// a rollback.
-func (s *Store) AppendInTx(ctx context.Context, tx pgx.Tx, rows []AppendRow) ([]AppendOut, error) {
-	return s.appendInTx(ctx, tx, rows, func() error {
-		return rejected("push_rejected", "a partition was deleted during the transaction")
-	})
-}
-
-// AppendFiredInTx is AppendInTx for a timer fire (queen/sweeper): the
-// same append, but a gone partition's error, which the sweeper logs when
-// the fresh retry meets it again, is no business rollback and names the
-// timers.
-func (s *Store) AppendFiredInTx(ctx context.Context, tx pgx.Tx, rows []AppendRow) ([]AppendOut, error) {
-	return s.appendInTx(ctx, tx, rows, func() error {
-		return fmt.Errorf("a partition was deleted while timers fired into it")
-	})
-}
-
-// appendInTx appends rows inside tx; gone makes the error a *GoneError
-// carries when a row's partition no longer exists (made only then).
-func (s *Store) appendInTx(ctx context.Context, tx pgx.Tx, rows []AppendRow, gone func() error) ([]AppendOut, error) {
-	if len(rows) == 0 {
-		return nil, nil
-	}
-	out, err := s.writes.Append(ctx, tx, rows, "")
-	if err != nil {
-		return nil, err
-	}
-	if ids := goneIDs(rows, out); len(ids) > 0 {
-		return nil, &GoneError{Partitions: ids, Err: gone()}
-	}
-	return out, nil
-}
-
-// ApplyTimersInTx is ApplyTimers inside tx.
-func (s *Store) ApplyTimersInTx(ctx context.Context, tx pgx.Tx, tenant, producerSub string, ops []TimerOp) ([]TimerResult, error) {
-	return s.applyTimers(ctx, tx, tenant, producerSub, ops)
 }
 
 // ApplyKVInTx is ApplyKV inside tx: a lost Required precondition is a

@@ -23,7 +23,7 @@ func TestWatermarksWrittenOnEmptyWildcardPopsAndDropped(t *testing.T) {
 	s, pool, sim := simTimeStore(t)
 	push := func(part, txid string) {
 		t.Helper()
-		if _, err := s.Push(ctx, tenant, []store.PushItem{{Queue: "wm", Partition: part, TransactionID: txid}}, ""); err != nil {
+		if _, err := pushItems(ctx, s, tenant, []store.PushItem{{Queue: "wm", Partition: part, TransactionID: txid}}, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -116,7 +116,7 @@ func TestWatermarksWrittenOnEmptyWildcardPopsAndDropped(t *testing.T) {
 func TestWatermarkAfterAnEmptyPopWhileLeased(t *testing.T) {
 	ctx := context.Background()
 	s, pool, sim := simTimeStore(t)
-	if _, err := s.Push(ctx, tenant, []store.PushItem{{Queue: "wl", TransactionID: "m1"}}, ""); err != nil {
+	if _, err := pushItems(ctx, s, tenant, []store.PushItem{{Queue: "wl", TransactionID: "m1"}}, ""); err != nil {
 		t.Fatal(err)
 	}
 	pop := func(s *store.Store, q string) consume.PopResult {
@@ -156,7 +156,7 @@ func TestWatermarksAreKeyedByTenant(t *testing.T) {
 	s, pool, _ := simTimeStore(t)
 	const other = "cccccccc-cccc-4ccc-8ccc-cccccccccccc"
 	for _, tn := range []string{tenant, other} {
-		if _, err := s.Push(ctx, tn, []store.PushItem{{Queue: "wt", TransactionID: "m"}}, ""); err != nil {
+		if _, err := pushItems(ctx, s, tn, []store.PushItem{{Queue: "wt", TransactionID: "m"}}, ""); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -1,6 +1,7 @@
 // Package streams owns the streams cycle (POST /streams/v1/cycle), the
 // server side of Queen's streaming SDKs (contract-streams.md), composed of
-// queen/store's statements in one PostgreSQL transaction.
+// queen/store's statements and queen/writes' append in one PostgreSQL
+// transaction.
 //
 // The contract: a cycle commits the query's state changes for one source
 // partition, its sink pushes and its source ack together, or nothing.
@@ -32,6 +33,7 @@ import (
 	"github.com/queen-go/queen/queen/canary"
 	"github.com/queen-go/queen/queen/names"
 	"github.com/queen-go/queen/queen/store"
+	"github.com/queen-go/queen/queen/writes"
 )
 
 // StateOp is one state change: an upsert of Value (JSON) or a delete.
@@ -74,18 +76,23 @@ type CycleResult struct {
 }
 
 // Cycle commits one cycle through n's store, resolving the sinks' names
-// through n, or nothing (the package doc states the contract).
-func Cycle(ctx context.Context, n *names.Names, p CycleParams) (CycleResult, error) {
-	return names.Retry(n, func() (CycleResult, error) { return cycleOnce(ctx, n, p) })
+// through n and appending through the broker's write policy w, or nothing
+// (the package doc states the contract).
+func Cycle(ctx context.Context, n *names.Names, w *writes.Policy, p CycleParams) (CycleResult, error) {
+	return names.Retry(n, func() (CycleResult, error) { return cycleOnce(ctx, n, w, p) })
 }
 
 // cycleOnce is one attempt of Cycle.
-func cycleOnce(ctx context.Context, n *names.Names, p CycleParams) (CycleResult, error) {
+func cycleOnce(ctx context.Context, n *names.Names, w *writes.Policy, p CycleParams) (CycleResult, error) {
 	s := n.Store()
 	var res CycleResult
 	// Sink names resolve (queues and partitions are created) before the
 	// transaction: creating them is harmless if it rolls back.
-	rows, err := n.PushRows(ctx, p.Tenant, p.Push, p.ProducerSub)
+	pids, err := n.PushPartitions(ctx, p.Tenant, p.Push)
+	if err != nil {
+		return res, err
+	}
+	rows, err := w.BuildRows(ctx, p.Tenant, p.Push, pids, p.ProducerSub)
 	if err != nil {
 		return res, err
 	}
@@ -100,7 +107,7 @@ func cycleOnce(ctx context.Context, n *names.Names, p CycleParams) (CycleResult,
 		if err := applyState(ctx, s, tx, p); err != nil {
 			return err
 		}
-		if pushed, err = s.AppendInTx(ctx, tx, rows); err != nil {
+		if pushed, err = w.AppendInTx(ctx, tx, rows); err != nil {
 			return err
 		}
 		if p.Ack != nil {

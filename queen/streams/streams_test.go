@@ -30,7 +30,7 @@ func TestStreamsCycleIntoAQueueRecreatedElsewhere(t *testing.T) {
 		t.Fatal(err)
 	}
 	pathtest.RecreatedElsewhere(t, a, b, "stale-sink")
-	res, err := streams.Cycle(ctx, a, streams.CycleParams{Tenant: tenant, QueryID: q.ID, PartitionID: src[0].PartitionID,
+	res, err := streams.Cycle(ctx, a, storetest.Writes(a.Store(), nil), streams.CycleParams{Tenant: tenant, QueryID: q.ID, PartitionID: src[0].PartitionID,
 		State: []streams.StateOp{{Key: "k", Value: json.RawMessage(`{"n":1}`)}},
 		Push:  []store.PushItem{{Queue: "stale-sink", TransactionID: "from-cycle", Payload: crypt.Plain(json.RawMessage(`2`))}}})
 	if err != nil || len(res.Pushed) != 1 || res.Pushed[0].Status != "queued" || res.StateOpsApplied != 1 {

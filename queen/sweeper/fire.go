@@ -60,7 +60,7 @@ func (s *Sweeper) fireOnce(ctx context.Context, token string, claimed []store.Cl
 		if len(push) == 0 {
 			return nil
 		}
-		outs, err := s.Store.AppendFiredInTx(ctx, tx, push)
+		outs, err := s.Writes.AppendFiredInTx(ctx, tx, push)
 		if err != nil {
 			return err
 		}

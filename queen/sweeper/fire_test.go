@@ -7,13 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/queen-go/queen/queen/clock"
 	"github.com/queen-go/queen/queen/consume"
 	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/names"
 	"github.com/queen-go/queen/queen/pathtest"
-	"github.com/queen-go/queen/queen/pushpath"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/store/storetest"
 	"github.com/queen-go/queen/queen/sweeper"
@@ -26,23 +27,35 @@ const tenant = pathtest.Tenant
 // firer is a sweeper that only fires: FireTimers uses its Store alone.
 func firer(s *store.Store) *sweeper.Sweeper { return fireThrough(names.New(s, names.Options{})) }
 
-// fireThrough is a sweeper that resolves names through n.
+// fireThrough is a sweeper that resolves names through n and appends
+// through a write policy without a key.
 func fireThrough(n *names.Names) *sweeper.Sweeper {
-	return &sweeper.Sweeper{Store: n.Store(), Names: n}
+	return &sweeper.Sweeper{Store: n.Store(), Names: n, Writes: storetest.Writes(n.Store(), nil)}
+}
+
+// applyTimers runs ops as the timers route does: in one transaction
+// (store.InTx), through a write policy sealing with c (nil: no key).
+func applyTimers(ctx context.Context, s *store.Store, c *crypt.Cipher, tenant, sub string, ops []store.TimerOp) ([]store.TimerResult, error) {
+	var out []store.TimerResult
+	err := s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) (err error) {
+		out, err = storetest.Writes(s, c).ApplyTimers(ctx, tx, tenant, sub, ops)
+		return err
+	})
+	return out, err
 }
 
 // clockedStore is a store whose database time the test moves.
 func clockedStore(t *testing.T) (*store.Store, *time.Time) {
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	return store.New(storetest.Pool(t), store.Options{IDs: ids.NewSource(clock.Real{}, nil),
-		DBNow: func() *time.Time { t := now; return &t }, Writes: pushpath.WritesFor(pushpath.WritesOptions{})}), &now
+		DBNow: func() *time.Time { t := now; return &t }}), &now
 }
 
 func TestTimersScheduleClaimFireOnce(t *testing.T) {
 	t.Parallel()
 	s, now := clockedStore(t)
 	ctx := context.Background()
-	res, err := s.ApplyTimers(ctx, tenant, "", []store.TimerOp{
+	res, err := applyTimers(ctx, s, nil, tenant, "", []store.TimerOp{
 		{Op: "schedule", Queue: "tq", TimerKey: "a", DelayMs: 2000, Txn: "fire-a", Payload: json.RawMessage(`{"n":1}`)},
 		{Op: "schedule", Queue: "tq", TimerKey: "b", DelayMs: 60000, Txn: "fire-b"},
 	})
@@ -63,7 +76,7 @@ func TestTimersScheduleClaimFireOnce(t *testing.T) {
 		t.Fatalf("claim at due time: %+v %v", claimed, err)
 	}
 	// While claimed, it can be neither cancelled nor claimed again.
-	if r, err := s.ApplyTimers(ctx, tenant, "", []store.TimerOp{{Op: "cancel", Queue: "tq", TimerKey: "a"}}); err != nil || r[0].Status != "too_late" || r[0].OK {
+	if r, err := applyTimers(ctx, s, nil, tenant, "", []store.TimerOp{{Op: "cancel", Queue: "tq", TimerKey: "a"}}); err != nil || r[0].Status != "too_late" || r[0].OK {
 		t.Fatalf("cancel of a claimed timer: %+v %v", r, err)
 	}
 	if c, _ := s.ClaimTimers(ctx, "00000000-0000-0000-0000-00000000000c", 30*time.Second, 10); len(c) != 0 {
@@ -80,10 +93,10 @@ func TestTimersScheduleClaimFireOnce(t *testing.T) {
 	if err != nil || len(p.Messages) != 1 || p.Messages[0].TransactionID != "fire-a" || p.Messages[0].ID != promised {
 		t.Fatalf("the fired message: %+v %v (promised id %s)", p, err, promised)
 	}
-	if r, _ := s.ApplyTimers(ctx, tenant, "", []store.TimerOp{{Op: "cancel", Queue: "tq", TimerKey: "a"}}); r[0].Status != "absent" {
+	if r, _ := applyTimers(ctx, s, nil, tenant, "", []store.TimerOp{{Op: "cancel", Queue: "tq", TimerKey: "a"}}); r[0].Status != "absent" {
 		t.Fatalf("cancel after fire: %+v", r)
 	}
-	if r, _ := s.ApplyTimers(ctx, tenant, "", []store.TimerOp{{Op: "cancel", Queue: "tq", TimerKey: "b"}}); r[0].Status != "cancelled" || r[0].Txn != "fire-b" {
+	if r, _ := applyTimers(ctx, s, nil, tenant, "", []store.TimerOp{{Op: "cancel", Queue: "tq", TimerKey: "b"}}); r[0].Status != "cancelled" || r[0].Txn != "fire-b" {
 		t.Fatalf("cancel pending: %+v", r)
 	}
 }
@@ -92,7 +105,7 @@ func TestExpiredClaimIsClaimableAndTheOldClaimFiresNothing(t *testing.T) {
 	t.Parallel()
 	s, now := clockedStore(t)
 	ctx := context.Background()
-	if _, err := s.ApplyTimers(ctx, tenant, "", []store.TimerOp{{Op: "schedule", Queue: "tq", TimerKey: "k", Txn: "once"}}); err != nil {
+	if _, err := applyTimers(ctx, s, nil, tenant, "", []store.TimerOp{{Op: "schedule", Queue: "tq", TimerKey: "k", Txn: "once"}}); err != nil {
 		t.Fatal(err)
 	}
 	dead := "00000000-0000-0000-0000-0000000000d1"
@@ -121,14 +134,13 @@ func TestTimerPayloadIsSealedFromScheduleToPop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil), Cipher: c,
-		Writes: pushpath.WritesFor(pushpath.WritesOptions{Cipher: c})})
+	s := store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil), Cipher: c})
 	ctx := context.Background()
 	on := true
 	if _, err := names.New(s, names.Options{}).Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: "enc", Patch: store.OptionPatch{EncryptionEnabled: &on}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.ApplyTimers(ctx, tenant, "", []store.TimerOp{{Op: "schedule", Queue: "enc", TimerKey: "k", Txn: "k",
+	if _, err := applyTimers(ctx, s, c, tenant, "", []store.TimerOp{{Op: "schedule", Queue: "enc", TimerKey: "k", Txn: "k",
 		Payload: json.RawMessage(`{"pin":"2468"}`)}}); err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +153,8 @@ func TestTimerPayloadIsSealedFromScheduleToPop(t *testing.T) {
 	if err != nil || len(claimed) != 1 {
 		t.Fatalf("claim: %v %v", claimed, err)
 	}
-	if _, err := firer(s).FireTimers(ctx, token, claimed); err != nil {
+	fire := &sweeper.Sweeper{Store: s, Names: names.New(s, names.Options{}), Writes: storetest.Writes(s, c)}
+	if _, err := fire.FireTimers(ctx, token, claimed); err != nil {
 		t.Fatal(err)
 	}
 	p, err := consume.NewClaimer(s, consume.ClaimerOptions{Cipher: c}).Claim(ctx, consume.PopRequest{Tenant: tenant, Queue: "enc", Batch: 1})
@@ -160,7 +173,7 @@ func TestTimerIntoAQueueRecreatedElsewhereFiresAtOnce(t *testing.T) {
 	a, b := pathtest.TwoBrokers(t)
 	ctx := context.Background()
 	pathtest.RecreatedElsewhere(t, a, b, "stale-timer")
-	if _, err := a.Store().ApplyTimers(ctx, tenant, "", []store.TimerOp{{Op: "schedule", Queue: "stale-timer", TimerKey: "k", Txn: "timed"}}); err != nil {
+	if _, err := applyTimers(ctx, a.Store(), nil, tenant, "", []store.TimerOp{{Op: "schedule", Queue: "stale-timer", TimerKey: "k", Txn: "timed"}}); err != nil {
 		t.Fatal(err)
 	}
 	token := "00000000-0000-0000-0000-0000000000f1"

@@ -34,6 +34,7 @@ import (
 	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/names"
 	"github.com/queen-go/queen/queen/store"
+	"github.com/queen-go/queen/queen/writes"
 )
 
 // Sweeper is one broker's sweeper: a background.Service that can be woken.
@@ -41,7 +42,10 @@ type Sweeper struct {
 	Store *store.Store
 	// Names resolves the fired timers' partitions, cached (the broker's
 	// one queen/names over Store).
-	Names   *names.Names
+	Names *names.Names
+	// Writes appends the fired timers' rows (the broker's one write policy,
+	// queen/writes); required.
+	Writes  *writes.Policy
 	Arbiter *admission.Arbiter // its database work takes Maint slots; nil: none
 	Clock   clock.Clock
 	IDs     *ids.Source // claim tokens

@@ -22,7 +22,7 @@ func TestMain(m *testing.M) { storetest.Main(m) }
 func newSweeper(t *testing.T) (*sweeper.Sweeper, *store.Store, *clock.Sim) {
 	c := clock.NewSim(time.Now())
 	st := store.New(storetest.Pool(t), store.Options{IDs: ids.NewSource(clock.Real{}, nil), DBNow: func() *time.Time { n := c.Now(); return &n }})
-	return &sweeper.Sweeper{Store: st, Names: names.New(st, names.Options{}), Clock: c, IDs: ids.NewSource(clock.Real{}, nil), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	return &sweeper.Sweeper{Store: st, Names: names.New(st, names.Options{}), Writes: storetest.Writes(st, nil), Clock: c, IDs: ids.NewSource(clock.Real{}, nil), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Lease: 30 * time.Second, MinSleep: 5 * time.Millisecond, MaxSleep: time.Second, IdleMaxSleep: 8 * time.Second,
 		ClaimBatch: 10, PruneBatch: 10}, st, c
 }
@@ -43,7 +43,7 @@ func TestIdleBackoffNeverSleepsPastAKnownTimer(t *testing.T) {
 	if sleeps[0] != time.Second || sleeps[len(sleeps)-1] != 8*time.Second {
 		t.Fatalf("idle sleeps %v: want 1 s at first, doubling to the 8 s ceiling", sleeps)
 	}
-	if _, err := st.ApplyTimers(ctx, config.DefaultTenant, "", []store.TimerOp{{Op: "schedule", Queue: "q", TimerKey: "k", Txn: "k", DelayMs: 3000}}); err != nil {
+	if _, err := applyTimers(ctx, st, nil, config.DefaultTenant, "", []store.TimerOp{{Op: "schedule", Queue: "q", TimerKey: "k", Txn: "k", DelayMs: 3000}}); err != nil {
 		t.Fatal(err)
 	}
 	sw.Hint(3 * time.Second)
@@ -81,7 +81,7 @@ func TestPoisonTimerIsIsolated(t *testing.T) {
 	sw.MaxAttempts, sw.RetryBase = 3, time.Second
 	ctx := context.Background()
 	for _, k := range []string{"a", "b", "c", "d", "e"} {
-		if _, err := st.ApplyTimers(ctx, config.DefaultTenant, "", []store.TimerOp{{Op: "schedule", Queue: "q", TimerKey: k, Txn: k, DelayMs: 0}}); err != nil {
+		if _, err := applyTimers(ctx, st, nil, config.DefaultTenant, "", []store.TimerOp{{Op: "schedule", Queue: "q", TimerKey: k, Txn: k, DelayMs: 0}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -133,7 +133,7 @@ func TestPoisonTimerIsIsolated(t *testing.T) {
 	if err := sw.RunOnce(ctx); err != nil || poison().Attempts != 3 {
 		t.Fatalf("a failed timer was claimed again: %v %+v", err, poison())
 	}
-	res, err := st.ApplyTimers(ctx, config.DefaultTenant, "", []store.TimerOp{{Op: "cancel", Queue: "q", TimerKey: "poison"}})
+	res, err := applyTimers(ctx, st, nil, config.DefaultTenant, "", []store.TimerOp{{Op: "cancel", Queue: "q", TimerKey: "poison"}})
 	if err != nil || res[0].Status != "cancelled" {
 		t.Fatalf("cancel a failed timer: %+v %v", res, err)
 	}

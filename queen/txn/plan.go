@@ -8,6 +8,7 @@ import (
 
 	"github.com/queen-go/queen/queen/consume"
 	"github.com/queen-go/queen/queen/store"
+	"github.com/queen-go/queen/queen/writes"
 )
 
 // plan is what a transaction's operations ask for: the items pushed, the
@@ -92,11 +93,11 @@ func ackGroups(ctx context.Context, s *store.Store, tx pgx.Tx, req Request, p pl
 
 // applyExtras applies a transaction's timers, then its KV operations, in
 // tx, their results into more (the timers' kept if the KV fail).
-func applyExtras(ctx context.Context, s *store.Store, tx pgx.Tx, req Request, more *ExtrasResult) error {
+func applyExtras(ctx context.Context, s *store.Store, w *writes.Policy, tx pgx.Tx, req Request, more *ExtrasResult) error {
 	x := req.Extras
 	var err error
 	if len(x.Timers) > 0 {
-		if more.Timers, err = s.ApplyTimersInTx(ctx, tx, req.Tenant, req.ProducerSub, x.Timers); err != nil {
+		if more.Timers, err = w.ApplyTimers(ctx, tx, req.Tenant, req.ProducerSub, x.Timers); err != nil {
 			return err
 		}
 	}

@@ -1,7 +1,8 @@
 // Package txn owns the transaction route (POST /api/v1/transaction): pushes,
 // acks, timers and KV operations applied all-or-nothing in one PostgreSQL
-// transaction, composed of queen/store's statements and queen/consume's
-// strict ack (consume.AckStrictInTx, the general ack's state machine).
+// transaction, composed of queen/store's statements, queen/writes' append
+// and timers (sealing, in-batch dedup) and queen/consume's strict ack
+// (consume.AckStrictInTx, the general ack's state machine).
 //
 // The contract:
 //
@@ -38,6 +39,7 @@ import (
 	"github.com/queen-go/queen/queen/canary"
 	"github.com/queen-go/queen/queen/names"
 	"github.com/queen-go/queen/queen/store"
+	"github.com/queen-go/queen/queen/writes"
 )
 
 // Op is one operation of a transaction: a push of Items, or one Ack for
@@ -90,16 +92,17 @@ type Request struct {
 }
 
 // Run applies req all-or-nothing through n's store, resolving names
-// through n (the package doc states the contract), and answers one Result
+// through n and writing (rows, appends, timers) through the broker's write
+// policy w (the package doc states the contract), and answers one Result
 // per ack and per pushed item, in the order of the operations and their
 // items.
-func Run(ctx context.Context, n *names.Names, req Request) ([]Result, ExtrasResult, error) {
+func Run(ctx context.Context, n *names.Names, w *writes.Policy, req Request) ([]Result, ExtrasResult, error) {
 	type answer struct {
 		res  []Result
 		more ExtrasResult
 	}
 	once := func() (answer, error) {
-		res, more, err := runOnce(ctx, n, req)
+		res, more, err := runOnce(ctx, n, w, req)
 		return answer{res, more}, err
 	}
 	if canary.On("stale-cache-no-retry") {
@@ -113,7 +116,7 @@ func Run(ctx context.Context, n *names.Names, req Request) ([]Result, ExtrasResu
 }
 
 // runOnce is one attempt of Run.
-func runOnce(ctx context.Context, n *names.Names, req Request) ([]Result, ExtrasResult, error) {
+func runOnce(ctx context.Context, n *names.Names, w *writes.Policy, req Request) ([]Result, ExtrasResult, error) {
 	s := n.Store()
 	var more ExtrasResult
 	pushTenant := req.Tenant
@@ -126,7 +129,11 @@ func runOnce(ctx context.Context, n *names.Names, req Request) ([]Result, Extras
 	}
 	// Names resolve (and queues and partitions are created) before the
 	// transaction: creating them is harmless if it rolls back.
-	rows, err := n.PushRows(ctx, pushTenant, p.items, req.ProducerSub)
+	pids, err := n.PushPartitions(ctx, pushTenant, p.items)
+	if err != nil {
+		return nil, more, err
+	}
+	rows, err := w.BuildRows(ctx, pushTenant, p.items, pids, req.ProducerSub)
 	if err != nil {
 		return nil, more, err
 	}
@@ -139,13 +146,13 @@ func runOnce(ctx context.Context, n *names.Names, req Request) ([]Result, Extras
 			return err
 		}
 		var err error
-		if pushed, err = s.AppendInTx(ctx, tx, rows); err != nil {
+		if pushed, err = w.AppendInTx(ctx, tx, rows); err != nil {
 			return err
 		}
 		if err := ackGroups(ctx, s, tx, req, p, acked); err != nil {
 			return err
 		}
-		return applyExtras(ctx, s, tx, req, &more)
+		return applyExtras(ctx, s, w, tx, req, &more)
 	})
 	if err != nil {
 		return nil, more, err

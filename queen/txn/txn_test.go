@@ -29,7 +29,7 @@ func TestTransactionIntoAQueueRecreatedElsewhere(t *testing.T) {
 	t.Parallel()
 	a, b := pathtest.TwoBrokers(t)
 	pathtest.RecreatedElsewhere(t, a, b, "stale-txn")
-	res, _, err := txn.Run(context.Background(), a, txn.Request{Tenant: tenant, Ops: []txn.Op{{Type: "push",
+	res, _, err := txn.Run(context.Background(), a, storetest.Writes(a.Store(), nil), txn.Request{Tenant: tenant, Ops: []txn.Op{{Type: "push",
 		Items: []store.PushItem{{Queue: "stale-txn", TransactionID: "in-txn", Payload: crypt.Plain(json.RawMessage(`1`))}}}}})
 	if err != nil || len(res) != 1 || !res[0].Success || res[0].Duplicate {
 		t.Fatalf("transaction through the broker that did not delete: %+v %v", res, err)
@@ -47,6 +47,7 @@ func TestConcurrentTransactionsDoNotDeadlock(t *testing.T) {
 	s := store.New(storetest.Pool(t), store.Options{IDs: ids.NewSource(clock.Real{}, nil),
 		DBNow: func() *time.Time { v := now; return &v }})
 	ns := names.New(s, names.Options{})
+	policy := storetest.Writes(s, nil)
 	ctx := context.Background()
 	for _, p := range []string{"a", "b"} { // create both partitions first
 		if res := pathtest.Push(t, ns, store.PushItem{Queue: "tx", Partition: p, TransactionID: "seed-" + p}); res[0].Status != "queued" {
@@ -68,7 +69,7 @@ func TestConcurrentTransactionsDoNotDeadlock(t *testing.T) {
 					{Type: "push", Items: []store.PushItem{{Queue: "tx", Partition: first, TransactionID: fmt.Sprintf("w%d-%d-1", w, i)}}},
 					{Type: "push", Items: []store.PushItem{{Queue: "tx", Partition: second, TransactionID: fmt.Sprintf("w%d-%d-2", w, i)}}},
 				}
-				if _, _, err := txn.Run(ctx, ns, txn.Request{Tenant: tenant, Ops: ops}); err != nil {
+				if _, _, err := txn.Run(ctx, ns, policy, txn.Request{Tenant: tenant, Ops: ops}); err != nil {
 					errs <- err
 					return
 				}

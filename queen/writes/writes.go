@@ -1,4 +1,22 @@
-package pushpath
+// Package writes is what a write does to rows before and around the append
+// statement (store.AppendRows), which every write runs through: a live push
+// and a replay (queen/pushpath), a transaction (queen/txn), a streams cycle
+// (queen/streams), a timer's schedule and fire (queen/httpapi, queen/txn,
+// queen/sweeper) and a DLQ retry. The store holds the statements only; the
+// composition root (package queen) builds one Policy per broker and hands
+// it to every path that writes, and its encryption hint to queen/names,
+// which forgets it with a queue's names.
+//
+//   - Sealing: a payload is sealed before the append when its queue
+//     encrypts, as a cached hint says (QUEEN_CACHE_REFRESH_INTERVAL_MS,
+//     forgotten on a configure or delete). appendSQL reads the setting itself
+//     and, when the hint was stale (encryption turned on from another
+//     broker), writes nothing and names the rows to seal: they are sealed
+//     and the whole append runs again. Without a key that is a refusal.
+//   - In-batch dedup: the second copy of a (partition, transactionId) in one
+//     append is not sent to the statement; it answers duplicate of the
+//     first (the dedup-off canary answers it queued instead).
+package writes
 
 import (
 	"context"
@@ -13,26 +31,11 @@ import (
 	"github.com/queen-go/queen/queen/ttlcache"
 )
 
-// The write side's policy around the append statement (store.AppendRows),
-// which every write runs through: a live push and a replay here, and a
-// transaction, a streams cycle, a timer's fire and a DLQ retry through the
-// store (store.WritePolicy), so the store, queen/names and the layers
-// below this one call it without importing it.
-//
-//   - Sealing: a payload is sealed before the append when its queue
-//     encrypts, as a cached hint says (QUEEN_CACHE_REFRESH_INTERVAL_MS,
-//     forgotten on a configure or delete). appendSQL reads the setting itself
-//     and, when the hint was stale (encryption turned on from another
-//     broker), writes nothing and names the rows to seal: they are sealed
-//     and the whole append runs again. Without a key that is a refusal.
-//   - In-batch dedup: the second copy of a (partition, transactionId) in one
-//     append is not sent to the statement; it answers duplicate of the
-//     first.
-
-// WritesOptions configure the write policy.
-type WritesOptions struct {
+// Options configure the write policy.
+type Options struct {
 	// Cipher seals the payloads of queues with encryptionEnabled
-	// (QUEEN_ENCRYPTION_KEY); nil: nothing is sealed or opened.
+	// (QUEEN_ENCRYPTION_KEY); nil: nothing is sealed or opened, and a row
+	// appendSQL finds unsealed for a queue that encrypts is refused.
 	Cipher *crypt.Cipher
 	// Clock ages the encryption hint; nil means the wall clock.
 	Clock clock.Clock
@@ -42,22 +45,20 @@ type WritesOptions struct {
 	TTL time.Duration
 }
 
-// WritesFor is the write policy the wiring hands store.New
-// (store.Options.Writes), one per store.
-func WritesFor(o WritesOptions) func(*store.Store) store.WritePolicy {
+// New is the write policy over st, one per broker: every path that
+// appends through st shares it, so a forgotten hint is forgotten for all.
+func New(st *store.Store, o Options) *Policy {
 	if o.Clock == nil {
 		o.Clock = clock.Real{}
 	}
 	if o.TTL <= 0 {
 		o.TTL = 60 * time.Second
 	}
-	return func(st *store.Store) store.WritePolicy {
-		return &writes{st: st, cipher: o.Cipher, hints: ttlcache.New[sealKey](o.Clock, o.TTL)}
-	}
+	return &Policy{st: st, cipher: o.Cipher, hints: ttlcache.New[sealKey](o.Clock, o.TTL)}
 }
 
-// writes is the write policy over one store.
-type writes struct {
+// Policy is the write policy over one store. It is safe for concurrent use.
+type Policy struct {
 	st     *store.Store
 	cipher *crypt.Cipher
 	// hints caches whether a queue encrypts (queueEncrypted).
@@ -73,7 +74,7 @@ type sealKey struct{ tenant, queue string }
 // hint that saves a second round trip: appendSQL reads the queue's setting
 // itself and refuses an unsealed row into an encrypting queue, which is
 // then sealed and appended again (appendSealing).
-func (w *writes) queueEncrypted(ctx context.Context, q store.Executor, tenant, queue string) (bool, error) {
+func (w *Policy) queueEncrypted(ctx context.Context, q store.Executor, tenant, queue string) (bool, error) {
 	k := sealKey{tenant: tenant, queue: queue}
 	if v, ok := w.hints.Get(k); ok {
 		return v == "t", nil
@@ -87,9 +88,10 @@ func (w *writes) queueEncrypted(ctx context.Context, q store.Executor, tenant, q
 }
 
 // ForgetSealHint drops the cached encryption setting of a queue: it was
-// configured or deleted, here or through another broker (store.Configure,
-// and names.ForgetQueue on a delete or a mesh hint).
-func (w *writes) ForgetSealHint(tenant, queue string) {
+// configured or deleted, here or through another broker (queen/names'
+// Configure, DeleteQueue and ForgetQueue, the last on a mesh hint, call it
+// through names.Options.SealHints).
+func (w *Policy) ForgetSealHint(tenant, queue string) {
 	w.hints.Delete(sealKey{tenant: tenant, queue: queue})
 }
 
@@ -102,7 +104,7 @@ func (w *writes) ForgetSealHint(tenant, queue string) {
 // queue encrypts comes from the cached hint; appendSQL has the last word
 // (appendSealing). Without a key nothing is sealed or opened: a sealed
 // payload is stored sealed as it came.
-func (w *writes) SealRows(ctx context.Context, tenant string, items []store.PushItem, rows []store.AppendRow) error {
+func (w *Policy) SealRows(ctx context.Context, tenant string, items []store.PushItem, rows []store.AppendRow) error {
 	if w.cipher == nil {
 		return nil
 	}
@@ -122,7 +124,7 @@ func (w *writes) SealRows(ctx context.Context, tenant string, items []store.Push
 
 // sealOne is what item it's payload p is stored as, its queue encrypting
 // or not (on).
-func (w *writes) sealOne(it store.PushItem, p crypt.Payload, on bool) (crypt.Payload, error) {
+func (w *Policy) sealOne(it store.PushItem, p crypt.Payload, on bool) (crypt.Payload, error) {
 	switch {
 	case p.Sealed():
 		plain, err := w.cipher.OpenPayload(p)
@@ -146,7 +148,7 @@ func (w *writes) sealOne(it store.PushItem, p crypt.Payload, on bool) (crypt.Pay
 // SealTimer seals a timer's payload at schedule time when its queue asks
 // for encryption, so it is never at rest in the clear; the fire stores it
 // sealed as it is.
-func (w *writes) SealTimer(ctx context.Context, q store.Executor, tenant, queue string, payload json.RawMessage) (json.RawMessage, bool, error) {
+func (w *Policy) SealTimer(ctx context.Context, q store.Executor, tenant, queue string, payload json.RawMessage) (json.RawMessage, bool, error) {
 	if w.cipher == nil {
 		return payload, false, nil
 	}
@@ -160,7 +162,7 @@ func (w *writes) SealTimer(ctx context.Context, q store.Executor, tenant, queue 
 
 // Append runs the append over rows that may repeat a (partition,
 // transactionId) pair: a repeat is answered as a duplicate of the first.
-func (w *writes) Append(ctx context.Context, q store.Executor, rows []store.AppendRow, lockWait string) ([]store.AppendOut, error) {
+func (w *Policy) Append(ctx context.Context, q store.Executor, rows []store.AppendRow, lockWait string) ([]store.AppendOut, error) {
 	type key struct{ pid, txid string }
 	first := make(map[key]int, len(rows))
 	alias := make([]int, len(rows))
@@ -197,7 +199,7 @@ func (w *writes) Append(ctx context.Context, q store.Executor, rows []store.Appe
 
 // appendSealing runs the append statement over distinct rows; when it found
 // rows to seal (it wrote nothing) they are sealed and it runs again.
-func (w *writes) appendSealing(ctx context.Context, q store.Executor, rows []store.AppendRow, lockWait string) ([]store.AppendOut, error) {
+func (w *Policy) appendSealing(ctx context.Context, q store.Executor, rows []store.AppendRow, lockWait string) ([]store.AppendOut, error) {
 	out, err := w.st.AppendRows(ctx, q, store.AppendRowsParams{Rows: rows, LockWait: lockWait})
 	if err != nil {
 		return nil, err
@@ -224,9 +226,9 @@ func (w *writes) appendSealing(ctx context.Context, q store.Executor, rows []sto
 // turned on from another broker) and appends the whole batch again; the first
 // statement wrote nothing. A broker without a key cannot: the write is
 // refused, never stored in the clear.
-func (w *writes) appendSealed(ctx context.Context, q store.Executor, rows []store.AppendRow, idx []int, lockWait string) ([]store.AppendOut, error) {
+func (w *Policy) appendSealed(ctx context.Context, q store.Executor, rows []store.AppendRow, idx []int, lockWait string) ([]store.AppendOut, error) {
 	if w.cipher == nil {
-		return nil, store.UnsealedRefused(rows[idx[0]])
+		return nil, unsealedRefused(rows[idx[0]])
 	}
 	again := append([]store.AppendRow(nil), rows...)
 	for _, i := range idx {
@@ -238,4 +240,12 @@ func (w *writes) appendSealed(ctx context.Context, q store.Executor, rows []stor
 	}
 	w.hints.Clear()
 	return w.appendSealing(ctx, q, again, lockWait)
+}
+
+// unsealedRefused is the refusal of a row appendSQL found unsealed for a
+// queue that encrypts, by a broker that holds no key: it is never stored in
+// the clear.
+func unsealedRefused(r store.AppendRow) error {
+	return &store.RefusedError{Reason: fmt.Sprintf("partition %s (transactionId %s): the queue has encryptionEnabled and this broker has no QUEEN_ENCRYPTION_KEY",
+		r.PartitionID(), r.TransactionID())}
 }
