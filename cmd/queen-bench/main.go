@@ -44,6 +44,7 @@ type options struct {
 	only     string
 	scale    bool
 	size     scaleSize
+	profile  string // -pg-profile: where each broker window's statement profile goes
 }
 
 func main() {
@@ -62,6 +63,7 @@ func main() {
 	flag.IntVar(&o.size.Messages, "scale-messages", 10000000, "scale mode: messages grown (over the partitions)")
 	flag.IntVar(&o.size.DLQ, "scale-dlq", 1000000, "scale mode: dead letters grown (in one queue)")
 	flag.IntVar(&o.size.KV, "scale-kv", 1000000, "scale mode: KV keys grown (in one namespace)")
+	flag.StringVar(&o.profile, "pg-profile", "", "load pg_stat_statements and auto_explain and append each broker window's statement profile to this file (plans sampled into FILE.pglog)")
 	flag.Parse()
 	if err := run(o); err != nil {
 		log.Fatal("queen-bench: ", err)
@@ -98,7 +100,11 @@ func run(o options) error {
 		return err
 	}
 	// A durable server (fsync on), as in production: both sides pay it.
-	pg, err := pglocal.Start(ctx, pglocal.Options{DataDir: filepath.Join(dir, "data")})
+	po := pglocal.Options{DataDir: filepath.Join(dir, "data")}
+	if o.profile != "" {
+		po.Settings, po.LogPath = profileSettings(), o.profile+".pglog"
+	}
+	pg, err := pglocal.Start(ctx, po)
 	if err != nil {
 		return err
 	}

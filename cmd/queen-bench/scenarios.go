@@ -25,7 +25,13 @@ type latencyResult struct {
 	PGCPU     float64   `json:"postgresCpuSecondsPer1000"`
 	LoadCPU   float64   `json:"loadGeneratorCpuSecondsPer1000"`
 	TargetP99 float64   `json:"targetP99ms"`
-	Met       bool      `json:"met"`
+	// Slowest is where the slowest 1 % of each window waited, the median
+	// of each part over them: the push (send to its answer), queued (its
+	// answer to the start of the pop request that took it, when every
+	// consumer was busy) and the pop (from the later of those two to the
+	// pop's answer: the wake, the claim and the answer).
+	Slowest latencyParts `json:"slowestPercentMs"`
+	Met     bool         `json:"met"`
 }
 
 // latency pushes 1,000 msg/s (10 producers, one message every 10 ms each)
@@ -41,6 +47,7 @@ func (e *env) pushToPop(ctx context.Context, queue, pushURL string, popper *env,
 	const producers = 10
 	r := latencyResult{Rate: producers * int(time.Second/every), TargetP99: target}
 	var pushP50, pushP99 []float64
+	var slow []latencyParts
 	before, selfBefore := e.cpu(), cpuSeconds(os.Getpid(), false)
 	for win := 0; win < e.o.windows; win++ {
 		lw, err := e.latencyWindow(ctx, queue, pushURL, popper, every, win, producers)
@@ -56,7 +63,9 @@ func (e *env) pushToPop(ctx context.Context, queue, pushURL string, popper *env,
 		r.P99PerWin = append(r.P99PerWin, percentile(lw.samples, 0.99))
 		pushP50 = append(pushP50, percentile(lw.pushes, 0.50))
 		pushP99 = append(pushP99, percentile(lw.pushes, 0.99))
+		slow = append(slow, lw.slowest(r.P99PerWin[len(r.P99PerWin)-1])...)
 	}
+	r.Slowest = medianParts(slow)
 	r.PushP50ms, r.PushP99ms = median(pushP50), median(pushP99)
 	after, selfAfter := e.cpu(), cpuSeconds(os.Getpid(), false)
 	if r.Samples > 0 {
@@ -74,6 +83,8 @@ func (e *env) pushToPop(ctx context.Context, queue, pushURL string, popper *env,
 type latWindow struct {
 	mu              sync.Mutex
 	samples, pushes []float64
+	parts           []latencyParts // each sample's, in samples' order
+	pushed          sync.Map       // transactionId -> when its push was answered
 	sent, got       atomic.Int64
 	errs            chan error
 }
@@ -136,6 +147,7 @@ func (e *env) latencyProducer(ctx, wctx context.Context, lw *latWindow, queue, p
 			lw.errs <- fmt.Errorf("push: %d %s %v", code, resp, err)
 			return
 		}
+		lw.pushed.Store(fmt.Sprintf("lat-%d-%d-%d", win, p, i), time.Now())
 		lw.mu.Lock()
 		lw.pushes = append(lw.pushes, float64(time.Since(t0))/1e6)
 		lw.mu.Unlock()
@@ -147,14 +159,16 @@ func (e *env) latencyProducer(ctx, wctx context.Context, lw *latWindow, queue, p
 // message's latency from its send stamp; it stops at the first error.
 func (lw *latWindow) consume(c context.Context, popper *env, queue string) {
 	for c.Err() == nil {
+		start := time.Now()
 		_, err := popper.popAck(c, queue, "", 100, true, func(p popped) {
-			now := time.Now().UnixNano()
+			now := time.Now()
 			lw.mu.Lock()
 			defer lw.mu.Unlock()
 			for _, m := range p.Messages {
 				var d struct{ T int64 }
 				if json.Unmarshal(m.Data, &d) == nil {
-					lw.samples = append(lw.samples, float64(now-d.T)/1e6)
+					lw.samples = append(lw.samples, float64(now.UnixNano()-d.T)/1e6)
+					lw.parts = append(lw.parts, lw.partsOf(m.TransactionID, time.Unix(0, d.T), start, now))
 				}
 			}
 			lw.got.Add(int64(len(p.Messages)))
@@ -166,9 +180,56 @@ func (lw *latWindow) consume(c context.Context, popper *env, queue string) {
 	}
 }
 
+// latencyParts splits one message's push-to-pop latency, in ms (see
+// latencyResult.Slowest).
+type latencyParts struct {
+	Push   float64 `json:"push"`
+	Queued float64 `json:"queued"`
+	Pop    float64 `json:"pop"`
+}
+
+// partsOf splits the latency of the message txid, sent at sent, that the
+// pop started at start answered at answered.
+func (lw *latWindow) partsOf(txid string, sent, start, answered time.Time) latencyParts {
+	v, ok := lw.pushed.Load(txid)
+	if !ok { // popped before its producer heard the push's answer
+		return latencyParts{Push: ms(answered.Sub(sent))}
+	}
+	pushed := v.(time.Time)
+	from := start
+	if pushed.After(start) {
+		from = pushed
+	}
+	return latencyParts{Push: ms(pushed.Sub(sent)), Queued: max(0, ms(start.Sub(pushed))), Pop: ms(answered.Sub(from))}
+}
+
+// slowest are the parts of the samples at or above p99.
+func (lw *latWindow) slowest(p99 float64) []latencyParts {
+	var out []latencyParts
+	for i, x := range lw.samples {
+		if x >= p99 {
+			out = append(out, lw.parts[i])
+		}
+	}
+	return out
+}
+
+// medianParts is each part's median over ps.
+func medianParts(ps []latencyParts) latencyParts {
+	var push, queued, pop []float64
+	for _, p := range ps {
+		push, queued, pop = append(push, p.Push), append(queued, p.Queued), append(pop, p.Pop)
+	}
+	return latencyParts{Push: median(push), Queued: median(queued), Pop: median(pop)}
+}
+
+func ms(d time.Duration) float64 { return float64(d) / 1e6 }
+
 func (r latencyResult) print() {
-	fmt.Printf("%-13s push-to-pop at %d msg/s offered (%d delivered): p50 %.1f ms, p99 %.1f ms (target p99 < %.0f ms, %s); per window p50 %v p99 %v; the push alone p50 %.1f ms p99 %.1f ms; CPU-s per 1,000 msgs: broker %.3f, postgres %.3f, load generator %.3f\n",
-		"latency", r.Rate, r.Samples, r.P50ms, r.P99ms, r.TargetP99, metWord(r.Met), rounded(r.P50PerWin), rounded(r.P99PerWin), r.PushP50ms, r.PushP99ms, r.BrokerCPU, r.PGCPU, r.LoadCPU)
+	fmt.Printf("%-13s push-to-pop at %d msg/s offered (%d delivered): p50 %.1f ms, p99 %.1f ms (target p99 < %.0f ms, %s); per window p50 %v p99 %v; the push alone p50 %.1f ms p99 %.1f ms; CPU-s per 1,000 msgs: broker %.3f, postgres %.3f, load generator %.3f\n"+
+		"              the slowest 1%% (medians): push %.1f ms, queued for a free consumer %.1f ms, pop (wake, claim, answer) %.1f ms\n",
+		"latency", r.Rate, r.Samples, r.P50ms, r.P99ms, r.TargetP99, metWord(r.Met), rounded(r.P50PerWin), rounded(r.P99PerWin), r.PushP50ms, r.PushP99ms, r.BrokerCPU, r.PGCPU, r.LoadCPU,
+		r.Slowest.Push, r.Slowest.Queued, r.Slowest.Pop)
 }
 
 func metWord(ok bool) string {

@@ -411,6 +411,11 @@ func (e *env) timed(ctx context.Context, w workload, t *tally, broker bool, mk f
 		return err
 	}
 	workers, op := mk()
+	if broker {
+		if err := e.profileReset(ctx); err != nil {
+			return err
+		}
+	}
 	before, err := e.markBefore(ctx)
 	if err != nil {
 		return err
@@ -426,6 +431,9 @@ func (e *env) timed(ctx context.Context, w workload, t *tally, broker bool, mk f
 	own := 0.0
 	if broker {
 		own = after.broker - before.broker
+		if err := e.profileDump(ctx, w.name, n); err != nil {
+			return err
+		}
 	}
 	t.add(n, e.o.window.Seconds(), before, after, own)
 	return nil
