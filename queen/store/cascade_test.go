@@ -24,7 +24,7 @@ func TestDeletedPartitionsTakeTheirMessages(t *testing.T) {
 			}
 		}
 	}
-	if _, err := s.Push(ctx, tenant, items, ""); err != nil {
+	if _, err := pushItems(ctx, s, tenant, items, ""); err != nil {
 		t.Fatal(err)
 	}
 	var pids []string
