@@ -22,6 +22,24 @@ func decodePushFast(body []byte) (items []pushItemWire, ok, mine bool) {
 	return l.items, ok, !l.merged
 }
 
+// A push body whose items array comes twice: encoding/json decodes the
+// later array into the earlier's elements; the hand scanner that answered
+// common bodies before let the later replace the earlier, and the push
+// decoder keeps both answers (typedItems).
+func TestPushDuplicateItems(t *testing.T) {
+	for _, c := range []struct{ body, want string }{
+		{`{"items":[{"queue":"a","partition":"p"}],"items":[{"queue":"b"}]}`, "b/"},
+		{`{"items":[{"queue":"a","partition":"p"}],"items":[{"queue":"\u0062"}]}`, "b/p"},
+		{`{"items":[{"queue":"a","partition":"p"}],"ITEMS":[{"queue":"b"}]}`, "b/p"},
+		{`{"items":[{"queue":"a","partition":"p"}],"items":null,"items":[{"queue":"b"}]}`, "b/"},
+	} {
+		items, err := parsePushBody([]byte(c.body))
+		if err != nil || len(items) != 1 || items[0].Queue+"/"+items[0].Partition != c.want {
+			t.Errorf("%s: %+v %v, want %s", c.body, items, err, c.want)
+		}
+	}
+}
+
 // pushFieldRE matches a refusal that names a field of the push body.
 var pushFieldRE = regexp.MustCompile(`^items(\[\d+\](\.(queue|partition|transactionId|traceId|payload))?)? `)
 

@@ -32,7 +32,7 @@ func parsePushBody(body []byte) ([]store.PushItem, error) {
 	case !ok:
 		return nil, invalidBody(body)
 	case !s.refused && l.has:
-		return pushItems(typedItems(body, &l), false)
+		return pushItems(typedItems(body, &l, s.uncommon), false)
 	case s.folded:
 		s, l = scan{b: body, exact: true}, list[pushItemWire]{}
 		scanBody(&s, &l, itemsField, nil, nil, pushItem)
@@ -43,12 +43,14 @@ func parsePushBody(body []byte) ([]store.PushItem, error) {
 	return pushItems(&l, true)
 }
 
-// typedItems is l as encoding/json decodes the body: l itself, but for a
-// body whose items array came twice, which encoding/json decodes into the
-// earlier array's elements (the one body it decodes itself).
-func typedItems(body []byte, l *list[pushItemWire]) *list[pushItemWire] {
+// typedItems is the items of a body encoding/json takes: l itself but for
+// an uncommon body (see scan.uncommon) whose items array came twice, which
+// encoding/json decodes into the earlier array's elements (the one body it
+// decodes itself). A common body's later array replaces the earlier, as
+// the hand scanner that answered before read it (TestPushDuplicateItems).
+func typedItems(body []byte, l *list[pushItemWire], uncommon bool) *list[pushItemWire] {
 	var b pushBody
-	if !l.merged || json.Unmarshal(body, &b) != nil || b.Items == nil {
+	if !l.merged || !uncommon || json.Unmarshal(body, &b) != nil || b.Items == nil {
 		return l
 	}
 	return &list[pushItemWire]{items: *b.Items, has: true}
