@@ -27,7 +27,7 @@ type ackObject struct {
 // no JSON object.
 func readAckObject(raw []byte) (a ackObject, ok bool) {
 	s := scan{b: raw, exact: true}
-	ok = ackReader(&a.group)(&s, &a.w, &a.f)
+	ok = ackItem(&s, &a.w, &a.f, &a.group)
 	s.space()
 	return a, ok && !a.f.notObject && s.i == len(s.b)
 }
@@ -115,8 +115,7 @@ func parseAckBatch(body []byte) (group string, items []store.AckItem, err error)
 	var l list[ackItemWire]
 	var g wireString
 	var gf itemFlags
-	read := ackReader(nil)
-	ok := scanBody(&s, &l, ackBatchFields, &g, &gf, read)
+	ok := scanBody(&s, &l, ackBatchFields, &g, &gf)
 	switch {
 	case !ok:
 		return "", nil, invalidBody(body)
@@ -124,7 +123,7 @@ func parseAckBatch(body []byte) (group string, items []store.AckItem, err error)
 		return typedAcks(body, &l, g)
 	case s.folded:
 		s, l, g, gf = scan{b: body, exact: true}, list[ackItemWire]{}, "", itemFlags{}
-		scanBody(&s, &l, ackBatchFields, &g, &gf, read)
+		scanBody(&s, &l, ackBatchFields, &g, &gf)
 	}
 	if !l.has {
 		return "", nil, bad("acknowledgments array is required")
@@ -151,9 +150,8 @@ func parseAckBatch(body []byte) (group string, items []store.AckItem, err error)
 // typedItems).
 func typedAcks(body []byte, l *list[ackItemWire], g wireString) (string, []store.AckItem, error) {
 	acks := l.items
-	var b ackBatchBody
-	if l.merged && json.Unmarshal(body, &b) == nil && b.Acknowledgments != nil {
-		acks, g = *b.Acknowledgments, b.ConsumerGroup
+	if l.merged {
+		acks, g = mergedAcks(body, acks, g)
 	}
 	if err := limits.ConsumerGroup.Check("", string(g)); err != nil {
 		return "", nil, err
@@ -181,6 +179,16 @@ func (s *Server) ackBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.applyAcks(w, r, group, items)
+}
+
+// mergedAcks is typedAcks' call of encoding/json (apart, so that the
+// common path allocates no ackBatchBody).
+func mergedAcks(body []byte, acks []ackItemWire, g wireString) ([]ackItemWire, wireString) {
+	var b ackBatchBody
+	if json.Unmarshal(body, &b) != nil || b.Acknowledgments == nil {
+		return acks, g
+	}
+	return *b.Acknowledgments, b.ConsumerGroup
 }
 
 // applyAcks answers 200 with one result per item; per-item failures are in

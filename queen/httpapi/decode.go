@@ -58,6 +58,7 @@ type scan struct {
 	// before read any other body whole, and a body invalid further on was
 	// "Invalid JSON" to it rather than too large.
 	uncommon bool
+	flags    itemFlags // the array entry being read's
 }
 
 // itemFlags is what the key-by-key rule needs of one object beyond its
@@ -79,8 +80,8 @@ type list[W any] struct {
 	merged bool
 }
 
-// readList reads the value of an array field into l, each entry with read.
-func readList[W any](s *scan, l *list[W], read func(*scan, *W, *itemFlags) bool) bool {
+// readList reads the value of an array field into l.
+func readList[W pushItemWire | ackItemWire](s *scan, l *list[W]) bool {
 	s.space()
 	if !s.take('[') {
 		s.uncommon = true
@@ -101,14 +102,13 @@ func readList[W any](s *scan, l *list[W], read func(*scan, *W, *itemFlags) bool)
 		s.depth--
 		return true
 	}
+	var zero W
 	for {
-		var w W
-		var f itemFlags
-		if !read(s, &w, &f) {
+		l.items, s.flags = append(l.items, zero), itemFlags{}
+		if !readEntry(s, &l.items[len(l.items)-1]) {
 			return false
 		}
-		l.items = append(l.items, w)
-		if f != (itemFlags{}) || l.flags != nil {
+		if f := s.flags; f != (itemFlags{}) || l.flags != nil {
 			l.flags = append(l.flags, make([]itemFlags, len(l.items)-len(l.flags))...)
 			l.flags[len(l.items)-1] = f
 		}
@@ -127,6 +127,18 @@ func readList[W any](s *scan, l *list[W], read func(*scan, *W, *itemFlags) bool)
 	}
 }
 
+// readEntry reads one entry of an array field into w, its flags into
+// s.flags. (A call through a func value would make s escape.)
+func readEntry[W pushItemWire | ackItemWire](s *scan, w *W) bool {
+	switch w := any(w).(type) {
+	case *pushItemWire:
+		return pushItem(s, w, &s.flags)
+	case *ackItemWire:
+		return ackItem(s, w, &s.flags, nil)
+	}
+	return false
+}
+
 // flag returns item i's flags.
 func (l *list[W]) flag(i int) itemFlags {
 	if i < len(l.flags) {
@@ -137,8 +149,7 @@ func (l *list[W]) flag(i int) itemFlags {
 
 // scanBody reads a body object: the array field names[0] into l, the
 // string field names[1] (if any) into group, any other key skipped.
-func scanBody[W any](s *scan, l *list[W], names []string, group *wireString, gf *itemFlags,
-	read func(*scan, *W, *itemFlags) bool) bool {
+func scanBody[W pushItemWire | ackItemWire](s *scan, l *list[W], names []string, group *wireString, gf *itemFlags) bool {
 	s.space()
 	if !s.take('{') || !s.enter() {
 		return false
@@ -151,7 +162,7 @@ func scanBody[W any](s *scan, l *list[W], names []string, group *wireString, gf 
 		}
 		switch s.match(key, plain, names) {
 		case 0:
-			ok = readList(s, l, read)
+			ok = readList(s, l)
 		case 1:
 			ok = s.wireString(group, gf, 0)
 		default:
@@ -243,35 +254,33 @@ func (s *scan) pushField(key []byte, plain bool) int {
 // carry beside them.
 var ackFields = []string{"transactionId", "partitionId", "status", "leaseId", "error", "consumerGroup"}
 
-// ackReader reads one acknowledgement into w; a non-nil group takes the
+// ackItem reads one acknowledgement into w; a non-nil group takes the
 // object's consumerGroup (flag bit 5), else that key is foreign.
-func ackReader(group *wireString) func(*scan, *ackItemWire, *itemFlags) bool {
+func ackItem(s *scan, w *ackItemWire, f *itemFlags, group *wireString) bool {
 	names := ackFields[:5]
 	if group != nil {
 		names = ackFields
 	}
-	return func(s *scan, w *ackItemWire, f *itemFlags) bool {
-		if isObject, ok := s.element(f); !isObject || !ok {
+	if isObject, ok := s.element(f); !isObject || !ok {
+		return ok
+	}
+	for first := true; ; first = false {
+		key, plain, more, ok := s.key(first)
+		if !ok || !more {
 			return ok
 		}
-		for first := true; ; first = false {
-			key, plain, more, ok := s.key(first)
-			if !ok || !more {
-				return ok
-			}
-			switch i := s.match(key, plain, names); i {
-			case -1:
-				ok = s.skip(0)
-			case 2:
-				ok = s.status(&w.Status, f)
-			case 5:
-				ok = s.wireString(group, f, 5)
-			default:
-				ok = s.wireString(w.field(i), f, i)
-			}
-			if !ok {
-				return false
-			}
+		switch i := s.match(key, plain, names); i {
+		case -1:
+			ok = s.skip(0)
+		case 2:
+			ok = s.status(&w.Status, f)
+		case 5:
+			ok = s.wireString(group, f, 5)
+		default:
+			ok = s.wireString(w.field(i), f, i)
+		}
+		if !ok {
+			return false
 		}
 	}
 }

@@ -18,7 +18,7 @@ import (
 func decodePushFast(body []byte) (items []pushItemWire, ok, mine bool) {
 	s := scan{b: body}
 	var l list[pushItemWire]
-	ok = scanBody(&s, &l, itemsField, nil, nil, pushItem) && !s.refused && l.has
+	ok = scanBody(&s, &l, itemsField, nil, nil) && !s.refused && l.has
 	return l.items, ok, !l.merged
 }
 

@@ -242,7 +242,7 @@ func ackDecodersAgree(t *testing.T, body []byte) {
 	var l list[ackItemWire]
 	var g wireString
 	var gf itemFlags
-	ok := scanBody(&s, &l, ackBatchFields, &g, &gf, ackReader(nil)) && !s.refused && l.has
+	ok := scanBody(&s, &l, ackBatchFields, &g, &gf) && !s.refused && l.has
 	var b ackBatchBody
 	err := json.Unmarshal(body, &b)
 	if took := err == nil && b.Acknowledgments != nil; ok != took {

@@ -25,7 +25,7 @@ var itemsField = []string{"items"}
 func parsePushBody(body []byte) ([]store.PushItem, error) {
 	s := scan{b: body, max: limits.PushItems.Max}
 	var l list[pushItemWire]
-	ok := scanBody(&s, &l, itemsField, nil, nil, pushItem)
+	ok := scanBody(&s, &l, itemsField, nil, nil)
 	switch {
 	case s.over:
 		return nil, tooManyItems(limits.PushItems.Max + 1)
@@ -35,7 +35,7 @@ func parsePushBody(body []byte) ([]store.PushItem, error) {
 		return pushItems(typedItems(body, &l, s.uncommon), false)
 	case s.folded:
 		s, l = scan{b: body, exact: true}, list[pushItemWire]{}
-		scanBody(&s, &l, itemsField, nil, nil, pushItem)
+		scanBody(&s, &l, itemsField, nil, nil)
 	}
 	if !l.has {
 		return nil, bad("items array is required")
@@ -49,8 +49,17 @@ func parsePushBody(body []byte) ([]store.PushItem, error) {
 // decodes itself). A common body's later array replaces the earlier, as
 // the hand scanner that answered before read it (TestPushDuplicateItems).
 func typedItems(body []byte, l *list[pushItemWire], uncommon bool) *list[pushItemWire] {
+	if !l.merged || !uncommon {
+		return l
+	}
+	return mergedItems(body, l)
+}
+
+// mergedItems is typedItems' call of encoding/json (apart, so that the
+// common path allocates no pushBody).
+func mergedItems(body []byte, l *list[pushItemWire]) *list[pushItemWire] {
 	var b pushBody
-	if !l.merged || !uncommon || json.Unmarshal(body, &b) != nil || b.Items == nil {
+	if json.Unmarshal(body, &b) != nil || b.Items == nil {
 		return l
 	}
 	return &list[pushItemWire]{items: *b.Items, has: true}
