@@ -39,34 +39,34 @@ func (s *scan) str() (key []byte, plain, ok bool) {
 	if !s.take('"') {
 		return nil, false, false
 	}
-	start := s.i
+	b, start := s.b, s.i
 	plain = true
-	for s.i < len(s.b) {
-		c := s.b[s.i]
-		switch {
+	for i := start; i < len(b); {
+		// The index is a local: the loop runs per byte of every string.
+		switch c := b[i]; {
+		case c >= 0x20 && c < utf8.RuneSelf && c != '"' && c != '\\':
+			i++
 		case c == '"':
-			s.i++
+			s.i = i + 1
 			if plain {
-				return s.b[start : s.i-1], true, true
+				return b[start:i], true, true
 			}
-			return s.b[start-1 : s.i], false, true
+			return b[start-1 : i+1], false, true
 		case c < 0x20:
 			return nil, false, false
 		case c == '\\':
-			if !s.escape() {
+			if s.i = i; !s.escape() {
 				return nil, false, false
 			}
-			plain, s.uncommon = false, true
-		case c < utf8.RuneSelf:
-			s.i++
+			i, plain, s.uncommon = s.i, false, true
 		default:
-			r, size := utf8.DecodeRune(s.b[s.i:])
+			r, size := utf8.DecodeRune(b[i:])
 			if r == utf8.RuneError || r == '\u212a' || r == '\u017f' {
 				// The Kelvin sign and the long s fold to ASCII letters.
 				s.uncommon = true
 				plain = plain && size > 1
 			}
-			s.i += size
+			i += size
 		}
 	}
 	return nil, false, false
@@ -214,13 +214,24 @@ func (s *scan) take(c byte) bool {
 	return false
 }
 
+// space skips whitespace; inlined where there is none, as in most bodies.
 func (s *scan) space() {
-	for s.i < len(s.b) {
-		switch s.b[s.i] {
+	if s.i < len(s.b) && s.b[s.i] > ' ' {
+		return
+	}
+	s.spaces()
+}
+
+func (s *scan) spaces() {
+	i := s.i
+	for i < len(s.b) {
+		switch s.b[i] {
 		case ' ', '\t', '\n', '\r':
-			s.i++
+			i++
 		default:
+			s.i = i
 			return
 		}
 	}
+	s.i = i
 }
