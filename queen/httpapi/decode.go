@@ -5,29 +5,33 @@ import (
 	"encoding/json"
 )
 
-// The one reader of the hot bodies (the push body and its items, the ack
-// batch and its acknowledgements, the single ack, a transaction's push and
-// ack operations): a hand-written scanner that reads a body in one pass into
-// the typed wire structs and notes, per object, what the refusals need to
-// name a field. It reads a body under one of two rules for keys, both kept
-// from before the readers were merged (TestWireCorpus replays their
-// answers):
+// The one reader of the request bodies the hot routes take (the push body,
+// the ack batch, the single ack) and of the push items and
+// acknowledgements other routes carry (a transaction's operations, a
+// stream cycle's push_items): a hand-written scanner that reads a body in
+// one pass into the typed wire structs (wire.go), and notes per object what
+// a refusal needs to name the field that is wrong. Two rules for keys and
+// values, both kept from before there was one reader (TestWireCorpus
+// replays the answers recorded then):
 //
-//   - as encoding/json decodes the body into the wire structs: a key that
-//     is not a field's name but matches one ignoring case (bytes.EqualFold,
-//     the Kelvin sign included) is that field, and a body with a value of
-//     another type anywhere is refused whole (refused);
-//   - key by key, keys matched exactly (exact): a body refused by the first
-//     rule is answered by this one, which names the first field that is
-//     wrong (the single ack and the transaction's operations only ever use
-//     it).
+//   - encoding/json's, as it decodes the body into the wire structs: a key
+//     that is not a field's name but matches one ignoring case
+//     (bytes.EqualFold, the Kelvin sign and the long s included) is that
+//     field, and a value of another type anywhere refuses the whole body
+//     (scan.refused);
+//   - the key-by-key rule (scan.exact), which answers a body the first
+//     rule refuses, and every object that another route carries: keys
+//     matched exactly, the last value of a key counts, and the first field
+//     that is wrong is named.
 //
 // Without a key matched by case alone the two rules read the same values,
 // so one pass serves both; a refused body with such a key is read again
-// exactly. encoding/json itself decodes only the body whose items array
-// appears twice (it decodes the later into the earlier's elements), and
-// unquotes a string that holds an escape or invalid UTF-8. TestPushDecodersAgree and
-// FuzzPushDecodersAgree hold the first rule to encoding/json.
+// under the second rule. encoding/json decodes only an uncommon body whose
+// array field comes twice (it decodes the later array into the earlier's
+// elements: typedItems, typedAcks), and unquotes each string that holds an
+// escape or invalid UTF-8. TestPushDecodersAgree, FuzzPushDecodersAgree and
+// FuzzAckBatchParsersAgree hold the first rule to encoding/json on every
+// body.
 
 // maxDepth is encoding/json's nesting bound: a body nested deeper is not
 // JSON to it.
@@ -52,13 +56,13 @@ type scan struct {
 	folded  bool // a key matched a field's name only ignoring case
 	// uncommon: the body has an escape, invalid UTF-8, U+FFFD, the Kelvin
 	// sign or the long s, a key matched by case, a value of another type,
-	// an array entry that is not an object, a value nested deeper than
-	// commonDepth below its field. Only a body without any of these up to
-	// its (max+1)th item stops there (over): the push decoder that answered
-	// before read any other body whole, and a body invalid further on was
-	// "Invalid JSON" to it rather than too large.
+	// an array field that is no array, an entry that is no object, or a
+	// value nested deeper than commonDepth below its field. Only a body
+	// with none of these up to its (max+1)th item stops there (over): the
+	// push decoder that answered before read any other body whole, and a
+	// body invalid further on was "Invalid JSON" to it, not too large.
 	uncommon bool
-	flags    itemFlags // the array entry being read's
+	flags    itemFlags // of the array entry being read
 }
 
 // itemFlags is what the key-by-key rule needs of one object beyond its
