@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 
 	"github.com/queen-go/queen/queen/admission"
 	"github.com/queen-go/queen/queen/canary"
@@ -14,38 +15,59 @@ import (
 	"github.com/queen-go/queen/queen/txn"
 )
 
-// parseAck reads one acknowledgement object key by key, keys matched
-// exactly, and checks it: the single ack, the transaction route's ack
-// operations and the items of an ack batch the typed decode refuses.
-func parseAck(o obj, path string) (store.AckItem, error) {
-	w := ackItemWire{keyByKey: true}
-	w.notString[0] = !o.wire("transactionId", &w.TransactionID)
-	w.notString[1] = !o.wire("partitionId", &w.PartitionID)
-	// JS clients may send a boolean status: true is completed, false failed.
-	var done bool
-	if raw, ok := o["status"]; ok && !isNull(raw) && json.Unmarshal(raw, &done) == nil {
-		w.Status = map[bool]wireString{true: "completed", false: "failed"}[done]
-	} else {
-		w.notString[2] = !o.wire("status", &w.Status)
+// ackObject is one acknowledgement read key by key with the consumerGroup
+// beside it: the single ack's body, a transaction's ack operation.
+type ackObject struct {
+	w     ackItemWire
+	group wireString
+	f     itemFlags // bit 5 of f.wrong: the consumerGroup's
+}
+
+// readAckObject reads an ackObject from raw; ok is false for a raw that is
+// no JSON object.
+func readAckObject(raw []byte) (a ackObject, ok bool) {
+	s := scan{b: raw, exact: true}
+	ok = ackItem(&s, &a.w, &a.f, &a.group)
+	s.space()
+	return a, ok && !a.f.notObject && s.i == len(s.b)
+}
+
+// parseAck reads and checks the single ack's body.
+func parseAck(body []byte) (group string, item store.AckItem, err error) {
+	a, ok := readAckObject(body)
+	if !ok {
+		return "", item, invalidBody(body)
 	}
-	w.notString[3] = !o.wire("leaseId", &w.LeaseID)
-	w.notString[4] = !o.wire("error", &w.Error)
-	return w.item(path)
+	if item, err = a.w.item("", a.f.wrong, true); err != nil {
+		return "", item, err
+	}
+	return string(a.group), item, checkGroup("", a.group, a.f.wrong&(1<<5) != 0)
+}
+
+// checkGroup checks a consumerGroup read beside acknowledgements; wrong:
+// its value was of another type.
+func checkGroup(path string, g wireString, wrong bool) error {
+	if wrong {
+		return bad("%sconsumerGroup must be a string", path)
+	}
+	return limits.ConsumerGroup.Check(path, string(g))
 }
 
 // item checks one decoded acknowledgement and names the first field that
-// is wrong: the one place the ack rules live. A transactionId or
+// is wrong: the one place the ack rules live, for the single ack, the
+// batch and the transaction's ack operations. wrong marks the fields (bit
+// i: ackFields[i]) whose value was of another type; a transactionId or
 // partitionId of another type is as good as absent. The transactionId's
 // limits come right after its presence when the item was read key by key,
-// and last when it came from the typed batch decode, as each reading always
+// and last when encoding/json decoded the batch, as each reading always
 // answered; the two orders differ only in which of two refusals is named.
-func (w *ackItemWire) item(path string) (store.AckItem, error) {
+func (w *ackItemWire) item(path string, wrong uint8, keyByKey bool) (store.AckItem, error) {
 	a := store.AckItem{TransactionID: string(w.TransactionID), PartitionID: string(w.PartitionID),
 		Status: string(w.Status), LeaseID: string(w.LeaseID), Error: string(w.Error)}
 	if a.TransactionID == "" {
 		return a, bad("%stransactionId is required", path)
 	}
-	if w.keyByKey {
+	if keyByKey {
 		if err := limits.TransactionID.Check(path, a.TransactionID); err != nil {
 			return a, err
 		}
@@ -53,18 +75,15 @@ func (w *ackItemWire) item(path string) (store.AckItem, error) {
 	if a.PartitionID == "" {
 		return a, bad("%spartitionId is required to ensure message uniqueness", path)
 	}
-	for i, f := range [...]struct {
-		v     string
-		limit limits.Field
-	}{{a.Status, limits.Status}, {a.LeaseID, limits.LeaseID}, {a.Error, limits.ErrorText}} {
-		if err := notAString(w.notString[2+i], path, f.limit.Name); err != nil {
-			return a, err
+	for i, f := range [...]limits.Field{limits.Status, limits.LeaseID, limits.ErrorText} {
+		if wrong&(1<<(2+i)) != 0 {
+			return a, bad("%s%s must be a string", path, f.Name)
 		}
-		if err := f.limit.Check(path, f.v); err != nil {
+		if err := f.Check(path, string(*w.field(2 + i))); err != nil {
 			return a, err
 		}
 	}
-	if !w.keyByKey {
+	if !keyByKey {
 		return a, limits.TransactionID.Check(path, a.TransactionID)
 	}
 	return a, nil
@@ -72,17 +91,12 @@ func (w *ackItemWire) item(path string) (store.AckItem, error) {
 
 func (s *Server) ack(w http.ResponseWriter, r *http.Request) {
 	s.stats.ackRequests.Add(1)
-	body, err := readObject(r, false)
+	body, err := readBody(r, false)
 	if err != nil {
 		writeBad(w, err)
 		return
 	}
-	item, err := parseAck(body, "")
-	if err != nil {
-		writeBad(w, err)
-		return
-	}
-	group, _, err := body.limited("consumerGroup", limits.ConsumerGroup, "")
+	group, item, err := parseAck(body)
 	if err != nil {
 		writeBad(w, err)
 		return
@@ -90,24 +104,66 @@ func (s *Server) ack(w http.ResponseWriter, r *http.Request) {
 	s.applyAcks(w, r, group, []store.AckItem{item})
 }
 
-// parseAckBatch decodes and checks an ack batch: in one pass when its
-// values fit the typed structs, else key by key (parseAckBatchFields), so
-// that the answer names the field whose value does not fit.
+// ackBatchFields are the ack batch's keys.
+var ackBatchFields = []string{"acknowledgments", "consumerGroup"}
+
+// parseAckBatch decodes and checks an ack batch (decode.go tells the two
+// rules it is read by): as encoding/json decodes it when it takes the
+// body, else as read key by key, the first wrong field named.
 func parseAckBatch(body []byte) (group string, items []store.AckItem, err error) {
-	var b ackBatchBody
-	if json.Unmarshal(body, &b) != nil || b.Acknowledgments == nil {
-		return parseAckBatchFields(body)
+	s := scan{b: body}
+	var l list[ackItemWire]
+	var g wireString
+	var gf itemFlags
+	ok := scanBody(&s, &l, ackBatchFields, &g, &gf)
+	switch {
+	case !ok:
+		return "", nil, invalidBody(body)
+	case !s.refused && l.has:
+		return typedAcks(body, &l, g)
+	case s.folded:
+		s, l, g, gf = scan{b: body, exact: true}, list[ackItemWire]{}, "", itemFlags{}
+		scanBody(&s, &l, ackBatchFields, &g, &gf)
 	}
-	if err := limits.ConsumerGroup.Check("", string(b.ConsumerGroup)); err != nil {
+	if !l.has {
+		return "", nil, bad("acknowledgments array is required")
+	}
+	if err := checkGroup("", g, gf.wrong != 0); err != nil {
 		return "", nil, err
 	}
-	items = make([]store.AckItem, len(*b.Acknowledgments))
-	for i := range *b.Acknowledgments {
-		if items[i], err = (*b.Acknowledgments)[i].item(fmt.Sprintf("acknowledgments[%d].", i)); err != nil {
+	items = make([]store.AckItem, len(l.items))
+	for i := range l.items {
+		path := "acknowledgments[" + strconv.Itoa(i) + "]."
+		f := l.flag(i)
+		if f.notObject {
+			return "", nil, bad("%s must be an object", path[:len(path)-1])
+		}
+		if items[i], err = l.items[i].item(path, f.wrong, true); err != nil {
 			return "", nil, err
 		}
 	}
-	return string(b.ConsumerGroup), items, nil
+	return string(g), items, nil
+}
+
+// typedAcks checks an ack batch that encoding/json takes, as it decodes
+// it: l itself but for a body whose acknowledgments came twice (see
+// typedItems).
+func typedAcks(body []byte, l *list[ackItemWire], g wireString) (string, []store.AckItem, error) {
+	acks := l.items
+	if l.merged {
+		acks, g = mergedAcks(body, acks, g)
+	}
+	if err := limits.ConsumerGroup.Check("", string(g)); err != nil {
+		return "", nil, err
+	}
+	items := make([]store.AckItem, len(acks))
+	for i := range acks {
+		var err error
+		if items[i], err = acks[i].item("acknowledgments["+strconv.Itoa(i)+"].", 0, false); err != nil {
+			return "", nil, err
+		}
+	}
+	return string(g), items, nil
 }
 
 func (s *Server) ackBatch(w http.ResponseWriter, r *http.Request) {
@@ -125,34 +181,14 @@ func (s *Server) ackBatch(w http.ResponseWriter, r *http.Request) {
 	s.applyAcks(w, r, group, items)
 }
 
-// parseAckBatchFields reads an ack batch the typed decode refused, key by
-// key: its keys are matched exactly (encoding/json's struct decoding also
-// takes them in another case), and the first field that is wrong is named.
-func parseAckBatchFields(raw []byte) (string, []store.AckItem, error) {
-	body, err := decodeObject(raw)
-	if err != nil {
-		return "", nil, err
+// mergedAcks is typedAcks' call of encoding/json (apart, so that the
+// common path allocates no ackBatchBody).
+func mergedAcks(body []byte, acks []ackItemWire, g wireString) ([]ackItemWire, wireString) {
+	var b ackBatchBody
+	if json.Unmarshal(body, &b) != nil || b.Acknowledgments == nil {
+		return acks, g
 	}
-	acks, ok, err := body.array("acknowledgments", "")
-	if err != nil || !ok {
-		return "", nil, bad("acknowledgments array is required")
-	}
-	group, _, err := body.limited("consumerGroup", limits.ConsumerGroup, "")
-	if err != nil {
-		return "", nil, err
-	}
-	items := make([]store.AckItem, len(acks))
-	for i, rw := range acks {
-		path := fmt.Sprintf("acknowledgments[%d].", i)
-		o, _, err := asObject(rw, path[:len(path)-1])
-		if err != nil {
-			return "", nil, err
-		}
-		if items[i], err = parseAck(o, path); err != nil {
-			return "", nil, err
-		}
-	}
-	return group, items, nil
+	return *b.Acknowledgments, b.ConsumerGroup
 }
 
 // applyAcks answers 200 with one result per item; per-item failures are in
@@ -380,13 +416,15 @@ func parseTxnOp(raw json.RawMessage, i int) (txn.Op, error) {
 			op.Items = append(op.Items, it)
 		}
 	case "ack":
-		if op.Ack, err = parseAck(o, path); err != nil {
+		a, _ := readAckObject(raw) // raw is an object: asObject has read it
+		if op.Ack, err = a.w.item(path, a.f.wrong, true); err != nil {
 			return op, err
 		}
 		if !ids.Valid(op.Ack.PartitionID) {
 			return op, bad("%spartitionId must be a UUID", path)
 		}
-		if op.Group, _, err = o.limited("consumerGroup", limits.ConsumerGroup, path); err != nil {
+		op.Group = string(a.group)
+		if err := checkGroup(path, a.group, a.f.wrong&(1<<5) != 0); err != nil {
 			return op, err
 		}
 	default:

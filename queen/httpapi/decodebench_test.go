@@ -36,3 +36,23 @@ func BenchmarkParsePush(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkParseAckBatch: an ack batch of 1 and of 100 acknowledgements
+// read into checked items.
+func BenchmarkParseAckBatch(b *testing.B) {
+	for _, n := range []int{1, 100} {
+		var acks []string
+		for i := range n {
+			acks = append(acks, fmt.Sprintf(`{"transactionId":"tx-%d","partitionId":"01a22c56-622f-7000-85d2-8458ca5b958d","leaseId":"01a22c56-622f-7000-85d2-8458ca5b9%03d","status":"completed"}`, i, i))
+		}
+		body := []byte(`{"consumerGroup":"g","acknowledgments":[` + strings.Join(acks, ",") + `]}`)
+		b.Run(fmt.Sprintf("acks-%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, _, err := parseAckBatch(body); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

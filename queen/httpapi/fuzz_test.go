@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -143,12 +144,16 @@ func FuzzTimerAndKVBodies(f *testing.F) {
 func FuzzTransactionOp(f *testing.F) {
 	f.Add([]byte(`{"type":"push","items":[{"queue":"q","payload":1}]}`))
 	f.Add([]byte(`{"type":"ack","transactionId":"t","partitionId":"01a22bd9-ae05-7000-b728-51e48ab01f24","status":"failed"}`))
+	f.Add([]byte(`{"type":"nope"}`))
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		if !json.Valid(raw) {
 			return
 		}
 		op, err := parseTxnOp(raw, 0)
 		if err != nil {
+			if !strings.HasPrefix(err.Error(), "operations[0]") {
+				t.Fatalf("the refusal %q names no field of the operation", err)
+			}
 			return
 		}
 		for _, it := range op.Items {
@@ -185,12 +190,14 @@ func contextWithTenant(r *http.Request) context.Context {
 	return context.WithValue(r.Context(), tenantKey, config.DefaultTenant)
 }
 
-// FuzzAckBatchParsersAgree: the ack parser (parseAckBatch: the typed
-// decode, else the key-by-key reading, then the one check of an item)
-// takes exactly the batches that ackBatchOracle, the batch's rules stated
-// over encoding/json's generic values, takes, and reads the same group and
-// items from them. (encoding/json's struct decoding also takes keys in
-// another case; those bodies are not compared.)
+// FuzzAckBatchParsersAgree: the ack parser (parseAckBatch: the scanner
+// under encoding/json's rule, else key by key, then the one check of an
+// item) takes exactly the batches that ackBatchOracle, the batch's rules
+// stated over encoding/json's generic values, takes, and reads the same
+// group and items from them. (encoding/json's struct decoding also takes
+// keys in another case; those bodies are not compared with the oracle.)
+// On every body, ackDecodersAgree holds the scanner's first rule to
+// encoding/json.
 func FuzzAckBatchParsersAgree(f *testing.F) {
 	f.Add([]byte(`{"acknowledgments":[{"transactionId":"t","partitionId":"p","status":"completed","leaseId":"l"}],"consumerGroup":"g"}`))
 	f.Add([]byte(`{"acknowledgments":[{"transactionId":"t","partitionId":"p","status":true}]}`))
@@ -203,7 +210,10 @@ func FuzzAckBatchParsersAgree(f *testing.F) {
 	f.Add([]byte(`{"acknowledgments":[{"transactionId":"t","partitionId":"p","status":null,"leaseId":5}],"n":1e999}`))
 	f.Add([]byte(`{"acknowledgments":[null,{"transactionId":"t","partitionId":"p","status":false}]}`))
 	f.Add([]byte(`{"acknowledgments":[{"transactionId":"t","partitionId":"p","status":null},{"transactionId":"u","partitionId":"p","status":true}]}`))
+	f.Add([]byte(`{"acknowledgments":[{"transactionId":"t","partitionId":"p"}],"ACKNOWLEDGMENTS":[{"status":"failed"}]}`))
+	f.Add([]byte(`{"consumerGroup":"g","acknowledgments":5}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
+		ackDecodersAgree(t, body)
 		if caseVariantKeys(body) {
 			return
 		}
@@ -218,6 +228,34 @@ func FuzzAckBatchParsersAgree(f *testing.F) {
 			t.Fatalf("the parser read %q %+v, the oracle %q %+v", g, items, og, oitems)
 		}
 	})
+}
+
+// ackFieldRE matches a refusal that names a field of the ack batch.
+var ackFieldRE = regexp.MustCompile(`^(consumerGroup|acknowledgments(\[\d+\](\.(transactionId|partitionId|status|leaseId|error))?)?) `)
+
+// ackDecodersAgree fails when the scanner and encoding/json disagree on
+// an ack batch: the scanner takes it by the first rule exactly when
+// encoding/json decodes it, into the same acknowledgements and group; and
+// when the ack parser refuses a JSON object, its answer names a field.
+func ackDecodersAgree(t *testing.T, body []byte) {
+	s := scan{b: body}
+	var l list[ackItemWire]
+	var g wireString
+	var gf itemFlags
+	ok := scanBody(&s, &l, ackBatchFields, &g, &gf) && !s.refused && l.has
+	var b ackBatchBody
+	err := json.Unmarshal(body, &b)
+	if took := err == nil && b.Acknowledgments != nil; ok != took {
+		t.Fatalf("body %q: the scanner took it: %v, encoding/json: %v (%v)", body, ok, took, err)
+	}
+	if ok && !l.merged && (g != b.ConsumerGroup || !reflect.DeepEqual(l.items, *b.Acknowledgments)) {
+		t.Fatalf("body %q: the scanner read %q %+v, encoding/json %q %+v", body, g, l.items, b.ConsumerGroup, *b.Acknowledgments)
+	}
+	if _, _, err := parseAckBatch(body); err != nil && !ackFieldRE.MatchString(err.Error()) {
+		if _, notObject := decodeObject(body); notObject == nil || !strings.HasPrefix(err.Error(), "Invalid JSON: ") {
+			t.Fatalf("body %q: the refusal %q names no field", body, err)
+		}
+	}
 }
 
 // ackBatchOracle states what an ack batch must hold to be taken, and what

@@ -3,10 +3,10 @@ package httpapi
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"maps"
 	"net/http"
 	"slices"
+	"strconv"
 
 	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/limits"
@@ -16,48 +16,105 @@ import (
 	"github.com/queen-go/queen/queen/waker"
 )
 
-// parsePushItem reads one item key by key, keys matched exactly, and
-// checks it; path prefixes field names in errors, e.g. "items[3].". It
-// reads the items of a push body the typed decode refuses (parsePushFields)
-// and of the routes that carry push items inside their own bodies (the
-// transaction's push operations, the stream cycle's push_items).
-func parsePushItem(raw json.RawMessage, path string) (store.PushItem, error) {
-	o, _, err := asObject(raw, path[:len(path)-1])
-	if err != nil {
-		return store.PushItem{}, err
+// itemsField is the push body's one field.
+var itemsField = []string{"items"}
+
+// parsePushBody decodes and checks a push body (decode.go tells the two
+// rules it is read by): the items as encoding/json decodes them when it
+// takes the body, else as read key by key, the first wrong field named.
+func parsePushBody(body []byte) ([]store.PushItem, error) {
+	s := scan{b: body, max: limits.PushItems.Max}
+	var l list[pushItemWire]
+	ok := scanBody(&s, &l, itemsField, nil, nil)
+	switch {
+	case s.over:
+		return nil, tooManyItems(limits.PushItems.Max + 1)
+	case !ok:
+		return nil, invalidBody(body)
+	case !s.refused && l.has:
+		return pushItems(typedItems(body, &l, s.uncommon), false)
+	case s.folded:
+		s, l = scan{b: body, exact: true}, list[pushItemWire]{}
+		scanBody(&s, &l, itemsField, nil, nil)
 	}
-	var w pushItemWire
-	var notString [4]bool
-	for i, f := range w.strings() {
-		notString[i] = !o.wire(f.name, f.v)
+	if !l.has {
+		return nil, bad("items array is required")
 	}
-	w.Payload, w.Data = o["payload"], o["data"]
-	return w.item(path, notString)
+	return pushItems(&l, true)
 }
 
-// strings lists the item's string fields with their wire names, in the
-// order of the checks.
-func (w *pushItemWire) strings() [4]struct {
-	v    *wireString
-	name string
-} {
-	return [4]struct {
-		v    *wireString
-		name string
-	}{{&w.Queue, "queue"}, {&w.Partition, "partition"}, {&w.TransactionID, "transactionId"}, {&w.TraceID, "traceId"}}
+// typedItems is the items of a body encoding/json takes: l itself but for
+// an uncommon body (see scan.uncommon) whose items array came twice, which
+// encoding/json decodes into the earlier array's elements (the one body it
+// decodes itself). A common body's later array replaces the earlier, as
+// the hand scanner that answered before read it (TestPushDuplicateItems).
+func typedItems(body []byte, l *list[pushItemWire], uncommon bool) *list[pushItemWire] {
+	if !l.merged || !uncommon {
+		return l
+	}
+	return mergedItems(body, l)
+}
+
+// mergedItems is typedItems' call of encoding/json (apart, so that the
+// common path allocates no pushBody).
+func mergedItems(body []byte, l *list[pushItemWire]) *list[pushItemWire] {
+	var b pushBody
+	if json.Unmarshal(body, &b) != nil || b.Items == nil {
+		return l
+	}
+	return &list[pushItemWire]{items: *b.Items, has: true}
+}
+
+// pushItems checks a push's items and names the first that is wrong;
+// keyByKey: as the key-by-key rule reads them (an entry that is no object
+// is refused, and a field's value of another type named).
+func pushItems(l *list[pushItemWire], keyByKey bool) ([]store.PushItem, error) {
+	if err := tooManyItems(len(l.items)); err != nil {
+		return nil, err
+	}
+	items := make([]store.PushItem, len(l.items))
+	for i := range l.items {
+		var f itemFlags
+		if keyByKey {
+			f = l.flag(i)
+		}
+		path := "items[" + strconv.Itoa(i) + "]."
+		if f.notObject {
+			return nil, bad("%s must be an object", path[:len(path)-1])
+		}
+		var err error
+		if items[i], err = l.items[i].item(path, f.wrong); err != nil {
+			return nil, err
+		}
+	}
+	return items, nil
+}
+
+// parsePushItem reads one push item that a route carries inside its own
+// body (a transaction's push operation, a stream cycle's push_items), key
+// by key, and checks it; path prefixes field names in errors, e.g.
+// "operations[0].items[3].".
+func parsePushItem(raw json.RawMessage, path string) (store.PushItem, error) {
+	s := scan{b: raw, exact: true}
+	var w pushItemWire
+	var f itemFlags
+	pushItem(&s, &w, &f) // raw is one JSON value: encoding/json has read it
+	if f.notObject {
+		return store.PushItem{}, bad("%s must be an object", path[:len(path)-1])
+	}
+	return w.item(path, f.wrong)
 }
 
 // item checks one decoded item, however it was read, and names the first
-// field that is wrong: the one place the push rules live. notString marks
-// the string fields (in the order of strings) whose value was of another
-// type, which only the key-by-key reading sees (the typed decode refuses
-// the body); it is not a field of pushItemWire, which the hot path keeps
-// small. On a refusal by the limits table the item is returned whole
-// beside the error.
-func (w *pushItemWire) item(path string, notString [4]bool) (store.PushItem, error) {
-	for i, f := range w.strings() {
-		if err := notAString(notString[i], path, f.name); err != nil {
-			return store.PushItem{}, err
+// field that is wrong: the one place the push rules live. wrong marks the
+// string fields (bit i: pushFields[i]) whose value was of another type,
+// which only the key-by-key rule answers (encoding/json refuses the body).
+// On a refusal by the limits table the item is returned whole beside the
+// error.
+func (w *pushItemWire) item(path string, wrong uint8) (store.PushItem, error) {
+	for i := range 4 {
+		if wrong&(1<<i) != 0 {
+			return store.PushItem{}, bad("%s%s must be a string", path, pushFields[i])
 		}
 		if i == 0 && w.Queue == "" {
 			return store.PushItem{}, bad("%squeue is required", path)
@@ -73,69 +130,13 @@ func (w *pushItemWire) item(path string, notString [4]bool) (store.PushItem, err
 	return it, checkPushItem(it, path)
 }
 
-// parsePushBody decodes and checks a push body: in one pass when its values
-// fit the typed structs (decodePushWires), else key by key, so that the
-// answer names the field whose value does not fit.
-func parsePushBody(body []byte) ([]store.PushItem, error) {
-	wires, ok, err := decodePushWires(body)
-	if err != nil {
-		return nil, err
+// invalidBody answers a body that is no JSON object, in encoding/json's
+// words (the scanner agrees with it on what is JSON: FuzzPushDecodersAgree).
+func invalidBody(body []byte) error {
+	if _, err := decodeObject(body); err != nil {
+		return err
 	}
-	if !ok {
-		return parsePushFields(body)
-	}
-	items := make([]store.PushItem, len(wires))
-	for i := range wires {
-		if items[i], err = wires[i].item(fmt.Sprintf("items[%d].", i), [4]bool{}); err != nil {
-			return nil, err
-		}
-	}
-	return items, nil
-}
-
-// parsePushFields reads a push body the typed decode refused, key by key:
-// its keys are matched exactly (encoding/json's struct decoding also takes
-// them in another case), and the first item that is wrong is named.
-func parsePushFields(raw []byte) ([]store.PushItem, error) {
-	body, err := decodeObject(raw)
-	if err != nil {
-		return nil, err
-	}
-	rawItems, ok, err := body.array("items", "")
-	if err != nil || !ok {
-		return nil, bad("items array is required")
-	}
-	if err := tooManyItems(len(rawItems)); err != nil {
-		return nil, err
-	}
-	items := make([]store.PushItem, len(rawItems))
-	for i, raw := range rawItems {
-		if items[i], err = parsePushItem(raw, fmt.Sprintf("items[%d].", i)); err != nil {
-			return nil, err
-		}
-	}
-	return items, nil
-}
-
-// decodePushWires decodes a push body into its items' wire structs: by
-// hand when the body is the common kind (decodePushFast), else with
-// encoding/json into the same structs; ok is false when the body does not
-// fit them (a value of another type, items not an array of objects).
-// More items than limits.PushItems is a 413 (the hand-written decoder
-// stops reading there).
-func decodePushWires(body []byte) ([]pushItemWire, bool, error) {
-	wires, ok, over := decodePushFastMax(body, limits.PushItems.Max)
-	if over {
-		return nil, true, tooManyItems(limits.PushItems.Max + 1)
-	}
-	if ok {
-		return wires, true, nil
-	}
-	var b pushBody
-	if json.Unmarshal(body, &b) != nil || b.Items == nil {
-		return nil, false, nil
-	}
-	return *b.Items, true, tooManyItems(len(*b.Items))
+	return bad("Invalid JSON")
 }
 
 // tooManyTxnItems applies limits.PushItems to a transaction: its push

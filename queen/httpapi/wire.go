@@ -9,12 +9,11 @@ import (
 	"github.com/queen-go/queen/queen/store"
 )
 
-// Typed wire structs of the hot routes (push, pop, ack). A well-formed body
-// decodes straight into them (the push body by hand, decodePushFast, else
-// with encoding/json); a body whose values do not fit their types is read
-// key by key into the same structs (parsePushItem, parseAck), so the
-// one check of an item (pushItemWire.item, ackItemWire.item) can name the
-// field that is wrong.
+// Typed wire structs of the hot routes (push, pop, ack). The requests' are
+// read by one hand-written scanner (decode.go), which also names the field
+// that is wrong; encoding/json decodes into them only a body whose array
+// field comes twice. The one check of an item (pushItemWire.item,
+// ackItemWire.item) names the field that breaks a rule.
 
 // pushBody is POST /api/v1/push.
 type pushBody struct {
@@ -23,7 +22,7 @@ type pushBody struct {
 
 // ackBatchBody is POST /api/v1/ack/batch (completions with string
 // statuses; a boolean status, which JS clients may send, makes the body
-// one that is read key by key).
+// one that encoding/json refuses and the key-by-key rule reads).
 type ackBatchBody struct {
 	Acknowledgments *[]ackItemWire `json:"acknowledgments"`
 	ConsumerGroup   wireString     `json:"consumerGroup"`
@@ -35,13 +34,6 @@ type ackItemWire struct {
 	Status        wireString `json:"status"`
 	LeaseID       wireString `json:"leaseId"`
 	Error         wireString `json:"error"`
-	// notString marks the fields above, in their order, whose value was
-	// of another type (only the key-by-key reading, parseAck, sees
-	// one: the typed decode refuses the body).
-	notString [5]bool
-	// keyByKey marks an item read by parseAck, whose refusals come in
-	// that reading's order (see item).
-	keyByKey bool
 }
 
 type pushItemWire struct {
@@ -54,16 +46,16 @@ type pushItemWire struct {
 }
 
 // wireString is a string field of a request body. null reads as absent,
-// "" (no field tells the two apart); a value of another type fails the
-// typed decode, and the key-by-key reading (obj.wire) reports it for the
-// check to answer that the field must be a string.
+// "" (no field tells the two apart); a value of another type makes
+// encoding/json refuse the body, and the scanner flags the field for the
+// check to answer that it must be a string.
 type wireString string
 
 // UnmarshalJSON takes a string or null; a later duplicate key replaces an
 // earlier one, null included, as it does for a *string. encoding/json hands
 // it a value it has already checked, so a string of valid UTF-8 without an
 // escape is its own bytes between the quotes (as encoding/json would read
-// it; this saves a second decoder per field on the push fallback path).
+// it; this saves a second decoder per field).
 func (s *wireString) UnmarshalJSON(b []byte) error {
 	*s = ""
 	switch {
@@ -74,23 +66,6 @@ func (s *wireString) UnmarshalJSON(b []byte) error {
 		return nil
 	}
 	return json.Unmarshal(b, (*string)(s))
-}
-
-// wire reads field name into dst, keys matched exactly; it reports false
-// for a value that is not a string or null.
-func (o obj) wire(name string, dst *wireString) bool {
-	raw, ok := o[name]
-	return !ok || json.Unmarshal(raw, dst) == nil
-}
-
-// notAString refuses a field whose value was of another type; path
-// prefixes its name (joined only for the error: this runs for every
-// pushed item).
-func notAString(wrong bool, path, name string) error {
-	if wrong {
-		return bad("%s%s must be a string", path, name)
-	}
-	return nil
 }
 
 // pushResultWire is one item of the push answer; Queen's clients read
