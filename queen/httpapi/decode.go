@@ -26,7 +26,7 @@ import (
 //
 // Without a key matched by case alone the two rules read the same values,
 // so one pass serves both; a refused body with such a key is read again
-// under the second rule. encoding/json decodes only an uncommon body whose
+// under the second rule. encoding/json decodes only a body whose
 // array field comes twice (it decodes the later array into the earlier's
 // elements: typedItems, typedAcks), and unquotes each string that holds an
 // escape or invalid UTF-8. TestPushDecodersAgree, FuzzPushDecodersAgree and

@@ -32,7 +32,7 @@ func parsePushBody(body []byte) ([]store.PushItem, error) {
 	case !ok:
 		return nil, invalidBody(body)
 	case !s.refused && l.has:
-		return pushItems(typedItems(body, &l, s.uncommon), false)
+		return pushItems(typedItems(body, &l), false)
 	case s.folded:
 		s, l = scan{b: body, exact: true}, list[pushItemWire]{}
 		scanBody(&s, &l, itemsField, nil, nil)
@@ -44,12 +44,12 @@ func parsePushBody(body []byte) ([]store.PushItem, error) {
 }
 
 // typedItems is the items of a body encoding/json takes: l itself but for
-// an uncommon body (see scan.uncommon) whose items array came twice, which
-// encoding/json decodes into the earlier array's elements (the one body it
-// decodes itself). A common body's later array replaces the earlier, as
-// the hand scanner that answered before read it (TestPushDuplicateItems).
-func typedItems(body []byte, l *list[pushItemWire], uncommon bool) *list[pushItemWire] {
-	if !l.merged || !uncommon {
+// a body whose items array came twice, which encoding/json decodes into
+// the earlier array's elements (the one body it decodes itself), so a push
+// reads every body encoding/json takes as encoding/json does, as the ack
+// batch does (TestPushDuplicateItems).
+func typedItems(body []byte, l *list[pushItemWire]) *list[pushItemWire] {
+	if !l.merged {
 		return l
 	}
 	return mergedItems(body, l)
