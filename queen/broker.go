@@ -271,7 +271,7 @@ func (b *Broker) openStore(ctx context.Context) (*crypt.Cipher, error) {
 	if b.cfg.EncryptionKey != "" {
 		cipher, _ = crypt.New(b.cfg.EncryptionKey, b.cfg.EncryptionKeysPrevious...) // checked when the configuration was parsed
 	}
-	b.store = store.New(b.pool, store.Options{DBNow: b.opts.DBNow, IDs: b.opts.IDs, TxTimeout: b.cfg.DBStatementTimeout, Cipher: cipher,
+	b.store = store.New(b.pool, store.Options{DBNow: b.opts.DBNow, IDs: b.opts.IDs, TxTimeout: b.cfg.DBStatementTimeout,
 		Clock: b.opts.Clock, ReadOnly: b.readOnly})
 	b.writes = writes.New(b.store, writes.Options{Cipher: cipher, Clock: b.opts.Clock, TTL: b.cfg.CacheRefreshInterval})
 	b.names = names.New(b.store, names.Options{Clock: b.opts.Clock, TTL: b.cfg.CacheRefreshInterval, SealHints: b.writes})

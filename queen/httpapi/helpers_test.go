@@ -72,7 +72,7 @@ func newEnvSpool(t *testing.T, sp *spool.Spool, opts ...envOption) *env {
 		}
 	}
 	e.pool = storetest.Pool(t)
-	e.store = store.New(e.pool, store.Options{IDs: idSrc, DBNow: e.dbNow, TxTimeout: 10 * time.Second, Cipher: cipher})
+	e.store = store.New(e.pool, store.Options{IDs: idSrc, DBNow: e.dbNow, TxTimeout: 10 * time.Second})
 	e.writes = storetest.Writes(e.store, cipher)
 	var authn *auth.Authenticator
 	if cfg.JWTEnabled {

@@ -40,7 +40,7 @@ func newSpool(t *testing.T) *spool.Spool {
 }
 
 func newStore(pool *pgxpool.Pool, c *crypt.Cipher) *store.Store {
-	return store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil), TxTimeout: 2 * time.Second, Cipher: c})
+	return store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil), TxTimeout: 2 * time.Second})
 }
 
 func items() []store.PushItem {

@@ -37,7 +37,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/queen-go/queen/queen/clock"
-	"github.com/queen-go/queen/queen/crypt"
 
 	"github.com/queen-go/queen/queen/config"
 	"github.com/queen-go/queen/queen/ids"
@@ -68,10 +67,6 @@ type Options struct {
 	// ReadOnly follows whether the database was last seen read-only; its
 	// OnPgError belongs on the pool's connection config. Nil: not followed.
 	ReadOnly *ReadOnlyWatch
-	// Cipher seals the payloads written to queues with encryptionEnabled
-	// (QUEEN_ENCRYPTION_KEY); nil: no encryption. Reads answer payloads as
-	// stored: their readers open them.
-	Cipher *crypt.Cipher
 }
 
 // Store runs queen's statements over a connection pool.
@@ -81,7 +76,6 @@ type Store struct {
 	ids       *ids.Source
 	txTimeout time.Duration
 	clock     clock.Clock
-	cipher    *crypt.Cipher
 	readOnly  *ReadOnlyWatch
 }
 
@@ -94,7 +88,7 @@ func New(pool *pgxpool.Pool, o Options) *Store {
 		o.Clock = clock.Real{}
 	}
 	return &Store{pool: pool, dbNow: o.DBNow, ids: o.IDs, txTimeout: o.TxTimeout, clock: o.Clock,
-		cipher: o.Cipher, readOnly: o.ReadOnly}
+		readOnly: o.ReadOnly}
 }
 
 // bound applies the client-side statement bound (TxTimeout), so a database

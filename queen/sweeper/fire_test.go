@@ -134,7 +134,7 @@ func TestTimerPayloadIsSealedFromScheduleToPop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil), Cipher: c})
+	s := store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil)})
 	ctx := context.Background()
 	on := true
 	if _, err := names.New(s, names.Options{}).Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: "enc", Patch: store.OptionPatch{EncryptionEnabled: &on}}); err != nil {
