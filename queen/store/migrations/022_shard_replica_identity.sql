@@ -31,12 +31,18 @@
 ALTER TABLE queen.partitions REPLICA IDENTITY USING INDEX partitions_queue_id_name_key;
 ALTER TABLE queen.messages REPLICA IDENTITY USING INDEX messages_partition_id_seq_key;
 
--- Elsewhere a new unique index (the filter column, then the key). The
--- dead letters' and traces' replace nothing: their (partition_id, ...)
--- indexes are not unique, and the surrogate id stays the primary key.
-CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS dead_letter_queue_partition_id_key ON queen.dead_letter_queue (partition_id, id);
-ALTER TABLE queen.dead_letter_queue REPLICA IDENTITY USING INDEX dead_letter_queue_partition_id_key;
+-- Elsewhere a unique index (the filter column first). Where a plain
+-- index already leads with the column, a unique one over the same columns
+-- (plus the unique id) replaces it, so writes maintain no more indexes
+-- than before: the dead letters' page index of 015 and the traces'
+-- partition index of 005. The surrogate ids stay the primary keys.
+CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS dead_letter_queue_partition_failed_key ON queen.dead_letter_queue (partition_id, failed_at DESC, id DESC);
+ALTER TABLE queen.dead_letter_queue REPLICA IDENTITY USING INDEX dead_letter_queue_partition_failed_key;
+DROP INDEX CONCURRENTLY IF EXISTS queen.dead_letter_queue_partition_failed;
 CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS message_traces_partition_id_key ON queen.message_traces (partition_id, id);
 ALTER TABLE queen.message_traces REPLICA IDENTITY USING INDEX message_traces_partition_id_key;
+DROP INDEX CONCURRENTLY IF EXISTS queen.message_traces_partition;
+-- Retention history is written once per queue per retention round: a new
+-- index costs nothing that matters.
 CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS retention_history_queue_id_key ON queen.retention_history (queue_id, id);
 ALTER TABLE queen.retention_history REPLICA IDENTITY USING INDEX retention_history_queue_id_key;
