@@ -15,6 +15,7 @@ import (
 	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/pushpath"
 	"github.com/queen-go/queen/queen/store"
+	"github.com/queen-go/queen/queen/store/storetest"
 )
 
 // undoReplicaIdentitySQL takes migration 022 back: the schema as it was.
@@ -141,5 +142,70 @@ func TestReplicaIdentityCostsNoWAL(t *testing.T) {
 				t.Errorf("wal_level=%s %s: WAL %d bytes with migration 022, %d without", level, name, a.wal[i], b.wal[i])
 			}
 		}
+	}
+}
+
+// replicaIdentitiesSQL lists the tables whose replica identity is an
+// index, with the index, and the indexes 022 replaced that are left.
+const replicaIdentitiesSQL = `SELECT coalesce(string_agg(c.relname || '=' || i.indexrelid::regclass::text, ' ' ORDER BY c.relname), '')
+	|| ' left:' || coalesce((SELECT string_agg(relname, ',') FROM pg_class
+		WHERE relname IN ('dead_letter_queue_partition_failed', 'message_traces_partition')), '')
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_index i ON i.indrelid = c.oid AND i.indisreplident
+WHERE n.nspname = 'queen' AND c.relreplident = 'i'`
+
+// Migration 022 (no transaction) runs on grown tables while pushes go on,
+// and leaves each per-queue table that needs one its replica identity
+// index, the indexes it replaced gone.
+func TestShardReplicaIdentityMigrationOnAGrownTable(t *testing.T) {
+	t.Parallel()
+	pool := storetest.Pool(t)
+	ctx := context.Background()
+	s := store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil)})
+	if _, err := namesOf(s).Configure(ctx, store.ConfigureInput{Tenant: tenant, Queue: "grown"}); err != nil {
+		t.Fatal(err)
+	}
+	growQueue(t, pool, "grown", 10, 20000, 0)
+	growDLQ(t, pool, "grown", 20000)
+	for _, stmt := range append(undoReplicaIdentitySQL, `DELETE FROM queen.schema_migrations WHERE version = '022_shard_replica_identity'`) {
+		if _, err := pool.Exec(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { done <- store.Migrate(ctx, pool) }()
+	var slowest time.Duration
+	pushes := 0
+	for migrating := true; migrating; {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("migrate: %v", err)
+			}
+			migrating = false
+			continue
+		default:
+		}
+		began := time.Now()
+		if _, err := s.Push(ctx, tenant, []store.PushItem{{Queue: "grown", Partition: "p1", TransactionID: fmt.Sprintf("during-%d", pushes)}}, ""); err != nil {
+			t.Fatalf("a push during the migration: %v", err)
+		}
+		slowest = max(slowest, time.Since(began))
+		pushes++
+	}
+	if pushes == 0 {
+		t.Fatal("no push ran during the migration")
+	}
+	t.Logf("migration 022 on 200,000 messages and as many dead letters took %v; %d pushes meanwhile, the slowest %v",
+		time.Since(start).Round(time.Millisecond), pushes, slowest.Round(time.Millisecond))
+	var got string
+	if err := pool.QueryRow(ctx, replicaIdentitiesSQL).Scan(&got); err != nil {
+		t.Fatal(err)
+	}
+	want := "dead_letter_queue=queen.dead_letter_queue_partition_failed_key message_traces=queen.message_traces_partition_id_key " +
+		"messages=queen.messages_partition_id_seq_key partitions=queen.partitions_queue_id_name_key " +
+		"retention_history=queen.retention_history_queue_id_key left:"
+	if got != want {
+		t.Fatalf("replica identities:\n got %s\nwant %s", got, want)
 	}
 }
