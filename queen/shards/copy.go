@@ -231,8 +231,12 @@ const slotLeftSQL = `SELECT count(*) FROM pg_replication_slots WHERE slot_name =
 const tablesReadySQL = `SELECT count(*), count(*) FILTER (WHERE r.srsubstate <> 'r')
 FROM pg_subscription_rel r JOIN pg_subscription s ON s.oid = r.srsubid WHERE s.subname = $1`
 
-// currentLSNSQL is the source's WAL write position.
-const currentLSNSQL = `SELECT pg_current_wal_lsn()::text`
+// currentLSNSQL is the source's WAL insert position: past every commit
+// record so far. Not pg_current_wal_lsn(), the write position: under
+// synchronous_commit=off a commit returns while its record still waits in
+// the WAL buffers, before that position, and a wait for it returned with
+// the commit not applied on the destination (seen in the e2e test).
+const currentLSNSQL = `SELECT pg_current_wal_insert_lsn()::text`
 
 // slotConfirmedSQL tells whether the subscriber confirmed slot $1 flushed
 // (applied and made durable) up to $2.
@@ -240,8 +244,8 @@ const slotConfirmedSQL = `SELECT coalesce(bool_and(confirmed_flush_lsn >= $2::pg
 
 // WaitCaughtUp waits until the subscription's initial copy is done and
 // the destination has applied everything the source committed before the
-// call: the source's WAL position, read once the tables are ready, is the
-// mark, and the slot's confirmed_flush_lsn (what the subscriber reported
+// call: the source's WAL insert position, read once the tables are
+// ready, is the mark, and the slot's confirmed_flush_lsn (what the subscriber reported
 // applied and flushed) must pass it. It returns the mark. A freeze calls it
 // after its fencing commit, so the mark lies past the freeze. An error of
 // the subscription's workers ends the wait at once: they would retry it

@@ -273,6 +273,9 @@ func TestShardCopyByLogicalReplication(t *testing.T) {
 		t.Fatalf("the subscription's received lsn is behind the mark %s: %v", mark, err)
 	}
 	checkCopied(t, srcPool, dstPool, "moving")
+	if t.Failed() {
+		logReplication(t, srcPool, dstPool, mark)
+	}
 
 	// A mover whose source is lost detaches and drops the slot apart;
 	// a second subscription (a restarted copy) is dropped with its slot.
@@ -340,9 +343,22 @@ func checkCopied(t *testing.T, src, dst *pgxpool.Pool, queue string) {
 			t.Errorf("%s: the moving queue has no rows here; the test seeds every table", tbl.Name)
 		}
 		if !slices.Equal(got, want) {
-			t.Errorf("%s: destination %d rows, source %d of the moving queue\n got %.300v\nwant %.300v", tbl.Name, len(got), len(want), got, want)
+			t.Errorf("%s: destination %d rows, source %d of the moving queue\n got %.300s\nwant %.300s", tbl.Name, len(got), len(want),
+				fmt.Sprint(got), fmt.Sprint(want))
 		}
 	}
+}
+
+// logReplication logs where the slots and the subscriptions stand, for a
+// failed comparison: lag (positions) or loss (worker errors).
+func logReplication(t *testing.T, src, dst *pgxpool.Pool, mark string) {
+	ctx := context.Background()
+	var slots, subs, errs string
+	_ = src.QueryRow(ctx, `SELECT string_agg(slot_name || ' confirmed ' || confirmed_flush_lsn::text, '; ') FROM pg_replication_slots`).Scan(&slots)
+	_ = dst.QueryRow(ctx, `SELECT string_agg(subname || ' received ' || coalesce(received_lsn::text, '-'), '; ') FROM pg_stat_subscription`).Scan(&subs)
+	_ = dst.QueryRow(ctx, `SELECT string_agg(subname || ' sync errors ' || sync_error_count || ' apply errors ' || apply_error_count, '; ')
+		FROM pg_stat_subscription_stats`).Scan(&errs)
+	t.Logf("mark %s; source slots: %s; destination: %s; %s", mark, slots, subs, errs)
 }
 
 func slotCount(t *testing.T, pool *pgxpool.Pool) int {
