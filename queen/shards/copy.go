@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/queen-go/queen/queen/clock"
 )
 
 // DB is what the copy statements run on: a connection, a pool or a
@@ -204,7 +207,7 @@ const dropIdleSlotSQL = `SELECT count(pg_drop_replication_slot(slot_name)) FROM 
 // DropSlot drops the source's slot name, ending whatever walsender holds
 // it (a stuck move's timeout, or a subscription detached without its
 // source). A slot that does not exist is no error.
-func DropSlot(ctx context.Context, source DB, name string) error {
+func DropSlot(ctx context.Context, c clock.Clock, source DB, name string) error {
 	for {
 		if _, err := source.Exec(ctx, endSlotSenderSQL, name); err != nil {
 			return wrap("end slot's walsender", err)
@@ -217,7 +220,7 @@ func DropSlot(ctx context.Context, source DB, name string) error {
 		if _, err := source.Exec(ctx, dropIdleSlotSQL, name); err != nil && !isObjectInUse(err) {
 			return wrap("drop slot", err)
 		}
-		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+		if err := sleep(ctx, c, 20*time.Millisecond); err != nil {
 			return wrap("drop slot", err)
 		}
 	}
@@ -250,8 +253,8 @@ const slotConfirmedSQL = `SELECT coalesce(bool_and(confirmed_flush_lsn >= $2::pg
 // after its fencing commit, so the mark lies past the freeze. An error of
 // the subscription's workers ends the wait at once: they would retry it
 // forever.
-func WaitCaughtUp(ctx context.Context, source, dest DB, subscription, slot string, poll time.Duration) (string, error) {
-	if err := waitTablesReady(ctx, dest, subscription, poll); err != nil {
+func WaitCaughtUp(ctx context.Context, c clock.Clock, source, dest DB, subscription, slot string, poll time.Duration) (string, error) {
+	if err := waitTablesReady(ctx, c, dest, subscription, poll); err != nil {
 		return "", err
 	}
 	var mark string
@@ -269,7 +272,7 @@ func WaitCaughtUp(ctx context.Context, source, dest DB, subscription, slot strin
 		if err := subscriptionErrors(ctx, dest, subscription); err != nil {
 			return "", err
 		}
-		if err := sleep(ctx, poll); err != nil {
+		if err := sleep(ctx, c, poll); err != nil {
 			return "", fmt.Errorf("shards: %s catching up to %s: %w", subscription, mark, err)
 		}
 	}
@@ -277,7 +280,7 @@ func WaitCaughtUp(ctx context.Context, source, dest DB, subscription, slot strin
 
 // waitTablesReady waits until every table of the subscription finished
 // its initial copy.
-func waitTablesReady(ctx context.Context, dest DB, subscription string, poll time.Duration) error {
+func waitTablesReady(ctx context.Context, c clock.Clock, dest DB, subscription string, poll time.Duration) error {
 	for {
 		var total, pending int
 		if err := dest.QueryRow(ctx, tablesReadySQL, subscription).Scan(&total, &pending); err != nil {
@@ -289,7 +292,7 @@ func waitTablesReady(ctx context.Context, dest DB, subscription string, poll tim
 		if err := subscriptionErrors(ctx, dest, subscription); err != nil {
 			return fmt.Errorf("%w; %d of %d tables not copied yet", err, pending, total)
 		}
-		if err := sleep(ctx, poll); err != nil {
+		if err := sleep(ctx, c, poll); err != nil {
 			return fmt.Errorf("shards: initial copy of %s: %d of %d tables not ready: %w", subscription, pending, total, err)
 		}
 	}
@@ -326,18 +329,13 @@ func execFormatted(ctx context.Context, db DB, render, what string, args ...any)
 
 func isObjectInUse(err error) bool {
 	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == "55006"
+	return errors.As(err, &pe) && pe.Code == pgerrcode.ObjectInUse
 }
 
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+// sleep waits d on c; it is ctx's error when ctx ended first.
+func sleep(ctx context.Context, c clock.Clock, d time.Duration) error {
+	clock.Sleep(ctx, c, d)
+	return ctx.Err()
 }
 
 // wrap adds what failed to err; nil stays nil.

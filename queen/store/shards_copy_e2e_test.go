@@ -252,7 +252,7 @@ func TestShardCopyByLogicalReplication(t *testing.T) {
 	if trafficErr != nil {
 		t.Fatal(trafficErr)
 	}
-	if _, err := shards.WaitCaughtUp(ctx, srcPool, dstPool, "queen_move_1", "queen_move_1", 20*time.Millisecond); err != nil {
+	if _, err := shards.WaitCaughtUp(ctx, clock.Real{}, srcPool, dstPool, "queen_move_1", "queen_move_1", 20*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	// A last burst, streamed after the initial copy: only a wait for the
@@ -264,7 +264,7 @@ func TestShardCopyByLogicalReplication(t *testing.T) {
 	if _, err := s.Push(ctx, tenant, burst, ""); err != nil {
 		t.Fatal(err)
 	}
-	mark, err := shards.WaitCaughtUp(ctx, srcPool, dstPool, "queen_move_1", "queen_move_1", 20*time.Millisecond)
+	mark, err := shards.WaitCaughtUp(ctx, clock.Real{}, srcPool, dstPool, "queen_move_1", "queen_move_1", 20*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +285,7 @@ func TestShardCopyByLogicalReplication(t *testing.T) {
 	if slotCount(t, srcPool) != 1 {
 		t.Fatal("detaching must leave the slot on the source")
 	}
-	if err := shards.DropSlot(ctx, srcPool, "queen_move_1"); err != nil {
+	if err := shards.DropSlot(ctx, clock.Real{}, srcPool, "queen_move_1"); err != nil {
 		t.Fatal(err)
 	}
 	if err := shards.CreatePublication(ctx, srcPool, "queen_move_1", moving); err != nil {
@@ -295,7 +295,7 @@ func TestShardCopyByLogicalReplication(t *testing.T) {
 	if err := shards.CreateSubscription(ctx, dst2Pool, "queen_move_2", src.DSN("queen"), "queen_move_1"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := shards.WaitCaughtUp(ctx, srcPool, dst2Pool, "queen_move_2", "queen_move_2", 20*time.Millisecond); err != nil {
+	if _, err := shards.WaitCaughtUp(ctx, clock.Real{}, srcPool, dst2Pool, "queen_move_2", "queen_move_2", 20*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	checkCopied(t, srcPool, dst2Pool, "moving")
