@@ -206,7 +206,9 @@ const dropIdleSlotSQL = `SELECT count(pg_drop_replication_slot(slot_name)) FROM 
 
 // DropSlot drops the source's slot name, ending whatever walsender holds
 // it (a stuck move's timeout, or a subscription detached without its
-// source). A slot that does not exist is no error.
+// source). A slot that does not exist is no error. A subscription still
+// enabled reconnects at once, so detach it first: else this returns only
+// when ctx ends.
 func DropSlot(ctx context.Context, c clock.Clock, source DB, name string) error {
 	for {
 		if _, err := source.Exec(ctx, endSlotSenderSQL, name); err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -299,6 +300,7 @@ func TestShardCopyByLogicalReplication(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkCopied(t, srcPool, dst2Pool, "moving")
+	copyConflicts(ctx, t, src, dst, srcPool, moving)
 	if err := shards.DropSubscription(ctx, dst2Pool, "queen_move_2"); err != nil {
 		t.Fatal(err)
 	}
@@ -327,6 +329,43 @@ var ownerOf = map[string]string{
 
 // byPartitionOwner is ownerOf for a table keyed by partition.
 const byPartitionOwner = `(SELECT q.name FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE p.id = x.partition_id)`
+
+// copyConflicts copies into a destination that holds a dead letter of its
+// own whose id (a per-cluster bigserial) one of the moving queue's dead
+// letters also has: the subscription's copy fails on the primary key and
+// retries forever, and WaitCaughtUp says so rather than wait. A mover must
+// keep those ids apart (per-shard sequence ranges) before it copies.
+func copyConflicts(ctx context.Context, t *testing.T, src, dst *pglocal.Cluster, srcPool *pgxpool.Pool, moving shards.QueueRows) {
+	t.Helper()
+	var id int64
+	if err := srcPool.QueryRow(ctx, `SELECT min(id) FROM queen.dead_letter_queue WHERE partition_id = ANY ($1::uuid[])`, moving.Partitions).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	pool := migratedDB(t, dst, "queen3")
+	s := store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil), Writes: pushpath.WritesFor(pushpath.WritesOptions{})})
+	if _, err := s.Push(ctx, tenant, []store.PushItem{{Queue: "resident"}}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO queen.dead_letter_queue (id, message_id, partition_id, consumer_group, failed_at)
+		SELECT $1, id, partition_id, 'g', now() FROM queen.messages`, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := shards.CreateSubscription(ctx, pool, "queen_move_3", src.DSN("queen"), "queen_move_1"); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	_, err := shards.WaitCaughtUp(wctx, clock.Real{}, srcPool, pool, "queen_move_3", "queen_move_3", 20*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "queen_move_3: its workers failed") {
+		t.Fatalf("a copy whose dead letter ids collide: %v", err)
+	}
+	if err := shards.DetachSubscription(ctx, pool, "queen_move_3"); err != nil {
+		t.Fatal(err)
+	}
+	if err := shards.DropSlot(ctx, clock.Real{}, srcPool, "queen_move_3"); err != nil {
+		t.Fatal(err)
+	}
+}
 
 // checkCopied compares every per-queue table: the destination's rows are
 // the source's rows that queue owns, and every table holds some.
