@@ -41,6 +41,7 @@ import (
 	"github.com/queen-go/queen/queen/mesh"
 	"github.com/queen-go/queen/queen/names"
 	"github.com/queen-go/queen/queen/pushpath"
+	"github.com/queen-go/queen/queen/shards"
 	"github.com/queen-go/queen/queen/spool"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/sweeper"
@@ -141,6 +142,9 @@ func New(o Options) *Broker {
 // PoolConfig turns the configuration into a pgx pool configuration: pool
 // size, connect timeout, and server-side statement and lock timeouts.
 func PoolConfig(cfg config.Config) (*pgxpool.Config, error) {
+	if err := refuseShards(cfg); err != nil {
+		return nil, err
+	}
 	pc, err := pgxpool.ParseConfig(cfg.DSN())
 	if err != nil {
 		return nil, fmt.Errorf("database config: %w", err)
@@ -162,6 +166,19 @@ func PoolConfig(cfg config.Config) (*pgxpool.Config, error) {
 	// cost more CPU than executing them.
 	rp["plan_cache_mode"] = "force_generic_plan"
 	return pc, nil
+}
+
+// refuseShards is the startup error of a configuration with shards: this
+// build parses and checks them (queen/shards) but routes nothing to them,
+// and serving (or migrating) the PG_* database alone would put every queue
+// where the operator said it must not be.
+func refuseShards(cfg config.Config) error {
+	if !cfg.Shards.Enabled() {
+		return nil
+	}
+	return fmt.Errorf("shards are not supported yet by this build: %s names shards %s, but placement and routing "+
+		"are not built; unset %s, %s and %s to run on one database", shards.ShardsVar,
+		strings.Join(cfg.Shards.Names(), ", "), shards.CatalogVar, shards.ShardsVar, shards.PlacementVar)
 }
 
 // Start connects, migrates (when QUEEN_APPLY_SCHEMA), starts the background

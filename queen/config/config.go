@@ -22,6 +22,7 @@ import (
 	"github.com/queen-go/queen/queen/auth"
 	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/limits"
+	"github.com/queen-go/queen/queen/shards"
 )
 
 // DefaultTenant is the tenant of every request when tenancy is off, and of a
@@ -53,6 +54,9 @@ type Config struct {
 	PGPassword         string // PG_PASSWORD, default postgres
 	PGDatabase         string // PG_DATABASE, else PG_DB, default postgres
 	PGUseSSL           bool   // PG_USE_SSL, default false
+	// Shards are QUEEN_CATALOG_URL, QUEEN_SHARDS and QUEEN_PLACEMENT
+	// (queen/shards); none set, the zero value: one database, as ever.
+	Shards shards.Config
 
 	DBPoolSize          int           // DB_POOL_SIZE, default 160
 	DBConnectionTimeout time.Duration // DB_CONNECTION_TIMEOUT (ms), default 2000
@@ -269,6 +273,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	p.str("HOST", &c.Host)
 	p.intRange("PORT", &c.Port, 1, 65535)
 	p.postgres(&c)
+	p.shards(&c)
 	p.pop(&c)
 	p.housekeeping(&c)
 	p.fileBuffer(&c)
@@ -305,6 +310,27 @@ func (p *parser) postgres(c *Config) {
 	p.millis("DB_CONNECTION_TIMEOUT", &c.DBConnectionTimeout)
 	p.millis("DB_STATEMENT_TIMEOUT", &c.DBStatementTimeout)
 	p.millis("DB_LOCK_TIMEOUT", &c.DBLockTimeout)
+}
+
+// shards reads the shard configuration; queen/shards parses and checks it
+// and names the variable and part of each bad value.
+func (p *parser) shards(c *Config) {
+	cfg, err := shards.Parse(p.getenv(shards.CatalogVar), p.getenv(shards.ShardsVar), p.getenv(shards.PlacementVar))
+	if err != nil {
+		for _, e := range unjoin(err) {
+			p.errs = append(p.errs, fmt.Errorf("config: %w", e))
+		}
+		return
+	}
+	c.Shards = cfg
+}
+
+// unjoin splits an errors.Join into its errors.
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
 }
 
 // pop reads a pop's defaults and bounds and how a waiting pop backs off.

@@ -175,3 +175,27 @@ func TestHTTPEdgeKnobs(t *testing.T) {
 		}
 	}
 }
+
+// TestShardsConfiguration: the shard variables are parsed once into
+// Config.Shards; a bad one is a startup error naming it; none set is no
+// shards.
+func TestShardsConfiguration(t *testing.T) {
+	c, err := FromEnv(env(map[string]string{"QUEEN_CATALOG_URL": "postgres://c1,c2/queen",
+		"QUEEN_SHARDS": "s0=postgres://a/queen;s1=postgres://b/queen", "QUEEN_PLACEMENT": "queue:orders-*=s1"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Shards.Enabled() || c.Shards.CatalogURL != "postgres://c1,c2/queen" || len(c.Shards.Shards) != 2 || len(c.Shards.Rules) != 1 {
+		t.Fatalf("shards: %+v", c.Shards)
+	}
+	if c, err := FromEnv(env(nil)); err != nil || c.Shards.Enabled() {
+		t.Fatalf("no shards by default: %+v %v", c.Shards, err)
+	}
+	_, err = FromEnv(env(map[string]string{"QUEEN_CATALOG_URL": "postgres://c/queen",
+		"QUEEN_SHARDS": "s0=postgres://a/queen;s0=postgres://b/queen", "QUEEN_PLACEMENT": "tenant:acme=s7", "PORT": "x"}))
+	for _, w := range []string{`config: QUEEN_SHARDS: "s0": a shard named twice`, `config: QUEEN_PLACEMENT: "tenant:acme=s7"`, "PORT"} {
+		if err == nil || !strings.Contains(err.Error(), w) {
+			t.Errorf("want %q in %v", w, err)
+		}
+	}
+}
