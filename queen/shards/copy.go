@@ -32,7 +32,7 @@ type QueueRows struct {
 // Table is a per-queue table and its row filter: a format() template over
 // %1$L the queue id, %2$L the partition ids as a uuid[] literal, %3$L the
 // tenant id and %4$L the queue name. Every column a filter names is in the
-// table's replica identity (migration 022), else PostgreSQL 15 refuses
+// table's replica identity (migration 023), else PostgreSQL 15 refuses
 // every UPDATE and DELETE on the table while it is published.
 type Table struct {
 	Name, Filter string

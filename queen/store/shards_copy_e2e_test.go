@@ -191,7 +191,7 @@ func rowsOf(t *testing.T, pool *pgxpool.Pool, table, where string) []string {
 // a destination with a row-filtered publication while both it and another
 // queue of the source take pushes, pops, acks and updates and deletes of
 // every per-queue table (which PostgreSQL refuses on a table whose replica
-// identity lacks the filter's column: migration 022). After catch-up the
+// identity lacks the filter's column: migration 023). After catch-up the
 // destination holds exactly the moving queue's rows, equal to the
 // source's; then the subscription and the slot go, both ways a mover can
 // drop them.

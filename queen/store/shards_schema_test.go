@@ -18,7 +18,7 @@ import (
 	"github.com/queen-go/queen/queen/store/storetest"
 )
 
-// undoReplicaIdentitySQL takes migration 022 back: the schema as it was.
+// undoReplicaIdentitySQL takes migration 023 back: the schema as it was.
 var undoReplicaIdentitySQL = []string{
 	`ALTER TABLE queen.partitions REPLICA IDENTITY DEFAULT`,
 	`ALTER TABLE queen.messages REPLICA IDENTITY DEFAULT`,
@@ -106,7 +106,7 @@ func popAckAll(ctx context.Context, s *store.Store, queue string) error {
 	}
 }
 
-// TestReplicaIdentityCostsNoWAL measures what migration 022 costs: the WAL
+// TestReplicaIdentityCostsNoWAL measures what migration 023 costs: the WAL
 // and time of pushes, pops and acks, dead letter inserts and a
 // retention-like delete, with and without it, at wal_level=replica and
 // logical. Each must write the same WAL either way (within 1 %: the
@@ -139,7 +139,7 @@ func TestReplicaIdentityCostsNoWAL(t *testing.T) {
 				b.took[i].Round(time.Millisecond), a.took[i].Round(time.Millisecond))
 			same := i < 3 || level == "replica"
 			if d := a.wal[i] - b.wal[i]; same && (d > b.wal[i]/100 || -d > b.wal[i]/100) {
-				t.Errorf("wal_level=%s %s: WAL %d bytes with migration 022, %d without", level, name, a.wal[i], b.wal[i])
+				t.Errorf("wal_level=%s %s: WAL %d bytes with migration 023, %d without", level, name, a.wal[i], b.wal[i])
 			}
 		}
 	}
@@ -166,7 +166,7 @@ func TestShardReplicaIdentityMigrationOnAGrownTable(t *testing.T) {
 	}
 	growQueue(t, pool, "grown", 10, 20000, 0)
 	growDLQ(t, pool, "grown", 20000)
-	for _, stmt := range append(undoReplicaIdentitySQL, `DELETE FROM queen.schema_migrations WHERE version = '022_shard_replica_identity'`) {
+	for _, stmt := range append(undoReplicaIdentitySQL, `DELETE FROM queen.schema_migrations WHERE version = '023_shard_replica_identity'`) {
 		if _, err := pool.Exec(ctx, stmt); err != nil {
 			t.Fatal(err)
 		}
@@ -196,7 +196,7 @@ func TestShardReplicaIdentityMigrationOnAGrownTable(t *testing.T) {
 	if pushes == 0 {
 		t.Fatal("no push ran during the migration")
 	}
-	t.Logf("migration 022 on 200,000 messages and as many dead letters took %v; %d pushes meanwhile, the slowest %v",
+	t.Logf("migration 023 on 200,000 messages and as many dead letters took %v; %d pushes meanwhile, the slowest %v",
 		time.Since(start).Round(time.Millisecond), pushes, slowest.Round(time.Millisecond))
 	var got string
 	if err := pool.QueryRow(ctx, replicaIdentitiesSQL).Scan(&got); err != nil {
