@@ -19,7 +19,6 @@ import (
 	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/pglocal"
-	"github.com/queen-go/queen/queen/pushpath"
 	"github.com/queen-go/queen/queen/shards"
 	"github.com/queen-go/queen/queen/store"
 )
@@ -157,7 +156,7 @@ func traffic(ctx context.Context, s *store.Store, queues []string, stop <-chan s
 				items[j] = store.PushItem{Queue: q, Partition: fmt.Sprintf("p%d", (i+j)%4),
 					Payload: crypt.Plain(json.RawMessage(fmt.Sprintf(`{"i":%d}`, i)))}
 			}
-			if _, err := s.Push(ctx, tenant, items, ""); err != nil {
+			if _, err := pushItems(ctx, s, tenant, items, ""); err != nil {
 				return fmt.Errorf("push %s: %w", q, err)
 			}
 			pop, err := claim(ctx, s, consume.PopRequest{Tenant: tenant, Queue: q, Batch: 3})
@@ -201,12 +200,12 @@ func TestShardCopyByLogicalReplication(t *testing.T) {
 	defer cancel()
 	src, srcPool := logicalCluster(t, "source", "wal_level=logical")
 	dst, dstPool := logicalCluster(t, "dest", "wal_level=logical")
-	s := store.New(srcPool, store.Options{IDs: ids.NewSource(clock.Real{}, nil), Writes: pushpath.WritesFor(pushpath.WritesOptions{})})
+	s := store.New(srcPool, store.Options{IDs: ids.NewSource(clock.Real{}, nil)})
 	queues := []string{"moving", "staying"}
 	// Every partition exists before the copy: the publication lists them.
 	for _, q := range queues {
 		for p := range 4 {
-			if _, err := s.Push(ctx, tenant, []store.PushItem{{Queue: q, Partition: fmt.Sprintf("p%d", p)}}, ""); err != nil {
+			if _, err := pushItems(ctx, s, tenant, []store.PushItem{{Queue: q, Partition: fmt.Sprintf("p%d", p)}}, ""); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -262,7 +261,7 @@ func TestShardCopyByLogicalReplication(t *testing.T) {
 	for i := range burst {
 		burst[i] = store.PushItem{Queue: "moving", Partition: fmt.Sprintf("p%d", i%4), Payload: crypt.Plain(json.RawMessage(`{"burst":true}`))}
 	}
-	if _, err := s.Push(ctx, tenant, burst, ""); err != nil {
+	if _, err := pushItems(ctx, s, tenant, burst, ""); err != nil {
 		t.Fatal(err)
 	}
 	mark, err := shards.WaitCaughtUp(ctx, clock.Real{}, srcPool, dstPool, "queen_move_1", "queen_move_1", 20*time.Millisecond)
@@ -342,8 +341,8 @@ func copyConflicts(ctx context.Context, t *testing.T, src, dst *pglocal.Cluster,
 		t.Fatal(err)
 	}
 	pool := migratedDB(t, dst, "queen3")
-	s := store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil), Writes: pushpath.WritesFor(pushpath.WritesOptions{})})
-	if _, err := s.Push(ctx, tenant, []store.PushItem{{Queue: "resident"}}, ""); err != nil {
+	s := store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil)})
+	if _, err := pushItems(ctx, s, tenant, []store.PushItem{{Queue: "resident"}}, ""); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pool.Exec(ctx, `INSERT INTO queen.dead_letter_queue (id, message_id, partition_id, consumer_group, failed_at)

@@ -13,7 +13,6 @@ import (
 	"github.com/queen-go/queen/queen/consume"
 	"github.com/queen-go/queen/queen/crypt"
 	"github.com/queen-go/queen/queen/ids"
-	"github.com/queen-go/queen/queen/pushpath"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/store/storetest"
 )
@@ -48,7 +47,7 @@ var walPhases = [4]string{"push", "pop+ack", "dlq insert", "delete"}
 func walWorkload(t *testing.T, pool *pgxpool.Pool, queue string, n int) walCost {
 	t.Helper()
 	ctx := context.Background()
-	s := store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil), Writes: pushpath.WritesFor(pushpath.WritesOptions{})})
+	s := store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil)})
 	var c walCost
 	phase := func(i int, fn func() error) {
 		var from string
@@ -70,7 +69,7 @@ func walWorkload(t *testing.T, pool *pgxpool.Pool, queue string, n int) walCost 
 			for j := range items {
 				items[j] = store.PushItem{Queue: queue, Partition: fmt.Sprintf("p%d", j%4), Payload: crypt.Plain(json.RawMessage(`{"k":"v"}`))}
 			}
-			if _, err := s.Push(ctx, tenant, items, ""); err != nil {
+			if _, err := pushItems(ctx, s, tenant, items, ""); err != nil {
 				return err
 			}
 		}
@@ -187,7 +186,7 @@ func TestShardReplicaIdentityMigrationOnAGrownTable(t *testing.T) {
 		default:
 		}
 		began := time.Now()
-		if _, err := s.Push(ctx, tenant, []store.PushItem{{Queue: "grown", Partition: "p1", TransactionID: fmt.Sprintf("during-%d", pushes)}}, ""); err != nil {
+		if _, err := pushItems(ctx, s, tenant, []store.PushItem{{Queue: "grown", Partition: "p1", TransactionID: fmt.Sprintf("during-%d", pushes)}}, ""); err != nil {
 			t.Fatalf("a push during the migration: %v", err)
 		}
 		slowest = max(slowest, time.Since(began))
