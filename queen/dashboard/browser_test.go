@@ -18,6 +18,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/queen-go/queen/queen/analytics"
 	"github.com/queen-go/queen/queen/auth"
@@ -79,6 +80,7 @@ type broker struct {
 	store *store.Store
 	rec   *analytics.Recorder
 	admin string
+	pool  *pgxpool.Pool
 }
 
 func newBroker(t *testing.T) *broker {
@@ -90,13 +92,14 @@ func newBroker(t *testing.T) *broker {
 		t.Fatal(err)
 	}
 	idSrc := ids.NewSource(clock.Real{}, nil)
-	st := store.New(storetest.Pool(t), store.Options{IDs: idSrc, TxTimeout: 10 * time.Second})
+	pool := storetest.Pool(t)
+	st := store.New(pool, store.Options{IDs: idSrc, TxTimeout: 10 * time.Second})
 	rec := analytics.NewRecorder(0)
 	srv := httpapi.New(httpapi.Options{Config: cfg, Store: st, Retry: storetest.Retry(st), Analytics: rec, Clock: clock.Real{}, Waker: waker.New(),
 		IDs: idSrc, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Auth: authn})
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)
-	return &broker{t: t, url: ts.URL, store: st, rec: rec, admin: bearer(t, "root", "admin")}
+	return &broker{t: t, url: ts.URL, store: st, rec: rec, admin: bearer(t, "root", "admin"), pool: pool}
 }
 
 func (b *broker) call(method, path, body, token string) (int, string) {
@@ -383,6 +386,18 @@ func TestDashboardInABrowser(t *testing.T) {
 		t.Fatalf("searching o-7 links %d times to the message o-7", n)
 	}
 	shot("admin-search-o-7")
+	// An exact transactionId is found at any age, outside the chosen
+	// window (before, the search read only the window's newest messages).
+	b.must("POST", "/api/v1/push", `{"items":[{"queue":"notes","transactionId":"archived-1","payload":{"old":true}}]}`)
+	if _, err := b.pool.Exec(context.Background(), `UPDATE queen.messages SET created_at = now() - interval '3 days' WHERE transaction_id = 'archived-1'`); err != nil {
+		t.Fatal(err)
+	}
+	search("archived-1")
+	if n := count(`[...document.querySelectorAll('#found-exact a')].filter((a) => a.textContent === 'archived-1' && a.getAttribute('href').startsWith('#/message/')).length`); n != 1 {
+		text, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("main")))
+		t.Fatalf("searching archived-1 (3 days old, the range 1 h) does not link to its message: %s", text)
+	}
+	shot("admin-search-archived")
 
 	// A message's detail: reached from the queue page's rows, its payload
 	// pretty-printed as text (markup in it stays text), and a dead

@@ -337,6 +337,7 @@ func (s *Server) statusRoutes() []route {
 		{"GET /api/v1/resources/namespaces", auth.ReadOnly, s.namespaceResources},
 		{"GET /api/v1/resources/tasks", auth.ReadOnly, s.taskResources},
 		{"GET /api/v1/messages", auth.ReadOnly, s.listMessages},
+		{"GET /api/v1/messages/by-transaction", auth.ReadOnly, s.findByTransaction},
 		{"GET /api/v1/messages/{partitionId}/{transactionId}", auth.ReadOnly, s.getMessage},
 		{"DELETE /api/v1/messages/{partitionId}/{transactionId}", auth.ReadWrite, s.deleteMessage},
 		{"POST /api/v1/messages/{partitionId}/{transactionId}/retry", auth.ReadWrite, s.retryMessage},

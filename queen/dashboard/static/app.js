@@ -459,20 +459,24 @@ async function tracesPage(name) {
     card('Events, oldest first' + (t.total > shown ? ' (the newest ' + fmt(shown) + ' of ' + fmt(t.total) + ')' : ''), eventTable(t.traces || [], true))];
 }
 
-// SEARCH_MESSAGES bounds the messages a search reads: no route looks a
-// message up by transactionId alone, so the search matches the newest
-// this many of the chosen window, and says so.
+// SEARCH_MESSAGES bounds the messages a search reads for a part of a
+// transactionId or a trace id: the newest this many of the chosen window.
+// An exact transactionId is looked up apart, in every queue and at any age
+// (GET /api/v1/messages/by-transaction, an index probe per partition).
 const SEARCH_MESSAGES = 1000;
 
-// searchPage finds queues and consumer groups by name and messages by
-// transactionId (case-insensitive substrings), each linking to its page.
+// searchPage finds queues and consumer groups by name, a message by its
+// exact transactionId anywhere, and messages whose transactionId holds the
+// term or whose trace id is it, among the window's newest; each links to
+// its page.
 async function searchPage(term) {
   const w = range();
   const needle = term.toLowerCase();
   const has = (s) => String(s || '').toLowerCase().includes(needle);
-  const [list, groups, msgs, names] = await Promise.all([
+  const [list, groups, exact, msgs, names] = await Promise.all([
     api('/api/v1/resources/queues?limit=1000'),
     api('/api/v1/consumer-groups'),
+    api('/api/v1/messages/by-transaction?transactionId=' + encodeURIComponent(term)),
     api('/api/v1/messages?limit=' + SEARCH_MESSAGES + '&' + w.qs),
     api('/api/v1/traces/names?limit=1000'),
   ]);
@@ -480,16 +484,22 @@ async function searchPage(term) {
   document.getElementById('search').value = term;
   const qs = (list.queues || []).filter((q) => has(q.name));
   const gs = (groups || []).filter((g) => g.name !== '__QUEUE_MODE__' && has(g.name));
-  const ms = (msgs.messages || []).filter((m) => has(m.transactionId));
+  const found = exact.messages || [];
+  const seen = new Set(found.map((m) => m.partitionId + '/' + m.transactionId));
+  const ms = (msgs.messages || []).filter((m) => !seen.has(m.partitionId + '/' + m.transactionId) &&
+    (has(m.transactionId) || String(m.traceId || '').toLowerCase() === needle));
+  const rows = (list) => list.map((m) => [messageLink(m), m.queue, m.partition, statusBadge(m.status), when(m.createdAt)]);
   return [
     h('h1', {}, 'Search ', h('code', { text: term })),
     card('Queues', table(['Queue', { label: 'Partitions', num: 1 }, { label: 'Pending', num: 1 }],
       qs.map((q) => [link(q.name, '#/queue/' + encodeURIComponent(q.name)), fmt(q.partitions), fmt(q.messages.pending)]), 'No queue by that name.')),
     card('Consumer groups', table(['Group', 'Queue', { label: 'Behind (messages)', num: 1 }],
       gs.map((g) => [link(g.name, '#/groups'), link(g.queueName, '#/queue/' + encodeURIComponent(g.queueName)), fmt(g.lagMessages)]), 'No consumer group by that name.')),
-    card('Messages by transactionId (the newest ' + fmt(SEARCH_MESSAGES) + ' of the last ' + w.label + ')',
-      table(['Transaction', 'Queue', 'Partition', 'Status', 'Created'],
-        ms.map((m) => [messageLink(m), m.queue, m.partition, statusBadge(m.status), when(m.createdAt)]), 'No message with that transactionId in this window.')),
+    h('section', { class: 'card', id: 'found-exact' }, h('h2', { text: 'Messages with exactly this transactionId (every queue, any age' +
+      (found.length >= exact.limit ? '; the newest ' + fmt(exact.limit) : '') + ')' }),
+    table(['Transaction', 'Queue', 'Partition', 'Status', 'Created'], rows(found), 'No message has exactly this transactionId.')),
+    card('Messages whose transactionId holds it, or with this trace id (the newest ' + fmt(SEARCH_MESSAGES) + ' of the last ' + w.label + ')',
+      table(['Transaction', 'Queue', 'Partition', 'Status', 'Created'], rows(ms), 'No other message in this window.')),
     card('Traces', table(['Trace name', { label: 'Events', num: 1 }, 'Last seen'],
       ts.map((t) => [link(t.trace_name, '#/traces/' + encodeURIComponent(t.trace_name)), fmt(t.trace_count), when(t.last_seen)]), 'No trace by that name.')),
   ];
