@@ -494,6 +494,15 @@ func TestDashboardInABrowser(t *testing.T) {
 		t.Fatalf("the PostgreSQL page does not size the messages table in MB: %s", text)
 	}
 
+	// Replication: the test's server is a primary with no standby, and the
+	// page says so in words (before, it said postgres-stats had no
+	// replication figures).
+	if n := count(`(() => { const r = document.getElementById('replication'); return r && /This server is the primary\./.test(r.textContent) &&
+		/No standby streams from this server/.test(r.textContent) ? 1 : 0 })()`); n != 1 {
+		text, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("main")))
+		t.Fatalf("the PostgreSQL page does not say it is the primary with no standby: %s", text)
+	}
+
 	// Seek to a time: before every message, billing replays the queue.
 	visit(b.admin, "groups", false)
 	eval(`(() => { const e = document.querySelector('input[data-seek="billing/orders"]'); e.value = '1970-01-01T00:00'; e.dispatchEvent(new Event('input')); return 1 })()`)

@@ -565,8 +565,9 @@ async function systemPage() {
   ];
 }
 
-// postgresPage is #/postgres: the database's cache hit ratios, sizes, dead
-// tuples and the other sessions' queries (GET analytics/postgres-stats).
+// postgresPage is #/postgres: the database's cache hit ratios, its
+// replication, sizes, dead tuples and the other sessions' queries (GET
+// analytics/postgres-stats).
 async function postgresPage() {
   const d = await api('/api/v1/analytics/postgres-stats');
   const db = d.databaseStats || {};
@@ -577,6 +578,7 @@ async function postgresPage() {
     h('div', { class: 'tiles' }, tile('cache hit', pct((d.databaseCache || {}).cacheHitRatio)), tile('table cache hit', pct((cs.tables || {}).hitRatio)),
       tile('index cache hit', pct((cs.indexes || {}).hitRatio)), tile('database size', mb(db.sizeBytes)), tile('connections', db.connections),
       tile('other sessions\' queries', aq.length)),
+    replicationCard(d.replication || {}),
     card('Table sizes', table(['Table', { label: 'Total', num: 1 }, { label: 'Table', num: 1 }, { label: 'Indexes', num: 1 }],
       (d.tableSizes || []).map((t) => [t.table, mb(t.totalSizeBytes), mb(t.tableSizeBytes), mb(t.indexSizeBytes)]), 'No table.')),
     card('Dead tuples', table(['Table', { label: 'Live', num: 1 }, { label: 'Dead', num: 1 }, { label: 'Dead share', num: 1 }, 'Last vacuum', 'Last autovacuum'],
@@ -585,8 +587,40 @@ async function postgresPage() {
       (d.indexCache || []).map((t) => [t.index, t.table, pct(t.cacheHitRatio), fmt(t.diskReads)]), 'No index read yet.')),
     card('Other sessions\' queries', table(['PID', 'State', { label: 'Running', num: 1 }, 'Waiting on', 'Query'],
       aq.map((q) => [fmt(q.pid), q.state || '—', dur((q.durationMs || 0) / 1000), q.waitEvent ? q.waitEventType + ' / ' + q.waitEvent : '—', h('code', { text: q.query || '' })]), 'No other session is running a query.')),
-    card('Replication', h('p', { class: 'muted', text: 'The postgres-stats answer carries no replication figures yet (standbys and their lag); the PostgreSQL failover state is in the broker logs and /metrics.' })),
   ];
+}
+
+// bytes is a WAL distance as a person reads it: 0 B, 12 kB, 3.4 MB.
+function bytes(n) {
+  if (n === null || n === undefined) return '—';
+  if (n < 1024) return fmt(Math.round(n)) + ' B';
+  if (n < 1048576) return fmt(+(n / 1024).toFixed(1)) + ' kB';
+  return mb(n);
+}
+
+// lag is a replication lag in seconds as a person reads it (ms under a
+// second); PostgreSQL reports none for a standby idle and caught up.
+function lag(secs, behind) {
+  if (secs === null || secs === undefined) return behind === 0 ? 'caught up' : '—';
+  return secs < 1 ? fmt(+(secs * 1000).toFixed(1)) + ' ms' : dur(secs);
+}
+
+// replicationCard is the server's role, the standbys it streams to with
+// their lag (pg_stat_replication) and, on a standby, its WAL receiver.
+function replicationCard(r) {
+  const sb = r.standbys || [];
+  const wr = r.walReceiver;
+  return h('section', { class: 'card', id: 'replication' }, h('h2', { text: 'Replication' }),
+    h('p', {}, 'This server is the ', badge(r.role || '—', r.role === 'standby' ? 'warn' : 'ok'), r.role === 'standby' ? ' (read-only, in recovery).' : '.'),
+    table(['Standby', 'Address', 'State', 'Sync', { label: 'Write lag', num: 1 }, { label: 'Flush lag', num: 1 }, { label: 'Replay lag', num: 1 },
+      { label: 'Not yet sent', num: 1 }, { label: 'Not yet replayed', num: 1 }],
+    sb.map((s) => [s.applicationName || '—', s.clientAddr || '—', s.state === 'streaming' ? badge('streaming', 'ok') : badge(s.state || '—', 'warn'),
+      s.syncState || '—', lag(s.writeLagSeconds, s.bytesBehind), lag(s.flushLagSeconds, s.bytesBehind), lag(s.replayLagSeconds, s.bytesBehind),
+      bytes(s.sentBytesBehind), bytes(s.bytesBehind)]),
+    'No standby streams from this server: it has no replica to fail over to.'),
+    wr ? table(['WAL receiver', 'From', 'Last message', { label: 'Received, not replayed', num: 1 }, { label: 'Since the last replayed transaction', num: 1 }],
+      [[badge(wr.status, wr.status === 'streaming' ? 'ok' : 'warn'), (wr.senderHost || '—') + ':' + (wr.senderPort || '—'), when(wr.lastMessageAt),
+        bytes(wr.replayBytesBehind), dur(wr.sinceLastReplaySeconds)]]) : null);
 }
 
 async function maintenancePage() {
