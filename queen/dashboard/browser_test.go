@@ -484,6 +484,16 @@ func TestDashboardInABrowser(t *testing.T) {
 	if n := count(`+document.querySelector('[data-chart="CPU"]').dataset.points > 0 && +document.querySelector('[data-chart="Memory (RSS)"]').dataset.points > 0 ? 1 : 0`); n != 1 {
 		t.Fatal("the System page's CPU and memory charts have no points")
 	}
+	// Each broker's request latency, p50 and p99 in ms, in the table and
+	// charted per broker.
+	if n := count(`[...document.querySelectorAll('#latency tbody tr')].filter((r) => r.cells[0].textContent === 'dash-test' && +r.cells[1].textContent.replace(/,/g, '') > 0 &&
+		/^[\d.,]+ ms$/.test(r.cells[2].textContent) && /^[\d.,]+ ms$/.test(r.cells[3].textContent)).length`); n != 1 {
+		text, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("main")))
+		t.Fatalf("the System page does not show dash-test's request latency p50 and p99 in ms: %s", text)
+	}
+	if n := count(`[...document.querySelectorAll('[data-chart^="Request latency p"]')].filter((c) => +c.dataset.points > 0 && c.textContent.includes('dash-test')).length`); n != 2 {
+		t.Fatalf("%d of the System page's p50 and p99 latency charts have dash-test's points", n)
+	}
 	visit(b.admin, "postgres", false)
 	if n := count(`[...document.querySelectorAll('main .tile')].filter((e) => /^[\d.,]+ %(table |index )?cache hit$/.test(e.textContent)).length`); n != 3 {
 		text, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("main")))

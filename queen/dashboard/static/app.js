@@ -537,15 +537,23 @@ function gauge(point, group, name) { return (((point || {}).metrics || {})[group
 // percent x 100 despite their names (1 % is 100).
 function cpuPct(p) { return ((gauge(p, 'cpu', 'user_us').avg || 0) + (gauge(p, 'cpu', 'system_us').avg || 0)) / 100; }
 
+// ms is a latency in milliseconds as a person reads it.
+function ms(v) {
+  if (v === null || v === undefined) return '—';
+  return fmt(+v.toFixed(v < 10 ? 2 : 1)) + ' ms';
+}
+
 // systemPage is #/system: each broker's CPU, memory, pool, goroutines and
-// the request latency, over the chosen window, from the recorded minutes.
+// request latency (p50, p99) over the chosen window, from the recorded
+// minutes.
 async function systemPage() {
   const w = range();
   const [sys, wm] = await Promise.all([api('/api/v1/analytics/system-metrics?' + w.qs), api('/api/v1/analytics/worker-metrics?' + w.qs)]);
   const reps = (sys.replicas || []).map((r) => ({ name: r.workerId || r.hostname, pts: (r.timeSeries || []).slice().sort((a, b) => Date.parse(a.timestamp) - Date.parse(b.timestamp)) }));
   const per = (f) => reps.map((r) => ({ name: r.name, points: r.pts.map((p) => [Date.parse(p.timestamp), f(p)]) }));
-  const ts = wm.timeSeries || [];
-  const lat = (k) => ts.map((b) => [Date.parse(b.timestamp), b[k] || 0]);
+  // A latency point is a bucket in which the broker timed a request.
+  const perLat = (k) => reps.map((r) => ({ name: r.name, points: r.pts.filter((p) => (p.latency || {}).requests > 0).map((p) => [Date.parse(p.timestamp), p.latency[k]]) }));
+  const workers = (wm.workers || []).filter((x) => (x.latency || {}).requests > 0);
   return [
     h('h1', { text: 'System' }),
     card('Brokers (their newest recorded minute in the last ' + w.label + ')', table(['Broker', 'Host', { label: 'CPU', num: 1 }, { label: 'Memory (RSS)', num: 1 },
@@ -556,12 +564,19 @@ async function systemPage() {
         mb(gauge(p, 'memory', 'rss_bytes').last), fmt(gauge(p, 'database', 'pool_active').last), fmt(gauge(p, 'database', 'pool_idle').last),
         fmt(gauge(p, 'database', 'pool_size').last), fmt(gauge(p, 'runtime', 'goroutines').last), mb(gauge(p, 'runtime', 'heap_bytes').last), when(p.timestamp)];
     }), 'No broker recorded a minute in this window.')),
+    h('section', { class: 'card', id: 'latency' }, h('h2', { text: 'Request latency per broker (the last ' + w.label + ')' }),
+      table(['Broker', { label: 'Requests', num: 1 }, { label: 'p50', num: 1 }, { label: 'p99', num: 1 }, { label: 'Average', num: 1 },
+        { label: 'Worst minute\'s p99', num: 1 }, { label: 'Slowest', num: 1 }],
+      workers.map((x) => [x.workerId || x.hostname, fmt(x.latency.requests), ms(x.latency.p50Ms), ms(x.latency.p99Ms), ms(x.latency.avgMs),
+        ms(x.latency.worstMinuteP99Ms), ms(x.latency.maxMs)]), 'No broker timed a request in this window.'),
+      h('p', { class: 'muted', text: 'Each broker records each minute\'s p50 and p99; a window\'s p50 and p99 are those of the minute its middle request fell in (the minutes weighted by their requests), beside the worst minute\'s p99.' })),
     h('div', { class: 'grid' },
       chart('CPU', per(cpuPct), w.from, w.to, '% of one core'),
       chart('Memory (RSS)', per((p) => (gauge(p, 'memory', 'rss_bytes').avg || 0) / 1048576), w.from, w.to, 'MB'),
       chart('Pool in use', per((p) => gauge(p, 'database', 'pool_active').avg || 0), w.from, w.to, 'connections'),
       chart('Goroutines', per((p) => gauge(p, 'runtime', 'goroutines').avg || 0), w.from, w.to, ''),
-      chart('Request latency', [{ name: 'average', points: lat('avgLatencyMs') }, { name: 'p99', points: lat('p99LatencyMs') }], w.from, w.to, 'ms')),
+      chart('Request latency p50', perLat('p50Ms'), w.from, w.to, 'ms'),
+      chart('Request latency p99', perLat('p99Ms'), w.from, w.to, 'ms')),
   ];
 }
 
