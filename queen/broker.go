@@ -40,6 +40,7 @@ import (
 	"github.com/queen-go/queen/queen/maintenance"
 	"github.com/queen-go/queen/queen/mesh"
 	"github.com/queen-go/queen/queen/names"
+	"github.com/queen-go/queen/queen/outages"
 	"github.com/queen-go/queen/queen/pushpath"
 	"github.com/queen-go/queen/queen/spool"
 	"github.com/queen-go/queen/queen/store"
@@ -114,6 +115,9 @@ type Broker struct {
 	hosts    []string           // host:port the pool may connect to, in order
 	dbName   string             // the database's name, as the pool config has it
 	onHost   atomic.Pointer[string]
+	// outages is this broker's record of its database (server, pauses of
+	// writes), in memory, for the dashboard's failover page.
+	outages *outages.Record
 
 	cancel   context.CancelFunc // background services and request base context
 	wg       sync.WaitGroup
@@ -131,7 +135,7 @@ func New(o Options) *Broker {
 	if o.IDs == nil {
 		o.IDs = ids.NewSource(o.Clock, nil)
 	}
-	return &Broker{opts: o, cfg: o.Config, log: o.Logger.With("server", o.Config.ServerID)}
+	return &Broker{opts: o, cfg: o.Config, log: o.Logger.With("server", o.Config.ServerID), outages: outages.New(o.Clock)}
 }
 
 // PoolConfig turns the configuration into a pgx pool configuration: pool
@@ -231,6 +235,7 @@ func (b *Broker) poolConfig() (*pgxpool.Config, error) {
 // address moved to a standby), and the broker says so once each way.
 func (b *Broker) newReadOnlyWatch() *store.ReadOnlyWatch {
 	return &store.ReadOnlyWatch{OnChange: func(ro bool) {
+		b.outages.ReadOnly(ro)
 		if ro {
 			b.log.Warn("database read-only: writes wait (pushes are spooled) until a writable primary answers")
 			return
@@ -289,7 +294,8 @@ func (b *Broker) openSpool(arbiter *admission.Arbiter) (err error) {
 		listen = b.opts.Listener.Addr().String()
 	}
 	b.spool, err = spool.Open(spool.Options{Dir: b.cfg.FileBufferDir, FS: b.opts.SpoolFS, Clock: b.opts.Clock,
-		EventsPerFile: b.cfg.FileBufferEventsPerFile, Log: b.log, Holder: "serverId=" + b.cfg.ServerID + " listen=" + listen})
+		EventsPerFile: b.cfg.FileBufferEventsPerFile, Log: b.log, Holder: "serverId=" + b.cfg.ServerID + " listen=" + listen,
+		OnHealth: b.outages.Reachable})
 	if err != nil {
 		return fmt.Errorf("FILE_BUFFER_DIR: %w", err)
 	}
@@ -312,7 +318,7 @@ func (b *Broker) apiOptions(ctx context.Context, arbiter *admission.Arbiter, cip
 		b.recorder = analytics.NewRecorder(b.cfg.AnalyticsMaxQueues)
 	}
 	b.arbiter, b.waker = arbiter, waker.New()
-	o := httpapi.Options{Config: b.cfg, Store: b.store, Names: b.names, Analytics: b.recorder, Spool: b.spool, Drainer: b.drainer,
+	o := httpapi.Options{Config: b.cfg, Store: b.store, Names: b.names, Analytics: b.recorder, Spool: b.spool, Drainer: b.drainer, Outages: b.outages,
 		Maintenance: b.maint, Arbiter: arbiter, Clock: b.opts.Clock, Waker: b.waker, IDs: b.opts.IDs, Logger: b.log,
 		Cipher: cipher, Push: pushes, PopClaims: b.opts.PopClaims, Retry: retry}
 	if err := b.configureAuth(&o); err != nil {

@@ -26,6 +26,7 @@ import (
 	"github.com/queen-go/queen/queen/config"
 	"github.com/queen-go/queen/queen/httpapi"
 	"github.com/queen-go/queen/queen/ids"
+	"github.com/queen-go/queen/queen/outages"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/store/storetest"
 	"github.com/queen-go/queen/queen/waker"
@@ -96,7 +97,7 @@ func newBroker(t *testing.T) *broker {
 	st := store.New(pool, store.Options{IDs: idSrc, TxTimeout: 10 * time.Second})
 	rec := analytics.NewRecorder(0)
 	srv := httpapi.New(httpapi.Options{Config: cfg, Store: st, Retry: storetest.Retry(st), Analytics: rec, Clock: clock.Real{}, Waker: waker.New(),
-		IDs: idSrc, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Auth: authn})
+		IDs: idSrc, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Auth: authn, Outages: failedOver()})
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)
 	return &broker{t: t, url: ts.URL, store: st, rec: rec, admin: bearer(t, "root", "admin"), pool: pool}
@@ -126,6 +127,24 @@ func (b *broker) must(method, path, body string) string {
 		b.t.Fatalf("%s %s: %d %s", method, path, code, out)
 	}
 	return out
+}
+
+// failedOver is a broker's database record after a failover, as the
+// broker's hooks would have written it (the route's answer is tested
+// against a real read-only period in queen's TestFailoverRecordSeesAReadOnlyPeriod):
+// on db-a, the server turned read-only, then unavailable, the pool landed
+// on db-b and writes resumed 40 ms later.
+func failedOver() *outages.Record {
+	r := outages.New(clock.Real{})
+	r.Connected("db-a:5432")
+	r.ReadOnly(true)
+	r.Reachable(false)
+	time.Sleep(20 * time.Millisecond)
+	r.Connected("db-b:5432")
+	r.ReadOnly(false)
+	time.Sleep(20 * time.Millisecond)
+	r.Reachable(true)
+	return r
 }
 
 // traffic fills the broker: a queue with two partitions, pops and acks
@@ -190,7 +209,7 @@ func (b *broker) dlqTotal() string {
 	return strings.TrimSuffix(between(out, `"total":`, `,`)[0], "}")
 }
 
-var pages = []string{"overview", "queue/orders", "dlq", "groups", "maintenance", "spool", "cluster", "settings", "search/o-1", "traces", "traces/checkout", "system", "postgres"}
+var pages = []string{"overview", "queue/orders", "dlq", "groups", "maintenance", "spool", "cluster", "settings", "search/o-1", "traces", "traces/checkout", "system", "postgres", "failover"}
 
 // The dashboard in headless Chromium, against a broker with data: every
 // page renders without a console error; the charts have points after
@@ -336,6 +355,10 @@ func TestDashboardInABrowser(t *testing.T) {
 		if n := count(`document.body.dataset.failed ? 1 : 0`); n != 0 {
 			text, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("main")))
 			t.Fatalf("%s did not load: %s", page, text)
+		}
+		if n := count(`[...document.getElementById('main').childNodes].filter((n) => n.nodeType === Node.TEXT_NODE && n.textContent.trim() !== '').length`); n != 0 {
+			text, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("main")))
+			t.Fatalf("%s has %d stray text nodes (a part left out printed as null?): %s", page, n, text)
 		}
 		shot("admin-" + shotName(page))
 	}
@@ -513,6 +536,17 @@ func TestDashboardInABrowser(t *testing.T) {
 		t.Fatalf("the PostgreSQL page does not say it is the primary with no standby: %s", text)
 	}
 
+	// The failover page: the server this broker is on, and the pause of
+	// writes when it failed over from db-a to db-b, in units a person
+	// reads.
+	visit(b.admin, "failover", false)
+	if n := count(`[...document.querySelectorAll('#failover-broker tr')].filter((r) => r.cells[0].textContent === 'Connected to' && r.cells[1].textContent === 'db-b:5432').length +
+		[...document.querySelectorAll('#failover-pauses tbody tr')].filter((r) => /^\d+ ms$/.test(r.cells[2].textContent) && r.cells[3].textContent === 'read-only, unavailable' &&
+			r.cells[4].textContent === 'db-a:5432' && r.cells[5].textContent === 'db-b:5432' && /^yes/.test(r.cells[6].textContent)).length`); n != 2 {
+		text, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("main")))
+		t.Fatalf("the failover page does not show the server and the failover from db-a to db-b: %s", text)
+	}
+
 	// Seek to a time: before every message, billing replays the queue.
 	visit(b.admin, "groups", false)
 	eval(`(() => { const e = document.querySelector('input[data-seek="billing/orders"]'); e.value = '1970-01-01T00:00'; e.dispatchEvent(new Event('input')); return 1 })()`)
@@ -577,6 +611,11 @@ func TestDashboardInABrowser(t *testing.T) {
 			t.Errorf("read-only: %d action buttons on %s", n, page)
 		}
 		shot("readonly-" + shotName(page))
+	}
+	visit(ro, "failover", false)
+	if n := count(`[...document.querySelectorAll('main')].filter((m) => !m.textContent.includes('db-a') && !m.textContent.includes('db-b') &&
+		m.textContent.includes('hidden (admins only)')).length`); n != 1 {
+		t.Fatal("the failover page shows a read-only user the database servers' addresses")
 	}
 	if n := count(`document.body.dataset.level === 'read-only' ? 1 : 0`); n != 1 {
 		t.Fatal("the session does not say read-only")

@@ -158,6 +158,9 @@ func (s *Server) bufferStatus(w http.ResponseWriter, r *http.Request) {
 		body.drainCounts = &drainCounts{ReplayedFiles: s.drainer.Replayed.Load(),
 			QuarantinedFiles: s.drainer.Quarantined.Load(), Cooldowns: s.drainer.Cooldowns.Load()}
 	}
+	if s.outages != nil {
+		body.Database = newDatabaseRecord(s.cfg.ServerID, s.outages.View(), s.clock.Now(), s.auth.Allows(p, auth.Admin))
+	}
 	writeJSON(w, http.StatusOK, body)
 }
 

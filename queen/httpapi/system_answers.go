@@ -64,6 +64,9 @@ type spoolStatus struct {
 	Dir         *string                  `json:"dir,omitempty"`
 	Quarantined *[]spool.QuarantinedFile `json:"quarantined,omitempty"`
 	*drainCounts
+	// Database is the answering broker's record of its database (a
+	// field Queen's answer has not); left out when it keeps none.
+	Database *databaseRecord `json:"database,omitempty"`
 }
 
 // drainCounts are the buffer drainer's counters, there only with a

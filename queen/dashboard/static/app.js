@@ -638,6 +638,50 @@ function replicationCard(r) {
         bytes(wr.replayBytesBehind), dur(wr.sinceLastReplaySeconds)]]) : null);
 }
 
+// pausedFor is a pause of writes in milliseconds as a person reads it.
+function pausedFor(msecs) { return msecs < 1000 ? fmt(msecs) + ' ms' : dur(msecs / 1000); }
+
+// failoverPage is #/failover: the answering broker's own record of its
+// database (GET status/buffers' database: the server it is connected to,
+// pauses of writes, server changes) and the standbys a failover could
+// promote (postgres-stats' replication, absent while the database is).
+async function failoverPage() {
+  const [b, pg] = await Promise.all([api('/api/v1/status/buffers'), api('/api/v1/analytics/postgres-stats').catch(() => null)]);
+  const d = b.database;
+  if (!d) return [h('h1', { text: 'PostgreSQL failover' }), card(null, h('p', { class: 'muted', text: 'This broker keeps no record of its database.' }))];
+  // Server addresses are an admin's (the answer leaves them out for others).
+  const addr = (a) => a || ((Q.session || {}).canAdmin ? '—' : 'hidden (admins only)');
+  const kinds = (k) => (k || []).join(', ');
+  const r = (pg || {}).replication;
+  return [
+    h('h1', { text: 'PostgreSQL failover' }),
+    h('div', { class: 'tiles' }, tile('writes', d.paused ? 'paused ' + pausedFor(d.paused.pausedMs) : d.writable ? 'flowing' : 'not yet connected'),
+      tile('last pause', d.lastPause ? pausedFor(d.lastPause.pausedMs) : 'none'), tile('pauses seen', d.pauses.length), tile('server changes', d.serverChanges.length)),
+    h('section', { class: 'card', id: 'failover-broker' }, h('h2', { text: 'This broker (' + d.serverId + ')' }),
+      table(['', ''], [
+        ['Connected to', h('code', { text: addr(d.server) })],
+        ['Takes writes (primary)', d.writable ? badge('yes', 'ok') : d.readOnly ? badge('no: read-only', 'bad') : badge('no', 'bad')],
+        ['On this server since', when(d.serverSince)],
+        ['Recording since (its start)', when(d.recordingSince)],
+      ]),
+      h('p', { class: 'muted', text: 'Each broker keeps this record in memory from its start (a restart forgets it) and this page shows the broker that answered. "read-only": a server refused a write; "unavailable": the spool\'s drain found no database taking writes.' })),
+    d.paused ? h('section', { class: 'card', id: 'failover-now' }, h('h2', { text: 'Writes are paused now' }),
+      table(['Since', { label: 'For', num: 1 }, 'Seen', 'Server when it began'], [[when(d.paused.from), pausedFor(d.paused.pausedMs), kinds(d.paused.kinds), addr(d.paused.serverBefore)]])) : null,
+    h('section', { class: 'card', id: 'failover-pauses' }, h('h2', { text: 'Pauses of writes (newest first)' }),
+      table(['From', 'To', { label: 'Writes paused', num: 1 }, 'Seen', 'Server before', 'Server after', 'Failed over'],
+        d.pauses.map((p) => [when(p.from), when(p.to), pausedFor(p.pausedMs), kinds(p.kinds), addr(p.serverBefore), addr(p.serverAfter),
+          p.serverChanged ? badge('yes: another server', 'warn') : 'no: the same server']),
+        'Writes have not paused since this broker started.')),
+    card('Server changes (newest first)', table(['At', 'From', 'To', 'During a pause'],
+      d.serverChanges.map((c) => [when(c.at), addr(c.from), addr(c.to), c.duringPause ? 'yes (a failover)' : 'no (a reconnect)']),
+      'The pool has stayed on one server since this broker started.')),
+    card('Standbys to fail over to', r ? table(['Standby', 'State', 'Sync', { label: 'Not yet replayed', num: 1 }],
+      (r.standbys || []).map((x) => [x.applicationName || '—', x.state || '—', x.syncState || '—', bytes(x.bytesBehind)]),
+      r.role === 'standby' ? 'The server answering is itself a standby.' : 'No standby streams from this server: a failover has nothing to promote.')
+      : h('p', { class: 'muted', text: 'The database does not answer now: its standbys cannot be read.' })),
+  ].filter((n) => n);
+}
+
 async function maintenancePage() {
   if (!(Q.session || {}).canAdmin) {
     return [h('h1', { text: 'Maintenance' }), card(null, h('p', { class: 'muted', text: 'The maintenance switches need an admin token (Settings).' }))];
@@ -716,7 +760,7 @@ function parseRoute() {
 
 const PAGES = {
   overview: () => overview(), queue: (a) => queuePage(a), dlq: () => dlqPage(), groups: () => groupsPage(),
-  search: (a) => searchPage(a), message: (a) => messagePage(a), traces: (a) => tracesPage(a), system: () => systemPage(), postgres: () => postgresPage(), maintenance: () => maintenancePage(), spool: () => spoolPage(), cluster: () => clusterPage(), settings: () => settingsPage(),
+  search: (a) => searchPage(a), message: (a) => messagePage(a), traces: (a) => tracesPage(a), system: () => systemPage(), postgres: () => postgresPage(), failover: () => failoverPage(), maintenance: () => maintenancePage(), spool: () => spoolPage(), cluster: () => clusterPage(), settings: () => settingsPage(),
 };
 
 let rendering = false;
@@ -731,7 +775,8 @@ async function render() {
   try {
     const nodes = await fn(r.arg);
     const fl = Q.state.flash && Date.now() - Q.state.flash.at < 8000 ? Q.state.flash : null;
-    main.replaceChildren(...(fl ? [h('p', { class: fl.bad ? 'error flash' : 'muted flash', text: fl.text })] : []), ...nodes);
+    // A page leaves out a part with null; replaceChildren would print it.
+    main.replaceChildren(...(fl ? [h('p', { class: fl.bad ? 'error flash' : 'muted flash', text: fl.text })] : []), ...nodes.filter((n) => n !== null && n !== undefined));
     document.getElementById('updated').textContent = 'Updated ' + new Date().toISOString().slice(11, 19) + ' UTC' +
       (FORM_PAGES.has(r.page) ? ' (not refreshed while this form is open)' : ', every ' + REFRESH_MS / 1000 + ' s');
     document.body.dataset.page = r.page;
