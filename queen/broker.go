@@ -41,6 +41,7 @@ import (
 	"github.com/queen-go/queen/queen/mesh"
 	"github.com/queen-go/queen/queen/names"
 	"github.com/queen-go/queen/queen/outages"
+	"github.com/queen-go/queen/queen/passes"
 	"github.com/queen-go/queen/queen/pushpath"
 	"github.com/queen-go/queen/queen/spool"
 	"github.com/queen-go/queen/queen/store"
@@ -118,6 +119,9 @@ type Broker struct {
 	// outages is this broker's record of its database (server, pauses of
 	// writes), in memory, for the dashboard's failover page.
 	outages *outages.Record
+	// passes is this broker's record of the leader passes it led, in
+	// memory, for the dashboard's leaders page.
+	passes *passes.Record
 
 	cancel   context.CancelFunc // background services and request base context
 	wg       sync.WaitGroup
@@ -135,7 +139,8 @@ func New(o Options) *Broker {
 	if o.IDs == nil {
 		o.IDs = ids.NewSource(o.Clock, nil)
 	}
-	return &Broker{opts: o, cfg: o.Config, log: o.Logger.With("server", o.Config.ServerID), outages: outages.New(o.Clock)}
+	return &Broker{opts: o, cfg: o.Config, log: o.Logger.With("server", o.Config.ServerID), outages: outages.New(o.Clock),
+		passes: passes.New(o.Clock)}
 }
 
 // PoolConfig turns the configuration into a pgx pool configuration: pool
@@ -318,7 +323,7 @@ func (b *Broker) apiOptions(ctx context.Context, arbiter *admission.Arbiter, cip
 		b.recorder = analytics.NewRecorder(b.cfg.AnalyticsMaxQueues)
 	}
 	b.arbiter, b.waker = arbiter, waker.New()
-	o := httpapi.Options{Config: b.cfg, Store: b.store, Names: b.names, Analytics: b.recorder, Spool: b.spool, Drainer: b.drainer, Outages: b.outages,
+	o := httpapi.Options{Config: b.cfg, Store: b.store, Names: b.names, Analytics: b.recorder, Spool: b.spool, Drainer: b.drainer, Outages: b.outages, Passes: b.passes,
 		Maintenance: b.maint, Arbiter: arbiter, Clock: b.opts.Clock, Waker: b.waker, IDs: b.opts.IDs, Logger: b.log,
 		Cipher: cipher, Push: pushes, PopClaims: b.opts.PopClaims, Retry: retry}
 	if err := b.configureAuth(&o); err != nil {
@@ -621,7 +626,8 @@ func (b *Broker) Shutdown(ctx context.Context) error {
 // lead is what a leader service of this broker shares with the others: the
 // store, clock and log, and its passes every interval.
 func (b *Broker) lead(every time.Duration) leader.Lead {
-	return leader.Lead{Store: b.store, Clock: b.opts.Clock, Log: b.log, Every: background.Every{Interval: every}, Passes: b.opts.LeaderPasses}
+	return leader.Lead{Store: b.store, Clock: b.opts.Clock, Log: b.log, Every: background.Every{Interval: every},
+		Passes: b.passes.Hook(b.opts.LeaderPasses)}
 }
 
 // newFlusher is the analytics flusher of this broker: its id, host and

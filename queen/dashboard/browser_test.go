@@ -3,6 +3,7 @@ package dashboard_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -27,6 +28,7 @@ import (
 	"github.com/queen-go/queen/queen/httpapi"
 	"github.com/queen-go/queen/queen/ids"
 	"github.com/queen-go/queen/queen/outages"
+	"github.com/queen-go/queen/queen/passes"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/store/storetest"
 	"github.com/queen-go/queen/queen/waker"
@@ -97,7 +99,8 @@ func newBroker(t *testing.T) *broker {
 	st := store.New(pool, store.Options{IDs: idSrc, TxTimeout: 10 * time.Second})
 	rec := analytics.NewRecorder(0)
 	srv := httpapi.New(httpapi.Options{Config: cfg, Store: st, Retry: storetest.Retry(st), Analytics: rec, Clock: clock.Real{}, Waker: waker.New(),
-		IDs: idSrc, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Auth: authn, Outages: failedOver()})
+		IDs: idSrc, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Auth: authn, Outages: failedOver(),
+		Passes: ledPasses()})
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)
 	return &broker{t: t, url: ts.URL, store: st, rec: rec, admin: bearer(t, "root", "admin"), pool: pool}
@@ -144,6 +147,22 @@ func failedOver() *outages.Record {
 	r.ReadOnly(false)
 	time.Sleep(20 * time.Millisecond)
 	r.Reachable(true)
+	return r
+}
+
+// ledPasses are the leader passes of a broker that led three retention
+// passes (the last failed) and an analytics rollup, as its leaders'
+// hook records them (the route's answer is tested against real leaders in
+// queen's TestClusterAnswerListsThePassesThisBrokerLed).
+func ledPasses() *passes.Record {
+	r := passes.New(clock.Real{})
+	hook := r.Hook(nil)
+	for i, err := range []error{nil, nil, errors.New("the lock's session ended")} {
+		end := hook("retention", uint32(4000+i))
+		time.Sleep(5 * time.Millisecond)
+		end(err)
+	}
+	hook("stats", 4100)(nil)
 	return r
 }
 
@@ -209,7 +228,7 @@ func (b *broker) dlqTotal() string {
 	return strings.TrimSuffix(between(out, `"total":`, `,`)[0], "}")
 }
 
-var pages = []string{"overview", "queue/orders", "dlq", "groups", "maintenance", "spool", "cluster", "settings", "search/o-1", "traces", "traces/checkout", "system", "postgres", "failover"}
+var pages = []string{"overview", "queue/orders", "dlq", "groups", "maintenance", "spool", "cluster", "settings", "search/o-1", "traces", "traces/checkout", "system", "postgres", "failover", "leaders"}
 
 // The dashboard in headless Chromium, against a broker with data: every
 // page renders without a console error; the charts have points after
@@ -545,6 +564,16 @@ func TestDashboardInABrowser(t *testing.T) {
 			r.cells[4].textContent === 'db-a:5432' && r.cells[5].textContent === 'db-b:5432' && /^yes/.test(r.cells[6].textContent)).length`); n != 2 {
 		text, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("main")))
 		t.Fatalf("the failover page does not show the server and the failover from db-a to db-b: %s", text)
+	}
+
+	// The leaders page: by role, the passes this broker led, when the last
+	// began and how long it took, and the failure; then each pass.
+	visit(b.admin, "leaders", false)
+	if n := count(`[...document.querySelectorAll('#leader-roles tbody tr')].filter((r) => /^Retention/.test(r.cells[0].textContent) && r.cells[1].textContent === '3' &&
+		/^\d+ ms$/.test(r.cells[3].textContent) && /session ended/.test(r.cells[5].textContent)).length +
+		[...document.querySelectorAll('#leader-passes tbody tr')].filter((r) => /^Analytics rollup/.test(r.cells[0].textContent) && r.cells[3].textContent === '4100').length`); n != 2 {
+		text, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("main")))
+		t.Fatalf("the leaders page does not show the retention and rollup passes led: %s", text)
 	}
 
 	// Seek to a time: before every message, billing replays the queue.

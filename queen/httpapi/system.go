@@ -209,5 +209,14 @@ func (s *Server) cluster(w http.ResponseWriter, r *http.Request) {
 			mesh = s.sharedState()
 		}
 	}
-	writeJSON(w, http.StatusOK, newClusterInfo(s.cfg.ServerID, v, mesh))
+	c := newClusterInfo(s.cfg.ServerID, v, mesh)
+	c.Passes = []leaderPass{}
+	if s.passes != nil {
+		c.Passes, c.PassesSince = newLeaderPasses(s.cfg.ServerID, s.passes.Passes()), strPtr(msStamp(s.passes.Since()))
+	}
+	if s.sweeperStats != nil {
+		st := s.sweeperStats()
+		c.Sweeper = &sweeperShare{Broker: s.cfg.ServerID, Cycles: st.Cycles, Fired: st.Fired, Pruned: st.Pruned}
+	}
+	writeJSON(w, http.StatusOK, c)
 }

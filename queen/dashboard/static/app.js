@@ -682,6 +682,55 @@ async function failoverPage() {
   ].filter((n) => n);
 }
 
+// ROLES name the leader roles as a person reads them.
+const ROLES = {
+  retention: 'Retention (expired and completed messages, eviction)',
+  'queue-stats': 'Queue statistics (partition and backlog samples)',
+  stats: 'Analytics rollup (folds and prunes the recorded minutes)',
+};
+
+function roleName(r) { return ROLES[r] || r; }
+
+// took is a pass's duration in milliseconds as a person reads it.
+function took(msecs) { return msecs === null || msecs === undefined ? 'running' : pausedFor(msecs); }
+
+// leadersPage is #/leaders: who holds each leader lock now, and the passes
+// the answering broker led (GET system/cluster's passes: each broker keeps
+// its own in memory), by role and one by one, with its timer sweeping share.
+async function leadersPage() {
+  const c = await api('/api/v1/system/cluster');
+  const ps = c.passes || [];
+  const roles = [...new Set([...Object.keys(ROLES), ...ps.map((p) => p.role)])];
+  const byRole = (r) => ps.filter((p) => p.role === r);
+  const avg = (list) => { const d = list.filter((p) => p.durationMs !== null); return d.length ? d.reduce((n, p) => n + p.durationMs, 0) / d.length : null; };
+  const sw = c.sweeper;
+  const SHOWN = 50;
+  return [
+    h('h1', { text: 'Leaders' }),
+    h('div', { class: 'tiles' }, tile('passes led here', ps.length), tile('roles led here', new Set(ps.map((p) => p.role)).size),
+      tile('timers fired here', sw ? sw.fired : '—')),
+    card('Lock holders now', table(['Role', 'Held by'],
+      c.leaders.map((l) => [roleName(l.name), l.holder || h('span', { class: 'muted', text: 'nobody (between passes)' })]))),
+    h('section', { class: 'card', id: 'leader-roles' }, h('h2', { text: 'Roles this broker (' + c.serverId + ') led since ' + when(c.passesSince) }),
+      table(['Role', { label: 'Passes', num: 1 }, 'Last began', { label: 'Last took', num: 1 }, { label: 'Average', num: 1 }, 'Last failure'],
+        roles.map((r) => {
+          const list = byRole(r);
+          const last = list[0];
+          const failed = list.find((p) => p.error);
+          return [roleName(r), fmt(list.length), last ? when(last.start) : 'not led here', last ? took(last.durationMs) : '—',
+            avg(list) === null ? '—' : pausedFor(Math.round(avg(list))), failed ? failed.error + ' (' + when(failed.start) + ')' : 'none'];
+        })),
+      h('p', { class: 'muted', text: 'A leader holds a PostgreSQL advisory lock for one pass and lets it go, so brokers take turns. Each broker keeps the passes it led in memory from its start (a restart forgets them); this page shows the broker that answered.' })),
+    h('section', { class: 'card', id: 'leader-passes' }, h('h2', { text: 'Passes this broker led (newest first' + (ps.length > SHOWN ? ', the newest ' + SHOWN + ' of ' + fmt(ps.length) : '') + ')' }),
+      table(['Role', 'Began', { label: 'Took', num: 1 }, { label: 'Lock session', num: 1 }, 'Outcome'],
+        ps.slice(0, SHOWN).map((p) => [roleName(p.role), when(p.start), took(p.durationMs), String(p.session), p.error ? badge(p.error, 'bad') : badge('done', 'ok')]),
+        'This broker has led no pass since it started.')),
+    card('Timer sweeping (every broker, no leader)', sw
+      ? table(['', ''], [['Sweep cycles', fmt(sw.cycles)], ['Timers fired by this broker', fmt(sw.fired)], ['Expired KV rows it deleted', fmt(sw.pruned)]])
+      : h('p', { class: 'muted', text: 'This broker runs no timer sweeper.' })),
+  ];
+}
+
 async function maintenancePage() {
   if (!(Q.session || {}).canAdmin) {
     return [h('h1', { text: 'Maintenance' }), card(null, h('p', { class: 'muted', text: 'The maintenance switches need an admin token (Settings).' }))];
@@ -760,7 +809,7 @@ function parseRoute() {
 
 const PAGES = {
   overview: () => overview(), queue: (a) => queuePage(a), dlq: () => dlqPage(), groups: () => groupsPage(),
-  search: (a) => searchPage(a), message: (a) => messagePage(a), traces: (a) => tracesPage(a), system: () => systemPage(), postgres: () => postgresPage(), failover: () => failoverPage(), maintenance: () => maintenancePage(), spool: () => spoolPage(), cluster: () => clusterPage(), settings: () => settingsPage(),
+  search: (a) => searchPage(a), message: (a) => messagePage(a), traces: (a) => tracesPage(a), system: () => systemPage(), postgres: () => postgresPage(), failover: () => failoverPage(), leaders: () => leadersPage(), maintenance: () => maintenancePage(), spool: () => spoolPage(), cluster: () => clusterPage(), settings: () => settingsPage(),
 };
 
 let rendering = false;
