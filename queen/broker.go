@@ -323,8 +323,8 @@ func (b *Broker) apiOptions(ctx context.Context, arbiter *admission.Arbiter, cip
 		b.recorder = analytics.NewRecorder(b.cfg.AnalyticsMaxQueues)
 	}
 	b.arbiter, b.waker = arbiter, waker.New()
-	o := httpapi.Options{Config: b.cfg, Store: b.store, Names: b.names, Analytics: b.recorder, Spool: b.spool, Drainer: b.drainer, Outages: b.outages, Passes: b.passes,
-		Maintenance: b.maint, Arbiter: arbiter, Clock: b.opts.Clock, Waker: b.waker, IDs: b.opts.IDs, Logger: b.log,
+	o := httpapi.Options{Config: b.cfg, Store: b.store, Names: b.names, Analytics: b.recorder, Spool: b.spool, Drainer: b.drainer,
+		Outages: b.outages, Passes: b.passes, Maintenance: b.maint, Arbiter: arbiter, Clock: b.opts.Clock, Waker: b.waker, IDs: b.opts.IDs, Logger: b.log,
 		Cipher: cipher, Push: pushes, PopClaims: b.opts.PopClaims, Retry: retry}
 	if err := b.configureAuth(&o); err != nil {
 		return o, err
