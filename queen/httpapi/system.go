@@ -210,7 +210,6 @@ func (s *Server) cluster(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	c := newClusterInfo(s.cfg.ServerID, v, mesh)
-	c.Passes = []leaderPass{}
 	if s.passes != nil {
 		c.Passes, c.PassesSince = newLeaderPasses(s.cfg.ServerID, s.passes.Passes()), strPtr(msStamp(s.passes.Since()))
 	}

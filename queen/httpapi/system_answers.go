@@ -123,10 +123,12 @@ type clusterInfo struct {
 	// Passes are the leader passes the answering broker led since
 	// PassesSince (its start), newest first, at most passes.Keep: each
 	// broker keeps its own in memory. Sweeper is its share of the timer
-	// sweeping, which elects no leader (null: it runs no sweeper).
-	Passes      []leaderPass  `json:"passes"`
-	PassesSince *string       `json:"passesSince"`
-	Sweeper     *sweeperShare `json:"sweeper"`
+	// sweeping, which elects no leader. Each is left out when there is
+	// none (no pass led yet, no record kept, no sweeper), so the answer
+	// of a broker without them is as it was.
+	Passes      []leaderPass  `json:"passes,omitempty"`
+	PassesSince *string       `json:"passesSince,omitempty"`
+	Sweeper     *sweeperShare `json:"sweeper,omitempty"`
 }
 
 // leaderPass is one leader pass a broker led: its role, the backend pid
