@@ -132,6 +132,8 @@ var layers = map[string]int{
 	"admission": 0, "canary": 0, "clock": 0, "connlimit": 0, "crypt": 0, "dashboard": 0, "pglocal": 0, "waker": 0,
 	// Mechanisms over the seams.
 	"auth": 1, "background": 1, "combine": 1, "dbprobe": 1, "ids": 1, "mesh": 1, "ttlcache": 1,
+	// A broker's own records of its database and of the passes it led.
+	"outages": 1, "passes": 1,
 	"limits": 2,
 	"config": 3,
 	// The statements.
