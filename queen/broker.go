@@ -40,6 +40,8 @@ import (
 	"github.com/queen-go/queen/queen/maintenance"
 	"github.com/queen-go/queen/queen/mesh"
 	"github.com/queen-go/queen/queen/names"
+	"github.com/queen-go/queen/queen/outages"
+	"github.com/queen-go/queen/queen/passes"
 	"github.com/queen-go/queen/queen/pushpath"
 	"github.com/queen-go/queen/queen/shards"
 	"github.com/queen-go/queen/queen/spool"
@@ -119,6 +121,12 @@ type Broker struct {
 	hosts    []string           // host:port the pool may connect to, in order
 	dbName   string             // the database's name, as the pool config has it
 	onHost   atomic.Pointer[string]
+	// outages is this broker's record of its database (server, pauses of
+	// writes), in memory, for the dashboard's failover page.
+	outages *outages.Record
+	// passes is this broker's record of the leader passes it led, in
+	// memory, for the dashboard's leaders page.
+	passes *passes.Record
 
 	cancel   context.CancelFunc // background services and request base context
 	wg       sync.WaitGroup
@@ -136,7 +144,8 @@ func New(o Options) *Broker {
 	if o.IDs == nil {
 		o.IDs = ids.NewSource(o.Clock, nil)
 	}
-	return &Broker{opts: o, cfg: o.Config, log: o.Logger.With("server", o.Config.ServerID)}
+	return &Broker{opts: o, cfg: o.Config, log: o.Logger.With("server", o.Config.ServerID), outages: outages.New(o.Clock),
+		passes: passes.New(o.Clock)}
 }
 
 // PoolConfig turns the configuration into a pgx pool configuration: pool
@@ -252,6 +261,7 @@ func (b *Broker) poolConfig() (*pgxpool.Config, error) {
 // address moved to a standby), and the broker says so once each way.
 func (b *Broker) newReadOnlyWatch() *store.ReadOnlyWatch {
 	return &store.ReadOnlyWatch{OnChange: func(ro bool) {
+		b.outages.ReadOnly(ro)
 		if ro {
 			b.log.Warn("database read-only: writes wait (pushes are spooled) until a writable primary answers")
 			return
@@ -310,7 +320,8 @@ func (b *Broker) openSpool(arbiter *admission.Arbiter) (err error) {
 		listen = b.opts.Listener.Addr().String()
 	}
 	b.spool, err = spool.Open(spool.Options{Dir: b.cfg.FileBufferDir, FS: b.opts.SpoolFS, Clock: b.opts.Clock,
-		EventsPerFile: b.cfg.FileBufferEventsPerFile, Log: b.log, Holder: "serverId=" + b.cfg.ServerID + " listen=" + listen})
+		EventsPerFile: b.cfg.FileBufferEventsPerFile, Log: b.log, Holder: "serverId=" + b.cfg.ServerID + " listen=" + listen,
+		OnHealth: b.outages.Reachable})
 	if err != nil {
 		return fmt.Errorf("FILE_BUFFER_DIR: %w", err)
 	}
@@ -334,7 +345,7 @@ func (b *Broker) apiOptions(ctx context.Context, arbiter *admission.Arbiter, cip
 	}
 	b.arbiter, b.waker = arbiter, waker.New()
 	o := httpapi.Options{Config: b.cfg, Store: b.store, Writes: b.writes, Names: b.names, Analytics: b.recorder, Spool: b.spool, Drainer: b.drainer,
-		Maintenance: b.maint, Arbiter: arbiter, Clock: b.opts.Clock, Waker: b.waker, IDs: b.opts.IDs, Logger: b.log,
+		Outages: b.outages, Passes: b.passes, Maintenance: b.maint, Arbiter: arbiter, Clock: b.opts.Clock, Waker: b.waker, IDs: b.opts.IDs, Logger: b.log,
 		Cipher: cipher, Push: pushes, PopClaims: b.opts.PopClaims, Retry: retry}
 	if err := b.configureAuth(&o); err != nil {
 		return o, err
@@ -636,7 +647,8 @@ func (b *Broker) Shutdown(ctx context.Context) error {
 // lead is what a leader service of this broker shares with the others: the
 // store, clock and log, and its passes every interval.
 func (b *Broker) lead(every time.Duration) leader.Lead {
-	return leader.Lead{Store: b.store, Clock: b.opts.Clock, Log: b.log, Every: background.Every{Interval: every}, Passes: b.opts.LeaderPasses}
+	return leader.Lead{Store: b.store, Clock: b.opts.Clock, Log: b.log, Every: background.Every{Interval: every},
+		Passes: b.passes.Hook(b.opts.LeaderPasses)}
 }
 
 // newFlusher is the analytics flusher of this broker: its id, host and

@@ -36,6 +36,7 @@ func (b *Broker) database() string {
 // which host the broker is on now.
 func (b *Broker) afterConnect(_ context.Context, c *pgx.Conn) error {
 	on := remoteOf(c.PgConn())
+	b.outages.Connected(on)
 	if last := b.onHost.Swap(&on); last == nil || *last != on {
 		b.log.Info("database connected", "server", on, "hosts", strings.Join(b.hosts, ","))
 	}

@@ -147,6 +147,8 @@ var layers = map[string]int{
 	// Shard configuration, placement and the copy's statements, read by
 	// config and (later) the router.
 	"shards": 1,
+	// A broker's own records of its database and of the passes it led.
+	"outages": 1, "passes": 1,
 	"limits": 2,
 	"config": 3,
 	// The statements.

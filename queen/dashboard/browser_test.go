@@ -3,6 +3,7 @@ package dashboard_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/queen-go/queen/queen/analytics"
 	"github.com/queen-go/queen/queen/auth"
@@ -25,6 +27,8 @@ import (
 	"github.com/queen-go/queen/queen/config"
 	"github.com/queen-go/queen/queen/httpapi"
 	"github.com/queen-go/queen/queen/ids"
+	"github.com/queen-go/queen/queen/outages"
+	"github.com/queen-go/queen/queen/passes"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/store/storetest"
 	"github.com/queen-go/queen/queen/waker"
@@ -79,6 +83,7 @@ type broker struct {
 	store *store.Store
 	rec   *analytics.Recorder
 	admin string
+	pool  *pgxpool.Pool
 }
 
 func newBroker(t *testing.T) *broker {
@@ -90,13 +95,15 @@ func newBroker(t *testing.T) *broker {
 		t.Fatal(err)
 	}
 	idSrc := ids.NewSource(clock.Real{}, nil)
-	st := store.New(storetest.Pool(t), store.Options{IDs: idSrc, TxTimeout: 10 * time.Second})
+	pool := storetest.Pool(t)
+	st := store.New(pool, store.Options{IDs: idSrc, TxTimeout: 10 * time.Second})
 	rec := analytics.NewRecorder(0)
 	srv := httpapi.New(httpapi.Options{Config: cfg, Store: st, Retry: storetest.Retry(st), Analytics: rec, Clock: clock.Real{}, Waker: waker.New(),
-		IDs: idSrc, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Auth: authn})
+		IDs: idSrc, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Auth: authn, Outages: failedOver(),
+		Passes: ledPasses()})
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)
-	return &broker{t: t, url: ts.URL, store: st, rec: rec, admin: bearer(t, "root", "admin")}
+	return &broker{t: t, url: ts.URL, store: st, rec: rec, admin: bearer(t, "root", "admin"), pool: pool}
 }
 
 func (b *broker) call(method, path, body, token string) (int, string) {
@@ -123,6 +130,40 @@ func (b *broker) must(method, path, body string) string {
 		b.t.Fatalf("%s %s: %d %s", method, path, code, out)
 	}
 	return out
+}
+
+// failedOver is a broker's database record after a failover, as the
+// broker's hooks would have written it (the route's answer is tested
+// against a real read-only period in queen's TestFailoverRecordSeesAReadOnlyPeriod):
+// on db-a, the server turned read-only, then unavailable, the pool landed
+// on db-b and writes resumed 40 ms later.
+func failedOver() *outages.Record {
+	r := outages.New(clock.Real{})
+	r.Connected("db-a:5432")
+	r.ReadOnly(true)
+	r.Reachable(false)
+	time.Sleep(20 * time.Millisecond)
+	r.Connected("db-b:5432")
+	r.ReadOnly(false)
+	time.Sleep(20 * time.Millisecond)
+	r.Reachable(true)
+	return r
+}
+
+// ledPasses are the leader passes of a broker that led three retention
+// passes (the last failed) and an analytics rollup, as its leaders'
+// hook records them (the route's answer is tested against real leaders in
+// queen's TestClusterAnswerListsThePassesThisBrokerLed).
+func ledPasses() *passes.Record {
+	r := passes.New(clock.Real{})
+	hook := r.Hook(nil)
+	for i, err := range []error{nil, nil, errors.New("the lock's session ended")} {
+		end := hook("retention", uint32(4000+i))
+		time.Sleep(5 * time.Millisecond)
+		end(err)
+	}
+	hook("stats", 4100)(nil)
+	return r
 }
 
 // traffic fills the broker: a queue with two partitions, pops and acks
@@ -187,7 +228,7 @@ func (b *broker) dlqTotal() string {
 	return strings.TrimSuffix(between(out, `"total":`, `,`)[0], "}")
 }
 
-var pages = []string{"overview", "queue/orders", "dlq", "groups", "maintenance", "spool", "cluster", "settings", "search/o-1", "traces", "traces/checkout", "system", "postgres"}
+var pages = []string{"overview", "queue/orders", "dlq", "groups", "maintenance", "spool", "cluster", "settings", "search/o-1", "traces", "traces/checkout", "system", "postgres", "failover", "leaders"}
 
 // The dashboard in headless Chromium, against a broker with data: every
 // page renders without a console error; the charts have points after
@@ -334,6 +375,10 @@ func TestDashboardInABrowser(t *testing.T) {
 			text, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("main")))
 			t.Fatalf("%s did not load: %s", page, text)
 		}
+		if n := count(`[...document.getElementById('main').childNodes].filter((n) => n.nodeType === Node.TEXT_NODE && n.textContent.trim() !== '').length`); n != 0 {
+			text, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("main")))
+			t.Fatalf("%s has %d stray text nodes (a part left out printed as null?): %s", page, n, text)
+		}
 		shot("admin-" + shotName(page))
 	}
 	visit(b.admin, "overview", false)
@@ -383,6 +428,18 @@ func TestDashboardInABrowser(t *testing.T) {
 		t.Fatalf("searching o-7 links %d times to the message o-7", n)
 	}
 	shot("admin-search-o-7")
+	// An exact transactionId is found at any age, outside the chosen
+	// window (before, the search read only the window's newest messages).
+	b.must("POST", "/api/v1/push", `{"items":[{"queue":"notes","transactionId":"archived-1","payload":{"old":true}}]}`)
+	if _, err := b.pool.Exec(context.Background(), `UPDATE queen.messages SET created_at = now() - interval '3 days' WHERE transaction_id = 'archived-1'`); err != nil {
+		t.Fatal(err)
+	}
+	search("archived-1")
+	if n := count(`[...document.querySelectorAll('#found-exact a')].filter((a) => a.textContent === 'archived-1' && a.getAttribute('href').startsWith('#/message/')).length`); n != 1 {
+		text, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("main")))
+		t.Fatalf("searching archived-1 (3 days old, the range 1 h) does not link to its message: %s", text)
+	}
+	shot("admin-search-archived")
 
 	// A message's detail: reached from the queue page's rows, its payload
 	// pretty-printed as text (markup in it stays text), and a dead
@@ -469,6 +526,16 @@ func TestDashboardInABrowser(t *testing.T) {
 	if n := count(`+document.querySelector('[data-chart="CPU"]').dataset.points > 0 && +document.querySelector('[data-chart="Memory (RSS)"]').dataset.points > 0 ? 1 : 0`); n != 1 {
 		t.Fatal("the System page's CPU and memory charts have no points")
 	}
+	// Each broker's request latency, p50 and p99 in ms, in the table and
+	// charted per broker.
+	if n := count(`[...document.querySelectorAll('#latency tbody tr')].filter((r) => r.cells[0].textContent === 'dash-test' && +r.cells[1].textContent.replace(/,/g, '') > 0 &&
+		/^[\d.,]+ ms$/.test(r.cells[2].textContent) && /^[\d.,]+ ms$/.test(r.cells[3].textContent)).length`); n != 1 {
+		text, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("main")))
+		t.Fatalf("the System page does not show dash-test's request latency p50 and p99 in ms: %s", text)
+	}
+	if n := count(`[...document.querySelectorAll('[data-chart^="Request latency p"]')].filter((c) => +c.dataset.points > 0 && c.textContent.includes('dash-test')).length`); n != 2 {
+		t.Fatalf("%d of the System page's p50 and p99 latency charts have dash-test's points", n)
+	}
 	visit(b.admin, "postgres", false)
 	if n := count(`[...document.querySelectorAll('main .tile')].filter((e) => /^[\d.,]+ %(table |index )?cache hit$/.test(e.textContent)).length`); n != 3 {
 		text, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("main")))
@@ -477,6 +544,36 @@ func TestDashboardInABrowser(t *testing.T) {
 	if n := count(`[...document.querySelectorAll('main tr')].filter((r) => r.cells[0].textContent === 'messages' && / MB$/.test(r.cells[1].textContent)).length`); n < 1 {
 		text, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("main")))
 		t.Fatalf("the PostgreSQL page does not size the messages table in MB: %s", text)
+	}
+
+	// Replication: the test's server is a primary with no standby, and the
+	// page says so in words (before, it said postgres-stats had no
+	// replication figures).
+	if n := count(`(() => { const r = document.getElementById('replication'); return r && /This server is the primary\./.test(r.textContent) &&
+		/No standby streams from this server/.test(r.textContent) ? 1 : 0 })()`); n != 1 {
+		text, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("main")))
+		t.Fatalf("the PostgreSQL page does not say it is the primary with no standby: %s", text)
+	}
+
+	// The failover page: the server this broker is on, and the pause of
+	// writes when it failed over from db-a to db-b, in units a person
+	// reads.
+	visit(b.admin, "failover", false)
+	if n := count(`[...document.querySelectorAll('#failover-broker tr')].filter((r) => r.cells[0].textContent === 'Connected to' && r.cells[1].textContent === 'db-b:5432').length +
+		[...document.querySelectorAll('#failover-pauses tbody tr')].filter((r) => /^\d+ ms$/.test(r.cells[2].textContent) && r.cells[3].textContent === 'read-only, unavailable' &&
+			r.cells[4].textContent === 'db-a:5432' && r.cells[5].textContent === 'db-b:5432' && /^yes/.test(r.cells[6].textContent)).length`); n != 2 {
+		text, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("main")))
+		t.Fatalf("the failover page does not show the server and the failover from db-a to db-b: %s", text)
+	}
+
+	// The leaders page: by role, the passes this broker led, when the last
+	// began and how long it took, and the failure; then each pass.
+	visit(b.admin, "leaders", false)
+	if n := count(`[...document.querySelectorAll('#leader-roles tbody tr')].filter((r) => /^Retention/.test(r.cells[0].textContent) && r.cells[1].textContent === '3' &&
+		/^\d+ ms$/.test(r.cells[3].textContent) && /session ended/.test(r.cells[5].textContent)).length +
+		[...document.querySelectorAll('#leader-passes tbody tr')].filter((r) => /^Analytics rollup/.test(r.cells[0].textContent) && r.cells[3].textContent === '4100').length`); n != 2 {
+		text, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("main")))
+		t.Fatalf("the leaders page does not show the retention and rollup passes led: %s", text)
 	}
 
 	// Seek to a time: before every message, billing replays the queue.
@@ -543,6 +640,11 @@ func TestDashboardInABrowser(t *testing.T) {
 			t.Errorf("read-only: %d action buttons on %s", n, page)
 		}
 		shot("readonly-" + shotName(page))
+	}
+	visit(ro, "failover", false)
+	if n := count(`[...document.querySelectorAll('main')].filter((m) => !m.textContent.includes('db-a') && !m.textContent.includes('db-b') &&
+		m.textContent.includes('hidden (admins only)')).length`); n != 1 {
+		t.Fatal("the failover page shows a read-only user the database servers' addresses")
 	}
 	if n := count(`document.body.dataset.level === 'read-only' ? 1 : 0`); n != 1 {
 		t.Fatal("the session does not say read-only")

@@ -205,7 +205,7 @@ func (s *Server) workerMetrics(w http.ResponseWriter, r *http.Request) {
 	for _, b := range brokerBuckets(minutes, bm) {
 		a.Workers = append(a.Workers, workerTotals{Hostname: b.hostname, Port: b.port, WorkerID: b.id,
 			Requests: b.requests, PushRequests: b.push, PopRequests: b.pop, AckRequests: b.ack, LastSeen: msStamp(b.last),
-			workerGauges: newWorkerGauges(b)})
+			Latency: b.latency.summary(), workerGauges: newWorkerGauges(b)})
 	}
 	t := total.q
 	a.Summary = workerSummary{TotalPushMessages: t.PushMessages, TotalPopMessages: t.PopMessages,

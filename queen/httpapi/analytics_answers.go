@@ -159,6 +159,9 @@ type systemPoint struct {
 	Timestamp   string   `json:"timestamp"`
 	SampleCount int      `json:"sampleCount"`
 	Metrics     gaugeSet `json:"metrics"`
+	// Latency is the broker's request latency over the bucket (a field
+	// Queen's answer has not).
+	Latency latencySummary `json:"latency"`
 }
 
 func newSystemPoint(k brokerBucket) systemPoint {
@@ -166,7 +169,7 @@ func newSystemPoint(k brokerBucket) systemPoint {
 	for group, names := range k.gauges {
 		metrics[group] = names
 	}
-	return systemPoint{Timestamp: msStamp(k.at), SampleCount: k.samples, Metrics: metrics}
+	return systemPoint{Timestamp: msStamp(k.at), SampleCount: k.samples, Metrics: metrics, Latency: k.latency.summary()}
 }
 
 // workerMetricsAnswer is the worker-metrics answer.
@@ -237,6 +240,9 @@ type workerTotals struct {
 	PopRequests  int64  `json:"popRequests"`
 	AckRequests  int64  `json:"ackRequests"`
 	LastSeen     string `json:"lastSeen"` // its newest recorded minute
+	// Latency is its request latency over the window (a field Queen's
+	// answer has not).
+	Latency latencySummary `json:"latency"`
 	workerGauges
 }
 

@@ -25,6 +25,7 @@ type brokerBucket struct {
 	at      time.Time
 	samples int
 	gauges  gaugeSet
+	latency latencyMinutes
 }
 
 // brokerSeries is one broker's buckets and totals over a window.
@@ -37,6 +38,7 @@ type brokerSeries struct {
 	buckets        []brokerBucket
 	work           workGauges // its newest minute's
 	poolActive     float64    // likewise: busy connections
+	latency        latencyMinutes
 }
 
 // brokerBuckets groups minutes (oldest first) by broker, then by bucket:
@@ -65,6 +67,8 @@ func brokerBuckets(minutes []store.BrokerMinute, bm int) []*brokerSeries {
 			b.work, b.poolActive = workOf(g), g["database"]["pool_active"].Avg
 		}
 		k.samples += m.Samples
+		k.latency.add(m)
+		b.latency.add(m)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].id < out[j].id })
 	return out

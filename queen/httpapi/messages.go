@@ -73,6 +73,38 @@ func (s *Server) listMessages(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, messageList{Messages: out, Mode: modeBody(hasQM, bus), Total: len(out)})
 }
 
+// findLimit bounds GET /api/v1/messages/by-transaction: a transactionId is
+// unique per partition only, so it may name a message in many partitions;
+// the dashboard's search shows the newest findLimit.
+const findLimit = 50
+
+// findByTransaction is GET /api/v1/messages/by-transaction?transactionId=
+// (&queue=, &limit= up to findLimit): the tenant's messages with that exact
+// transactionId, newest first, one index probe per partition. A missing
+// transactionId is 400; none found is 200 with an empty list.
+func (s *Server) findByTransaction(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	txid := q.Get("transactionId")
+	if txid == "" {
+		writeError(w, http.StatusBadRequest, "transactionId is required")
+		return
+	}
+	limit := queryInt(q, "limit", findLimit)
+	if limit < 1 || limit > findLimit {
+		limit = findLimit
+	}
+	rows, err := s.store.FindByTransaction(r.Context(), tenantOf(r), q.Get("queue"), txid, limit)
+	if err != nil {
+		s.storeError(w, r, "find transactionId", err)
+		return
+	}
+	out := make([]messageRow, len(rows))
+	for i, m := range rows {
+		out[i] = newMessageRow(m)
+	}
+	writeJSON(w, http.StatusOK, messagesFound{TransactionID: txid, Messages: out, Limit: limit})
+}
+
 // messageKey reads {partitionId}/{transactionId}; a partition id that is
 // not a UUID is 400.
 func messageKey(w http.ResponseWriter, r *http.Request) (string, string, bool) {

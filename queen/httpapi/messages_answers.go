@@ -61,6 +61,14 @@ type messageList struct {
 	Total    int             `json:"total"` // of this page
 }
 
+// messagesFound is GET /api/v1/messages/by-transaction: the messages with
+// one transactionId, newest first, at most Limit of them.
+type messagesFound struct {
+	TransactionID string       `json:"transactionId"`
+	Messages      []messageRow `json:"messages"`
+	Limit         int          `json:"limit"`
+}
+
 // messageDetail is GET /api/v1/messages/{partitionId}/{transactionId}.
 type messageDetail struct {
 	messageRow

@@ -2,6 +2,8 @@ package httpapi_test
 
 import (
 	"testing"
+
+	"github.com/queen-go/queen/queen/config"
 )
 
 func TestMessageRoutes(t *testing.T) {
@@ -69,4 +71,59 @@ func TestMessageRoutes(t *testing.T) {
 		t.Fatalf("delete: %v", r)
 	}
 	e.expect(e.do("DELETE", "/api/v1/messages/"+p.PartitionID+"/c", nil), 404)
+}
+
+// TestFindByTransaction: GET /api/v1/messages/by-transaction finds the
+// tenant's messages with one exact transactionId in every queue and
+// partition (newest first), narrows to a queue when given, bounds the
+// answer by its limit, and sees no other tenant's messages.
+func TestFindByTransaction(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *config.Config) { c.TenancyHeader = true })
+	const t1, t2 = "11111111-1111-4111-8111-111111111111", "22222222-2222-4222-8222-222222222222"
+	push := func(tenant, queue, partition, txid string) {
+		e.expect(e.do("POST", "/api/v1/push", map[string]any{"items": []any{map[string]any{"queue": queue, "partition": partition,
+			"transactionId": txid, "payload": map[string]any{"q": queue}}}}, "x-queen-tenant", tenant), 201)
+	}
+	push(t1, "fa", "p1", "order-7")
+	push(t1, "fa", "p2", "order-7")
+	push(t1, "fb", "Default", "order-7")
+	push(t1, "fb", "Default", "order-70") // a longer id is no match
+	push(t2, "fa", "p1", "order-7")       // another tenant's
+	type found struct {
+		TransactionID string `json:"transactionId"`
+		Limit         int    `json:"limit"`
+		Messages      []struct {
+			TransactionID, Queue, Partition, PartitionID, Status, CreatedAt string
+		} `json:"messages"`
+	}
+	find := func(query string) found {
+		t.Helper()
+		var f found
+		e.expect(e.do("GET", "/api/v1/messages/by-transaction?"+query, nil, "x-queen-tenant", t1), 200).json(t, &f)
+		return f
+	}
+	f := find("transactionId=order-7")
+	var where []string
+	for _, m := range f.Messages {
+		if m.TransactionID != "order-7" || m.Status != "pending" || m.PartitionID == "" {
+			t.Fatalf("a found message: %+v", m)
+		}
+		where = append(where, m.Queue+"/"+m.Partition)
+	}
+	if !equal(where, []string{"fb/Default", "fa/p2", "fa/p1"}) || f.Limit != 50 || f.TransactionID != "order-7" {
+		t.Fatalf("order-7 of tenant 1, newest first: %v (%+v)", where, f)
+	}
+	if f := find("transactionId=order-7&queue=fa&limit=1"); len(f.Messages) != 1 || f.Messages[0].Queue != "fa" || f.Limit != 1 {
+		t.Fatalf("queue fa, limit 1: %+v", f)
+	}
+	if f := find("transactionId=order-7&queue=fb"); len(f.Messages) != 1 || f.Messages[0].Queue != "fb" {
+		t.Fatalf("queue fb: %+v", f)
+	}
+	if f := find("transactionId=nothing"); f.Messages == nil || len(f.Messages) != 0 {
+		t.Fatalf("no match is an empty list: %+v", f)
+	}
+	// The detail route opens what the look-up found.
+	e.expect(e.do("GET", "/api/v1/messages/"+f.Messages[0].PartitionID+"/order-7", nil, "x-queen-tenant", t1), 200)
+	e.expect(e.do("GET", "/api/v1/messages/by-transaction", nil, "x-queen-tenant", t1), 400)
 }

@@ -39,6 +39,8 @@ import (
 	"github.com/queen-go/queen/queen/limits"
 	"github.com/queen-go/queen/queen/maintenance"
 	"github.com/queen-go/queen/queen/names"
+	"github.com/queen-go/queen/queen/outages"
+	"github.com/queen-go/queen/queen/passes"
 	"github.com/queen-go/queen/queen/pushpath"
 	"github.com/queen-go/queen/queen/spool"
 	"github.com/queen-go/queen/queen/store"
@@ -68,6 +70,8 @@ type Server struct {
 	stats   counters
 	// sharedState reports the mesh; nil when there is none.
 	sharedState func() any
+	outages     *outages.Record
+	passes      *passes.Record
 	// timerHint tells the local sweeper a timer is due in d; nil: none.
 	timerHint func(d time.Duration)
 	// consumer runs pops: the claim, the long-poll wait, the settling.
@@ -125,6 +129,12 @@ type Options struct {
 	// SharedState reports the mesh for GET /api/v1/system/shared-state;
 	// nil when this broker has no peers.
 	SharedState func() any
+	// Outages is this broker's record of its database (server, pauses of
+	// writes) for GET /api/v1/status/buffers; nil: none kept.
+	Outages *outages.Record
+	// Passes is this broker's record of the leader passes it led, for GET
+	// /api/v1/system/cluster; nil: none kept.
+	Passes *passes.Record
 	// MeshRefusals reports the mesh's refusal counters for the metrics;
 	// nil when this broker has no peers.
 	MeshRefusals func() MeshRefusals
@@ -206,7 +216,7 @@ func New(o Options) *Server {
 		o.Names = names.New(o.Store, names.Options{Clock: o.Clock, TTL: o.Config.CacheRefreshInterval, SealHints: o.Writes})
 	}
 	s := &Server{cfg: o.Config, store: o.Store, names: o.Names, writes: o.Writes, spool: o.Spool, drainer: o.Drainer, maint: o.Maintenance,
-		arbiter: o.Arbiter, clock: o.Clock, wake: o.Waker, peers: o.Peers, ids: o.IDs, sharedState: o.SharedState, meshRefusals: o.MeshRefusals, timerHint: o.TimerHint, sweeperStats: o.SweeperStats, connections: o.Connections, auth: o.Auth, cipher: o.Cipher, log: o.Logger, started: o.Clock.Now(),
+		arbiter: o.Arbiter, clock: o.Clock, wake: o.Waker, peers: o.Peers, ids: o.IDs, sharedState: o.SharedState, outages: o.Outages, passes: o.Passes, meshRefusals: o.MeshRefusals, timerHint: o.TimerHint, sweeperStats: o.SweeperStats, connections: o.Connections, auth: o.Auth, cipher: o.Cipher, log: o.Logger, started: o.Clock.Now(),
 		draining: make(chan struct{})}
 	s.consumer = consume.New(consume.Options{Store: o.Store, Retry: o.Retry, Names: o.Names, Cipher: o.Cipher, Waker: o.Waker, Clock: o.Clock, Draining: s.draining, OnClaim: o.PopClaims, Log: o.Logger,
 		AckStatements: o.Config.AckStatements, AckBatchRows: o.Config.PushBatchRows, PopStatements: o.Config.PopStatements,
@@ -347,6 +357,7 @@ func (s *Server) statusRoutes() []route {
 		{"GET /api/v1/resources/namespaces", auth.ReadOnly, s.namespaceResources},
 		{"GET /api/v1/resources/tasks", auth.ReadOnly, s.taskResources},
 		{"GET /api/v1/messages", auth.ReadOnly, s.listMessages},
+		{"GET /api/v1/messages/by-transaction", auth.ReadOnly, s.findByTransaction},
 		{"GET /api/v1/messages/{partitionId}/{transactionId}", auth.ReadOnly, s.getMessage},
 		{"DELETE /api/v1/messages/{partitionId}/{transactionId}", auth.ReadWrite, s.deleteMessage},
 		{"POST /api/v1/messages/{partitionId}/{transactionId}/retry", auth.ReadWrite, s.retryMessage},

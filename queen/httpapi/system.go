@@ -158,6 +158,9 @@ func (s *Server) bufferStatus(w http.ResponseWriter, r *http.Request) {
 		body.drainCounts = &drainCounts{ReplayedFiles: s.drainer.Replayed.Load(),
 			QuarantinedFiles: s.drainer.Quarantined.Load(), Cooldowns: s.drainer.Cooldowns.Load()}
 	}
+	if s.outages != nil {
+		body.Database = newDatabaseRecord(s.cfg.ServerID, s.outages.View(), s.clock.Now(), s.auth.Allows(p, auth.Admin))
+	}
 	writeJSON(w, http.StatusOK, body)
 }
 
@@ -206,5 +209,13 @@ func (s *Server) cluster(w http.ResponseWriter, r *http.Request) {
 			mesh = s.sharedState()
 		}
 	}
-	writeJSON(w, http.StatusOK, newClusterInfo(s.cfg.ServerID, v, mesh))
+	c := newClusterInfo(s.cfg.ServerID, v, mesh)
+	if s.passes != nil {
+		c.Passes, c.PassesSince = newLeaderPasses(s.cfg.ServerID, s.passes.Passes()), strPtr(msStamp(s.passes.Since()))
+	}
+	if s.sweeperStats != nil {
+		st := s.sweeperStats()
+		c.Sweeper = &sweeperShare{Broker: s.cfg.ServerID, Cycles: st.Cycles, Fired: st.Fired, Pruned: st.Pruned}
+	}
+	writeJSON(w, http.StatusOK, c)
 }

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"strings"
 
+	"github.com/queen-go/queen/queen/passes"
 	"github.com/queen-go/queen/queen/spool"
 	"github.com/queen-go/queen/queen/store"
 )
@@ -64,6 +65,9 @@ type spoolStatus struct {
 	Dir         *string                  `json:"dir,omitempty"`
 	Quarantined *[]spool.QuarantinedFile `json:"quarantined,omitempty"`
 	*drainCounts
+	// Database is the answering broker's record of its database (a
+	// field Queen's answer has not); left out when it keeps none.
+	Database *databaseRecord `json:"database,omitempty"`
 }
 
 // drainCounts are the buffer drainer's counters, there only with a
@@ -116,6 +120,35 @@ type clusterInfo struct {
 	Mesh         any                  `json:"mesh"`
 	Timers       []clusterTimerQueue  `json:"timers"`
 	KVNamespaces []clusterKVNamespace `json:"kvNamespaces"`
+	// Passes are the leader passes the answering broker led since
+	// PassesSince (its start), newest first, at most passes.Keep: each
+	// broker keeps its own in memory. Sweeper is its share of the timer
+	// sweeping, which elects no leader. Each is left out when there is
+	// none (no pass led yet, no record kept, no sweeper), so the answer
+	// of a broker without them is as it was.
+	Passes      []leaderPass  `json:"passes,omitempty"`
+	PassesSince *string       `json:"passesSince,omitempty"`
+	Sweeper     *sweeperShare `json:"sweeper,omitempty"`
+}
+
+// leaderPass is one leader pass a broker led: its role, the backend pid
+// of the session holding the lock, when it began, how long it took (null
+// while it runs) and how it failed (null: it did not).
+type leaderPass struct {
+	Role       string  `json:"role"`
+	Broker     string  `json:"broker"`
+	Session    uint32  `json:"session"`
+	Start      string  `json:"start"`
+	DurationMs *int64  `json:"durationMs"`
+	Error      *string `json:"error"`
+}
+
+// sweeperShare is what one broker's sweeper did since its start.
+type sweeperShare struct {
+	Broker string `json:"broker"`
+	Cycles int64  `json:"cycles"`
+	Fired  int64  `json:"fired"`  // timers it fired
+	Pruned int64  `json:"pruned"` // expired KV rows it deleted
 }
 
 // clusterBroker is a broker that recorded a minute lately.
@@ -170,4 +203,23 @@ func newClusterInfo(self string, v store.ClusterView, mesh any) clusterInfo {
 		c.KVNamespaces[i] = clusterKVNamespace{Namespace: k.Namespace, Keys: k.Keys, Capped: k.Capped}
 	}
 	return c
+}
+
+// newLeaderPasses are ps (oldest first) as leaderPass answers of broker
+// self, newest first.
+func newLeaderPasses(self string, ps []passes.Pass) []leaderPass {
+	out := make([]leaderPass, 0, len(ps))
+	for i := len(ps) - 1; i >= 0; i-- {
+		p := ps[i]
+		lp := leaderPass{Role: p.Role, Broker: self, Session: p.Session, Start: msStamp(p.Start)}
+		if !p.End.IsZero() {
+			d := p.End.Sub(p.Start).Milliseconds()
+			lp.DurationMs = &d
+		}
+		if p.Err != "" {
+			lp.Error = &p.Err
+		}
+		out = append(out, lp)
+	}
+	return out
 }

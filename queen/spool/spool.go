@@ -106,6 +106,9 @@ type Options struct {
 	// for the error a second broker on the same directory gets; the lock
 	// adds the pid, host and start time.
 	Holder string
+	// OnHealth, when set, is told each time the database's observed
+	// health flips (the broker's outage record).
+	OnHealth func(healthy bool)
 }
 
 // ErrLocked: another broker (or another Spool in this process) holds the
@@ -611,6 +614,9 @@ func (s *Spool) Healthy() bool { return s.healthy.Load() }
 func (s *Spool) SetHealthy(ok bool) {
 	if s.healthy.Swap(ok) != ok {
 		s.o.Log.Warn("spool: database health changed", "healthy", ok)
+		if s.o.OnHealth != nil {
+			s.o.OnHealth(ok)
+		}
 	}
 }
 

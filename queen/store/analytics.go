@@ -55,8 +55,8 @@ const ratio = `round(CASE WHEN (%[1]s) + (%[2]s) = 0 THEN 0 ELSE (%[1]s)::numeri
 // index, cacheSummary.tables and .indexes, deadPercentage, totalUpdates and
 // hotUpdatePercentage, sharedBuffersSize, tableSize and indexSize (sizes
 // pretty-printed, with the bytes beside them). database is the database's
-// name; databaseStats holds what this broker adds. pg_buffercache is not
-// assumed, so bufferUsage is empty.
+// name; databaseStats and replication hold what this broker adds.
+// pg_buffercache is not assumed, so bufferUsage is empty.
 var postgresStatsSQL = `
 SELECT jsonb_build_object(
 	'timestamp', to_char(coalesce($1::timestamptz, now()) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
@@ -114,7 +114,33 @@ SELECT jsonb_build_object(
 		'tableSize', pg_size_pretty(pg_relation_size(c.oid)), 'tableSizeBytes', pg_relation_size(c.oid),
 		'indexSize', pg_size_pretty(pg_indexes_size(c.oid)), 'indexSizeBytes', pg_indexes_size(c.oid))
 		ORDER BY pg_total_relation_size(c.oid) DESC, c.relname)
-		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'queen' AND c.relkind = 'r'), '[]'))`
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'queen' AND c.relkind = 'r'), '[]'),
+	'replication', ` + replicationSQL + `)`
+
+// replicationSQL is postgres-stats' replication object: this server's role
+// (primary, or standby while in recovery); on a primary (or a cascading
+// standby) each standby it streams to, from pg_stat_replication, with its
+// lag in seconds and how many WAL bytes it has still to receive and to
+// replay; on a standby, its WAL receiver (pg_stat_wal_receiver) and how far
+// its replay trails what it received. The WAL position compared against is
+// pg_current_wal_lsn() on a primary, which a standby cannot call, and the
+// received position on a standby. A role without pg_read_all_stats sees
+// the standbys' rows with their figures null.
+const replicationSQL = `jsonb_build_object(
+		'role', CASE WHEN pg_is_in_recovery() THEN 'standby' ELSE 'primary' END,
+		'standbys', coalesce((SELECT jsonb_agg(jsonb_build_object('applicationName', r.application_name,
+			'clientAddr', host(r.client_addr), 'state', r.state, 'syncState', r.sync_state,
+			'writeLagSeconds', extract(epoch FROM r.write_lag), 'flushLagSeconds', extract(epoch FROM r.flush_lag),
+			'replayLagSeconds', extract(epoch FROM r.replay_lag),
+			'sentBytesBehind', pg_wal_lsn_diff(w.lsn, r.sent_lsn), 'bytesBehind', pg_wal_lsn_diff(w.lsn, r.replay_lsn),
+			'replyAt', r.reply_time) ORDER BY r.application_name, r.pid)
+			FROM pg_stat_replication r,
+				(SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_receive_lsn() ELSE pg_current_wal_lsn() END AS lsn) w), '[]'),
+		'walReceiver', (SELECT jsonb_build_object('status', w.status, 'senderHost', w.sender_host, 'senderPort', w.sender_port,
+			'slotName', w.slot_name, 'lastMessageAt', w.last_msg_receipt_time, 'latestEndAt', w.latest_end_time,
+			'replayBytesBehind', pg_wal_lsn_diff(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn()),
+			'sinceLastReplaySeconds', extract(epoch FROM coalesce($1::timestamptz, now()) - pg_last_xact_replay_timestamp()))
+			FROM pg_stat_wal_receiver w))`
 
 // PostgresStats reads the database's statistics views as one document.
 func (s *Store) PostgresStats(ctx context.Context) (json.RawMessage, error) {

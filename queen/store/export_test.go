@@ -273,3 +273,7 @@ func SurfaceMigration(fns []SurfaceFunction) (version, body string) {
 	}
 	return m.version, m.body
 }
+
+// FindByTransactionSQL is the dashboard's transactionId look-up, for the
+// cost tests.
+const FindByTransactionSQL = findByTransactionSQL

@@ -459,20 +459,24 @@ async function tracesPage(name) {
     card('Events, oldest first' + (t.total > shown ? ' (the newest ' + fmt(shown) + ' of ' + fmt(t.total) + ')' : ''), eventTable(t.traces || [], true))];
 }
 
-// SEARCH_MESSAGES bounds the messages a search reads: no route looks a
-// message up by transactionId alone, so the search matches the newest
-// this many of the chosen window, and says so.
+// SEARCH_MESSAGES bounds the messages a search reads for a part of a
+// transactionId or a trace id: the newest this many of the chosen window.
+// An exact transactionId is looked up apart, in every queue and at any age
+// (GET /api/v1/messages/by-transaction, an index probe per partition).
 const SEARCH_MESSAGES = 1000;
 
-// searchPage finds queues and consumer groups by name and messages by
-// transactionId (case-insensitive substrings), each linking to its page.
+// searchPage finds queues and consumer groups by name, a message by its
+// exact transactionId anywhere, and messages whose transactionId holds the
+// term or whose trace id is it, among the window's newest; each links to
+// its page.
 async function searchPage(term) {
   const w = range();
   const needle = term.toLowerCase();
   const has = (s) => String(s || '').toLowerCase().includes(needle);
-  const [list, groups, msgs, names] = await Promise.all([
+  const [list, groups, exact, msgs, names] = await Promise.all([
     api('/api/v1/resources/queues?limit=1000'),
     api('/api/v1/consumer-groups'),
+    api('/api/v1/messages/by-transaction?transactionId=' + encodeURIComponent(term)),
     api('/api/v1/messages?limit=' + SEARCH_MESSAGES + '&' + w.qs),
     api('/api/v1/traces/names?limit=1000'),
   ]);
@@ -480,16 +484,22 @@ async function searchPage(term) {
   document.getElementById('search').value = term;
   const qs = (list.queues || []).filter((q) => has(q.name));
   const gs = (groups || []).filter((g) => g.name !== '__QUEUE_MODE__' && has(g.name));
-  const ms = (msgs.messages || []).filter((m) => has(m.transactionId));
+  const found = exact.messages || [];
+  const seen = new Set(found.map((m) => m.partitionId + '/' + m.transactionId));
+  const ms = (msgs.messages || []).filter((m) => !seen.has(m.partitionId + '/' + m.transactionId) &&
+    (has(m.transactionId) || String(m.traceId || '').toLowerCase() === needle));
+  const rows = (list) => list.map((m) => [messageLink(m), m.queue, m.partition, statusBadge(m.status), when(m.createdAt)]);
   return [
     h('h1', {}, 'Search ', h('code', { text: term })),
     card('Queues', table(['Queue', { label: 'Partitions', num: 1 }, { label: 'Pending', num: 1 }],
       qs.map((q) => [link(q.name, '#/queue/' + encodeURIComponent(q.name)), fmt(q.partitions), fmt(q.messages.pending)]), 'No queue by that name.')),
     card('Consumer groups', table(['Group', 'Queue', { label: 'Behind (messages)', num: 1 }],
       gs.map((g) => [link(g.name, '#/groups'), link(g.queueName, '#/queue/' + encodeURIComponent(g.queueName)), fmt(g.lagMessages)]), 'No consumer group by that name.')),
-    card('Messages by transactionId (the newest ' + fmt(SEARCH_MESSAGES) + ' of the last ' + w.label + ')',
-      table(['Transaction', 'Queue', 'Partition', 'Status', 'Created'],
-        ms.map((m) => [messageLink(m), m.queue, m.partition, statusBadge(m.status), when(m.createdAt)]), 'No message with that transactionId in this window.')),
+    h('section', { class: 'card', id: 'found-exact' }, h('h2', { text: 'Messages with exactly this transactionId (every queue, any age' +
+      (found.length >= exact.limit ? '; the newest ' + fmt(exact.limit) : '') + ')' }),
+    table(['Transaction', 'Queue', 'Partition', 'Status', 'Created'], rows(found), 'No message has exactly this transactionId.')),
+    card('Messages whose transactionId holds it, or with this trace id (the newest ' + fmt(SEARCH_MESSAGES) + ' of the last ' + w.label + ')',
+      table(['Transaction', 'Queue', 'Partition', 'Status', 'Created'], rows(ms), 'No other message in this window.')),
     card('Traces', table(['Trace name', { label: 'Events', num: 1 }, 'Last seen'],
       ts.map((t) => [link(t.trace_name, '#/traces/' + encodeURIComponent(t.trace_name)), fmt(t.trace_count), when(t.last_seen)]), 'No trace by that name.')),
   ];
@@ -527,15 +537,23 @@ function gauge(point, group, name) { return (((point || {}).metrics || {})[group
 // percent x 100 despite their names (1 % is 100).
 function cpuPct(p) { return ((gauge(p, 'cpu', 'user_us').avg || 0) + (gauge(p, 'cpu', 'system_us').avg || 0)) / 100; }
 
+// ms is a latency in milliseconds as a person reads it.
+function ms(v) {
+  if (v === null || v === undefined) return '—';
+  return fmt(+v.toFixed(v < 10 ? 2 : 1)) + ' ms';
+}
+
 // systemPage is #/system: each broker's CPU, memory, pool, goroutines and
-// the request latency, over the chosen window, from the recorded minutes.
+// request latency (p50, p99) over the chosen window, from the recorded
+// minutes.
 async function systemPage() {
   const w = range();
   const [sys, wm] = await Promise.all([api('/api/v1/analytics/system-metrics?' + w.qs), api('/api/v1/analytics/worker-metrics?' + w.qs)]);
   const reps = (sys.replicas || []).map((r) => ({ name: r.workerId || r.hostname, pts: (r.timeSeries || []).slice().sort((a, b) => Date.parse(a.timestamp) - Date.parse(b.timestamp)) }));
   const per = (f) => reps.map((r) => ({ name: r.name, points: r.pts.map((p) => [Date.parse(p.timestamp), f(p)]) }));
-  const ts = wm.timeSeries || [];
-  const lat = (k) => ts.map((b) => [Date.parse(b.timestamp), b[k] || 0]);
+  // A latency point is a bucket in which the broker timed a request.
+  const perLat = (k) => reps.map((r) => ({ name: r.name, points: r.pts.filter((p) => (p.latency || {}).requests > 0).map((p) => [Date.parse(p.timestamp), p.latency[k]]) }));
+  const workers = (wm.workers || []).filter((x) => (x.latency || {}).requests > 0);
   return [
     h('h1', { text: 'System' }),
     card('Brokers (their newest recorded minute in the last ' + w.label + ')', table(['Broker', 'Host', { label: 'CPU', num: 1 }, { label: 'Memory (RSS)', num: 1 },
@@ -546,17 +564,25 @@ async function systemPage() {
         mb(gauge(p, 'memory', 'rss_bytes').last), fmt(gauge(p, 'database', 'pool_active').last), fmt(gauge(p, 'database', 'pool_idle').last),
         fmt(gauge(p, 'database', 'pool_size').last), fmt(gauge(p, 'runtime', 'goroutines').last), mb(gauge(p, 'runtime', 'heap_bytes').last), when(p.timestamp)];
     }), 'No broker recorded a minute in this window.')),
+    h('section', { class: 'card', id: 'latency' }, h('h2', { text: 'Request latency per broker (the last ' + w.label + ')' }),
+      table(['Broker', { label: 'Requests', num: 1 }, { label: 'p50', num: 1 }, { label: 'p99', num: 1 }, { label: 'Average', num: 1 },
+        { label: 'Worst minute\'s p99', num: 1 }, { label: 'Slowest', num: 1 }],
+      workers.map((x) => [x.workerId || x.hostname, fmt(x.latency.requests), ms(x.latency.p50Ms), ms(x.latency.p99Ms), ms(x.latency.avgMs),
+        ms(x.latency.worstMinuteP99Ms), ms(x.latency.maxMs)]), 'No broker timed a request in this window.'),
+      h('p', { class: 'muted', text: 'Each broker records each minute\'s p50 and p99; a window\'s p50 and p99 are those of the minute its middle request fell in (the minutes weighted by their requests), beside the worst minute\'s p99.' })),
     h('div', { class: 'grid' },
       chart('CPU', per(cpuPct), w.from, w.to, '% of one core'),
       chart('Memory (RSS)', per((p) => (gauge(p, 'memory', 'rss_bytes').avg || 0) / 1048576), w.from, w.to, 'MB'),
       chart('Pool in use', per((p) => gauge(p, 'database', 'pool_active').avg || 0), w.from, w.to, 'connections'),
       chart('Goroutines', per((p) => gauge(p, 'runtime', 'goroutines').avg || 0), w.from, w.to, ''),
-      chart('Request latency', [{ name: 'average', points: lat('avgLatencyMs') }, { name: 'p99', points: lat('p99LatencyMs') }], w.from, w.to, 'ms')),
+      chart('Request latency p50', perLat('p50Ms'), w.from, w.to, 'ms'),
+      chart('Request latency p99', perLat('p99Ms'), w.from, w.to, 'ms')),
   ];
 }
 
-// postgresPage is #/postgres: the database's cache hit ratios, sizes, dead
-// tuples and the other sessions' queries (GET analytics/postgres-stats).
+// postgresPage is #/postgres: the database's cache hit ratios, its
+// replication, sizes, dead tuples and the other sessions' queries (GET
+// analytics/postgres-stats).
 async function postgresPage() {
   const d = await api('/api/v1/analytics/postgres-stats');
   const db = d.databaseStats || {};
@@ -567,6 +593,7 @@ async function postgresPage() {
     h('div', { class: 'tiles' }, tile('cache hit', pct((d.databaseCache || {}).cacheHitRatio)), tile('table cache hit', pct((cs.tables || {}).hitRatio)),
       tile('index cache hit', pct((cs.indexes || {}).hitRatio)), tile('database size', mb(db.sizeBytes)), tile('connections', db.connections),
       tile('other sessions\' queries', aq.length)),
+    replicationCard(d.replication || {}),
     card('Table sizes', table(['Table', { label: 'Total', num: 1 }, { label: 'Table', num: 1 }, { label: 'Indexes', num: 1 }],
       (d.tableSizes || []).map((t) => [t.table, mb(t.totalSizeBytes), mb(t.tableSizeBytes), mb(t.indexSizeBytes)]), 'No table.')),
     card('Dead tuples', table(['Table', { label: 'Live', num: 1 }, { label: 'Dead', num: 1 }, { label: 'Dead share', num: 1 }, 'Last vacuum', 'Last autovacuum'],
@@ -575,7 +602,132 @@ async function postgresPage() {
       (d.indexCache || []).map((t) => [t.index, t.table, pct(t.cacheHitRatio), fmt(t.diskReads)]), 'No index read yet.')),
     card('Other sessions\' queries', table(['PID', 'State', { label: 'Running', num: 1 }, 'Waiting on', 'Query'],
       aq.map((q) => [fmt(q.pid), q.state || '—', dur((q.durationMs || 0) / 1000), q.waitEvent ? q.waitEventType + ' / ' + q.waitEvent : '—', h('code', { text: q.query || '' })]), 'No other session is running a query.')),
-    card('Replication', h('p', { class: 'muted', text: 'The postgres-stats answer carries no replication figures yet (standbys and their lag); the PostgreSQL failover state is in the broker logs and /metrics.' })),
+  ];
+}
+
+// bytes is a WAL distance as a person reads it: 0 B, 12 kB, 3.4 MB.
+function bytes(n) {
+  if (n === null || n === undefined) return '—';
+  if (n < 1024) return fmt(Math.round(n)) + ' B';
+  if (n < 1048576) return fmt(+(n / 1024).toFixed(1)) + ' kB';
+  return mb(n);
+}
+
+// lag is a replication lag in seconds as a person reads it (ms under a
+// second); PostgreSQL reports none for a standby idle and caught up.
+function lag(secs, behind) {
+  if (secs === null || secs === undefined) return behind === 0 ? 'caught up' : '—';
+  return secs < 1 ? fmt(+(secs * 1000).toFixed(1)) + ' ms' : dur(secs);
+}
+
+// replicationCard is the server's role, the standbys it streams to with
+// their lag (pg_stat_replication) and, on a standby, its WAL receiver.
+function replicationCard(r) {
+  const sb = r.standbys || [];
+  const wr = r.walReceiver;
+  return h('section', { class: 'card', id: 'replication' }, h('h2', { text: 'Replication' }),
+    h('p', {}, 'This server is the ', badge(r.role || '—', r.role === 'standby' ? 'warn' : 'ok'), r.role === 'standby' ? ' (read-only, in recovery).' : '.'),
+    table(['Standby', 'Address', 'State', 'Sync', { label: 'Write lag', num: 1 }, { label: 'Flush lag', num: 1 }, { label: 'Replay lag', num: 1 },
+      { label: 'Not yet sent', num: 1 }, { label: 'Not yet replayed', num: 1 }],
+    sb.map((s) => [s.applicationName || '—', s.clientAddr || '—', s.state === 'streaming' ? badge('streaming', 'ok') : badge(s.state || '—', 'warn'),
+      s.syncState || '—', lag(s.writeLagSeconds, s.bytesBehind), lag(s.flushLagSeconds, s.bytesBehind), lag(s.replayLagSeconds, s.bytesBehind),
+      bytes(s.sentBytesBehind), bytes(s.bytesBehind)]),
+    'No standby streams from this server: it has no replica to fail over to.'),
+    wr ? table(['WAL receiver', 'From', 'Last message', { label: 'Received, not replayed', num: 1 }, { label: 'Since the last replayed transaction', num: 1 }],
+      [[badge(wr.status, wr.status === 'streaming' ? 'ok' : 'warn'), (wr.senderHost || '—') + ':' + (wr.senderPort || '—'), when(wr.lastMessageAt),
+        bytes(wr.replayBytesBehind), dur(wr.sinceLastReplaySeconds)]]) : null);
+}
+
+// pausedFor is a pause of writes in milliseconds as a person reads it.
+function pausedFor(msecs) { return msecs < 1000 ? fmt(msecs) + ' ms' : dur(msecs / 1000); }
+
+// failoverPage is #/failover: the answering broker's own record of its
+// database (GET status/buffers' database: the server it is connected to,
+// pauses of writes, server changes) and the standbys a failover could
+// promote (postgres-stats' replication, absent while the database is).
+async function failoverPage() {
+  const [b, pg] = await Promise.all([api('/api/v1/status/buffers'), api('/api/v1/analytics/postgres-stats').catch(() => null)]);
+  const d = b.database;
+  if (!d) return [h('h1', { text: 'PostgreSQL failover' }), card(null, h('p', { class: 'muted', text: 'This broker keeps no record of its database.' }))];
+  // Server addresses are an admin's (the answer leaves them out for others).
+  const addr = (a) => a || ((Q.session || {}).canAdmin ? '—' : 'hidden (admins only)');
+  const kinds = (k) => (k || []).join(', ');
+  const r = (pg || {}).replication;
+  return [
+    h('h1', { text: 'PostgreSQL failover' }),
+    h('div', { class: 'tiles' }, tile('writes', d.paused ? 'paused ' + pausedFor(d.paused.pausedMs) : d.writable ? 'flowing' : 'not yet connected'),
+      tile('last pause', d.lastPause ? pausedFor(d.lastPause.pausedMs) : 'none'), tile('pauses seen', d.pauses.length), tile('server changes', d.serverChanges.length)),
+    h('section', { class: 'card', id: 'failover-broker' }, h('h2', { text: 'This broker (' + d.serverId + ')' }),
+      table(['', ''], [
+        ['Connected to', h('code', { text: addr(d.server) })],
+        ['Takes writes (primary)', d.writable ? badge('yes', 'ok') : d.readOnly ? badge('no: read-only', 'bad') : badge('no', 'bad')],
+        ['On this server since', when(d.serverSince)],
+        ['Recording since (its start)', when(d.recordingSince)],
+      ]),
+      h('p', { class: 'muted', text: 'Each broker keeps this record in memory from its start (a restart forgets it) and this page shows the broker that answered. "read-only": a server refused a write; "unavailable": the spool\'s drain found no database taking writes.' })),
+    d.paused ? h('section', { class: 'card', id: 'failover-now' }, h('h2', { text: 'Writes are paused now' }),
+      table(['Since', { label: 'For', num: 1 }, 'Seen', 'Server when it began'], [[when(d.paused.from), pausedFor(d.paused.pausedMs), kinds(d.paused.kinds), addr(d.paused.serverBefore)]])) : null,
+    h('section', { class: 'card', id: 'failover-pauses' }, h('h2', { text: 'Pauses of writes (newest first)' }),
+      table(['From', 'To', { label: 'Writes paused', num: 1 }, 'Seen', 'Server before', 'Server after', 'Failed over'],
+        d.pauses.map((p) => [when(p.from), when(p.to), pausedFor(p.pausedMs), kinds(p.kinds), addr(p.serverBefore), addr(p.serverAfter),
+          p.serverChanged ? badge('yes: another server', 'warn') : 'no: the same server']),
+        'Writes have not paused since this broker started.')),
+    card('Server changes (newest first)', table(['At', 'From', 'To', 'During a pause'],
+      d.serverChanges.map((c) => [when(c.at), addr(c.from), addr(c.to), c.duringPause ? 'yes (a failover)' : 'no (a reconnect)']),
+      'The pool has stayed on one server since this broker started.')),
+    card('Standbys to fail over to', r ? table(['Standby', 'State', 'Sync', { label: 'Not yet replayed', num: 1 }],
+      (r.standbys || []).map((x) => [x.applicationName || '—', x.state || '—', x.syncState || '—', bytes(x.bytesBehind)]),
+      r.role === 'standby' ? 'The server answering is itself a standby.' : 'No standby streams from this server: a failover has nothing to promote.')
+      : h('p', { class: 'muted', text: 'The database does not answer now: its standbys cannot be read.' })),
+  ].filter((n) => n);
+}
+
+// ROLES name the leader roles as a person reads them.
+const ROLES = {
+  retention: 'Retention (expired and completed messages, eviction)',
+  'queue-stats': 'Queue statistics (partition and backlog samples)',
+  stats: 'Analytics rollup (folds and prunes the recorded minutes)',
+};
+
+function roleName(r) { return ROLES[r] || r; }
+
+// took is a pass's duration in milliseconds as a person reads it.
+function took(msecs) { return msecs === null || msecs === undefined ? 'running' : pausedFor(msecs); }
+
+// leadersPage is #/leaders: who holds each leader lock now, and the passes
+// the answering broker led (GET system/cluster's passes: each broker keeps
+// its own in memory), by role and one by one, with its timer sweeping share.
+async function leadersPage() {
+  const c = await api('/api/v1/system/cluster');
+  const ps = c.passes || [];
+  const roles = [...new Set([...Object.keys(ROLES), ...ps.map((p) => p.role)])];
+  const byRole = (r) => ps.filter((p) => p.role === r);
+  const avg = (list) => { const d = list.filter((p) => p.durationMs !== null); return d.length ? d.reduce((n, p) => n + p.durationMs, 0) / d.length : null; };
+  const sw = c.sweeper;
+  const SHOWN = 50;
+  return [
+    h('h1', { text: 'Leaders' }),
+    h('div', { class: 'tiles' }, tile('passes led here', ps.length), tile('roles led here', new Set(ps.map((p) => p.role)).size),
+      tile('timers fired here', sw ? sw.fired : '—')),
+    card('Lock holders now', table(['Role', 'Held by'],
+      c.leaders.map((l) => [roleName(l.name), l.holder || h('span', { class: 'muted', text: 'nobody (between passes)' })]))),
+    h('section', { class: 'card', id: 'leader-roles' }, h('h2', { text: 'Roles this broker (' + c.serverId + ') led since ' + when(c.passesSince) }),
+      table(['Role', { label: 'Passes', num: 1 }, 'Last began', { label: 'Last took', num: 1 }, { label: 'Average', num: 1 }, 'Last failure'],
+        roles.map((r) => {
+          const list = byRole(r);
+          const last = list[0];
+          const failed = list.find((p) => p.error);
+          return [roleName(r), fmt(list.length), last ? when(last.start) : 'not led here', last ? took(last.durationMs) : '—',
+            avg(list) === null ? '—' : pausedFor(Math.round(avg(list))), failed ? failed.error + ' (' + when(failed.start) + ')' : 'none'];
+        })),
+      h('p', { class: 'muted', text: 'A leader holds a PostgreSQL advisory lock for one pass and lets it go, so brokers take turns. Each broker keeps the passes it led in memory from its start (a restart forgets them); this page shows the broker that answered.' })),
+    h('section', { class: 'card', id: 'leader-passes' }, h('h2', { text: 'Passes this broker led (newest first' + (ps.length > SHOWN ? ', the newest ' + SHOWN + ' of ' + fmt(ps.length) : '') + ')' }),
+      table(['Role', 'Began', { label: 'Took', num: 1 }, { label: 'Lock session', num: 1 }, 'Outcome'],
+        ps.slice(0, SHOWN).map((p) => [roleName(p.role), when(p.start), took(p.durationMs), String(p.session), p.error ? badge(p.error, 'bad') : badge('done', 'ok')]),
+        'This broker has led no pass since it started.')),
+    card('Timer sweeping (every broker, no leader)', sw
+      ? table(['', ''], [['Sweep cycles', fmt(sw.cycles)], ['Timers fired by this broker', fmt(sw.fired)], ['Expired KV rows it deleted', fmt(sw.pruned)]])
+      : h('p', { class: 'muted', text: 'This broker runs no timer sweeper.' })),
   ];
 }
 
@@ -657,7 +809,7 @@ function parseRoute() {
 
 const PAGES = {
   overview: () => overview(), queue: (a) => queuePage(a), dlq: () => dlqPage(), groups: () => groupsPage(),
-  search: (a) => searchPage(a), message: (a) => messagePage(a), traces: (a) => tracesPage(a), system: () => systemPage(), postgres: () => postgresPage(), maintenance: () => maintenancePage(), spool: () => spoolPage(), cluster: () => clusterPage(), settings: () => settingsPage(),
+  search: (a) => searchPage(a), message: (a) => messagePage(a), traces: (a) => tracesPage(a), system: () => systemPage(), postgres: () => postgresPage(), failover: () => failoverPage(), leaders: () => leadersPage(), maintenance: () => maintenancePage(), spool: () => spoolPage(), cluster: () => clusterPage(), settings: () => settingsPage(),
 };
 
 let rendering = false;
@@ -672,7 +824,8 @@ async function render() {
   try {
     const nodes = await fn(r.arg);
     const fl = Q.state.flash && Date.now() - Q.state.flash.at < 8000 ? Q.state.flash : null;
-    main.replaceChildren(...(fl ? [h('p', { class: fl.bad ? 'error flash' : 'muted flash', text: fl.text })] : []), ...nodes);
+    // A page leaves out a part with null; replaceChildren would print it.
+    main.replaceChildren(...(fl ? [h('p', { class: fl.bad ? 'error flash' : 'muted flash', text: fl.text })] : []), ...nodes.filter((n) => n !== null && n !== undefined));
     document.getElementById('updated').textContent = 'Updated ' + new Date().toISOString().slice(11, 19) + ' UTC' +
       (FORM_PAGES.has(r.page) ? ' (not refreshed while this form is open)' : ', every ' + REFRESH_MS / 1000 + ' s');
     document.body.dataset.page = r.page;
