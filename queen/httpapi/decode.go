@@ -120,13 +120,8 @@ func readList[W pushItemWire | ackItemWire](s *scan, l *list[W]) bool {
 			s.over = true
 			return false
 		}
-		s.space()
-		if s.take(']') {
-			s.depth--
-			return true
-		}
-		if !s.take(',') {
-			return false
+		if done, ok := s.nextElement(); done || !ok {
+			return done
 		}
 	}
 }

@@ -154,15 +154,21 @@ func (s *scan) skipArray(rel int) bool {
 		if !s.skip(rel + 1) {
 			return false
 		}
-		s.space()
-		if s.take(']') {
-			s.depth--
-			return true
-		}
-		if !s.take(',') {
-			return false
+		if done, ok := s.nextElement(); done || !ok {
+			return done
 		}
 	}
+}
+
+// nextElement reads what follows an array's element: the array's end
+// (done) or a comma (ok); anything else is neither.
+func (s *scan) nextElement() (done, ok bool) {
+	s.space()
+	if s.take(']') {
+		s.depth--
+		return true, true
+	}
+	return false, s.take(',')
 }
 
 // number reads -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
