@@ -179,9 +179,12 @@ func TestDeadLeaderIsReplaced(t *testing.T) {
 		t.Fatalf("b leads beside a: %v %v", ok, err)
 	}
 	// a's process dies holding the lock: its session ends, no unlock is
-	// ever sent.
+	// ever sent. Only this test's database: pg_locks lists the advisory
+	// locks of every database, and a parallel test's leader in its own
+	// database holds the same key (its session was killed once in CI).
 	if _, err := b.Pool().Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_locks
-		WHERE locktype = 'advisory' AND objid = $1 AND granted`, store.RetentionLock); err != nil {
+		WHERE locktype = 'advisory' AND objid = $1 AND granted
+			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, store.RetentionLock); err != nil {
 		t.Fatal(err)
 	}
 	// a lost its lock with its session: its pass must not go on, on
