@@ -78,6 +78,13 @@ bench-scale: ## each operation's p50/p99 at a small size and after growing the t
 	$(GO) build -o bin/queen-bench ./cmd/queen-bench
 	./bin/queen-bench -queen bin/queen -scale $(SCALE_FLAGS) -out bench-scale-result.json
 
+# The queen column of make bench's three-way table on fresh tables, then
+# after growing them as bench-scale does (same SCALE_FLAGS): flat or not.
+bench-grown: ## the queen column of push-b1, push-b100, pop+ack-b10 fresh and on grown tables (10M messages; SCALE_FLAGS to shrink): msgs/s, CPU, WAL, statements and buffer hits per msg, grown/fresh, exactly-once; writes bench-grown-result.json
+	$(GO) build -o bin/queen ./cmd/queen
+	$(GO) build -o bin/queen-bench ./cmd/queen-bench
+	./bin/queen-bench -queen bin/queen -grown -river "" -window $(BENCH_WINDOW) -windows $(BENCH_WINDOWS) $(SCALE_FLAGS) -out bench-grown-result.json
+
 lint: ## go vet and gofmt
 	$(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -88,4 +95,4 @@ build: ## build bin/queen
 help: ## list targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-.PHONY: run cluster ha-pg failover-async fuzz test test-race bench bench-scale sim sim-replay sim-canaries attack lint build help
+.PHONY: run cluster ha-pg failover-async fuzz test test-race bench bench-scale bench-grown sim sim-replay sim-canaries attack lint build help

@@ -43,6 +43,7 @@ type options struct {
 	skipBoot bool
 	only     string
 	scale    bool
+	grown    bool // -grown: the queen column of the three-way table, fresh then on grown tables
 	size     scaleSize
 	profile  string // -pg-profile: where each broker window's statement profile goes
 }
@@ -58,6 +59,7 @@ func main() {
 	flag.BoolVar(&o.skipBoot, "skip-bootstrap", false, "skip the bootstrap workload")
 	flag.StringVar(&o.only, "only", "", "comma-separated workload names to run (default: all, with latency and bootstrap)")
 	flag.BoolVar(&o.scale, "scale", false, "the scale mode instead: each operation at a small and at a grown size (make bench-scale)")
+	flag.BoolVar(&o.grown, "grown", false, "the grown mode instead: the queen column of push-b1, push-b100 and pop+ack-b10 on fresh tables, then after growing them as -scale does (the -scale-* flags set the size) (make bench-grown)")
 	flag.IntVar(&o.size.Queues, "scale-queues", 10000, "scale mode: queues grown")
 	flag.IntVar(&o.size.Partitions, "scale-partitions", 100000, "scale mode: partitions grown (over the queues)")
 	flag.IntVar(&o.size.Messages, "scale-messages", 10000000, "scale mode: messages grown (over the partitions)")
@@ -86,7 +88,7 @@ type env struct {
 
 func run(o options) error {
 	ctx := context.Background()
-	if o.river != "" && !o.scale {
+	if o.river != "" && !o.scale && !o.grown {
 		if _, err := os.Stat(o.river); err != nil {
 			return fmt.Errorf("the River peer (build it: cd bench/riverpeer && go build -o ../../bin/river-peer ., or pass -river \"\" to leave River out): %w", err)
 		}
@@ -103,6 +105,8 @@ func run(o options) error {
 	po := pglocal.Options{DataDir: filepath.Join(dir, "data")}
 	if o.profile != "" {
 		po.Settings, po.LogPath = profileSettings(), o.profile+".pglog"
+	} else if o.grown {
+		po.Settings = statementSettings()
 	}
 	pg, err := pglocal.Start(ctx, po)
 	if err != nil {
@@ -115,9 +119,11 @@ func run(o options) error {
 	}
 	defer pool.Close()
 	var extra []string
-	if o.scale {
+	if o.scale || o.grown {
 		// The scale mode times retention passes itself: the broker's own
-		// leader must not delete the due rows first.
+		// leader must not delete the due rows first. The grown mode compares
+		// like with like: a pass deleting the grown due rows would weigh on
+		// the grown windows only.
 		extra = append(extra, "RETENTION_INTERVAL=86400000")
 	}
 	e, stop, err := startBroker(ctx, o, pool, pg, filepath.Join(dir, "spool"), extra...)
@@ -135,6 +141,9 @@ func run(o options) error {
 		o.windows, o.window, pg.Port, e.url)
 	if o.scale {
 		return e.runScale(ctx, o)
+	}
+	if o.grown {
+		return e.runGrown(ctx, o)
 	}
 	return e.runAll(ctx, o, pg, dir)
 }

@@ -137,6 +137,9 @@ func (e *env) checkpoint(ctx context.Context) error {
 type tally struct {
 	rates              []float64
 	msgs, pg, own, wal float64
+	// stmts, hits and reads are the top-level statements and their shared
+	// buffer hits and reads, counted only in the grown mode (-grown).
+	stmts, hits, reads float64
 }
 
 func (t *tally) add(n int64, secs float64, before, after mark, own float64) {

@@ -20,9 +20,10 @@ func profileSettings() []string {
 }
 
 // profileReset clears the statement and table counters before a profiled
-// broker window, so what profileDump reads is that window's.
+// broker window (or any broker window of the grown mode), so what
+// profileDump and countStatements read is that window's.
 func (e *env) profileReset(ctx context.Context) error {
-	if e.o.profile == "" {
+	if e.o.profile == "" && !e.o.grown {
 		return nil
 	}
 	if _, err := e.pool.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {

@@ -431,6 +431,9 @@ func (e *env) timed(ctx context.Context, w workload, t *tally, broker bool, mk f
 	own := 0.0
 	if broker {
 		own = after.broker - before.broker
+		if err := e.countStatements(ctx, t); err != nil {
+			return err
+		}
 		if err := e.profileDump(ctx, w.name, n); err != nil {
 			return err
 		}
