@@ -200,23 +200,39 @@ func TestScaleMigrationOnAGrownTable(t *testing.T) {
 		} else if _, err := pool.Exec(ctx, `DROP INDEX queen.dead_letter_queue_partition`); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := pool.Exec(ctx, `DELETE FROM queen.schema_migrations WHERE version = '010_scale_indexes'`); err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- store.Migrate(ctx, pool) }()
-		// Pushes go on while it builds.
-		for i := range 20 {
-			if _, err := pushItems(ctx, s, tenant, []store.PushItem{{Queue: "grown", Partition: "p1", TransactionID: fmt.Sprintf("during-%v-%d", invalidate, i)}}, ""); err != nil {
-				t.Fatalf("a push during the migration: %v", err)
-			}
-		}
-		if err := <-done; err != nil {
-			t.Fatalf("migrate: %v", err)
-		}
+		migrateWhilePushing(t, pool, s, "010_scale_indexes", "grown", fmt.Sprintf("during-%v", invalidate))
 		if !valid() {
 			t.Fatalf("after the migration (invalid before: %v) the index is missing or invalid", invalidate)
 		}
+	}
+}
+
+// migrateWhilePushing forgets migration version and runs the migrations
+// again while pushes into queue's partition p1 go on, each of which must
+// succeed; it answers how many pushes ran and the slowest.
+func migrateWhilePushing(t *testing.T, pool *pgxpool.Pool, s *store.Store, version, queue, txPrefix string) (int, time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `DELETE FROM queen.schema_migrations WHERE version = $1`, version); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- store.Migrate(ctx, pool) }()
+	var slowest time.Duration
+	for pushes := 0; ; pushes++ {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("migrate: %v", err)
+			}
+			return pushes, slowest
+		default:
+		}
+		began := time.Now()
+		if _, err := pushItems(ctx, s, tenant, []store.PushItem{{Queue: queue, Partition: "p1", TransactionID: fmt.Sprintf("%s-%d", txPrefix, pushes)}}, ""); err != nil {
+			t.Fatalf("a push during the migration: %v", err)
+		}
+		slowest = max(slowest, time.Since(began))
 	}
 }
 

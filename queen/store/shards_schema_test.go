@@ -165,33 +165,13 @@ func TestShardReplicaIdentityMigrationOnAGrownTable(t *testing.T) {
 	}
 	growQueue(t, pool, "grown", 10, 20000, 0)
 	growDLQ(t, pool, "grown", 20000)
-	for _, stmt := range append(undoReplicaIdentitySQL, `DELETE FROM queen.schema_migrations WHERE version = '023_shard_replica_identity'`) {
+	for _, stmt := range undoReplicaIdentitySQL {
 		if _, err := pool.Exec(ctx, stmt); err != nil {
 			t.Fatal(err)
 		}
 	}
-	done := make(chan error, 1)
 	start := time.Now()
-	go func() { done <- store.Migrate(ctx, pool) }()
-	var slowest time.Duration
-	pushes := 0
-	for migrating := true; migrating; {
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Fatalf("migrate: %v", err)
-			}
-			migrating = false
-			continue
-		default:
-		}
-		began := time.Now()
-		if _, err := pushItems(ctx, s, tenant, []store.PushItem{{Queue: "grown", Partition: "p1", TransactionID: fmt.Sprintf("during-%d", pushes)}}, ""); err != nil {
-			t.Fatalf("a push during the migration: %v", err)
-		}
-		slowest = max(slowest, time.Since(began))
-		pushes++
-	}
+	pushes, slowest := migrateWhilePushing(t, pool, s, "023_shard_replica_identity", "grown", "during")
 	if pushes == 0 {
 		t.Fatal("no push ran during the migration")
 	}
