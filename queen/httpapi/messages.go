@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/queen-go/queen/queen/ids"
+	"github.com/queen-go/queen/queen/limits"
 	"github.com/queen-go/queen/queen/store"
 )
 
@@ -87,6 +88,10 @@ func (s *Server) findByTransaction(w http.ResponseWriter, r *http.Request) {
 	txid := q.Get("transactionId")
 	if txid == "" {
 		writeError(w, http.StatusBadRequest, "transactionId is required")
+		return
+	}
+	if err := errors.Join(limits.TransactionID.Check("", txid), limits.Queue.Check("", q.Get("queue"))); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	limit := queryInt(q, "limit", findLimit)

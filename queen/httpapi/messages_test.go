@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/queen-go/queen/queen/config"
@@ -126,4 +127,12 @@ func TestFindByTransaction(t *testing.T) {
 	// The detail route opens what the look-up found.
 	e.expect(e.do("GET", "/api/v1/messages/"+f.Messages[0].PartitionID+"/order-7", nil, "x-queen-tenant", t1), 200)
 	e.expect(e.do("GET", "/api/v1/messages/by-transaction", nil, "x-queen-tenant", t1), 400)
+	// Past a field's limit, or a NUL PostgreSQL cannot take: a 400 naming
+	// the field, not a database error.
+	for _, query := range []string{"transactionId=" + strings.Repeat("t", 1025), "transactionId=a%00b", "transactionId=a&queue=q%00"} {
+		r := e.expect(e.do("GET", "/api/v1/messages/by-transaction?"+query, nil, "x-queen-tenant", t1), 400)
+		if !strings.Contains(string(r.body), "transactionId") && !strings.Contains(string(r.body), "queue") {
+			t.Errorf("%.40s: the refusal names no field: %s", query, r.body)
+		}
+	}
 }
