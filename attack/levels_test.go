@@ -363,7 +363,8 @@ func probeTenancy(p *probe) {
 	m := popped.Messages[0]
 	p.triedf("tenant B's admin token against tenant A's queue, message %s, partition and lease", m.TransactionID)
 	reads := []string{"/api/v1/resources/queues", "/api/v1/resources/queues/secret", "/api/v1/messages/" + m.PartitionID + "/s1",
-		"/api/v1/traces/" + m.PartitionID + "/s1", "/api/v1/status/queues", "/api/v1/messages?queue=secret", "/api/v1/pop/queue/secret?batch=10"}
+		"/api/v1/traces/" + m.PartitionID + "/s1", "/api/v1/status/queues", "/api/v1/messages?queue=secret", "/api/v1/pop/queue/secret?batch=10",
+		"/api/v1/messages/by-transaction?transactionId=s1", "/api/v1/messages/by-transaction?transactionId=s1&queue=secret"}
 	for _, path := range reads {
 		if a := p.do("GET", b.url+path, "", asB...); strings.Contains(string(a.body), "secret") || strings.Contains(string(a.body), "1234") {
 			p.failf("tenant B read tenant A's data through GET %s: %s", path, a)
