@@ -29,6 +29,11 @@ func TestAutoFailoverUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		if t.Failed() { // the monitor's view of the run: which states, when
+			if out, err := f.Autoctl(context.Background(), "show", "events", "--count", "80", "--pgdata", f.Monitor); err == nil {
+				t.Logf("pg_autoctl show events:\n%s", out)
+			}
+		}
 		for _, b := range h.brokers {
 			b.Shutdown(context.Background())
 		}
