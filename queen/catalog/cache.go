@@ -64,9 +64,10 @@ type entry struct {
 
 // fill is one catalogue read in flight; done closes when it ends.
 type fill struct {
-	done  chan struct{}
-	err   error
-	stale bool // an Invalidate came while it was in flight
+	done    chan struct{}
+	err     error
+	stale   bool // an Invalidate came while it was in flight
+	waiters int  // the Lookups that joined it (what a test waits for)
 }
 
 // NewCache returns a cache over src holding at most size entries (at
@@ -109,6 +110,7 @@ func (c *Cache) begin(k key) (p Placement, f *fill, lead bool) {
 		return el.Value.(*entry).p, nil, false
 	}
 	if f := c.fills[k]; f != nil {
+		f.waiters++
 		return Placement{}, f, false
 	}
 	f = &fill{done: make(chan struct{})}

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -215,13 +217,18 @@ func TestCacheReadsOncePerMiss(t *testing.T) {
 	for range 7 {
 		answers = append(answers, lookup(cache, "orders"))
 	}
+	for deadline := time.Now().Add(10 * time.Second); catalog.Waiters(cache, tenantA, "orders") < 7; runtime.Gosched() {
+		if time.Now().After(deadline) {
+			close(g.hold[1])
+			t.Fatalf("%d lookups joined the read in flight, want 7", catalog.Waiters(cache, tenantA, "orders"))
+		}
+	}
 	close(g.hold[1])
 	for _, a := range answers {
 		if got := <-a; got != "{s0 1} <nil>" {
 			t.Errorf("a concurrent miss answered %s", got)
 		}
 	}
-	// The seven may have joined the read or found its entry; none read.
 	if n := g.count(); n != 1 {
 		t.Errorf("%d catalogue reads for concurrent misses, want 1", n)
 	}
