@@ -47,6 +47,9 @@ func (g *gated) Lookup(ctx context.Context, tenant, queue string) (catalog.Place
 	if h, ok := g.hold[n]; ok {
 		g.reached <- n
 		<-h
+		if err == nil {
+			err = ctx.Err() // its caller gave up while it was held
+		}
 	}
 	return p, err
 }
@@ -297,5 +300,37 @@ func TestCacheUnderConcurrentMoves(t *testing.T) {
 		if p, err := cache.Lookup(ctx, tenantA, q); err != nil || p.Epoch != epochs[i].Load() {
 			t.Errorf("%s: the cache serves %v %v, the catalogue is at %d", q, p, err, epochs[i].Load())
 		}
+	}
+}
+
+// TestCacheWaiterOutlivesTheLeadersContext: the caller whose read others
+// joined gives up; its error is its own, and the others read again
+// instead of failing with it.
+func TestCacheWaiterOutlivesTheLeadersContext(t *testing.T) {
+	c, _ := broker(t, catalogueDSN(t), "")
+	placed(t, c, "orders")
+	g := newGated(c, 1)
+	cache := catalog.NewCache(g, 10)
+	ctx, cancel := context.WithCancel(context.Background())
+	leader := make(chan error, 1)
+	go func() {
+		_, err := cache.Lookup(ctx, tenantA, "orders")
+		leader <- err
+	}()
+	<-g.reached
+	waiter := lookup(cache, "orders")
+	for deadline := time.Now().Add(10 * time.Second); catalog.Waiters(cache, tenantA, "orders") < 1; runtime.Gosched() {
+		if time.Now().After(deadline) {
+			close(g.hold[1])
+			t.Fatal("the second lookup did not join the read in flight")
+		}
+	}
+	cancel()
+	close(g.hold[1])
+	if err := <-leader; !errors.Is(err, context.Canceled) {
+		t.Errorf("the leader: %v, want its context's end", err)
+	}
+	if got := <-waiter; got != "{s0 1} <nil>" {
+		t.Errorf("the waiter: %s, want {s0 1} from a read of its own", got)
 	}
 }
