@@ -4,10 +4,11 @@
 // of a move's activation (Catalog), and the brokers' placement cache
 // (Cache).
 //
-// The catalogue is its own PostgreSQL database (QUEEN_CATALOG_URL), or the
-// one database when shards are not configured; its tables live in schema
-// queen_catalog. Nothing here is on a request's path yet: the broker
-// refuses to start with shards configured until routing exists.
+// The catalogue is its own PostgreSQL database (QUEEN_CATALOG_URL). Its
+// tables live in schema queen_catalog, beside nothing of a shard's, so one
+// database can be a shard and the catalogue at once. Nothing here is on a
+// request's path yet: the broker refuses to start with shards configured
+// until routing exists.
 package catalog
 
 import (
@@ -37,7 +38,7 @@ type Placement struct {
 var (
 	ErrNotPlaced    = errors.New("queue has no placement")
 	ErrUnknownShard = errors.New("unknown shard")
-	ErrBadName      = errors.New("bad queue name")
+	ErrBadQueue     = errors.New("not a queue the catalogue can key")
 )
 
 // StaleEpochError refuses a compare-and-set whose expected epoch is no
@@ -184,9 +185,9 @@ var uuidText = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}
 func checkQueue(tenant, queue string) error {
 	switch {
 	case queue == "":
-		return fmt.Errorf("catalog: queue %q of tenant %s: %w: empty", queue, tenant, ErrBadName)
+		return fmt.Errorf("catalog: queue %q of tenant %s: %w: empty name", queue, tenant, ErrBadQueue)
 	case !uuidText.MatchString(tenant):
-		return fmt.Errorf("catalog: queue %q: %w: tenant %q is not a UUID", queue, ErrBadName, tenant)
+		return fmt.Errorf("catalog: queue %q: %w: tenant %q is not a UUID", queue, ErrBadQueue, tenant)
 	}
 	return nil
 }

@@ -194,11 +194,11 @@ func TestBadInputIsNamed(t *testing.T) {
 		}
 	}
 	_, _, err := c.Place(ctx, shards.Queue{Tenant: tenantA, Name: ""})
-	check("empty queue", err, catalog.ErrBadName, `queue ""`)
+	check("empty queue", err, catalog.ErrBadQueue, `queue ""`)
 	_, _, err = c.Place(ctx, shards.Queue{Tenant: "acme", Name: "orders"})
-	check("tenant not a UUID", err, catalog.ErrBadName, `tenant "acme"`)
+	check("tenant not a UUID", err, catalog.ErrBadQueue, `tenant "acme"`)
 	_, err = c.Lookup(ctx, tenantA, "")
-	check("lookup of an empty queue", err, catalog.ErrBadName, `queue ""`)
+	check("lookup of an empty queue", err, catalog.ErrBadQueue, `queue ""`)
 	_, err = c.Lookup(ctx, tenantA, "never")
 	check("lookup of a queue not placed", err, catalog.ErrNotPlaced, "never")
 	if _, _, err := c.Place(ctx, shards.Queue{Tenant: tenantA, Name: "orders"}); err != nil {
@@ -207,7 +207,7 @@ func TestBadInputIsNamed(t *testing.T) {
 	_, err = c.SetPlacement(ctx, tenantA, "orders", 1, "s9")
 	check("move to a shard not configured", err, catalog.ErrUnknownShard, `"s9"`)
 	_, err = c.SetPlacement(ctx, tenantA, "", 1, "s1")
-	check("move of an empty queue", err, catalog.ErrBadName, `queue ""`)
+	check("move of an empty queue", err, catalog.ErrBadQueue, `queue ""`)
 	// A broker configured with a shard no broker registered yet.
 	cfg, err := shards.Parse("postgres://cat/queen", "s0=postgres://a/queen;s1=postgres://b/queen;s2=postgres://c/queen", "queue:new-*=s2")
 	if err != nil {
