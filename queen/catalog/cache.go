@@ -87,7 +87,7 @@ func (c *Cache) Lookup(ctx context.Context, tenant, queue string) (Placement, er
 		case f == nil:
 			return p, nil
 		case !lead:
-			if err := c.await(ctx, f); err != nil {
+			if err := c.await(ctx, k, f); err != nil {
 				return Placement{}, err
 			}
 			continue // the fill stored its answer, or was stale: look again
@@ -120,10 +120,10 @@ func (c *Cache) begin(k key) (p Placement, f *fill, lead bool) {
 
 // await waits for another caller's fill. Its error is this caller's too,
 // unless it is that caller's context ending: then this one looks again.
-func (c *Cache) await(ctx context.Context, f *fill) error {
+func (c *Cache) await(ctx context.Context, k key, f *fill) error {
 	select {
 	case <-ctx.Done():
-		return fmt.Errorf("catalog cache: %w", ctx.Err())
+		return fmt.Errorf("catalog cache: %s/%s: %w", k.tenant, k.queue, ctx.Err())
 	case <-f.done:
 	}
 	if errors.Is(f.err, context.Canceled) || errors.Is(f.err, context.DeadlineExceeded) {
