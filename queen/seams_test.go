@@ -151,8 +151,9 @@ var layers = map[string]int{
 	"outages": 1, "passes": 1,
 	"limits": 2,
 	"config": 3,
-	// The statements.
-	"store": 4,
+	// The statements: a shard's, and the catalogue's (placements, moves,
+	// the placement cache), which the router will read beside them.
+	"catalog": 4, "store": 4,
 	// Names to ids, cached, and the one retry when a cached id went stale;
 	// what a write does to rows before and around the append (sealing, the
 	// in-batch dedup), which names forgets the hints of through an

@@ -150,6 +150,52 @@ func DSN(t testing.TB) string {
 	return dsnFor(server.adminDSN, name)
 }
 
+// EmptyDSN returns the connection string of a fresh database of the same
+// server with no schema at all (not cloned from the migrated template),
+// dropped when the test ends: for a database that is not a shard, such as
+// the shard catalogue.
+func EmptyDSN(t testing.TB) string {
+	t.Helper()
+	server.once.Do(setup)
+	if server.err != nil {
+		t.Fatalf("storetest: no PostgreSQL for tests: %v", server.err)
+	}
+	name := fmt.Sprintf("%s_e%d", server.template, server.n.Add(1))
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, server.adminDSN)
+	if err != nil {
+		t.Fatalf("storetest: connect: %v", err)
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, `CREATE DATABASE `+name); err != nil {
+		t.Fatalf("storetest: create database: %v", err)
+	}
+	t.Cleanup(func() { dropDatabase(ctx, name) })
+	return dsnFor(server.adminDSN, name)
+}
+
+// AdminDSN is the server's administrative connection string (database
+// postgres), for a test that must act on a database from outside it, such
+// as refusing its connections to take it down.
+func AdminDSN(t testing.TB) string {
+	t.Helper()
+	server.once.Do(setup)
+	if server.err != nil {
+		t.Fatalf("storetest: no PostgreSQL for tests: %v", server.err)
+	}
+	return server.adminDSN
+}
+
+// dropDatabase drops a test's database, ending its sessions.
+func dropDatabase(ctx context.Context, name string) {
+	c, err := pgx.Connect(ctx, server.adminDSN)
+	if err != nil {
+		return
+	}
+	defer c.Close(ctx)
+	_, _ = c.Exec(ctx, `DROP DATABASE IF EXISTS `+name+` WITH (FORCE)`)
+}
+
 // Pool returns a pool on a fresh migrated database, closed when the test ends.
 func Pool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
