@@ -88,10 +88,21 @@ func TestIdleConnectionsAreBounded(t *testing.T) {
 	for range 20 {
 		idle = append(idle, openIdle(t, b.Addr()))
 	}
-	for i := range 12 {
-		if !idle[i].closedByServer(10 * time.Second) {
-			t.Fatalf("idle connection %d of 20 is still open at a bound of 8", i)
+	// Which 12 close follows the order the server saw each connection go
+	// idle, which on a loaded machine may not be the order the client read
+	// its answer (the server marks a connection idle after its write): so
+	// the oldest must be among them, and 12 in all, not exactly the first 12.
+	if !idle[0].closedByServer(10 * time.Second) {
+		t.Fatal("the longest idle connection is still open at a bound of 8")
+	}
+	closed := 1
+	for _, c := range idle[1:] {
+		if c.closedByServer(time.Second) {
+			closed++
 		}
+	}
+	if closed != 12 {
+		t.Fatalf("%d of 20 idle connections closed at a bound of 8, want 12", closed)
 	}
 
 	polled := make(chan string, 1)

@@ -22,9 +22,16 @@ func TestReadOnlyDatabaseIsAnOutage(t *testing.T) {
 	b, proxy := brokerBehindProxy(t)
 	base := "http://" + b.Addr()
 	var want []string
+	bufferedBefore := 0.0 // healthy pushes the spool took; they may still be pending
 	for i := 0; i < 5; i++ {
 		txid := fmt.Sprint("ro-before-", i)
-		if s := pushOne(t, base, tenantA, txid); s != "queued" {
+		// Buffered is a healthy push's answer too when the commit outlasts
+		// the push's bound on a loaded machine; it is delivered all the same.
+		switch s := pushOne(t, base, tenantA, txid); s {
+		case "queued":
+		case "buffered":
+			bufferedBefore++
+		default:
 			t.Fatalf("healthy push answered %s", s)
 		}
 		want = append(want, txid)
@@ -62,7 +69,7 @@ func TestReadOnlyDatabaseIsAnOutage(t *testing.T) {
 	// Far more drain cycles (50 ms each) than the five attempts after
 	// which a refused record is quarantined.
 	time.Sleep(2 * time.Second)
-	if st := bufferStatus(t, base); st["failed"].(float64) != 0 || st["pending"].(float64) != 20 {
+	if st := bufferStatus(t, base); st["failed"].(float64) != 0 || st["pending"].(float64) < 20 || st["pending"].(float64) > 20+bufferedBefore {
 		t.Fatalf("spool while read-only: %v", st)
 	}
 	proxy.SetReadOnly(false)
