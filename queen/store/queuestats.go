@@ -61,7 +61,20 @@ ON CONFLICT (queue_id) DO UPDATE SET partitions = excluded.partitions, messages 
 	pending = excluded.pending, processing = excluded.processing, dlq = excluded.dlq, queue_dlq = excluded.queue_dlq,
 	depth = excluded.depth, dlq_partitions = excluded.dlq_partitions, leases = excluded.leases,
 	leased_partitions = excluded.leased_partitions, lease_batch = excluded.lease_batch, lease_acked = excluded.lease_acked,
-	refreshed_at = excluded.refreshed_at`
+	refreshed_at = excluded.refreshed_at
+WHERE (t.partitions, t.messages, t.pending, t.processing, t.dlq, t.queue_dlq, t.depth, t.dlq_partitions,
+		t.leases, t.leased_partitions, t.lease_batch, t.lease_acked)
+	IS DISTINCT FROM (excluded.partitions, excluded.messages, excluded.pending, excluded.processing, excluded.dlq,
+		excluded.queue_dlq, excluded.depth, excluded.dlq_partitions, excluded.leases, excluded.leased_partitions,
+		excluded.lease_batch, excluded.lease_acked)`
+
+// queueStatsPassSQL records that a complete refresh began at $1: every row
+// of queen.queue_stats holds as of then, written or left unchanged.
+const queueStatsPassSQL = `INSERT INTO queen.queue_stats_pass (counted_since) VALUES ($1)
+ON CONFLICT (one) DO UPDATE SET counted_since = greatest(queen.queue_stats_pass.counted_since, excluded.counted_since)`
+
+// dbNowSQL is the database's now (or the injected one): when a pass begins.
+const dbNowSQL = `SELECT coalesce($1::timestamptz, now())`
 
 // RefreshQueueStats recounts every queue of every tenant into the
 // snapshot, queueStatsChunk queues a statement, each in autocommit, and
@@ -78,10 +91,23 @@ func (s *Store) RefreshQueueStats(ctx context.Context) (int, error) {
 }
 
 func (s *Store) refreshQueueStats(ctx context.Context, db querier) (int, error) {
+	var began time.Time
+	bctx, cancel := s.bound(ctx)
+	err := db.QueryRow(bctx, dbNowSQL, s.dbNow()).Scan(&began)
+	cancel()
+	if err != nil {
+		return 0, err
+	}
 	after, n := "00000000-0000-0000-0000-000000000000", 0
 	for {
 		ids, err := s.queueIDsAfter(ctx, db, after)
-		if err != nil || len(ids) == 0 {
+		if err != nil {
+			return n, err
+		}
+		if len(ids) == 0 {
+			bctx, cancel := s.bound(ctx)
+			defer cancel()
+			_, err := db.Exec(bctx, queueStatsPassSQL, began)
 			return n, err
 		}
 		bctx, cancel := s.bound(ctx)
@@ -125,7 +151,7 @@ const queueStatsSQL = `SELECT ` + queueColumns + `,
 	coalesce(st.partitions, 0), coalesce(st.messages, 0), coalesce(st.pending, 0), coalesce(st.processing, 0),
 	coalesce(st.dlq, 0), coalesce(st.queue_dlq, 0), coalesce(st.dlq_partitions, 0),
 	coalesce(st.leases, 0), coalesce(st.leased_partitions, 0), coalesce(st.lease_batch, 0), coalesce(st.lease_acked, 0),
-	st.refreshed_at
+	CASE WHEN st.queue_id IS NOT NULL THEN greatest(st.refreshed_at, (SELECT counted_since FROM queen.queue_stats_pass)) END
 FROM queen.queues q LEFT JOIN queen.queue_stats st ON st.queue_id = q.id
 WHERE q.tenant_id = $1 AND ($2 = '' OR q.namespace = $2) AND ($3 = '' OR q.task = $3) AND ($4 = '' OR q.name = $4)
 ORDER BY q.created_at DESC, q.id DESC`
