@@ -31,42 +31,50 @@ const queueIDsAfterSQL = `SELECT id::text FROM queen.queues WHERE id > $1::uuid 
 // lists (seqPendingSQL). The other figures are the lists'
 // (queueSummariesSQL), with the queue-mode depth by the sequence, the
 // partitions holding dead letters and the live leases. A queue with no
-// partition gets a row of zeros; a queue deleted meanwhile gets none.
+// partition gets a row of zeros; a queue deleted meanwhile gets none. Only
+// a queue whose counts changed is proposed for the upsert: ON CONFLICT DO
+// UPDATE locks (and logs a lock of) the row it meets even when its WHERE
+// is false, 50 B of WAL a queue a pass.
 const refreshQueueStatsSQL = `
 INSERT INTO queen.queue_stats AS t (queue_id, partitions, messages, pending, processing, dlq, queue_dlq, depth,
 	dlq_partitions, leases, leased_partitions, lease_batch, lease_acked, refreshed_at)
-SELECT q.id, coalesce(s.partitions, 0), coalesce(s.messages, 0), coalesce(s.pending, 0), coalesce(s.processing, 0),
-	coalesce(s.dlq, 0), coalesce(s.queue_dlq, 0), coalesce(s.depth, 0), coalesce(s.dlq_partitions, 0),
-	coalesce(ls.leases, 0), coalesce(ls.partitions, 0), coalesce(ls.batch, 0), coalesce(ls.acked, 0),
-	coalesce($2::timestamptz, now())
-FROM queen.queues q
-LEFT JOIN (` + queueCountsWithSQL + `
-	SELECT p.queue_id, count(*)::int AS partitions,
-		coalesce(sum(p.appended - coalesce(d.n, 0)), 0)::bigint AS messages,
-		coalesce(sum(` + seqPendingSQL + `), 0)::bigint AS pending,
-		` + queueProcessingSQL + ` AS processing,
-		coalesce(sum(da.n), 0)::bigint AS dlq, coalesce(sum(df.n), 0)::bigint AS queue_dlq,
-		coalesce(sum(p.last_seq - coalesce(pc.last_consumed_seq, 0)), 0)::bigint AS depth,
-		count(*) FILTER (WHERE da.n > 0)::int AS dlq_partitions` + queueCountsFromSQL + `
-) s ON s.queue_id = q.id
-LEFT JOIN (
-	SELECT pc.queue_id, count(DISTINCT pc.worker_id) AS leases, count(DISTINCT pc.partition_id) AS partitions,
-		sum(pc.batch_size) AS batch, sum(pc.acked_count) AS acked
-	FROM queen.partition_consumers pc
-	WHERE pc.queue_id = ANY($1::uuid[]) AND pc.lease_expires_at > coalesce($2::timestamptz, now())
-	GROUP BY pc.queue_id
-) ls ON ls.queue_id = q.id
-WHERE q.id = ANY($1::uuid[])
+SELECT n.* FROM (
+	SELECT q.id AS queue_id, coalesce(s.partitions, 0) AS partitions, coalesce(s.messages, 0) AS messages,
+		coalesce(s.pending, 0) AS pending, coalesce(s.processing, 0) AS processing, coalesce(s.dlq, 0) AS dlq,
+		coalesce(s.queue_dlq, 0) AS queue_dlq, coalesce(s.depth, 0) AS depth, coalesce(s.dlq_partitions, 0) AS dlq_partitions,
+		coalesce(ls.leases, 0) AS leases, coalesce(ls.partitions, 0) AS leased_partitions,
+		coalesce(ls.batch, 0) AS lease_batch, coalesce(ls.acked, 0) AS lease_acked,
+		coalesce($2::timestamptz, now()) AS refreshed_at
+	FROM queen.queues q
+	LEFT JOIN (` + queueCountsWithSQL + `
+		SELECT p.queue_id, count(*)::int AS partitions,
+			coalesce(sum(p.appended - coalesce(d.n, 0)), 0)::bigint AS messages,
+			coalesce(sum(` + seqPendingSQL + `), 0)::bigint AS pending,
+			` + queueProcessingSQL + ` AS processing,
+			coalesce(sum(da.n), 0)::bigint AS dlq, coalesce(sum(df.n), 0)::bigint AS queue_dlq,
+			coalesce(sum(p.last_seq - coalesce(pc.last_consumed_seq, 0)), 0)::bigint AS depth,
+			count(*) FILTER (WHERE da.n > 0)::int AS dlq_partitions` + queueCountsFromSQL + `
+	) s ON s.queue_id = q.id
+	LEFT JOIN (
+		SELECT pc.queue_id, count(DISTINCT pc.worker_id) AS leases, count(DISTINCT pc.partition_id) AS partitions,
+			sum(pc.batch_size) AS batch, sum(pc.acked_count) AS acked
+		FROM queen.partition_consumers pc
+		WHERE pc.queue_id = ANY($1::uuid[]) AND pc.lease_expires_at > coalesce($2::timestamptz, now())
+		GROUP BY pc.queue_id
+	) ls ON ls.queue_id = q.id
+	WHERE q.id = ANY($1::uuid[])
+) n
+LEFT JOIN queen.queue_stats cur ON cur.queue_id = n.queue_id
+WHERE cur.queue_id IS NULL
+	OR (cur.partitions, cur.messages, cur.pending, cur.processing, cur.dlq, cur.queue_dlq, cur.depth, cur.dlq_partitions,
+		cur.leases, cur.leased_partitions, cur.lease_batch, cur.lease_acked)
+	IS DISTINCT FROM (n.partitions, n.messages, n.pending, n.processing, n.dlq, n.queue_dlq, n.depth, n.dlq_partitions,
+		n.leases, n.leased_partitions, n.lease_batch, n.lease_acked)
 ON CONFLICT (queue_id) DO UPDATE SET partitions = excluded.partitions, messages = excluded.messages,
 	pending = excluded.pending, processing = excluded.processing, dlq = excluded.dlq, queue_dlq = excluded.queue_dlq,
 	depth = excluded.depth, dlq_partitions = excluded.dlq_partitions, leases = excluded.leases,
 	leased_partitions = excluded.leased_partitions, lease_batch = excluded.lease_batch, lease_acked = excluded.lease_acked,
-	refreshed_at = excluded.refreshed_at
-WHERE (t.partitions, t.messages, t.pending, t.processing, t.dlq, t.queue_dlq, t.depth, t.dlq_partitions,
-		t.leases, t.leased_partitions, t.lease_batch, t.lease_acked)
-	IS DISTINCT FROM (excluded.partitions, excluded.messages, excluded.pending, excluded.processing, excluded.dlq,
-		excluded.queue_dlq, excluded.depth, excluded.dlq_partitions, excluded.leases, excluded.leased_partitions,
-		excluded.lease_batch, excluded.lease_acked)`
+	refreshed_at = excluded.refreshed_at`
 
 // queueStatsPassSQL records that a complete refresh began at $1: every row
 // of queen.queue_stats holds as of then, written or left unchanged.
