@@ -121,7 +121,12 @@ func (s *Server) configure(w http.ResponseWriter, r *http.Request) {
 			"set on every broker: without it payloads would be stored in the clear")
 		return
 	}
-	res, err := s.names.Configure(r.Context(), in)
+	pl, err := s.planeFor(r.Context(), in.Tenant, deref(in.Namespace), in.Queue, true)
+	if err != nil {
+		s.placementFailed(w, r, err)
+		return
+	}
+	res, err := pl.names.Configure(r.Context(), in)
 	if err != nil {
 		s.storeError(w, r, "configure", err)
 		return
@@ -221,8 +226,13 @@ func (s *Server) queueDepth(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) deleteQueue(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("queue")
-	existed, err := s.names.DeleteQueue(r.Context(), tenantOf(r), name)
-	s.consumer.ForgetWatermarks(tenantOf(r), name, "") // the delete took the queue's watermarks
+	pl, err := s.planeFor(r.Context(), tenantOf(r), "", name, false)
+	if err != nil {
+		s.placementFailed(w, r, err)
+		return
+	}
+	existed, err := pl.names.DeleteQueue(r.Context(), tenantOf(r), name)
+	pl.consumer.ForgetWatermarks(tenantOf(r), name, "") // the delete took the queue's watermarks
 	if err != nil {
 		s.storeError(w, r, "delete queue", err)
 		return
