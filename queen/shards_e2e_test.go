@@ -120,10 +120,29 @@ func popOne(t *testing.T, base, queue, partition string) (pid, txid string) {
 	return out.Messages[0].PartitionID, out.Messages[0].TransactionID
 }
 
+// popLeased pops one message of queue and answers its partition,
+// transaction and lease ids.
+func popLeased(t *testing.T, base, queue string) (pid, txid, lease string) {
+	t.Helper()
+	code, body := get(t, base+"/api/v1/pop/queue/"+queue+"?batch=1&wait=false")
+	var out struct {
+		Messages []struct {
+			PartitionID   string `json:"partitionId"`
+			TransactionID string `json:"transactionId"`
+			LeaseID       string `json:"leaseId"`
+		} `json:"messages"`
+	}
+	if err := json.Unmarshal([]byte(body), &out); code != 200 || err != nil || len(out.Messages) != 1 {
+		t.Fatalf("pop %s: %d %s (%v)", queue, code, body, err)
+	}
+	m := out.Messages[0]
+	return m.PartitionID, m.TransactionID, m.LeaseID
+}
+
 // TestShardsServeQueuesOnTheirShard: with a catalogue and two shards,
 // QUEEN_PLACEMENT puts a-* queues on s0 (the default) and b-* on s1; push,
-// pop (of the queue and of a partition), ack (single and batch) and
-// configure run on the queue's shard, whose database alone holds its rows;
+// pop (of the queue and of a partition), ack (single and batch), lease
+// extension, configure and delete run on the queue's shard, whose database alone holds its rows;
 // a transaction spanning both answers 409 and writes nothing; a route that
 // would read one shard only answers 501; and a restarted broker, even with
 // other rules, finds the queues where they were placed.
@@ -188,8 +207,12 @@ func TestShardsServeQueuesOnTheirShard(t *testing.T) {
 		t.Errorf("b-orders on s1: %d messages after its transaction, want 3", m)
 	}
 
-	// An ack of s1's message beside a push to s0's queue: 409 too.
-	pid, txid = popOne(t, base, "b-orders", "")
+	// An ack of s1's message beside a push to s0's queue: 409 too. (Its
+	// lease, on s1, is extended first: the broker finds its shard.)
+	pid, txid, lease := popLeased(t, base, "b-orders")
+	if code, body := post(t, base+"/api/v1/lease/"+lease+"/extend", `{"seconds":120}`); code != 200 || !strings.Contains(body, `"success":true`) {
+		t.Errorf("extend a lease on s1: %d %s", code, body)
+	}
 	code, body = post(t, base+"/api/v1/transaction", fmt.Sprintf(`{"operations":[{"type":"push","items":[{"queue":"a-orders","payload":1}]},
 		{"type":"ack","partitionId":%q,"transactionId":%q,"status":"completed"}]}`, pid, txid))
 	if code != 409 || body != `{"error":"cross_shard_transaction","shards":["s0","s1"]}`+"\n" {
@@ -197,6 +220,14 @@ func TestShardsServeQueuesOnTheirShard(t *testing.T) {
 	}
 	if n := messagesOf(t, sh.s0, "a-orders"); n != 2 {
 		t.Errorf("after the refused push and ack: a-orders %d messages, want 2", n)
+	}
+
+	// Deleting a queue deletes it on its shard.
+	if code, body := do(t, "DELETE", base+"/api/v1/resources/queues/b-conf", "", ""); code != 200 {
+		t.Errorf("delete b-conf: %d %s", code, body)
+	}
+	if got := queuesOn(t, sh.s1); !slices.Equal(got, []string{"b-orders"}) {
+		t.Errorf("queues on s1 after deleting b-conf: %v", got)
 	}
 
 	// A list would read one shard only: 501.
@@ -217,7 +248,7 @@ func TestShardsServeQueuesOnTheirShard(t *testing.T) {
 	if m := messagesOf(t, sh.s1, "b-orders"); m != 3 {
 		t.Errorf("b-orders on s1: %d messages after the restart, want 3", m)
 	}
-	if got := queuesOn(t, sh.s1); !slices.Equal(got, []string{"b-conf", "b-orders"}) {
+	if got := queuesOn(t, sh.s1); !slices.Equal(got, []string{"b-orders"}) {
 		t.Errorf("queues on s1 after the restart: %v", got)
 	}
 	shutdown(t, b)
