@@ -222,6 +222,14 @@ func TestShardsServeQueuesOnTheirShard(t *testing.T) {
 		t.Errorf("after the refused push and ack: a-orders %d messages, want 2", n)
 	}
 
+	// A queue's detail and depth are read on its shard.
+	if code, body := get(t, base+"/api/v1/resources/queues/b-orders"); code != 200 || !strings.Contains(body, `"name":"b-orders"`) {
+		t.Errorf("detail of b-orders: %d %s", code, body)
+	}
+	if code, body := get(t, base+"/api/v1/resources/queues/b-orders/depth"); code != 200 || !strings.Contains(body, `"queue":"b-orders"`) {
+		t.Errorf("depth of b-orders: %d %s", code, body)
+	}
+
 	// Deleting a queue deletes it on its shard.
 	if code, body := do(t, "DELETE", base+"/api/v1/resources/queues/b-conf", "", ""); code != 200 {
 		t.Errorf("delete b-conf: %d %s", code, body)

@@ -308,10 +308,11 @@ func (s *Server) extendOn(ctx context.Context, tenant, leaseID string, seconds i
 }
 
 // shardReady are the routes a broker with shards serves: those routed to
-// their queue's shard (configure, push, pops of a named queue, acks, lease
-// extension, transactions, queue delete), /health (every shard pinged),
-// and those that read no database. Handler answers every other route 501
-// with shards, rather than an answer from one shard only.
+// their queue's shard (configure, push, pops of a named queue, acks,
+// lease extension, transactions, a queue's delete, detail and depth),
+// /health (every shard pinged), and those that read no database. Handler
+// answers every other route 501 with shards, rather than an answer from
+// one shard only.
 var shardReady = map[string]bool{
 	"POST /api/v1/configure":                              true,
 	"POST /api/v1/push":                                   true,
@@ -322,6 +323,8 @@ var shardReady = map[string]bool{
 	"POST /api/v1/lease/{leaseId}/extend":                 true,
 	"POST /api/v1/transaction":                            true,
 	"DELETE /api/v1/resources/queues/{queue}":             true,
+	"GET /api/v1/resources/queues/{queue}":                true,
+	"GET /api/v1/resources/queues/{queue}/depth":          true,
 	"GET /health":                                         true,
 	"GET /api/v1/session":                                 true,
 	"GET /api/v1/system/shared-state":                     true,

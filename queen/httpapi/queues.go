@@ -182,7 +182,12 @@ func queueFilter(w http.ResponseWriter, r *http.Request, def int) (store.QueueFi
 }
 
 func (s *Server) getQueue(w http.ResponseWriter, r *http.Request) {
-	q, err := s.store.GetQueue(r.Context(), tenantOf(r), r.PathValue("queue"))
+	pl, err := s.planeFor(r.Context(), tenantOf(r), "", r.PathValue("queue"), false)
+	if err != nil {
+		s.placementFailed(w, r, err)
+		return
+	}
+	q, err := pl.store.GetQueue(r.Context(), tenantOf(r), r.PathValue("queue"))
 	if errors.Is(err, store.ErrNotFound) {
 		writeError(w, http.StatusNotFound, "Queue not found")
 		return
@@ -200,7 +205,12 @@ func (s *Server) getQueue(w http.ResponseWriter, r *http.Request) {
 // conflation here, so the effective figures are the plain ones.
 func (s *Server) queueDepth(w http.ResponseWriter, r *http.Request) {
 	group := r.URL.Query().Get("group")
-	b, err := s.store.Backlog(r.Context(), tenantOf(r), r.PathValue("queue"), group)
+	pl, err := s.planeFor(r.Context(), tenantOf(r), "", r.PathValue("queue"), false)
+	if err != nil {
+		s.placementFailed(w, r, err)
+		return
+	}
+	b, err := pl.store.Backlog(r.Context(), tenantOf(r), r.PathValue("queue"), group)
 	if errors.Is(err, store.ErrNotFound) {
 		writeError(w, http.StatusNotFound, "Queue not found")
 		return
