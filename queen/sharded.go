@@ -177,6 +177,8 @@ func (p *placement) Lookup(ctx context.Context, tenant, queue string) (string, b
 }
 
 // Place is the queue's shard, placing it by the rules when it has none.
+// A queue it placed is then looked up once, so the cache holds it: its
+// later requests are served while the catalogue is down.
 func (p *placement) Place(ctx context.Context, tenant, namespace, queue string) (string, error) {
 	shard, found, err := p.Lookup(ctx, tenant, queue)
 	if err != nil || found {
@@ -185,6 +187,9 @@ func (p *placement) Place(ctx context.Context, tenant, namespace, queue string) 
 	pl, _, err := p.cat.Place(ctx, shards.Queue{Tenant: tenant, Namespace: namespace, Name: queue})
 	if err != nil {
 		return "", err
+	}
+	if cached, err := p.cache.Lookup(ctx, tenant, queue); err == nil {
+		return cached.Shard, nil
 	}
 	return pl.Shard, nil
 }

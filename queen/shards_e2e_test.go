@@ -324,3 +324,51 @@ func startErr(t *testing.T, cfg config.Config) error {
 	}
 	return err
 }
+
+// TestShardsServeCachedQueuesWithTheCatalogueDown: while the catalogue
+// refuses connections, a queue whose placement the broker cached keeps
+// being served on its shard; a new queue answers 503 naming it, and is
+// placed once the catalogue is back.
+func TestShardsServeCachedQueuesWithTheCatalogueDown(t *testing.T) {
+	t.Parallel()
+	sh := newSharded(t)
+	b := start(t, sh.config(t, "queue:b-*=s1"))
+	defer b.Crash()
+	base := "http://" + b.Addr()
+	if code, body := post(t, base+"/api/v1/push", `{"items":[{"queue":"b-orders","payload":1}]}`); code != 201 {
+		t.Fatalf("push: %d %s", code, body)
+	}
+	setCatalog := func(allow bool) {
+		ctx := context.Background()
+		admin, err := pgx.Connect(ctx, storetest.AdminDSN(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer admin.Close(ctx)
+		db := dbName(t, sh.catalog)
+		if _, err := admin.Exec(ctx, fmt.Sprintf(`ALTER DATABASE %s WITH ALLOW_CONNECTIONS %t`, db, allow)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := admin.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1`, db); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setCatalog(false)
+	if code, body := post(t, base+"/api/v1/push", `{"items":[{"queue":"b-orders","payload":2}]}`); code != 201 {
+		t.Errorf("push to a cached queue with the catalogue down: %d %s", code, body)
+	}
+	if code, body := post(t, base+"/api/v1/push", `{"items":[{"queue":"b-new","payload":3}]}`); code != 503 ||
+		!strings.Contains(body, "placement unavailable") || !strings.Contains(body, "b-new") {
+		t.Errorf("push to a new queue with the catalogue down: %d %s", code, body)
+	}
+	setCatalog(true)
+	if code, body := post(t, base+"/api/v1/push", `{"items":[{"queue":"b-new","payload":3}]}`); code != 201 {
+		t.Errorf("push to a new queue with the catalogue back: %d %s", code, body)
+	}
+	if n, m := messagesOf(t, sh.s1, "b-orders"), messagesOf(t, sh.s1, "b-new"); n != 2 || m != 1 {
+		t.Errorf("on s1: b-orders %d, b-new %d messages; want 2 and 1", n, m)
+	}
+	if got := queuesOn(t, sh.s0); len(got) != 0 {
+		t.Errorf("queues on s0: %v, want none", got)
+	}
+}
