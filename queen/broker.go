@@ -43,7 +43,6 @@ import (
 	"github.com/queen-go/queen/queen/outages"
 	"github.com/queen-go/queen/queen/passes"
 	"github.com/queen-go/queen/queen/pushpath"
-	"github.com/queen-go/queen/queen/shards"
 	"github.com/queen-go/queen/queen/spool"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/sweeper"
@@ -127,6 +126,13 @@ type Broker struct {
 	// passes is this broker's record of the leader passes it led, in
 	// memory, for the dashboard's leaders page.
 	passes *passes.Record
+	// shards are the shards' databases (the first is pool, store, writes
+	// and names above), others the pools of the shards but the first and
+	// of the catalogue, placement the catalogue behind the placement
+	// cache: all nil without shards.
+	shards    []*shardPart
+	others    []*pgxpool.Pool
+	placement *placement
 
 	cancel   context.CancelFunc // background services and request base context
 	wg       sync.WaitGroup
@@ -144,16 +150,19 @@ func New(o Options) *Broker {
 	if o.IDs == nil {
 		o.IDs = ids.NewSource(o.Clock, nil)
 	}
-	return &Broker{opts: o, cfg: o.Config, log: o.Logger.With("server", o.Config.ServerID), outages: outages.New(o.Clock),
+	cfg := o.Config
+	if cfg.Shards.Enabled() {
+		// The broker's own pool, and all that follows it, is the
+		// default shard's.
+		cfg = shardConfig(cfg, cfg.Shards.Shards[0])
+	}
+	return &Broker{opts: o, cfg: cfg, log: o.Logger.With("server", o.Config.ServerID), outages: outages.New(o.Clock),
 		passes: passes.New(o.Clock)}
 }
 
 // PoolConfig turns the configuration into a pgx pool configuration: pool
 // size, connect timeout, and server-side statement and lock timeouts.
 func PoolConfig(cfg config.Config) (*pgxpool.Config, error) {
-	if err := refuseShards(cfg); err != nil {
-		return nil, err
-	}
 	pc, err := pgxpool.ParseConfig(cfg.DSN())
 	if err != nil {
 		return nil, fmt.Errorf("database config: %w", err)
@@ -177,19 +186,6 @@ func PoolConfig(cfg config.Config) (*pgxpool.Config, error) {
 	return pc, nil
 }
 
-// refuseShards is the startup error of a configuration with shards: this
-// build parses and checks them (queen/shards) but routes nothing to them,
-// and serving (or migrating) the PG_* database alone would put every queue
-// where the operator said it must not be.
-func refuseShards(cfg config.Config) error {
-	if !cfg.Shards.Enabled() {
-		return nil
-	}
-	return fmt.Errorf("shards are not supported yet by this build: %s names shards %s, but placement and routing "+
-		"are not built; unset %s, %s and %s to run on one database", shards.ShardsVar,
-		strings.Join(cfg.Shards.Names(), ", "), shards.CatalogVar, shards.ShardsVar, shards.PlacementVar)
-}
-
 // Start connects, migrates (when QUEEN_APPLY_SCHEMA), starts the background
 // services and begins serving. A database that is not up yet is retried
 // until ctx ends; a permanent error (bad password, missing database) fails
@@ -206,6 +202,7 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 	apiOpts, err := b.prepare(ctx)
 	if err != nil {
 		b.pool.Close()
+		b.closeOthers()
 		return err
 	}
 	sw := b.startAPI(apiOpts)
@@ -305,7 +302,7 @@ func (b *Broker) openStore(ctx context.Context) (*crypt.Cipher, error) {
 	if err := b.checkStandby(ctx); err != nil {
 		return nil, err
 	}
-	return cipher, nil
+	return cipher, b.openShards(ctx, cipher)
 }
 
 // openSpool opens the file buffer and its drainer, unless FILE_BUFFER_DIR
@@ -313,6 +310,12 @@ func (b *Broker) openStore(ctx context.Context) (*crypt.Cipher, error) {
 // address, so an operator can tell who holds the directory.
 func (b *Broker) openSpool(arbiter *admission.Arbiter) (err error) {
 	if b.cfg.FileBufferDir == "" || b.cfg.FileBufferDir == "off" {
+		return nil
+	}
+	if b.cfg.Shards.Enabled() {
+		// One spool lane per shard is the design; until it is built a
+		// push whose shard is down answers 503, as with no spool.
+		b.log.Warn("the spool is off with shards (not built yet): a push whose shard is down answers 503", "FILE_BUFFER_DIR", b.cfg.FileBufferDir)
 		return nil
 	}
 	listen := b.cfg.Addr()
@@ -335,18 +338,21 @@ func (b *Broker) openSpool(arbiter *admission.Arbiter) (err error) {
 // API's options, all but the sweeper's and the connection limiter's.
 func (b *Broker) apiOptions(ctx context.Context, arbiter *admission.Arbiter, cipher *crypt.Cipher) (httpapi.Options, error) {
 	b.maint = maintenance.New(b.store, b.spool, b.log)
-	retry := b.contentionRetry()
-	pushes := b.newPushPath(arbiter, cipher, retry)
+	retry := b.contentionRetry(b.store)
+	pushes := b.newPushPath(arbiter, cipher, retry, &shardPart{store: b.store, writes: b.writes, names: b.names})
 	if err := b.maint.Load(ctx); err != nil {
 		b.log.Warn("could not read the maintenance switches; assuming off until the next reconcile", "err", err)
 	}
-	if b.cfg.Analytics {
+	if b.cfg.Analytics && b.cfg.Shards.Enabled() {
+		b.log.Warn("recorded analytics are off with shards (not built yet)")
+	} else if b.cfg.Analytics {
 		b.recorder = analytics.NewRecorder(b.cfg.AnalyticsMaxQueues)
 	}
 	b.arbiter, b.waker = arbiter, waker.New()
 	o := httpapi.Options{Config: b.cfg, Store: b.store, Writes: b.writes, Names: b.names, Analytics: b.recorder, Spool: b.spool, Drainer: b.drainer,
 		Outages: b.outages, Passes: b.passes, Maintenance: b.maint, Arbiter: arbiter, Clock: b.opts.Clock, Waker: b.waker, IDs: b.opts.IDs, Logger: b.log,
 		Cipher: cipher, Push: pushes, PopClaims: b.opts.PopClaims, Retry: retry}
+	b.shardOptions(&o, arbiter, cipher, pushes)
 	if err := b.configureAuth(&o); err != nil {
 		return o, err
 	}
@@ -363,8 +369,8 @@ func (b *Broker) apiOptions(ctx context.Context, arbiter *admission.Arbiter, cip
 
 // newPushPath is the one owner of commit-or-spool and of the replay of what
 // was spooled; the drainer replays through it.
-func (b *Broker) newPushPath(arbiter *admission.Arbiter, cipher *crypt.Cipher, retry combine.Retry) *pushpath.Path {
-	pushes := pushpath.New(pushpath.Options{Store: b.store, Retry: retry, Writes: b.writes, Names: b.names, Spool: b.spool, Diverted: b.maint.Push, Ping: b.probe.Probe,
+func (b *Broker) newPushPath(arbiter *admission.Arbiter, cipher *crypt.Cipher, retry combine.Retry, on *shardPart) *pushpath.Path {
+	pushes := pushpath.New(pushpath.Options{Store: on.store, Retry: retry, Writes: on.writes, Names: on.names, Spool: b.spool, Diverted: b.maint.Push, Ping: b.probe.Probe,
 		Cipher: cipher, Arbiter: arbiter, IDs: b.opts.IDs, Log: b.log,
 		PushStatements: b.cfg.PushStatements, PushBatchRows: b.cfg.PushBatchRows})
 	if b.drainer != nil {
@@ -379,9 +385,9 @@ func (b *Broker) newPushPath(arbiter *admission.Arbiter, cipher *crypt.Cipher, r
 // jitter (seeded, so the simulator replays it) and the broker's clock.
 // The store holds statements only; which errors to retry and how long to
 // pause is policy, wired here.
-func (b *Broker) contentionRetry() combine.Retry {
+func (b *Broker) contentionRetry(st *store.Store) combine.Retry {
 	clk := b.opts.Clock
-	return combine.Retry{Bound: b.store.Bound, Jitter: b.opts.IDs.Jitter, Contention: store.Contention, LockTimedOut: store.LockTimedOut,
+	return combine.Retry{Bound: st.Bound, Jitter: b.opts.IDs.Jitter, Contention: store.Contention, LockTimedOut: store.LockTimedOut,
 		Wait: func(ctx context.Context, d time.Duration) { clock.Sleep(ctx, clk, d) }}
 }
 
@@ -407,10 +413,12 @@ func (b *Broker) configureAuth(o *httpapi.Options) (err error) {
 // startAPI creates the sweeper (when QUEEN_SWEEPER), the connection limiter
 // and the HTTP API with its handler, and wires the hints between them. It
 // returns the sweeper, nil when off.
-func (b *Broker) startAPI(o httpapi.Options) *sweeper.Sweeper {
+func (b *Broker) startAPI(o httpapi.Options) []*sweeper.Sweeper {
+	var sws []*sweeper.Sweeper
 	var sw *sweeper.Sweeper
 	if b.cfg.Sweeper {
-		sw = b.newSweeper(o.Arbiter, o.Cipher)
+		sw = b.newSweeper(o.Arbiter, o.Cipher, &shardPart{store: b.store, writes: b.writes, names: b.names})
+		sws = append(sws, b.shardSweepers(o.Arbiter, o.Cipher, sw)...)
 		o.TimerHint = sw.Hint
 		o.SweeperStats = func() httpapi.SweeperStats { return sweeperStats(sw) }
 	}
@@ -422,10 +430,10 @@ func (b *Broker) startAPI(o httpapi.Options) *sweeper.Sweeper {
 		b.hints.forgetSeries.Store(&forget)
 	}
 	b.handler = b.api.Handler()
-	if sw != nil {
+	for _, sw := range sws {
 		sw.Fired = b.api.Notify
 	}
-	return sw
+	return sws
 }
 
 // connectionStats is the connection limiter's count, as /metrics shows it.
@@ -435,8 +443,10 @@ func (b *Broker) connectionStats() httpapi.ConnectionStats {
 }
 
 // backgroundServices lists the services this broker runs, in the order they
-// start; sw is nil when the sweeper is off.
-func (b *Broker) backgroundServices(sw *sweeper.Sweeper) []background.Service {
+// start; sws are the sweepers, none when the sweeper is off. With shards
+// the retention and queue statistics leaders run once per shard, each
+// electing its leader on its shard.
+func (b *Broker) backgroundServices(sws []*sweeper.Sweeper) []background.Service {
 	services := []background.Service{
 		&leader.Retention{Lead: b.lead(b.cfg.RetentionInterval), Batch: b.cfg.RetentionBatchSize,
 			CleanupDays: b.cfg.PartitionCleanupDays, Observe: b.opts.RetentionPasses},
@@ -445,6 +455,7 @@ func (b *Broker) backgroundServices(sw *sweeper.Sweeper) []background.Service {
 	if b.cfg.StatsInterval > 0 {
 		services = append(services, &leader.QueueStats{Lead: b.lead(b.cfg.StatsInterval)})
 	}
+	services = append(services, b.shardLeaders()...)
 	if b.drainer != nil {
 		services = append(services, b.drainer)
 	}
@@ -453,7 +464,7 @@ func (b *Broker) backgroundServices(sw *sweeper.Sweeper) []background.Service {
 		services = append(services, b.flusher,
 			&leader.Stats{Lead: b.lead(time.Minute), Retention: b.cfg.AnalyticsRetention})
 	}
-	if sw != nil {
+	for _, sw := range sws {
 		services = append(services, sw)
 	}
 	return services
@@ -514,8 +525,8 @@ func (b *Broker) logServing() {
 }
 
 // newSweeper is this broker's timer and KV sweeper.
-func (b *Broker) newSweeper(arbiter *admission.Arbiter, cipher *crypt.Cipher) *sweeper.Sweeper {
-	return &sweeper.Sweeper{Store: b.store, Names: b.names, Writes: b.writes, Arbiter: arbiter, Clock: b.opts.Clock, IDs: b.opts.IDs, Log: b.log, Cipher: cipher,
+func (b *Broker) newSweeper(arbiter *admission.Arbiter, cipher *crypt.Cipher, on *shardPart) *sweeper.Sweeper {
+	return &sweeper.Sweeper{Store: on.store, Names: on.names, Writes: on.writes, Arbiter: arbiter, Clock: b.opts.Clock, IDs: b.opts.IDs, Log: b.log, Cipher: cipher,
 		Lease: b.cfg.SweeperLease, MinSleep: b.cfg.SweeperMinSleep, MaxSleep: b.cfg.SweeperMaxSleep,
 		IdleMaxSleep: b.cfg.SweeperIdleMaxSleep, ClaimBatch: b.cfg.SweeperClaimBatch, PruneBatch: 1000,
 		MaxAttempts: b.cfg.SweeperMaxAttempts, RetryBase: b.cfg.SweeperRetryBase, Observe: b.opts.TimerClaims}
@@ -532,7 +543,7 @@ func sweeperStats(sw *sweeper.Sweeper) httpapi.SweeperStats {
 // startMesh binds the mesh port and dials the peers; the HTTP API and the
 // maintenance switches then send their hints through it.
 func (b *Broker) startMesh(api *httpapi.Options) error {
-	h := &hints{wake: api.Waker, names: b.names, maint: b.maint, log: b.log}
+	h := &hints{wake: api.Waker, names: b.names, more: b.shardNames(), maint: b.maint, log: b.log}
 	b.hints = h
 	b.mesh = mesh.New(mesh.Options{ServerID: b.cfg.ServerID, Listen: net.JoinHostPort(b.cfg.Host, fmt.Sprint(b.cfg.MeshPort)),
 		Peers: b.cfg.MeshPeers, Secret: []byte(b.cfg.MeshSecret), Heartbeat: b.cfg.MeshHeartbeat,
@@ -558,8 +569,16 @@ func (b *Broker) startMesh(api *httpapi.Options) error {
 }
 
 func (b *Broker) migrate(ctx context.Context) error {
+	return b.retryStartup(ctx, b.whatDB(), func(ctx context.Context) error { return store.Migrate(ctx, b.pool) })
+}
+
+// retryStartup runs a startup step on a database (what names it in its
+// error) until it succeeds, a permanent error (bad password, missing
+// database) fails it, or ctx ends; while the database is not up yet it
+// retries, logging each attempt.
+func (b *Broker) retryStartup(ctx context.Context, what string, step func(context.Context) error) error {
 	for attempt := 1; ; attempt++ {
-		err := store.Migrate(ctx, b.pool)
+		err := step(ctx)
 		if err == nil {
 			return nil
 		}
@@ -567,14 +586,18 @@ func (b *Broker) migrate(ctx context.Context) error {
 		permanent := errors.As(err, &pgErr) && (pgerrcode.IsInvalidAuthorizationSpecification(pgErr.Code) ||
 			pgErr.Code == pgerrcode.InvalidCatalogName || store.Classify(err) == store.Permanent)
 		if permanent || ctx.Err() != nil {
-			return fmt.Errorf("database %s: %w", b.database(), err)
+			return fmt.Errorf("%s: %w", what, err)
 		}
-		b.log.Warn("database not reachable yet; retrying", "attempt", attempt, "err", err)
+		args := []any{"attempt", attempt, "err", err}
+		if b.cfg.Shards.Enabled() {
+			args = append(args, "database", what)
+		}
+		b.log.Warn("database not reachable yet; retrying", args...)
 		t := b.opts.Clock.NewTimer(min(time.Duration(attempt)*500*time.Millisecond, 5*time.Second))
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("database %s: %w", b.database(), err)
+			return fmt.Errorf("%s: %w", what, err)
 		case <-t.C():
 		}
 	}
@@ -638,6 +661,7 @@ func (b *Broker) Shutdown(ctx context.Context) error {
 			}
 		}
 		b.pool.Close()
+		b.closeOthers()
 		b.probe.Close()
 		b.log.Info("queen broker stopped")
 	})
@@ -646,8 +670,11 @@ func (b *Broker) Shutdown(ctx context.Context) error {
 
 // lead is what a leader service of this broker shares with the others: the
 // store, clock and log, and its passes every interval.
-func (b *Broker) lead(every time.Duration) leader.Lead {
-	return leader.Lead{Store: b.store, Clock: b.opts.Clock, Log: b.log, Every: background.Every{Interval: every},
+func (b *Broker) lead(every time.Duration) leader.Lead { return b.leadOn(b.store, every) }
+
+// leadOn is lead on st: a shard's leaders elect and work there.
+func (b *Broker) leadOn(st *store.Store, every time.Duration) leader.Lead {
+	return leader.Lead{Store: st, Clock: b.opts.Clock, Log: b.log, Every: background.Every{Interval: every},
 		Passes: b.passes.Hook(b.opts.LeaderPasses)}
 }
 
@@ -694,6 +721,7 @@ func (b *Broker) Crash() {
 		if b.pool != nil {
 			b.pool.Close()
 		}
+		b.closeOthers()
 		if b.probe != nil {
 			b.probe.Close()
 		}

@@ -17,7 +17,6 @@ import (
 	"github.com/queen-go/queen/queen"
 	"github.com/queen-go/queen/queen/config"
 	"github.com/queen-go/queen/queen/pglocal"
-	"github.com/queen-go/queen/queen/shards"
 	"github.com/queen-go/queen/queen/store/storetest"
 )
 
@@ -341,26 +340,5 @@ func TestQueueStatsLeaderRefreshesStatus(t *testing.T) {
 		if strings.HasPrefix(line, `queen_queue_depth{queue="sq"`) && !strings.HasSuffix(line, " 2") {
 			t.Fatalf("depth of sq from the snapshot: %s", line)
 		}
-	}
-}
-
-// TestBrokerRefusesShards: with shards configured the broker neither
-// serves nor migrates the PG_* database, since nothing routes to the
-// shards yet; it says so at startup.
-func TestBrokerRefusesShards(t *testing.T) {
-	t.Parallel()
-	cfg := testConfig(t, storetest.DSN(t))
-	var err error
-	cfg.Shards, err = shards.Parse("postgres://cat/queen", "s0=postgres://a/queen;s1=postgres://b/queen", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := queen.New(queen.Options{Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	err = b.Start(context.Background())
-	if err == nil || !strings.Contains(err.Error(), "shards are not supported yet by this build: QUEEN_SHARDS names shards s0, s1") {
-		t.Fatalf("start with shards: %v", err)
-	}
-	if _, err := queen.PoolConfig(cfg); err == nil || !strings.Contains(err.Error(), "shards are not supported yet") {
-		t.Fatalf("queen migrate with shards: %v", err)
 	}
 }

@@ -20,6 +20,8 @@ type hints struct {
 	mesh  *mesh.Mesh
 	wake  *waker.Hub
 	names *names.Names
+	// more are the other shards' name caches (none without shards).
+	more  []*names.Names
 	maint *maintenance.State
 	log   *slog.Logger
 	// forgetSeries drops the HTTP API's series of a deleted queue; set
@@ -88,6 +90,9 @@ func (h *hints) handle(from string, f mesh.Frame) {
 		var q mesh.QueueRef
 		if h.decode(from, f, &q) {
 			h.names.ForgetQueue(localTenant(q.Tenant), q.Queue)
+			for _, n := range h.more {
+				n.ForgetQueue(localTenant(q.Tenant), q.Queue)
+			}
 			if fs := h.forgetSeries.Load(); fs != nil && f.Type == mesh.QueueConfigDelete {
 				(*fs)(localTenant(q.Tenant), q.Queue)
 			}

@@ -152,6 +152,13 @@ Ctrl-C stops both.
 }
 
 func migrate(ctx context.Context, cfg config.Config) error {
+	if cfg.Shards.Enabled() {
+		if err := queen.MigrateShards(ctx, cfg); err != nil {
+			return err
+		}
+		fmt.Println("queen: schema up to date on every shard and the catalogue")
+		return nil
+	}
 	pc, err := queen.PoolConfig(cfg)
 	if err != nil {
 		return err

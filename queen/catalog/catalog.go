@@ -6,9 +6,10 @@
 //
 // The catalogue is its own PostgreSQL database (QUEEN_CATALOG_URL). Its
 // tables live in schema queen_catalog, beside nothing of a shard's, so one
-// database can be a shard and the catalogue at once. Nothing here is on a
-// request's path yet: the broker refuses to start with shards configured
-// until routing exists.
+// database can be a shard and the catalogue at once. A broker with shards
+// routes each queue-addressed request by its placement: Cache.Lookup on
+// every such request (from memory once cached), Place when a configure or
+// a push creates a queue.
 package catalog
 
 import (

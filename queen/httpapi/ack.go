@@ -201,11 +201,16 @@ func (s *Server) applyAcks(w http.ResponseWriter, r *http.Request, group string,
 			items[i].PartitionID = "00000000-0000-0000-0000-000000000000"
 		}
 	}
+	pl, err := s.ackPlane(r.Context(), tenantOf(r), items)
+	if err != nil {
+		s.routeError(w, r, "cross_shard_ack", err)
+		return
+	}
 	ctx, release, err := s.hold(r, admission.Ack)
 	if err != nil {
 		return
 	}
-	results, err := s.consumer.Ack(ctx, tenantOf(r), group, items)
+	results, err := pl.consumer.Ack(ctx, tenantOf(r), group, items)
 	release()
 	if err != nil {
 		s.storeError(w, r, "ack", err)
@@ -246,7 +251,7 @@ func (s *Server) extendLease(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("seconds must be between 1 and %d", maxLeaseSeconds))
 		return
 	}
-	n, exp, err := s.store.ExtendLease(r.Context(), tenantOf(r), leaseID, seconds)
+	n, exp, err := s.extendOn(r.Context(), tenantOf(r), leaseID, seconds)
 	if err != nil {
 		s.storeError(w, r, "extend lease", err)
 		return
@@ -303,13 +308,18 @@ func (s *Server) transaction(w http.ResponseWriter, r *http.Request) {
 		writeBad(w, denied)
 		return
 	}
+	pl, err := s.txnPlane(r.Context(), tenantOf(r), ops, extras)
+	if err != nil {
+		s.txnUnrouted(w, r, err)
+		return
+	}
 	txnID := s.ids.New()
 	s.stats.transactions.Add(1)
 	release, err := s.admit(r, admission.Ack)
 	if err != nil {
 		return
 	}
-	results, more, err := txn.Run(r.Context(), s.names, s.writes, txn.Request{Tenant: tenantOf(r), Ops: ops, RequiredLeases: leases, ProducerSub: subOf(r),
+	results, more, err := txn.Run(r.Context(), pl.names, pl.writes, txn.Request{Tenant: tenantOf(r), Ops: ops, RequiredLeases: leases, ProducerSub: subOf(r),
 		Extras: extras})
 	release()
 	if s.txnFailed(w, r, txnID, err) {

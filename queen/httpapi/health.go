@@ -18,7 +18,7 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.DBConnectionTimeout)
 	defer cancel()
 	body := healthStatus{Server: "queen-go", Version: Version, ServerID: s.cfg.ServerID}
-	if err := s.store.Ping(ctx); err != nil {
+	if err := s.ping(ctx); err != nil {
 		msg := err.Error()
 		body.Status, body.Database, body.Error = "unhealthy", "disconnected", &msg
 		if errors.Is(err, store.ErrReadOnly) {

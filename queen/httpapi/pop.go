@@ -140,7 +140,12 @@ func (s *Server) pop(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	s.longPoll(w, r, p, s.admitted(r, s.consumer.One(p.req)))
+	pl, err := s.planeFor(r.Context(), p.req.Tenant, "", p.req.Queue, false)
+	if err != nil {
+		s.placementFailed(w, r, err)
+		return
+	}
+	s.longPoll(w, r, pl, p, s.admitted(r, pl.consumer.One(p.req)))
 }
 
 // popDiscover pops from the tenant's queues matching namespace and/or task,
@@ -162,7 +167,7 @@ func (s *Server) popDiscover(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	s.longPoll(w, r, p, s.admitted(r, s.consumer.Discover(p.req, ns, task)))
+	s.longPoll(w, r, &s.plane, p, s.admitted(r, s.consumer.Discover(p.req, ns, task)))
 }
 
 // admitted runs each try of a pop under the arbiter's pop lane, so a
@@ -181,8 +186,8 @@ func (s *Server) admitted(r *http.Request, try consume.Try) consume.Try {
 // longPoll runs a pop through the consumer (queen/consume holds the wait
 // and claim rules) and answers how it ended: the claim (200), nothing
 // (204), or nothing at all when the client left.
-func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, p popParams, try consume.Try) {
-	res, err := s.consumer.Pop(r.Context(), consume.Request{Tenant: p.req.Tenant, Queue: p.req.Queue, Group: p.req.Group,
+func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, pl *plane, p popParams, try consume.Try) {
+	res, err := pl.consumer.Pop(r.Context(), consume.Request{Tenant: p.req.Tenant, Queue: p.req.Queue, Group: p.req.Group,
 		Wait: p.wait, Timeout: p.timeout}, try)
 	if err != nil {
 		s.storeError(w, r, "pop", err)
@@ -195,7 +200,7 @@ func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, p popParams, t
 			s.queueMessages.add(p.req.Tenant, m.Queue, "pop", 1)
 		}
 		s.recordPopped(p.req.Tenant, res.Claim)
-		s.deliver(w, p, res.Claim)
+		s.deliver(w, pl, p, res.Claim)
 	case consume.Empty, consume.Draining:
 		s.recordEmptyPop(p.req.Tenant, p.req.Queue)
 		w.WriteHeader(http.StatusNoContent)
@@ -209,7 +214,7 @@ func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, p popParams, t
 // the end of the answer only once they are (its next pop finds the
 // partition free). An answer that could not be written gives the claim
 // back: its messages were delivered to nobody.
-func (s *Server) deliver(w http.ResponseWriter, p popParams, res consume.PopResult) {
+func (s *Server) deliver(w http.ResponseWriter, pl *plane, p popParams, res consume.PopResult) {
 	body := popBody(res)
 	body.Autopilot = p.autopilot
 	if p.autoAck {
@@ -225,10 +230,10 @@ func (s *Server) deliver(w http.ResponseWriter, p popParams, res consume.PopResu
 	}
 	if err != nil {
 		s.log.Debug("pop answer not delivered; claim released", "queue", res.Queue, "err", err)
-		s.consumer.Release(res.LeaseID)
+		pl.consumer.Release(res.LeaseID)
 		return
 	}
-	if p.autoAck && s.consumer.Complete(p.req.Tenant, res) {
+	if p.autoAck && pl.consumer.Complete(p.req.Tenant, res) {
 		s.recordAutoAcked(p.req.Tenant, res)
 	}
 }

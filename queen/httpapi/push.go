@@ -191,7 +191,12 @@ func (s *Server) push(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tenant := tenantOf(r)
-	out, err := s.pushes.Push(r.Context(), tenant, subOf(r), items)
+	pl, err := s.pushPlane(r.Context(), tenant, items)
+	if err != nil {
+		s.routeError(w, r, "cross_shard_push", err)
+		return
+	}
+	out, err := pl.pushes.Push(r.Context(), tenant, subOf(r), items)
 	switch {
 	case errors.Is(err, pushpath.ErrCancelled):
 		return

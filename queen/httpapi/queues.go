@@ -121,7 +121,12 @@ func (s *Server) configure(w http.ResponseWriter, r *http.Request) {
 			"set on every broker: without it payloads would be stored in the clear")
 		return
 	}
-	res, err := s.names.Configure(r.Context(), in)
+	pl, err := s.planeFor(r.Context(), in.Tenant, deref(in.Namespace), in.Queue, true)
+	if err != nil {
+		s.placementFailed(w, r, err)
+		return
+	}
+	res, err := pl.names.Configure(r.Context(), in)
 	if err != nil {
 		s.storeError(w, r, "configure", err)
 		return
@@ -177,7 +182,12 @@ func queueFilter(w http.ResponseWriter, r *http.Request, def int) (store.QueueFi
 }
 
 func (s *Server) getQueue(w http.ResponseWriter, r *http.Request) {
-	q, err := s.store.GetQueue(r.Context(), tenantOf(r), r.PathValue("queue"))
+	pl, err := s.planeFor(r.Context(), tenantOf(r), "", r.PathValue("queue"), false)
+	if err != nil {
+		s.placementFailed(w, r, err)
+		return
+	}
+	q, err := pl.store.GetQueue(r.Context(), tenantOf(r), r.PathValue("queue"))
 	if errors.Is(err, store.ErrNotFound) {
 		writeError(w, http.StatusNotFound, "Queue not found")
 		return
@@ -195,7 +205,12 @@ func (s *Server) getQueue(w http.ResponseWriter, r *http.Request) {
 // conflation here, so the effective figures are the plain ones.
 func (s *Server) queueDepth(w http.ResponseWriter, r *http.Request) {
 	group := r.URL.Query().Get("group")
-	b, err := s.store.Backlog(r.Context(), tenantOf(r), r.PathValue("queue"), group)
+	pl, err := s.planeFor(r.Context(), tenantOf(r), "", r.PathValue("queue"), false)
+	if err != nil {
+		s.placementFailed(w, r, err)
+		return
+	}
+	b, err := pl.store.Backlog(r.Context(), tenantOf(r), r.PathValue("queue"), group)
 	if errors.Is(err, store.ErrNotFound) {
 		writeError(w, http.StatusNotFound, "Queue not found")
 		return
@@ -221,8 +236,13 @@ func (s *Server) queueDepth(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) deleteQueue(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("queue")
-	existed, err := s.names.DeleteQueue(r.Context(), tenantOf(r), name)
-	s.consumer.ForgetWatermarks(tenantOf(r), name, "") // the delete took the queue's watermarks
+	pl, err := s.planeFor(r.Context(), tenantOf(r), "", name, false)
+	if err != nil {
+		s.placementFailed(w, r, err)
+		return
+	}
+	existed, err := pl.names.DeleteQueue(r.Context(), tenantOf(r), name)
+	pl.consumer.ForgetWatermarks(tenantOf(r), name, "") // the delete took the queue's watermarks
 	if err != nil {
 		s.storeError(w, r, "delete queue", err)
 		return

@@ -53,10 +53,12 @@ const Version = "0.1.0"
 
 // Server holds the handlers' dependencies.
 type Server struct {
-	cfg     config.Config
-	store   *store.Store
-	names   *names.Names
-	writes  *writes.Policy
+	cfg config.Config
+	// plane is the one database's store, names, write policy, push path
+	// and consumer (with shards: the default shard's); router is nil
+	// without shards, else it picks each queue's plane (planeFor).
+	plane
+	router  *router
 	spool   *spool.Spool
 	drainer *spool.Drainer
 	maint   *maintenance.State
@@ -74,8 +76,6 @@ type Server struct {
 	passes      *passes.Record
 	// timerHint tells the local sweeper a timer is due in d; nil: none.
 	timerHint func(d time.Duration)
-	// consumer runs pops: the claim, the long-poll wait, the settling.
-	consumer *consume.Consumer
 	// meshRefusals reports the mesh's refusals; nil: no mesh.
 	meshRefusals func() MeshRefusals
 	// sweeperStats reports the sweeper for the metrics; nil: none.
@@ -89,7 +89,6 @@ type Server struct {
 	rec           *analytics.Recorder
 	auth          *auth.Authenticator
 	cipher        *crypt.Cipher
-	pushes        *pushpath.Path
 
 	draining  chan struct{} // closed by Drain
 	drainOnce sync.Once
@@ -157,6 +156,13 @@ type Options struct {
 	// Connections reports the HTTP connection bound (QUEEN_MAX_CONNECTIONS)
 	// for /metrics/prometheus; nil when the server has none.
 	Connections func() ConnectionStats
+	// Shards are the planes of a broker with shards (QUEEN_SHARDS), in
+	// the configured order, and Placement tells a queue's shard; nil
+	// without shards. Store, Writes, Names, Push and Retry are then the
+	// first shard's (the routes not routed by queue use them; Handler
+	// answers 501 for those that would read one shard only).
+	Shards    []Shard
+	Placement Placement
 	// PopClaims, when set, is told of every claim a pop made, and
 	// whether its client was already gone when the claim began (the
 	// simulator's view of claims that delivery cannot show: one given
@@ -209,22 +215,12 @@ func New(o Options) *Server {
 	if o.Maintenance == nil {
 		o.Maintenance = maintenance.New(o.Store, o.Spool, o.Logger)
 	}
-	if o.Writes == nil {
-		o.Writes = writes.New(o.Store, writes.Options{Cipher: o.Cipher, Clock: o.Clock, TTL: o.Config.CacheRefreshInterval})
-	}
-	if o.Names == nil {
-		o.Names = names.New(o.Store, names.Options{Clock: o.Clock, TTL: o.Config.CacheRefreshInterval, SealHints: o.Writes})
-	}
-	s := &Server{cfg: o.Config, store: o.Store, names: o.Names, writes: o.Writes, spool: o.Spool, drainer: o.Drainer, maint: o.Maintenance,
+	s := &Server{cfg: o.Config, spool: o.Spool, drainer: o.Drainer, maint: o.Maintenance,
 		arbiter: o.Arbiter, clock: o.Clock, wake: o.Waker, peers: o.Peers, ids: o.IDs, sharedState: o.SharedState, outages: o.Outages, passes: o.Passes, meshRefusals: o.MeshRefusals, timerHint: o.TimerHint, sweeperStats: o.SweeperStats, connections: o.Connections, auth: o.Auth, cipher: o.Cipher, log: o.Logger, started: o.Clock.Now(),
 		draining: make(chan struct{})}
-	s.consumer = consume.New(consume.Options{Store: o.Store, Retry: o.Retry, Names: o.Names, Cipher: o.Cipher, Waker: o.Waker, Clock: o.Clock, Draining: s.draining, OnClaim: o.PopClaims, Log: o.Logger,
-		AckStatements: o.Config.AckStatements, AckBatchRows: o.Config.PushBatchRows, PopStatements: o.Config.PopStatements,
-		Wait: consume.Wait{Initial: o.Config.PopWaitInitial, Threshold: o.Config.PopWaitThreshold, Factor: o.Config.PopWaitFactor, Max: o.Config.PopWaitMax}})
-	s.pushes = o.Push
-	if s.pushes == nil {
-		s.pushes = pushpath.New(pushpath.Options{Store: o.Store, Retry: o.Retry, Writes: o.Writes, Names: o.Names, Spool: o.Spool, Diverted: s.maint.Push, Ping: s.drainPing(),
-			Cipher: o.Cipher, Arbiter: o.Arbiter, IDs: o.IDs, Log: o.Logger})
+	s.plane = s.newPlane(o, Shard{Store: o.Store, Writes: o.Writes, Names: o.Names, Push: o.Push, Retry: o.Retry})
+	if len(o.Shards) > 0 {
+		s.router = s.newRouter(o)
 	}
 	s.queueMessages = newQueueSeries(o.Config.MetricsMaxQueues)
 	s.rec = o.Analytics
@@ -435,7 +431,7 @@ func (s *Server) Handler() http.Handler {
 		rts = append(rts, route{"GET /", auth.Public, s.externalDashboard()})
 	}
 	for _, rt := range rts {
-		mux.HandleFunc(rt.pattern, rt.handle)
+		mux.HandleFunc(rt.pattern, s.shardGate(rt))
 		levels[rt.pattern] = rt.level
 	}
 	return s.middleware(mux, levels)

@@ -4,8 +4,9 @@
 // new queue, and the logical-replication statements a move copies a queue
 // with (see /work/shared/design-shards.md).
 //
-// Nothing here is on a request's path: the broker refuses to start with
-// shards configured until routing exists.
+// Nothing here is on a request's path: the broker parses the
+// configuration once, and Place runs only when a queue is first placed
+// (through queen/catalog).
 package shards
 
 import (

@@ -502,3 +502,26 @@ func (s *Store) PartitionOwner(ctx context.Context, pid string) (string, error) 
 	}
 	return owner, nil
 }
+
+// partitionsHereSQL is which of the partitions $1 exist in this database
+// as tenant $2's.
+const partitionsHereSQL = `
+SELECT p.id::text FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+WHERE p.id = ANY($1::uuid[]) AND q.tenant_id = $2`
+
+// PartitionsHere answers which of pids are tenant's partitions in this
+// database: with shards, where a broker sends an ack, which names its
+// partition and not its queue.
+func (s *Store) PartitionsHere(ctx context.Context, tenant string, pids []string) ([]string, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	rows, err := s.pool.Query(ctx, partitionsHereSQL, pids, tenant)
+	if err != nil {
+		return nil, fmt.Errorf("partitions here: %w", err)
+	}
+	here, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("partitions here: %w", err)
+	}
+	return here, nil
+}

@@ -1,0 +1,432 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/queen-go/queen/queen/combine"
+	"github.com/queen-go/queen/queen/consume"
+	"github.com/queen-go/queen/queen/names"
+	"github.com/queen-go/queen/queen/pushpath"
+	"github.com/queen-go/queen/queen/store"
+	"github.com/queen-go/queen/queen/txn"
+	"github.com/queen-go/queen/queen/writes"
+)
+
+// plane is what serves the queues of one database: its store, its cached
+// names, its write policy, its push path (combiner) and its consumer (pops,
+// the ack combiner, watermarks). A broker without shards has one, the
+// Server's own (embedded, so its fields read as s.store, s.names and so
+// on); with shards it has one per shard and the router picks the plane of
+// a request's queue.
+type plane struct {
+	shard    string // the shard's name; "" without shards
+	store    *store.Store
+	names    *names.Names
+	writes   *writes.Policy
+	pushes   *pushpath.Path
+	consumer *consume.Consumer
+}
+
+// Shard is one shard's dependencies (Options.Shards): its own store and
+// what is built over it. Nil Writes, Names and Push are made here as for
+// Options.
+type Shard struct {
+	Name   string
+	Store  *store.Store
+	Writes *writes.Policy
+	Names  *names.Names
+	Push   *pushpath.Path
+	Retry  combine.Retry
+}
+
+// Placement answers where a queue lives (the broker's catalogue and its
+// placement cache). Place places a queue that has none (a configure, or a
+// push that creates it); Lookup only reads, and answers found false for a
+// queue with no placement.
+type Placement interface {
+	Place(ctx context.Context, tenant, namespace, queue string) (shard string, err error)
+	Lookup(ctx context.Context, tenant, queue string) (shard string, found bool, err error)
+}
+
+// router holds the planes of a broker with shards and asks the placement
+// which one serves a queue. A broker without shards has none (Server.router
+// is nil) and never looks anything up.
+type router struct {
+	place  Placement
+	planes map[string]*plane // by shard name
+	order  []*plane          // as configured; the first is the default
+}
+
+// planeFor is the plane serving tenant's queue: the Server's own without
+// shards (no lookup, no allocation, no lock: the hot path of every
+// deployment without shards), else the queue's shard's. create places a
+// queue that has none (namespace is the configure's); without create a
+// queue with no placement is served by the default shard, where it does
+// not exist either, so the answer is today's for a missing queue.
+func (s *Server) planeFor(ctx context.Context, tenant, namespace, queue string, create bool) (*plane, error) {
+	if s.router == nil {
+		return &s.plane, nil
+	}
+	return s.router.find(ctx, tenant, namespace, queue, create)
+}
+
+// find is planeFor with shards.
+func (rt *router) find(ctx context.Context, tenant, namespace, queue string, create bool) (*plane, error) {
+	var shard string
+	var err error
+	if create {
+		shard, err = rt.place.Place(ctx, tenant, namespace, queue)
+	} else {
+		var found bool
+		shard, found, err = rt.place.Lookup(ctx, tenant, queue)
+		if err == nil && !found {
+			return rt.order[0], nil
+		}
+	}
+	if err != nil {
+		return nil, &placementError{queue: queue, err: err}
+	}
+	pl := rt.planes[shard]
+	if pl == nil {
+		return nil, &placementError{queue: queue, err: &unknownShardError{shard: shard}}
+	}
+	return pl, nil
+}
+
+// placementError is a queue whose shard could not be told: the catalogue
+// unreachable, or a shard this broker does not configure.
+type placementError struct {
+	queue string
+	err   error
+}
+
+func (e *placementError) Error() string {
+	return "placement of queue " + e.queue + ": " + e.err.Error()
+}
+func (e *placementError) Unwrap() error { return e.err }
+
+// unknownShardError is a placement naming a shard this broker's
+// QUEEN_SHARDS does not configure.
+type unknownShardError struct{ shard string }
+
+func (e *unknownShardError) Error() string {
+	return "the catalogue places it on shard " + e.shard + ", which QUEEN_SHARDS does not configure here"
+}
+
+// placementFailed answers a request whose queue's shard could not be told:
+// 503, as for an unreachable database (the catalogue is one), naming the
+// queue; nothing was written.
+func (s *Server) placementFailed(w http.ResponseWriter, r *http.Request, err error) {
+	if r.Context().Err() != nil {
+		return
+	}
+	s.stats.dbErrors.Add(1)
+	s.log.Warn("placement unavailable", "err", err)
+	writeError(w, http.StatusServiceUnavailable, "placement unavailable: "+err.Error())
+}
+
+// newPlane builds one database's plane from sh, making what sh leaves nil
+// as New always did: a write policy sealing with o.Cipher, a name cache
+// forgetting its hints, a push path, and the consumer.
+func (s *Server) newPlane(o Options, sh Shard) plane {
+	if sh.Writes == nil {
+		sh.Writes = writes.New(sh.Store, writes.Options{Cipher: o.Cipher, Clock: o.Clock, TTL: o.Config.CacheRefreshInterval})
+	}
+	if sh.Names == nil {
+		sh.Names = names.New(sh.Store, names.Options{Clock: o.Clock, TTL: o.Config.CacheRefreshInterval, SealHints: sh.Writes})
+	}
+	pl := plane{shard: sh.Name, store: sh.Store, names: sh.Names, writes: sh.Writes, pushes: sh.Push}
+	pl.consumer = consume.New(consume.Options{Store: sh.Store, Retry: sh.Retry, Names: sh.Names, Cipher: o.Cipher, Waker: o.Waker, Clock: o.Clock, Draining: s.draining, OnClaim: o.PopClaims, Log: o.Logger,
+		AckStatements: o.Config.AckStatements, AckBatchRows: o.Config.PushBatchRows, PopStatements: o.Config.PopStatements,
+		Wait: consume.Wait{Initial: o.Config.PopWaitInitial, Threshold: o.Config.PopWaitThreshold, Factor: o.Config.PopWaitFactor, Max: o.Config.PopWaitMax}})
+	if pl.pushes == nil {
+		pl.pushes = pushpath.New(pushpath.Options{Store: sh.Store, Retry: sh.Retry, Writes: sh.Writes, Names: sh.Names, Spool: o.Spool, Diverted: s.maint.Push, Ping: s.drainPing(),
+			Cipher: o.Cipher, Arbiter: o.Arbiter, IDs: o.IDs, Log: o.Logger})
+	}
+	return pl
+}
+
+// newRouter builds a plane per shard: the first is the Server's own
+// (built from Options' Store and the rest, which the broker sets to the
+// first shard's), the others from their Shard.
+func (s *Server) newRouter(o Options) *router {
+	rt := &router{place: o.Placement, planes: make(map[string]*plane, len(o.Shards))}
+	for i, sh := range o.Shards {
+		pl := &s.plane
+		if i > 0 {
+			p := s.newPlane(o, sh)
+			pl = &p
+		}
+		pl.shard = sh.Name
+		rt.planes[sh.Name] = pl
+		rt.order = append(rt.order, pl)
+	}
+	return rt
+}
+
+// deref is *p, "" for nil.
+func deref(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+// crossShardError refuses a request whose queues live on several shards:
+// this build runs each request on one shard's database, all or nothing
+// there (two-phase commit is a later step).
+type crossShardError struct{ shards []string }
+
+func (e *crossShardError) Error() string {
+	return "the request's queues live on several shards: " + strings.Join(e.shards, ", ")
+}
+
+// pushPlane is the plane of every item's queue, placing the queues that
+// have none (a push creates its queue). Items on several shards are a
+// *crossShardError: a push is one statement on one database.
+func (s *Server) pushPlane(ctx context.Context, tenant string, items []store.PushItem) (*plane, error) {
+	if s.router == nil {
+		return &s.plane, nil
+	}
+	var pl *plane
+	var shards []string
+	seen := map[string]bool{}
+	for _, it := range items {
+		if seen[it.Queue] {
+			continue
+		}
+		seen[it.Queue] = true
+		p, err := s.router.find(ctx, tenant, "", it.Queue, true)
+		if err != nil {
+			return nil, err
+		}
+		if pl == nil {
+			pl = p
+		}
+		if !slices.Contains(shards, p.shard) {
+			shards = append(shards, p.shard)
+		}
+	}
+	if len(shards) > 1 {
+		return nil, &crossShardError{shards: shards}
+	}
+	return pl, nil
+}
+
+// crossShard answers a *crossShardError: 409 naming the shards, nothing
+// written.
+func writeCrossShard(w http.ResponseWriter, code string, e *crossShardError) {
+	writeJSON(w, http.StatusConflict, crossShardAnswer{Error: code, Shards: e.shards})
+}
+
+// crossShardAnswer is the body of a request refused for spanning shards.
+type crossShardAnswer struct {
+	Error  string   `json:"error"`
+	Shards []string `json:"shards"`
+}
+
+// routeError answers a failure to pick a request's plane: a request
+// spanning shards (409, code naming what it was) or an unknown placement
+// (503).
+func (s *Server) routeError(w http.ResponseWriter, r *http.Request, code string, err error) {
+	var cross *crossShardError
+	if errors.As(err, &cross) {
+		writeCrossShard(w, code, cross)
+		return
+	}
+	s.placementFailed(w, r, err)
+}
+
+// ackPlane is the plane holding the partitions the acknowledgements name
+// (an ack names its partition, not its queue). Without shards it is the
+// Server's own, with no lookup. With shards every shard is asked which of
+// them it holds; none found anywhere is the default shard's (it answers
+// "not found" as today), several shards a *crossShardError.
+func (s *Server) ackPlane(ctx context.Context, tenant string, items []store.AckItem) (*plane, error) {
+	if s.router == nil {
+		return &s.plane, nil
+	}
+	pids := make([]string, 0, len(items))
+	for _, it := range items {
+		if !slices.Contains(pids, it.PartitionID) {
+			pids = append(pids, it.PartitionID)
+		}
+	}
+	return s.router.locate(ctx, tenant, pids)
+}
+
+// locate is the one plane holding the partitions pids (the default one
+// when none holds any). A shard that cannot answer fails it unless the
+// others held every partition: a partition lives on one shard.
+func (rt *router) locate(ctx context.Context, tenant string, pids []string) (*plane, error) {
+	var holders []*plane
+	var names []string
+	var failed error
+	held := 0
+	for _, pl := range rt.order {
+		here, err := pl.store.PartitionsHere(ctx, tenant, pids)
+		if err != nil {
+			failed = errors.Join(failed, fmt.Errorf("shard %s: %w", pl.shard, err))
+			continue
+		}
+		if len(here) > 0 {
+			holders, names, held = append(holders, pl), append(names, pl.shard), held+len(here)
+		}
+	}
+	switch {
+	case len(holders) > 1:
+		return nil, &crossShardError{shards: names}
+	case failed != nil && held < len(pids):
+		return nil, &placementError{queue: "of partition " + strings.Join(pids, ", "), err: failed}
+	case len(holders) == 0:
+		return rt.order[0], nil
+	}
+	return holders[0], nil
+}
+
+// extendOn extends a lease where it is: without shards on the one store;
+// with shards on each shard in turn until one holds it (a lease id names
+// no queue; extending it where it is not changes nothing), else the
+// default shard's answer.
+func (s *Server) extendOn(ctx context.Context, tenant, leaseID string, seconds int) (int64, *time.Time, error) {
+	if s.router == nil {
+		return s.store.ExtendLease(ctx, tenant, leaseID, seconds)
+	}
+	for _, pl := range s.router.order[1:] {
+		n, exp, err := pl.store.ExtendLease(ctx, tenant, leaseID, seconds)
+		if err != nil || n > 0 {
+			return n, exp, err
+		}
+	}
+	return s.store.ExtendLease(ctx, tenant, leaseID, seconds)
+}
+
+// shardReady are the routes a broker with shards serves: those routed to
+// their queue's shard (configure, push, pops of a named queue, acks,
+// lease extension, transactions, a queue's delete, detail and depth),
+// /health (every shard pinged), and those that read no database. Handler
+// answers every other route 501 with shards, rather than an answer from
+// one shard only.
+var shardReady = map[string]bool{
+	"POST /api/v1/configure":                              true,
+	"POST /api/v1/push":                                   true,
+	"GET /api/v1/pop/queue/{queue}":                       true,
+	"GET /api/v1/pop/queue/{queue}/partition/{partition}": true,
+	"POST /api/v1/ack":                                    true,
+	"POST /api/v1/ack/batch":                              true,
+	"POST /api/v1/lease/{leaseId}/extend":                 true,
+	"POST /api/v1/transaction":                            true,
+	"DELETE /api/v1/resources/queues/{queue}":             true,
+	"GET /api/v1/resources/queues/{queue}":                true,
+	"GET /api/v1/resources/queues/{queue}/depth":          true,
+	"GET /health":                                         true,
+	"GET /api/v1/session":                                 true,
+	"GET /api/v1/system/shared-state":                     true,
+	"GET /api/v1/migration/status":                        true,
+	"POST /api/v1/migration/test-connection":              true,
+	"POST /api/v1/migration/start":                        true,
+	"POST /api/v1/migration/validate":                     true,
+	"POST /api/v1/migration/reset":                        true,
+	"GET /dashboard":                                      true,
+	"GET /dashboard/":                                     true,
+	"GET /favicon.ico":                                    true,
+	"GET /":                                               true, // QUEEN_DASHBOARD_DIR's files
+}
+
+// shardGate is rt's handler on this broker: its own, or with shards a 501
+// for a route not in shardReady.
+func (s *Server) shardGate(rt route) http.HandlerFunc {
+	if s.router == nil || shardReady[rt.pattern] {
+		return rt.handle
+	}
+	return func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusNotImplemented, notSharded{Error: "not supported with shards yet", Route: rt.pattern})
+	}
+}
+
+// notSharded is the body of a route a broker with shards does not serve
+// yet.
+type notSharded struct {
+	Error string `json:"error"`
+	Route string `json:"route"`
+}
+
+// ping pings the database, with shards every shard's, and answers the
+// first failure naming its shard.
+func (s *Server) ping(ctx context.Context) error {
+	if s.router == nil {
+		return s.store.Ping(ctx)
+	}
+	for _, pl := range s.router.order {
+		if err := pl.store.Ping(ctx); err != nil {
+			return fmt.Errorf("shard %s: %w", pl.shard, err)
+		}
+	}
+	return nil
+}
+
+// txnPlane is the one plane a transaction runs on: its pushes' queues
+// (placed when new) and its acks' partitions. Without shards it is the
+// Server's own. With shards, operations on several shards are a
+// *crossShardError (all-or-nothing needs one database: two-phase commit
+// is a later step), and timers or KV operations are errNotShardedYet (where
+// they live with shards is not decided yet).
+func (s *Server) txnPlane(ctx context.Context, tenant string, ops []txn.Op, extras txn.Extras) (*plane, error) {
+	if s.router == nil {
+		return &s.plane, nil
+	}
+	if len(extras.Timers)+len(extras.KV) > 0 {
+		return nil, errNotShardedYet
+	}
+	var items []store.PushItem
+	var pids []string
+	for _, op := range ops {
+		items = append(items, op.Items...)
+		if op.Type == "ack" && !slices.Contains(pids, op.Ack.PartitionID) {
+			pids = append(pids, op.Ack.PartitionID)
+		}
+	}
+	var found []*plane
+	if len(items) > 0 {
+		pl, err := s.pushPlane(ctx, tenant, items)
+		if err != nil {
+			return nil, err
+		}
+		found = append(found, pl)
+	}
+	if len(pids) > 0 {
+		pl, err := s.router.locate(ctx, tenant, pids)
+		if err != nil {
+			return nil, err
+		}
+		found = append(found, pl)
+	}
+	if len(found) == 2 && found[0] != found[1] {
+		return nil, &crossShardError{shards: []string{found[0].shard, found[1].shard}}
+	}
+	if len(found) == 0 {
+		return s.router.order[0], nil
+	}
+	return found[0], nil
+}
+
+// errNotShardedYet refuses, with shards, a request part this build
+// cannot route yet.
+var errNotShardedYet = errors.New("not supported with shards yet")
+
+// txnUnrouted answers a transaction txnPlane refused: 409
+// cross_shard_transaction naming the shards, 501 for timers or KV with
+// shards, else the placement's 503.
+func (s *Server) txnUnrouted(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, errNotShardedYet) {
+		writeJSON(w, http.StatusNotImplemented, notSharded{Error: errNotShardedYet.Error(), Route: "POST /api/v1/transaction (timers, kv)"})
+		return
+	}
+	s.routeError(w, r, "cross_shard_transaction", err)
+}
