@@ -274,6 +274,12 @@ func TestCacheUnderConcurrentMoves(t *testing.T) {
 				}
 				q := queues[r.IntN(len(queues))]
 				p, err := cache.Lookup(ctx, tenantA, q)
+				if errors.Is(err, catalog.ErrUnsettled) {
+					// Moved during each of its reads: a loaded machine
+					// lets the loop below move a queue that often; the
+					// caller retries, as a broker answers 503.
+					continue
+				}
 				if err != nil {
 					t.Error(err)
 					return
