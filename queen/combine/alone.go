@@ -7,13 +7,59 @@ import (
 	"github.com/queen-go/queen/queen/admission"
 )
 
-// runAlone runs rows outside the slots, their keys held meanwhile. Calls
+// runAlone runs rows outside the slots: all at once, or with AloneByKey
+// one key's rows at a time, so that waiting for one key's lock holds no
+// other key's turn.
+func (c *Combiner[In, Out]) runAlone(ctx context.Context, rows []In) ([]Out, error) {
+	if !c.o.AloneByKey {
+		return c.runAloneHeld(ctx, rows)
+	}
+	groups := c.byKey(rows)
+	if len(groups) == 1 {
+		return c.runAloneHeld(ctx, rows)
+	}
+	out := make([]Out, len(rows))
+	for _, idx := range groups {
+		sub := make([]In, len(idx))
+		for j, i := range idx {
+			sub[j] = rows[i]
+		}
+		res, err := c.runAloneHeld(ctx, sub)
+		if err != nil {
+			return nil, err
+		}
+		for j, i := range idx {
+			out[i] = res[j]
+		}
+	}
+	return out, nil
+}
+
+// byKey groups the positions of rows by key, keys in order of first
+// appearance and rows in order within each.
+func (c *Combiner[In, Out]) byKey(rows []In) [][]int {
+	var groups [][]int
+	at := map[string]int{}
+	for i, r := range rows {
+		k := c.o.Key(r)
+		g, ok := at[k]
+		if !ok {
+			g = len(groups)
+			at[k] = g
+			groups = append(groups, nil)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	return groups
+}
+
+// runAloneHeld runs rows outside the slots, their keys held meanwhile. Calls
 // on one key run alone one at a time (their turn, keys taken in order): a
 // locked row costs one connection trying it, not one per writer waiting.
 // A call waiting for its turn gives its admission slot back meanwhile
 // (admission.Away), so the writers of a locked row never hold the budget
 // everyone else needs.
-func (c *Combiner[In, Out]) runAlone(ctx context.Context, rows []In) ([]Out, error) {
+func (c *Combiner[In, Out]) runAloneHeld(ctx context.Context, rows []In) ([]Out, error) {
 	keys := make([]string, 0, len(rows))
 	for _, r := range rows {
 		keys = append(keys, c.o.Key(r))

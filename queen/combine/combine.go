@@ -57,6 +57,15 @@ type Options[In, Out any] struct {
 	// MaxInFlight bounds the statements in flight at once; MaxRows the
 	// rows of one joint statement (a single call may exceed it).
 	MaxInFlight, MaxRows int
+	// AloneByKey runs a call that must run alone one key at a time: its
+	// rows of each key (in order) as a statement of their own, taking that
+	// key's turn only. Without it a call spanning a locked row's key and
+	// others held the others' turns for as long as the lock lasted, and
+	// their writers waited behind it (pushes: a replayed spool batch or a
+	// push of several partitions). Only for calls whose rows are
+	// independent across keys: a failure after a key committed fails the
+	// call with the earlier keys' rows written.
+	AloneByKey bool
 	// SwapCanary names the canary under which a joint statement's
 	// outcomes go back to its calls reversed.
 	SwapCanary string

@@ -262,3 +262,57 @@ func TestZeroRetryRunsOnce(t *testing.T) {
 		}
 	}
 }
+
+// With AloneByKey a call spanning keys runs alone one key at a time: while
+// its rows of a locked key wait, a call on another of its keys runs at
+// once, in a slot. Before, the spanning call held every one of its keys'
+// turns for as long as the lock lasted (a replayed spool batch held p1's
+// pushes behind p0's outside lock: simulator free seed 0x3d8a52faa9d1415c).
+func TestAloneByKeyHoldsOnlyTheKeyItWaitsFor(t *testing.T) {
+	f := &fake{fail: func(rows []string) error {
+		if slices.Contains(rows, "l1") {
+			return errLocked
+		}
+		return nil
+	}}
+	c := newFake(f, 1)
+	c.o.AloneByKey = true
+	inside, release := make(chan struct{}), make(chan struct{})
+	c.o.Alone = func(ctx context.Context, rows []string) ([]string, error) {
+		if slices.Contains(rows, "l1") {
+			close(inside)
+			<-release // the lock on "l" lasts until the other call answered
+		}
+		return f.runAlone(ctx, rows)
+	}
+	done := make(chan answer, 1)
+	go func() {
+		out, err := c.Do(context.Background(), []string{"m1", "l1", "m2"})
+		done <- answer{[]string{"m1", "l1", "m2"}, out, err}
+	}()
+	<-inside
+	other := make(chan answer, 1)
+	go func() {
+		out, err := c.Do(context.Background(), []string{"m3"})
+		other <- answer{[]string{"m3"}, out, err}
+	}()
+	select {
+	case a := <-other:
+		if a.err != nil || !slices.Equal(a.out, []string{"m3!"}) {
+			t.Errorf("the call on the other key answered %v, %v", a.out, a.err)
+		}
+		close(release)
+	case <-time.After(5 * time.Second):
+		t.Error("the call on the other key waited behind the locked key")
+		close(release)
+		<-other
+	}
+	if a := <-done; a.err != nil || !slices.Equal(a.out, answers(a.rows)) {
+		t.Errorf("the spanning call answered %v, %v", a.out, a.err)
+	}
+	want := fmt.Sprint([][]string{{"l1"}, {"m1", "m2"}})
+	slices.SortFunc(f.alone, func(a, b []string) int { return strings.Compare(a[0], b[0]) })
+	if got := fmt.Sprint(f.alone); got != want {
+		t.Errorf("run alone: %s, want %s", got, want)
+	}
+}
