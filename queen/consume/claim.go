@@ -37,6 +37,8 @@ type Claimer struct {
 	marks *watermarkThrottle
 	// pops combines the one-partition wildcard pops (popcombine.go).
 	pops *combine.Combiner[popCall, popOut]
+	// retry runs a subscription again after a row-lock wait that ran out.
+	retry combine.Retry
 }
 
 // ClaimerOptions configure a Claimer.
@@ -65,6 +67,11 @@ type ClaimerOptions struct {
 	// Log receives the bookkeeping that failed beside a pop that did not
 	// (a mark or a watermark not written); nil discards it.
 	Log *slog.Logger
+	// Retry runs a group's subscription again when a row lock held
+	// elsewhere outlasted store.LockWait, away from its connection, for as
+	// long as its bound allows; the zero Retry subscribes once, waiting as
+	// the session's lock_timeout lets it.
+	Retry combine.Retry
 }
 
 // NewClaimer returns a Claimer over st.
@@ -80,7 +87,7 @@ func NewClaimer(st *store.Store, o ClaimerOptions) *Claimer {
 	}
 	return &Claimer{st: st, names: o.Names, cipher: o.Cipher, log: o.Log, popMarks: newPopMarkThrottle(o.Clock, o.PopMarkEvery),
 		subChecks: newPopMarkThrottle(o.Clock, o.PopMarkEvery), marks: newWatermarkThrottle(o.Clock),
-		pops: newPopCombiner(st, max(o.PopStatements, 1), cmp.Or(o.PopBatch, 64))}
+		pops: newPopCombiner(st, max(o.PopStatements, 1), cmp.Or(o.PopBatch, 64)), retry: o.Retry}
 }
 
 // Claim claims up to req.Partitions partitions for the group and returns up
@@ -174,7 +181,15 @@ func (c *Claimer) subscribed(ctx context.Context, req PopRequest) (string, error
 	case p.Mode == "":
 		p.Mode = "all"
 	}
-	return c.names.Subscribe(ctx, p)
+	if c.retry.LockTimedOut != nil {
+		p.LockWait = store.LockWait()
+	}
+	var qid string
+	err := c.retry.Run(ctx, true, func(ctx context.Context) (err error) {
+		qid, err = c.names.Subscribe(ctx, p)
+		return err
+	})
+	return qid, err
 }
 
 // noteEmpty is the bookkeeping after a wildcard pop at now claimed

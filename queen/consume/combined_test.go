@@ -257,3 +257,45 @@ func TestCombinedAcksAnswerEachRequestExactly(t *testing.T) {
 		}
 	}
 }
+
+// A group's first pop subscribes it: it locks the queue row, then gives the
+// group a cursor row in every partition, whose key check waits on a
+// partition row held FOR UPDATE elsewhere. Waiting there it held the queue
+// row, and every writer that creates a partition of the queue (or inserts
+// any row naming it) waited too, each holding a connection: enough of
+// them emptied a broker's pool (the simulator's row-lock rule failed on
+// free seeds 0x825b0def3e7aaf07 and 0x3d8a52faa9d1415c). Now each lock
+// wait of a subscription ends after store.LockWait, and the subscription
+// is tried again away from its connection: the new partition is created
+// while the held row stays held, and the pop answers once it is let go.
+func TestSubscriptionWaitingOnAHeldPartitionHoldsNoQueueRow(t *testing.T) {
+	t.Parallel()
+	s, pool := newAcker(t, store.Options{}, 1)
+	ctx := context.Background()
+	if _, err := s.Push(ctx, tenant, []store.PushItem{{Queue: "sub-held", Partition: "p0", TransactionID: "h0"}}, ""); err != nil {
+		t.Fatal(err)
+	}
+	claims := consume.NewClaimer(s.Store, consume.ClaimerOptions{Retry: storetest.Retry(s.Store)})
+	release := storetest.HoldRows(t, pool, `SELECT 1 FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+		WHERE q.name = 'sub-held' AND p.name = 'p0' FOR UPDATE OF p`)
+	popped := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(ctx, 4*storetest.LockWaitBound)
+		defer cancel()
+		res, err := claims.Claim(ctx, consume.PopRequest{Tenant: tenant, Queue: "sub-held", Group: "late", Batch: 1})
+		if err == nil && len(res.Messages) != 1 {
+			err = fmt.Errorf("the late group's first pop answered %d messages", len(res.Messages))
+		}
+		popped <- err
+	}()
+	storetest.AwaitLockWaiters(t, pool, 1) // the subscription waits on p0
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out, err := s.Push(pctx, tenant, []store.PushItem{{Queue: "sub-held", Partition: "p-new", TransactionID: "n0"}}, "")
+	if err != nil || out[0].Status != "queued" {
+		t.Fatalf("a push creating a partition of the queue while a subscription waits on another: %+v %v", out, err)
+	}
+	stillWaiting(t, "the late group's first pop", popped)
+	release()
+	answered(t, "the late group's first pop", popped)
+}

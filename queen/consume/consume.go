@@ -128,7 +128,7 @@ func New(o Options) *Consumer {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	claims := NewClaimer(o.Store, ClaimerOptions{Names: o.Names, Cipher: o.Cipher, Clock: o.Clock, PopMarkEvery: o.PopMarkEvery, PopStatements: o.PopStatements, Log: o.Log})
+	claims := NewClaimer(o.Store, ClaimerOptions{Names: o.Names, Cipher: o.Cipher, Clock: o.Clock, PopMarkEvery: o.PopMarkEvery, PopStatements: o.PopStatements, Log: o.Log, Retry: o.Retry})
 	return &Consumer{o: o, claims: claims, acks: newAckCombiner(o)}
 }
 

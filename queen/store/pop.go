@@ -349,8 +349,14 @@ func scanPopRow(rows pgx.Rows, extra ...any) (PopRow, error) {
 }
 
 // lockQueueSQL serialises a group's subscription against partition creation
-// (see createPartitionsSQL) and returns the queue's id.
-const lockQueueSQL = `SELECT id::text FROM queen.queues WHERE tenant_id = $1 AND name = $2 FOR UPDATE`
+// (see createPartitionsSQL) and returns the queue's id. $3, when set, is
+// the transaction's lock_timeout (LockWait), set before the first lock:
+// the subscription's cursor rows check their partitions' keys (FOR KEY
+// SHARE), which waits on a partition row held FOR UPDATE elsewhere, and a
+// subscription waiting there holds the queue row, which every writer
+// creating a partition or a statistics row of the queue needs.
+const lockQueueSQL = `SELECT id::text FROM queen.queues WHERE tenant_id = $1 AND name = $2
+	AND (SELECT $3::text IS NULL OR set_config('lock_timeout', $3, true) <> '') FOR UPDATE`
 
 // subscribeSQL records a group's subscription to a queue (the first one
 // wins; later modes are ignored, as in Queen) and gives the group a cursor
@@ -392,10 +398,14 @@ type subscribeParams struct {
 
 // SubscribeParams are a subscription's arguments as its caller names
 // them: Mode is "all", "new" or "from" (with From), already decided.
+// LockWait bounds each row-lock wait of the subscription (LockWait()); ""
+// leaves the session's lock_timeout. A wait that ran out fails with 55P03
+// (LockTimedOut) and nothing written.
 type SubscribeParams struct {
 	Tenant, Queue, Group, Mode string
 	From                       *time.Time
 	Now                        *time.Time
+	LockWait                   string
 }
 
 // Subscribe records the group's subscription to the queue and gives it its
@@ -405,7 +415,11 @@ func (s *Store) Subscribe(ctx context.Context, in SubscribeParams) (string, erro
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, lockQueueSQL, p.Tenant, p.Queue).Scan(&p.QueueID); err != nil {
+		var wait *string
+		if in.LockWait != "" {
+			wait = &in.LockWait
+		}
+		if err := tx.QueryRow(ctx, lockQueueSQL, p.Tenant, p.Queue, wait).Scan(&p.QueueID); err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {
 				return ErrNotFound
 			}
