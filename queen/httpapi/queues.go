@@ -58,67 +58,9 @@ func parseOptions(o obj, path string) (store.OptionPatch, error) {
 }
 
 func (s *Server) configure(w http.ResponseWriter, r *http.Request) {
-	body, err := readObject(r, false)
-	if err != nil {
-		writeBad(w, err)
-		return
-	}
-	in := store.ConfigureInput{Tenant: tenantOf(r)}
-	q, ok, err := body.limited("queue", limits.Queue, "")
-	if err != nil {
-		writeBad(w, err)
-		return
-	}
-	// An empty name is a name: Queen creates a queue called "" (the JS
-	// client can ask for it); only a missing or non-string queue is 400.
-	if !ok {
-		writeError(w, http.StatusBadRequest, "queue is required")
-		return
-	}
-	in.Queue = q
-	for _, f := range []struct {
-		field limits.Field
-		dst   **string
-	}{{limits.Namespace, &in.Namespace}, {limits.Task, &in.Task}} {
-		v, ok, err := body.limited(f.field.Name, f.field, "")
-		if err != nil {
-			writeBad(w, err)
-			return
-		}
-		if ok {
-			*f.dst = &v
-		}
-	}
-	mode, _, err := body.str("mode", "")
-	if err != nil {
-		writeBad(w, err)
-		return
-	}
-	switch mode {
-	case "", "merge":
-	case "replace":
-		in.Replace = true
-	default:
-		writeError(w, http.StatusBadRequest, `mode must be "merge" or "replace"`)
-		return
-	}
-	// Options may be nested under "options" or given at the top level.
-	opts, ok, err := body.object("options", "")
-	if err != nil {
-		writeBad(w, err)
-		return
-	}
-	path := "options."
-	if !ok {
-		opts, path = body, ""
-	}
-	if in.Patch, err = parseOptions(opts, path); err != nil {
-		writeBad(w, err)
-		return
-	}
-	if e := in.Patch.EncryptionEnabled; e != nil && *e && s.cipher == nil {
-		writeError(w, http.StatusBadRequest, path+"encryptionEnabled needs QUEEN_ENCRYPTION_KEY (64 hex characters) "+
-			"set on every broker: without it payloads would be stored in the clear")
+	in, bad := s.configureInput(r)
+	if bad != nil {
+		bad(w)
 		return
 	}
 	pl, err := s.planeFor(r.Context(), in.Tenant, deref(in.Namespace), in.Queue, true)
@@ -137,6 +79,70 @@ func (s *Server) configure(w http.ResponseWriter, r *http.Request) {
 		Queue: res.Queue.Name, Namespace: strPtr(res.Queue.Namespace), Task: strPtr(res.Queue.Task),
 		Options: res.Queue.Options,
 	})
+}
+
+// configureInput reads a configure body; bad, when set, writes the 400
+// naming what is wrong (nothing has been written).
+func (s *Server) configureInput(r *http.Request) (store.ConfigureInput, func(http.ResponseWriter)) {
+	badErr := func(err error) func(http.ResponseWriter) { return func(w http.ResponseWriter) { writeBad(w, err) } }
+	badMsg := func(msg string) func(http.ResponseWriter) {
+		return func(w http.ResponseWriter) { writeError(w, http.StatusBadRequest, msg) }
+	}
+	in := store.ConfigureInput{Tenant: tenantOf(r)}
+	body, err := readObject(r, false)
+	if err != nil {
+		return in, badErr(err)
+	}
+	q, ok, err := body.limited("queue", limits.Queue, "")
+	if err != nil {
+		return in, badErr(err)
+	}
+	// An empty name is a name: Queen creates a queue called "" (the JS
+	// client can ask for it); only a missing or non-string queue is 400.
+	if !ok {
+		return in, badMsg("queue is required")
+	}
+	in.Queue = q
+	for _, f := range []struct {
+		field limits.Field
+		dst   **string
+	}{{limits.Namespace, &in.Namespace}, {limits.Task, &in.Task}} {
+		v, ok, err := body.limited(f.field.Name, f.field, "")
+		if err != nil {
+			return in, badErr(err)
+		}
+		if ok {
+			*f.dst = &v
+		}
+	}
+	mode, _, err := body.str("mode", "")
+	if err != nil {
+		return in, badErr(err)
+	}
+	switch mode {
+	case "", "merge":
+	case "replace":
+		in.Replace = true
+	default:
+		return in, badMsg(`mode must be "merge" or "replace"`)
+	}
+	// Options may be nested under "options" or given at the top level.
+	opts, ok, err := body.object("options", "")
+	if err != nil {
+		return in, badErr(err)
+	}
+	path := "options."
+	if !ok {
+		opts, path = body, ""
+	}
+	if in.Patch, err = parseOptions(opts, path); err != nil {
+		return in, badErr(err)
+	}
+	if e := in.Patch.EncryptionEnabled; e != nil && *e && s.cipher == nil {
+		return in, badMsg(path + "encryptionEnabled needs QUEEN_ENCRYPTION_KEY (64 hex characters) " +
+			"set on every broker: without it payloads would be stored in the clear")
+	}
+	return in, nil
 }
 
 // listQueues is GET /api/v1/resources/queues?namespace&task&limit&offset:
