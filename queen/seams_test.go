@@ -142,6 +142,8 @@ func TestSeamsKeepImportArrowsOneWay(t *testing.T) {
 var layers = map[string]int{
 	// Leaves: seams and switches that know no other queen package.
 	"admission": 0, "canary": 0, "clock": 0, "connlimit": 0, "crypt": 0, "dashboard": 0, "pglocal": 0, "waker": 0,
+	// A params struct as its statement's arguments, for both kinds of statements.
+	"sqlargs": 0,
 	// Mechanisms over the seams.
 	"auth": 1, "background": 1, "combine": 1, "dbprobe": 1, "ids": 1, "mesh": 1, "ttlcache": 1,
 	// Shard configuration, placement and the copy's statements, read by

@@ -3,10 +3,11 @@ package catalog
 import (
 	"context"
 	"errors"
-	"reflect"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/queen-go/queen/queen/sqlargs"
 )
 
 // DB is what the catalogue's statements run on: its pool, one connection
@@ -36,17 +37,8 @@ var statements = map[string]statement{
 	"placement.set":   {placementSetSQL, placementSetParams{}},
 }
 
-// argsOf is a params struct as its statement's arguments: its fields in
-// declaration order. Nothing unpacks a params struct by hand, so a field
-// added or moved moves its placeholder with it.
-func argsOf(p any) []any {
-	v := reflect.ValueOf(p)
-	args := make([]any, v.NumField())
-	for i := range args {
-		args[i] = v.Field(i).Interface()
-	}
-	return args
-}
+// argsOf is a params struct as its statement's arguments (sqlargs.Of).
+var argsOf = sqlargs.Of
 
 // shardsRegisterSQL adds the shards not yet known. It never removes one:
 // a shard left out of one broker's QUEEN_SHARDS by mistake must not lose

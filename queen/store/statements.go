@@ -1,9 +1,7 @@
 package store
 
 import (
-	"fmt"
-	"reflect"
-	"sync"
+	"github.com/queen-go/queen/queen/sqlargs"
 )
 
 // statement is one named statement: its text and, when it has one, the
@@ -68,43 +66,6 @@ func baseText(name string) string {
 	return st.text
 }
 
-// argFields caches, per params struct type, the index paths of its fields
-// in declaration order (an embedded struct's fields in its place).
-var argFields sync.Map // reflect.Type -> [][]int
-
-// argsOf is a params struct as its statement's arguments: its fields in
-// declaration order, the first one $1. The params struct is the argument
-// list; nothing unpacks it by hand, so a field added or moved moves its
-// placeholder with it (TestParamsMatchPlaceholders holds the count).
-func argsOf(p any) []any {
-	v := reflect.ValueOf(p)
-	paths := fieldPaths(v.Type())
-	args := make([]any, len(paths))
-	for i, path := range paths {
-		args[i] = v.FieldByIndex(path).Interface()
-	}
-	return args
-}
-
-// fieldPaths returns t's argument fields, computed once per type.
-func fieldPaths(t reflect.Type) [][]int {
-	if paths, ok := argFields.Load(t); ok {
-		return paths.([][]int)
-	}
-	if t.Kind() != reflect.Struct {
-		panic(fmt.Sprintf("store: params %s is not a struct", t))
-	}
-	var paths [][]int
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		if f.Anonymous && f.Type.Kind() == reflect.Struct {
-			for _, sub := range fieldPaths(f.Type) {
-				paths = append(paths, append([]int{i}, sub...))
-			}
-			continue
-		}
-		paths = append(paths, []int{i})
-	}
-	argFields.Store(t, paths)
-	return paths
-}
+// argsOf is a params struct as its statement's arguments (sqlargs.Of):
+// TestParamsMatchPlaceholders holds each to its text.
+var argsOf = sqlargs.Of

@@ -6,34 +6,23 @@ import (
 	"go/token"
 	"path/filepath"
 	"reflect"
-	"regexp"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/queen-go/queen/queen/sqlargs"
 )
 
 // TestParamsMatchPlaceholders: a statement's params struct is its argument
 // list, so its fields (in order, $1 the first) are exactly as many as the
 // distinct $n placeholders of its text, which run from $1 without a gap.
 func TestParamsMatchPlaceholders(t *testing.T) {
-	placeholder := regexp.MustCompile(`\$(\d+)`)
 	for name, st := range statements {
 		if st.params == nil {
 			continue
 		}
-		seen := map[int]bool{}
-		for _, m := range placeholder.FindAllStringSubmatch(st.text, -1) {
-			n, _ := strconv.Atoi(m[1])
-			seen[n] = true
-		}
-		fields := len(argsOf(st.params))
-		if len(seen) != fields {
-			t.Errorf("statement %s has %d placeholders, its params %T %d fields", name, len(seen), st.params, fields)
-		}
-		for n := 1; n <= len(seen); n++ {
-			if !seen[n] {
-				t.Errorf("statement %s skips $%d", name, n)
-			}
+		for _, bad := range sqlargs.Check(st.text, st.params) {
+			t.Errorf("statement %s: %s", name, bad)
 		}
 	}
 }
