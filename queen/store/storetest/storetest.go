@@ -116,38 +116,8 @@ func setup() {
 // when the test ends.
 func DSN(t testing.TB) string {
 	t.Helper()
-	server.once.Do(setup)
-	if server.err != nil {
-		t.Fatalf("storetest: no PostgreSQL for tests: %v", server.err)
-	}
-	name := fmt.Sprintf("%s_t%d", server.template, server.n.Add(1))
-	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, server.adminDSN)
-	if err != nil {
-		t.Fatalf("storetest: connect: %v", err)
-	}
-	defer admin.Close(ctx)
-	for attempt := 0; ; attempt++ {
-		_, err = admin.Exec(ctx, `CREATE DATABASE `+name+` TEMPLATE `+server.template)
-		// Two clones of one template at once can collide on the
-		// template's lock; a short retry settles it.
-		if err == nil || attempt >= 20 || !strings.Contains(err.Error(), "being accessed") {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if err != nil {
-		t.Fatalf("storetest: create database: %v", err)
-	}
-	t.Cleanup(func() {
-		c, err := pgx.Connect(ctx, server.adminDSN)
-		if err != nil {
-			return
-		}
-		defer c.Close(ctx)
-		_, _ = c.Exec(ctx, `DROP DATABASE IF EXISTS `+name+` WITH (FORCE)`)
-	})
-	return dsnFor(server.adminDSN, name)
+	requireServer(t)
+	return newDatabase(t, "t", " TEMPLATE "+server.template)
 }
 
 // EmptyDSN returns the connection string of a fresh database of the same
@@ -156,18 +126,41 @@ func DSN(t testing.TB) string {
 // the shard catalogue.
 func EmptyDSN(t testing.TB) string {
 	t.Helper()
+	return newDatabase(t, "e", "")
+}
+
+// requireServer starts the test server once and fails t without one.
+func requireServer(t testing.TB) {
+	t.Helper()
 	server.once.Do(setup)
 	if server.err != nil {
 		t.Fatalf("storetest: no PostgreSQL for tests: %v", server.err)
 	}
-	name := fmt.Sprintf("%s_e%d", server.template, server.n.Add(1))
+}
+
+// newDatabase creates a database named after the template, kind and a
+// counter, with the CREATE DATABASE options given, drops it when the test
+// ends, and returns its connection string.
+func newDatabase(t testing.TB, kind, options string) string {
+	t.Helper()
+	requireServer(t)
+	name := fmt.Sprintf("%s_%s%d", server.template, kind, server.n.Add(1))
 	ctx := context.Background()
 	admin, err := pgx.Connect(ctx, server.adminDSN)
 	if err != nil {
 		t.Fatalf("storetest: connect: %v", err)
 	}
 	defer admin.Close(ctx)
-	if _, err := admin.Exec(ctx, `CREATE DATABASE `+name); err != nil {
+	for attempt := 0; ; attempt++ {
+		_, err = admin.Exec(ctx, `CREATE DATABASE `+name+options)
+		// Two clones of one template at once can collide on the
+		// template's lock; a short retry settles it.
+		if err == nil || attempt >= 20 || !strings.Contains(err.Error(), "being accessed") {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
 		t.Fatalf("storetest: create database: %v", err)
 	}
 	t.Cleanup(func() { dropDatabase(ctx, name) })
@@ -179,10 +172,7 @@ func EmptyDSN(t testing.TB) string {
 // as refusing its connections to take it down.
 func AdminDSN(t testing.TB) string {
 	t.Helper()
-	server.once.Do(setup)
-	if server.err != nil {
-		t.Fatalf("storetest: no PostgreSQL for tests: %v", server.err)
-	}
+	requireServer(t)
 	return server.adminDSN
 }
 
