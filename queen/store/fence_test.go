@@ -1,0 +1,149 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/queen-go/queen/queen/store"
+)
+
+// fencedPartition pushes one message to queue's partition p0 and answers
+// the partition's id and the queue's.
+func fencedPartition(t *testing.T, ctx context.Context, s *store.Store, queue string) (pid, qid string) {
+	t.Helper()
+	res, err := pushItems(ctx, s, tenant, []store.PushItem{{Queue: queue, Partition: "p0", TransactionID: "seed"}}, "")
+	if err != nil || res[0].Status != "queued" {
+		t.Fatalf("seed push: %v %+v", err, res)
+	}
+	if err := s.Pool().QueryRow(ctx, `SELECT queue_id::text FROM queen.partitions WHERE id = $1`, res[0].PartitionID).Scan(&qid); err != nil {
+		t.Fatal(err)
+	}
+	return res[0].PartitionID, qid
+}
+
+// appendAt appends one message (transactionId txid) to pid routed with
+// epochs (nil: no shards), on q.
+func appendAt(ctx context.Context, s *store.Store, q store.Executor, pid, txid string, epochs []int64) error {
+	rows := s.NewRows([]store.PushItem{{TransactionID: txid}}, []string{pid}, "")
+	_, err := s.AppendRows(ctx, q, store.AppendRowsParams{Rows: rows, Epochs: epochs})
+	return err
+}
+
+// messageCount is how many messages pid holds.
+func messageCount(t *testing.T, ctx context.Context, s *store.Store, pid string) int {
+	t.Helper()
+	var n int
+	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM queen.messages WHERE partition_id = $1`, pid).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// wantMoved fails unless err is the fence's "moved" for queue qid.
+func wantMoved(t *testing.T, what string, err error, qid string) {
+	t.Helper()
+	var moved *store.MovedError
+	if !errors.Is(err, store.ErrMoved) || !errors.As(err, &moved) || moved.QueueID != qid {
+		t.Fatalf("%s: want moved for queue %s, got %v", what, qid, err)
+	}
+	if store.Classify(err) != store.Transient {
+		t.Fatalf("%s: moved must be transient (never quarantined): %v", what, err)
+	}
+}
+
+// An append routed with an epoch its partition is not at fails as moved and
+// writes nothing; a freeze and an activation move the epoch, and each is a
+// no-op run again (invariant 9). No epochs (no shards) checks nothing.
+func TestFenceRefusesAStaleEpoch(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	ctx := context.Background()
+	pid, qid := fencedPartition(t, ctx, s, "fence-stale")
+	if err := appendAt(ctx, s, s.Pool(), pid, "e1", []int64{1}); err != nil {
+		t.Fatalf("append at the partition's epoch: %v", err)
+	}
+	wantMoved(t, "epoch 2 on a queue at 1", appendAt(ctx, s, s.Pool(), pid, "e2", []int64{2}), qid)
+	if n := messageCount(t, ctx, s, pid); n != 2 {
+		t.Fatalf("a moved append wrote: %d messages, want 2", n)
+	}
+	if r, err := s.Freeze(ctx, s.Pool(), tenant, "fence-stale", 1); err != nil || r.Found != 1 || r.Updated < 2 {
+		t.Fatalf("freeze: %+v %v (want the queue row and its partition rewritten)", r, err)
+	}
+	if r, err := s.Freeze(ctx, s.Pool(), tenant, "fence-stale", 1); err != nil || r.Updated != 0 {
+		t.Fatalf("a freeze run again: %+v %v (want nothing rewritten)", r, err)
+	}
+	wantMoved(t, "epoch 1 on a frozen queue", appendAt(ctx, s, s.Pool(), pid, "e3", []int64{1}), qid)
+	if _, err := s.Activate(ctx, s.Pool(), tenant, "fence-stale", 1, 2); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := s.Activate(ctx, s.Pool(), tenant, "fence-stale", 1, 2); err != nil || r.Updated != 0 {
+		t.Fatalf("activation run again: %+v %v", r, err)
+	}
+	wantMoved(t, "epoch 1 after activation at 2", appendAt(ctx, s, s.Pool(), pid, "e4", []int64{1}), qid)
+	if err := appendAt(ctx, s, s.Pool(), pid, "e5", []int64{2}); err != nil {
+		t.Fatalf("append at the activated epoch: %v", err)
+	}
+	if err := appendAt(ctx, s, s.Pool(), pid, "e6", nil); err != nil {
+		t.Fatalf("append without shards: %v", err)
+	}
+	if n := messageCount(t, ctx, s, pid); n != 4 {
+		t.Fatalf("%d messages, want 4 (seed, e1, e5, e6)", n)
+	}
+	if _, err := s.Freeze(ctx, s.Pool(), tenant, "fence-stale", 1); err == nil {
+		t.Fatal("a freeze at epoch 1 of a queue at 2 succeeded")
+	}
+	var epochs [3]int64
+	if err := s.Pool().QueryRow(ctx, `SELECT q.epoch, p.epoch, (SELECT count(*) FROM queen.partitions x WHERE x.queue_id = q.id AND x.epoch <> 2)
+		FROM queen.queues q JOIN queen.partitions p ON p.queue_id = q.id WHERE p.id = $1`, pid).Scan(&epochs[0], &epochs[1], &epochs[2]); err != nil {
+		t.Fatal(err)
+	}
+	if epochs != [3]int64{2, 2, 0} {
+		t.Fatalf("epochs (queue, partition, partitions elsewhere) %v, want [2 2 0]", epochs)
+	}
+}
+
+// A push that waited behind the freeze for its partition's lock is
+// rechecked against the frozen row when the freeze commits and fails as
+// moved, writing nothing: the freeze updates the fenced rows, a lock alone
+// would let it through. The order is fixed: the push is seen waiting on the
+// freeze's transaction before that commits.
+func TestFreezeFailsAWriterBlockedBehindIt(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	ctx := context.Background()
+	pid, qid := fencedPartition(t, ctx, s, "fence-blocked")
+	freeze, err := s.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = freeze.Rollback(ctx) }()
+	if _, err := s.Freeze(ctx, freeze, tenant, "fence-blocked", 1); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := s.Pool().Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	pgPID := conn.Conn().PgConn().PID()
+	done := make(chan error, 1)
+	go func() { done <- appendAt(ctx, s, conn, pid, "blocked", []int64{1}) }()
+	for waiting := false; !waiting; {
+		if err := s.Pool().QueryRow(ctx, `SELECT cardinality(pg_blocking_pids($1)) > 0`, pgPID).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("the push did not wait for the freeze: %v", err)
+		default:
+		}
+	}
+	if err := freeze.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantMoved(t, "the push that waited behind the freeze", <-done, qid)
+	if n := messageCount(t, ctx, s, pid); n != 1 {
+		t.Fatalf("%d messages, want the seed alone", n)
+	}
+}
