@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/queen-go/queen/queen/consume"
 	"github.com/queen-go/queen/queen/store"
 )
 
@@ -145,5 +146,40 @@ func TestFreezeFailsAWriterBlockedBehindIt(t *testing.T) {
 	wantMoved(t, "the push that waited behind the freeze", <-done, qid)
 	if n := messageCount(t, ctx, s, pid); n != 1 {
 		t.Fatalf("%d messages, want the seed alone", n)
+	}
+}
+
+// Rows created on a frozen queue are frozen too: a new partition takes the
+// queue row's epoch, its cursor rows and a new group's take theirs, so a
+// freeze cannot leave a writable row behind by a partition or a group that
+// came after it (for the pushes that run unrouted, as without shards).
+func TestNewFencedRowsTakeTheQueueEpoch(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	ctx := context.Background()
+	_, qid := fencedPartition(t, ctx, s, "fence-new")
+	if _, err := claim(ctx, s, consume.PopRequest{Tenant: tenant, Queue: "fence-new", Group: "g1", Batch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Freeze(ctx, s.Pool(), tenant, "fence-new", 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pushItems(ctx, s, tenant, []store.PushItem{{Queue: "fence-new", Partition: "p1"}}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := claim(ctx, s, consume.PopRequest{Tenant: tenant, Queue: "fence-new", Group: "g2", Batch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	var live int
+	if err := s.Pool().QueryRow(ctx, `SELECT (SELECT count(*) FROM queen.partitions WHERE queue_id = $1 AND epoch <> -1)
+		+ (SELECT count(*) FROM queen.partition_consumers WHERE queue_id = $1 AND epoch <> -1)`, qid).Scan(&live); err != nil {
+		t.Fatal(err)
+	}
+	var rows int
+	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM queen.partition_consumers WHERE queue_id = $1`, qid).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if live != 0 || rows != 4 {
+		t.Fatalf("%d fenced rows of the frozen queue not frozen, %d cursor rows (want 0 and 4: 2 partitions x 2 groups)", live, rows)
 	}
 }

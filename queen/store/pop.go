@@ -372,12 +372,12 @@ mode AS (
 		AND partition_name = '' AND namespace = '' AND task = ''
 	LIMIT 1
 )
-INSERT INTO queen.partition_consumers (partition_id, queue_id, consumer_group, last_consumed_seq, created_at)
+INSERT INTO queen.partition_consumers (partition_id, queue_id, consumer_group, last_consumed_seq, created_at, epoch)
 SELECT p.id, p.queue_id, $3,
 	CASE WHEN m.subscription_mode = 'all' THEN 0
 	ELSE coalesce((SELECT max(x.seq) FROM queen.messages x
 		WHERE x.partition_id = p.id AND x.created_at <= m.subscription_timestamp), 0) END,
-	coalesce($7::timestamptz, now())
+	coalesce($7::timestamptz, now()), p.epoch
 FROM queen.partitions p, mode m
 WHERE p.queue_id = $2
 ON CONFLICT DO NOTHING`
