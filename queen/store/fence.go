@@ -33,6 +33,9 @@ func (e *MovedError) Unwrap() []error { return []error{ErrMoved, e.Err} }
 
 // movedOr is err as a *MovedError when it is the fence's SQLSTATE, else err.
 func movedOr(err error) error {
+	if err == nil {
+		return nil
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == movedCode {
 		return &MovedError{QueueID: pgErr.Detail, Err: err}

@@ -183,3 +183,76 @@ func TestNewFencedRowsTakeTheQueueEpoch(t *testing.T) {
 		t.Fatalf("%d fenced rows of the frozen queue not frozen, %d cursor rows (want 0 and 4: 2 partitions x 2 groups)", live, rows)
 	}
 }
+
+// A pop routed with a stale epoch fails as moved and claims nothing: with
+// a message claimable (the cursor row's epoch) and with none (the queue
+// row's, a one-time filter), and after a freeze.
+func TestPopRoutedWithAStaleEpochIsMoved(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	ctx := context.Background()
+	_, qid := fencedPartition(t, ctx, s, "fence-pop")
+	if _, err := claim(ctx, s, consume.PopRequest{Tenant: tenant, Queue: "fence-pop", Group: "g", Batch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pushItems(ctx, s, tenant, []store.PushItem{{Queue: "fence-pop", Partition: "p1", TransactionID: "second"}}, ""); err != nil {
+		t.Fatal(err)
+	}
+	pop := func(epoch int64) (store.PopRows, error) {
+		return s.RunPop(ctx, store.PopParams{QueueID: qid, Group: "g", Partitions: 1, Batch: 1, LeaseSeconds: 60, Epoch: &epoch})
+	}
+	_, err := pop(2)
+	wantMoved(t, "a pop at epoch 2 of a queue at 1", err, qid)
+	if got, err := pop(1); err != nil || len(got.Rows) != 1 || got.Rows[0].TransactionID != "second" {
+		t.Fatalf("the pop at the queue's epoch after a moved one: %+v %v (want the message the moved pop left)", got, err)
+	}
+	_, err = pop(2)
+	wantMoved(t, "a pop at epoch 2 with nothing claimable", err, qid)
+	stale := int64(2)
+	_, err = s.RunPopMany(ctx, store.PopParams{QueueID: qid, Group: "g", Batch: 1, LeaseSeconds: 60, Epoch: &stale}, 2)
+	wantMoved(t, "pops of one partition each at epoch 2", err, qid)
+	if _, err := s.Freeze(ctx, s.Pool(), tenant, "fence-pop", 1); err != nil {
+		t.Fatal(err)
+	}
+	_, err = pop(1)
+	wantMoved(t, "a pop of a frozen queue", err, qid)
+	if got, err := s.RunPop(ctx, store.PopParams{QueueID: qid, Group: "g", Partitions: 1, Batch: 1}); err != nil || len(got.Rows) != 0 {
+		t.Fatalf("an unrouted pop (no shards): %+v %v", got, err)
+	}
+}
+
+// An ack routed with a stale epoch fails as moved and moves no cursor: the
+// same completion at the queue's epoch is then accepted, and one after a
+// freeze fails again.
+func TestAckRoutedWithAStaleEpochIsMoved(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	ctx := context.Background()
+	_, qid := fencedPartition(t, ctx, s, "fence-ack")
+	if _, err := pushItems(ctx, s, tenant, []store.PushItem{{Queue: "fence-ack", Partition: "p0", TransactionID: "second"}}, ""); err != nil {
+		t.Fatal(err)
+	}
+	popped, err := claim(ctx, s, consume.PopRequest{Tenant: tenant, Queue: "fence-ack", Group: "g", Batch: 2})
+	if err != nil || len(popped.Messages) != 2 {
+		t.Fatalf("pop: %+v %v", popped, err)
+	}
+	ackAt := func(txid string, epoch int64) ([]store.AckResult, error) {
+		return s.AckCompletions(ctx, []store.AckRow{{AckItem: store.AckItem{TransactionID: txid, PartitionID: popped.PartitionID,
+			LeaseID: popped.LeaseID}, Tenant: tenant, Group: "g", Epoch: epoch}})
+	}
+	_, err = ackAt("seed", 2)
+	wantMoved(t, "an ack at epoch 2 of a queue at 1", err, qid)
+	if res, err := ackAt("seed", 1); err != nil || !res[0].Success {
+		t.Fatalf("the ack at the queue's epoch after a moved one: %+v %v", res, err)
+	}
+	if _, err := s.Freeze(ctx, s.Pool(), tenant, "fence-ack", 1); err != nil {
+		t.Fatal(err)
+	}
+	_, err = ackAt("second", 1)
+	wantMoved(t, "an ack of a frozen queue", err, qid)
+	var cursor int64
+	if err := s.Pool().QueryRow(ctx, `SELECT last_consumed_seq FROM queen.partition_consumers WHERE partition_id = $1 AND consumer_group = 'g'`,
+		popped.PartitionID).Scan(&cursor); err != nil || cursor != 1 {
+		t.Fatalf("cursor at %d (%v), want 1: the moved acks moved it", cursor, err)
+	}
+}
