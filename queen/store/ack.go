@@ -116,10 +116,15 @@ func allCompletedAndDistinct(items []AckItem) bool {
 // the CTE that locks, as appendSQL does, so a cursor row held elsewhere
 // fails this statement (55P03, nothing written) instead of holding its
 // combiner slot.
+//
+// Fence ($8, one epoch per row; NULL without shards, which checks nothing):
+// a locked cursor row at another epoch than its rows were routed with
+// fails the statement as moved (fence.go), nothing written; the check is in
+// the locking scan, so an ack that waited behind a freeze fails too.
 const ackCompletedSQL = `
 WITH input AS (
-	SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::uuid[])
-		WITH ORDINALITY AS v(pid, txid, lease, grp, tenant, ord)
+	SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::uuid[], $8::bigint[])
+		WITH ORDINALITY AS v(pid, txid, lease, grp, tenant, epoch, ord)
 ),
 owners AS MATERIALIZED (
 	SELECT p.id AS pid, p.name AS pname, q.name AS qname, q.tenant_id
@@ -139,6 +144,8 @@ cur AS (
 	FROM queen.partition_consumers pc
 	WHERE (pc.partition_id, pc.consumer_group) IN (SELECT pid, grp FROM found WHERE owned)
 		AND (SELECT $7::text IS NULL OR set_config('lock_timeout', $7, true) <> '')
+		AND ($8::bigint[] IS NULL OR pc.epoch = ALL (SELECT i.epoch FROM input i WHERE i.pid = pc.partition_id)
+			OR queen.fence_moved(pc.queue_id))
 	ORDER BY pc.partition_id, pc.consumer_group
 	FOR UPDATE
 ),
@@ -180,6 +187,7 @@ type ackCompletedParams struct {
 	PartitionIDs, TransactionIDs, LeaseIDs, Groups, Tenants []string
 	Now                                                     *time.Time
 	LockWait                                                string
+	Epochs                                                  []int64
 }
 
 var ackVerdicts = map[string]string{
@@ -193,9 +201,13 @@ func AckVerdictError(verdict string) string { return ackVerdicts[verdict] }
 
 // AckRow is one completion as AckCompletions takes it: the item and whose
 // it is.
+//
+// Epoch is the placement epoch the row's queue was routed with (0: no
+// shards); a sharded caller sets every row's.
 type AckRow struct {
 	AckItem
 	Tenant, Group string
+	Epoch         int64
 }
 
 // AckCompletions runs one ackCompletedSQL over rows (completions of one or
@@ -217,9 +229,10 @@ func (s *Store) ackStatement(ctx context.Context, rows []AckRow) ([]AckResult, e
 		p.Groups = append(p.Groups, r.Group)
 		p.Tenants = append(p.Tenants, r.Tenant)
 	}
+	p.Epochs = ackEpochs(rows)
 	res, err := s.pool.Query(ctx, text("ack.completed"), argsOf(p)...)
 	if err != nil {
-		return nil, err
+		return nil, movedOr(err)
 	}
 	defer res.Close()
 	out := make([]AckResult, len(rows))
@@ -239,7 +252,22 @@ func (s *Store) ackStatement(ctx context.Context, rows []AckRow) ([]AckResult, e
 		}
 		out[r.Index] = r
 	}
-	return out, res.Err()
+	return out, movedOr(res.Err())
+}
+
+// ackEpochs are the rows' routed epochs, nil when none is set (no shards:
+// the statement checks nothing).
+func ackEpochs(rows []AckRow) []int64 {
+	var epochs []int64
+	for i, r := range rows {
+		if r.Epoch != 0 && epochs == nil {
+			epochs = make([]int64, len(rows))
+		}
+		if epochs != nil {
+			epochs[i] = r.Epoch
+		}
+	}
+	return epochs
 }
 
 // ackReadSQL reads, for a general ack batch inside a transaction, each

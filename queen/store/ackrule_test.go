@@ -79,7 +79,7 @@ func checkCompletions(rt *rapid.T, pool *pgxpool.Pool, state []storetest.CursorR
 	if ignore {
 		sql = store.AckCompletedIgnoringLeaseSQL
 	}
-	if old, cur := run(store.RefAckCompletedSQL, p, x, l, g, tn, now, ignore, nil), run(sql, p, x, l, g, tn, now, nil); !reflect.DeepEqual(old, cur) {
+	if old, cur := run(store.RefAckCompletedSQL, p, x, l, g, tn, now, ignore, nil), run(sql, p, x, l, g, tn, now, nil, nil); !reflect.DeepEqual(old, cur) {
 		rt.Fatalf("combined completions (ignoreLease=%v) of %+v\nold: %+v\nnew: %+v", ignore, items, old, cur)
 	}
 }
@@ -115,7 +115,7 @@ func TestAckVerdictIsInlined(t *testing.T) {
 	m := res.Messages[0]
 	for name, q := range map[string][]any{
 		"ackCompletedSQL": {store.AckCompletedSQL, []string{m.PartitionID}, []string{m.TransactionID}, []string{m.LeaseID},
-			[]string{store.QueueModeGroup}, []string{tenant}, nil, nil},
+			[]string{store.QueueModeGroup}, []string{tenant}, nil, nil, nil},
 		"ackReadSQL": {store.AckReadSQL, []string{m.PartitionID}, []string{m.TransactionID}, store.QueueModeGroup, tenant,
 			nil, []string{m.LeaseID}},
 	} {

@@ -365,7 +365,7 @@ func TestAckUpdatesTheCursorInPlace(t *testing.T) {
 	defer func() { _ = tx.Rollback(ctx) }()
 	m := res.Messages
 	rows, err := tx.Query(ctx, store.AckCompletedSQL, []string{m[0].PartitionID, m[1].PartitionID}, []string{m[0].TransactionID, m[1].TransactionID},
-		[]string{m[0].LeaseID, m[1].LeaseID}, []string{store.QueueModeGroup, store.QueueModeGroup}, []string{tenant, tenant}, nil, nil)
+		[]string{m[0].LeaseID, m[1].LeaseID}, []string{store.QueueModeGroup, store.QueueModeGroup}, []string{tenant, tenant}, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,10 @@ func Classify(err error) Class {
 	if !errors.As(err, &pgErr) {
 		return Transient
 	}
-	if Contention(err) {
+	if Contention(err) || Moved(err) {
+		// Moved is never permanent (invariant 6): the queue is on another
+		// shard, or frozen for a move, and the same write succeeds routed
+		// again.
 		return Transient
 	}
 	if pgErr.Code == pgerrcode.ReadOnlySQLTransaction && readOnlyTransient() {

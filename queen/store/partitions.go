@@ -40,7 +40,8 @@ type CreateQueuesParams struct {
 }
 
 // createPartitionsSQL creates missing partitions and returns the ones this
-// statement created.
+// statement created. A new partition takes its queue row's epoch (the
+// fence, fence.go), frozen too if the queue is, as its cursor rows do.
 //
 // Invariant (every subscribed group sees every partition): the insert takes
 // a KEY SHARE lock on the queue row through the foreign key, and a group's
@@ -49,8 +50,8 @@ type CreateQueuesParams struct {
 // of this transaction, sees it; or this transaction committed first and the
 // subscription's cursor insert, a later statement, sees the partition.
 const createPartitionsSQL = `
-INSERT INTO queen.partitions (id, queue_id, name, created_at, last_activity)
-SELECT v.id, q.id, v.pn, coalesce($5::timestamptz, now()), coalesce($5::timestamptz, now())
+INSERT INTO queen.partitions (id, queue_id, name, created_at, last_activity, epoch)
+SELECT v.id, q.id, v.pn, coalesce($5::timestamptz, now()), coalesce($5::timestamptz, now()), q.epoch
 FROM unnest($2::uuid[], $3::text[], $4::text[]) AS v(id, qn, pn)
 JOIN queen.queues q ON q.tenant_id = $1 AND q.name = v.qn
 ON CONFLICT (queue_id, name) DO NOTHING
@@ -69,8 +70,8 @@ type CreatePartitionsParams struct {
 // subscribed to its queue. A new partition's messages are all newer than any
 // subscription, so every cursor starts at the beginning.
 const createConsumersSQL = `
-INSERT INTO queen.partition_consumers (partition_id, queue_id, consumer_group, created_at)
-SELECT v.pid, v.qid, g.consumer_group, coalesce($4::timestamptz, now())
+INSERT INTO queen.partition_consumers (partition_id, queue_id, consumer_group, created_at, epoch)
+SELECT v.pid, v.qid, g.consumer_group, coalesce($4::timestamptz, now()), q.epoch
 FROM unnest($2::uuid[], $3::uuid[]) AS v(pid, qid)
 JOIN queen.queues q ON q.id = v.qid
 JOIN queen.consumer_groups_metadata g ON g.tenant_id = $1 AND g.queue_name = q.name

@@ -46,8 +46,14 @@ type PopRows struct {
 // popClaimSQL opens both pop statements: the queue's settings and the
 // claimed cursor rows. $1 queue id, $2 group, $3 max partitions, $4 max
 // messages, $5 lease token, $6 lease seconds (0: the queue's leaseTime),
-// $7 autoAck, $8 now, $9 byte budget (PopParams.MaxBytes), $10 partition
-// name (specific pops only).
+// $7 autoAck, $8 now, $9 byte budget (PopParams.MaxBytes), $10 the routed
+// epoch (NULL without shards), $11 partition name (specific pops only).
+//
+// Fence ($10, fence.go): the queue row's epoch is a one-time filter (it
+// names no cursor column), so a pop of a frozen or moved queue fails as
+// moved even when nothing is claimable; the cursor row's epoch is rechecked
+// on the row version the claim locks, so a pop whose snapshot predates a
+// freeze and that meets the frozen row fails too. NULL short-circuits both.
 //
 // Invariant (exclusive lease): a cursor row is claimed only if its lease is
 // absent or expired in database time, under FOR UPDATE SKIP LOCKED, so two
@@ -73,6 +79,8 @@ cand AS (
 	FROM queen.partition_consumers pc
 	JOIN queen.partitions p ON p.id = pc.partition_id
 	WHERE pc.queue_id = $1 AND pc.consumer_group = $2 AND /*partition*/ TRUE
+		AND ($10::bigint IS NULL OR (SELECT x.epoch = $10 OR queen.fence_moved(x.id) FROM queen.queues x WHERE x.id = $1))
+		AND ($10::bigint IS NULL OR pc.epoch = $10 OR queen.fence_moved(pc.queue_id))
 		AND NOT EXISTS (SELECT 1 FROM queen.pop_marks mk WHERE mk.queue_id = $1
 			AND (mk.groups ->> $2)::timestamptz > coalesce($8::timestamptz, now()) - interval '` + popMarkFresh + `')
 		AND (pc.lease_expires_at IS NULL OR pc.lease_expires_at <= coalesce($8::timestamptz, now()))
@@ -244,12 +252,12 @@ func popText(partition, one bool) string {
 	}
 	if partition {
 		sql = strings.Replace(sql, `/*partition*/ TRUE`,
-			`pc.partition_id = (SELECT p2.id FROM queen.partitions p2 WHERE p2.queue_id = $1 AND p2.name = $10::text)`, 1)
+			`pc.partition_id = (SELECT p2.id FROM queen.partitions p2 WHERE p2.queue_id = $1 AND p2.name = $11::text)`, 1)
 	}
 	return sql
 }
 
-// popParams are the wildcard pop's arguments, $1 to $9 (popClaimSQL).
+// popParams are the wildcard pop's arguments, $1 to $10 (popClaimSQL).
 type popParams struct {
 	QueueID      string
 	Group        string
@@ -260,10 +268,11 @@ type popParams struct {
 	AutoAck      bool
 	Now          *time.Time
 	MaxBytes     int64
+	Epoch        *int64
 }
 
 // popPartitionParams are a specific-partition pop's: the partition's name
-// is $10.
+// is $11.
 type popPartitionParams struct {
 	popParams
 	Partition string
@@ -300,6 +309,10 @@ type PopParams struct {
 	MaxBytes     int64 // 0: no bound
 	// Now is the database's now for the statement (nil: PostgreSQL's).
 	Now *time.Time
+	// Epoch is the placement epoch the queue was routed with (nil: no
+	// shards, nothing checked); another one fails the pop as moved
+	// (*MovedError), nothing claimed.
+	Epoch *int64
 }
 
 // RunPop runs the pop statement p names (popStatement) and reads its rows:
@@ -307,7 +320,7 @@ type PopParams struct {
 // statement answers them.
 func (s *Store) RunPop(ctx context.Context, in PopParams) (PopRows, error) {
 	p := popParams{QueueID: in.QueueID, Group: in.Group, Partitions: in.Partitions, Batch: in.Batch, LeaseID: s.ids.New(),
-		LeaseSeconds: in.LeaseSeconds, AutoAck: in.AutoAck, Now: in.Now, MaxBytes: in.MaxBytes}
+		LeaseSeconds: in.LeaseSeconds, AutoAck: in.AutoAck, Now: in.Now, MaxBytes: in.MaxBytes, Epoch: in.Epoch}
 	if p.MaxBytes <= 0 {
 		p.MaxBytes = math.MaxInt64
 	}
@@ -316,7 +329,7 @@ func (s *Store) RunPop(ctx context.Context, in PopParams) (PopRows, error) {
 	name, args := popStatement(p, in.Partition)
 	rows, err := s.pool.Query(ctx, text(name), args...)
 	if err != nil {
-		return PopRows{}, err
+		return PopRows{}, movedOr(err)
 	}
 	defer rows.Close()
 	out := PopRows{LeaseID: p.LeaseID}
@@ -328,7 +341,7 @@ func (s *Store) RunPop(ctx context.Context, in PopParams) (PopRows, error) {
 		out.Rows = append(out.Rows, r)
 	}
 	if err := rows.Err(); err != nil {
-		return PopRows{}, err
+		return PopRows{}, movedOr(err)
 	}
 	return out, nil
 }
@@ -378,12 +391,12 @@ mode AS (
 		AND partition_name = '' AND namespace = '' AND task = ''
 	LIMIT 1
 )
-INSERT INTO queen.partition_consumers (partition_id, queue_id, consumer_group, last_consumed_seq, created_at)
+INSERT INTO queen.partition_consumers (partition_id, queue_id, consumer_group, last_consumed_seq, created_at, epoch)
 SELECT p.id, p.queue_id, $3,
 	CASE WHEN m.subscription_mode = 'all' THEN 0
 	ELSE coalesce((SELECT max(x.seq) FROM queen.messages x
 		WHERE x.partition_id = p.id AND x.created_at <= m.subscription_timestamp), 0) END,
-	coalesce($7::timestamptz, now())
+	coalesce($7::timestamptz, now()), p.epoch
 FROM queen.partitions p, mode m
 WHERE p.queue_id = $2
 ON CONFLICT DO NOTHING`

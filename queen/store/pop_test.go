@@ -111,7 +111,7 @@ func TestOnePartitionPopAgreesWithTheGeneralPop(t *testing.T) {
 // returns how many messages the lean one delivered.
 func comparePops(rt *rapid.T, pool *pgxpool.Pool, queue string, req consume.PopRequest, now time.Time) int {
 	qid, group := queueAndGroup(rt, pool, queue, req)
-	args := []any{qid, group, 1, req.Batch, "00000000-0000-7000-8000-0000000000aa", 0, req.AutoAck, now, req.MaxBytes}
+	args := []any{qid, group, 1, req.Batch, "00000000-0000-7000-8000-0000000000aa", 0, req.AutoAck, now, req.MaxBytes, nil}
 	if req.Partition != "" {
 		args = append(args, req.Partition)
 	}
@@ -142,7 +142,7 @@ func comparePopMany(rt *rapid.T, pool *pgxpool.Pool, queue string, req consume.P
 	for i := range tokens {
 		tokens[i] = fmt.Sprintf("00000000-0000-7000-8000-0000000000%02d", i+1)
 	}
-	manyRows, manyCursors := popRolledBack(rt, pool, store.PopManySQL(), []any{qid, group, n, req.Batch, tokens, 0, false, now, req.MaxBytes})
+	manyRows, manyCursors := popRolledBack(rt, pool, store.PopManySQL(), []any{qid, group, n, req.Batch, tokens, 0, false, now, req.MaxBytes, nil})
 	one, _ := store.PopStatements(false)
 	tx, err := pool.Begin(ctx)
 	if err != nil {
@@ -152,7 +152,7 @@ func comparePopMany(rt *rapid.T, pool *pgxpool.Pool, queue string, req consume.P
 	var singleRows []string
 	claims := 0
 	for _, tok := range tokens {
-		rows := collect(rt, tx, one, qid, group, 1, req.Batch, tok, 0, false, now, req.MaxBytes)
+		rows := collect(rt, tx, one, qid, group, 1, req.Batch, tok, 0, false, now, req.MaxBytes, nil)
 		if len(rows) > 0 {
 			claims++
 		}

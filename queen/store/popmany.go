@@ -30,7 +30,7 @@ per_partition AS (
 ),` + popLease(`($5::text[])[s.rank]`, true) + `
 ORDER BY l.rank, p.seq`
 
-// popManyParams are popManySQL's arguments, $1 to $9: popParams with one
+// popManyParams are popManySQL's arguments, $1 to $10: popParams with one
 // lease token per pop.
 type popManyParams struct {
 	QueueID      string
@@ -42,6 +42,7 @@ type popManyParams struct {
 	AutoAck      bool
 	Now          *time.Time
 	MaxBytes     int64
+	Epoch        *int64
 }
 
 // RunPopMany runs n wildcard pops of one partition each, all of in's
@@ -52,7 +53,7 @@ type popManyParams struct {
 // of one partition).
 func (s *Store) RunPopMany(ctx context.Context, in PopParams, n int) ([]PopRows, error) {
 	p := popManyParams{QueueID: in.QueueID, Group: in.Group, Pops: n, Batch: in.Batch, LeaseSeconds: in.LeaseSeconds,
-		AutoAck: in.AutoAck, Now: in.Now, MaxBytes: in.MaxBytes, LeaseIDs: make([]string, n)}
+		AutoAck: in.AutoAck, Now: in.Now, MaxBytes: in.MaxBytes, LeaseIDs: make([]string, n), Epoch: in.Epoch}
 	if p.MaxBytes <= 0 {
 		p.MaxBytes = math.MaxInt64
 	}
@@ -65,7 +66,7 @@ func (s *Store) RunPopMany(ctx context.Context, in PopParams, n int) ([]PopRows,
 	defer cancel()
 	rows, err := s.pool.Query(ctx, text("pop.many"), argsOf(p)...)
 	if err != nil {
-		return nil, err
+		return nil, movedOr(err)
 	}
 	defer rows.Close()
 	for rows.Next() {
@@ -79,5 +80,5 @@ func (s *Store) RunPopMany(ctx context.Context, in PopParams, n int) ([]PopRows,
 		}
 		out[rank-1].Rows = append(out[rank-1].Rows, r)
 	}
-	return out, rows.Err()
+	return out, movedOr(rows.Err())
 }

@@ -65,7 +65,7 @@ func TestEmptyWildcardPopReadsNoCursorRow(t *testing.T) {
 	const parts = 2000
 	qid := consumedQueue(t, s, pool, "marks-cost", "g", parts)
 	pop := func() int64 {
-		blocks, rows := buffers(t, pool, store.WildcardPopSQL, qid, "g", 1, 1, "00000000-0000-7000-8000-000000000001", 0, true, nil, int64(1<<62))
+		blocks, rows := buffers(t, pool, store.WildcardPopSQL, qid, "g", 1, 1, "00000000-0000-7000-8000-000000000001", 0, true, nil, int64(1<<62), nil)
 		if rows != 0 {
 			t.Fatalf("the empty queue delivered %d rows", rows)
 		}

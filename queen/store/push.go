@@ -72,6 +72,13 @@ type PushResult struct {
 // key and stores each payload as its is_encrypted says (contract-admin.md
 // 7.1), as it did before it ran this statement.
 //
+// Fence ($11, one epoch per row; NULL without shards, which checks nothing):
+// the epoch each row's queue was routed with. A locked partition row whose
+// epoch differs (the queue moved, or is frozen: -E) calls queen.fence_moved,
+// which fails the statement with SQLSTATE QF001 (ErrMoved), nothing written.
+// It is in the locking scan's WHERE, so a push that waited behind a freeze
+// is rechecked against the frozen row version and fails too.
+//
 // Lock wait ($9, the combiner's rowLockWait; NULL in a transaction, which keeps
 // its own): set in the CTE that locks, as a one-time filter evaluated
 // before its first row lock, so a partition held elsewhere fails this
@@ -79,13 +86,14 @@ type PushResult struct {
 // combiner slot, for as long as the holder likes.
 const appendSQL = `
 WITH input AS (
-	SELECT v.id, v.pid, v.txid, v.trace, v.payload, v.sub, v.enc, v.ord
-	FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $8::boolean[])
-		WITH ORDINALITY AS v(id, pid, txid, trace, payload, sub, enc, ord)
+	SELECT v.id, v.pid, v.txid, v.trace, v.payload, v.sub, v.enc, v.ord, v.epoch
+	FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $8::boolean[], $11::bigint[])
+		WITH ORDINALITY AS v(id, pid, txid, trace, payload, sub, enc, epoch, ord)
 ),
 locked AS (
 	SELECT p.id, p.last_seq, q.encryption_enabled AS seal FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
 	WHERE p.id IN (SELECT pid FROM input) AND (SELECT $9::text IS NULL OR set_config('lock_timeout', $9, true) <> '')
+	AND ($11::bigint[] IS NULL OR p.epoch = ALL (SELECT i.epoch FROM input i WHERE i.pid = p.id) OR queen.fence_moved(p.queue_id))
 	ORDER BY p.id
 	FOR NO KEY UPDATE OF p
 ),
@@ -116,13 +124,14 @@ SELECT i.ord, i.id::text, a.id IS NOT NULL, (SELECT count(*) FROM advanced), coa
 FROM input i LEFT JOIN appended a ON a.id = i.id LEFT JOIN locked l ON l.id = i.pid
 ORDER BY i.ord`
 
-// appendParams are appendSQL's arguments, $1 to $10.
+// appendParams are appendSQL's arguments, $1 to $11.
 type appendParams struct {
 	IDs, PartitionIDs, TransactionIDs, TraceIDs, Payloads, ProducerSubs []string
 	Now                                                                 *time.Time
 	Encrypted                                                           []bool
 	LockWait                                                            *string
 	SealCheck                                                           bool
+	Epochs                                                              []int64
 }
 
 // dupLookupSQL finds the stored rows of the rows appendSQL did not insert:
@@ -143,9 +152,10 @@ JOIN queen.messages m ON m.partition_id = v.pid AND m.transaction_id = v.txid`
 func strandedSQL(sql string) string {
 	out := strings.Replace(sql, `SELECT p.id, p.last_seq, q.encryption_enabled AS seal FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
 	WHERE p.id IN (SELECT pid FROM input) AND (SELECT $9::text IS NULL OR set_config('lock_timeout', $9, true) <> '')
+	AND ($11::bigint[] IS NULL OR p.epoch = ALL (SELECT i.epoch FROM input i WHERE i.pid = p.id) OR queen.fence_moved(p.queue_id))
 	ORDER BY p.id
 	FOR NO KEY UPDATE OF p`, `SELECT p.id, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS last_seq, q.encryption_enabled AS seal
-		FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE p.id IN (SELECT pid FROM input) AND ($9::text IS NULL OR true)`, 1)
+		FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE p.id IN (SELECT pid FROM input) AND ($9::text IS NULL OR true) AND ($11::bigint[] IS NULL OR true)`, 1)
 	from, to := strings.Index(out, "advanced AS ("), strings.Index(out, "RETURNING p.id\n)")
 	if out == sql || from < 0 || to < from {
 		panic("store: the stranded canary no longer matches appendSQL")
@@ -277,9 +287,15 @@ func (s *Store) NewRows(items []PushItem, pids []string, producerSub string) []A
 // AppendRowsParams are AppendRows' arguments: the rows, whose (partition,
 // transactionId) pairs are distinct, and how long to wait at most for a
 // partition's lock ("": the session's lock_timeout; LockWait).
+//
+// Epochs, when set (shards configured), holds per row the placement epoch its
+// queue was routed with; a row whose partition is at another epoch fails
+// the whole statement with a *MovedError, nothing written. nil (no shards)
+// checks nothing and costs nothing.
 type AppendRowsParams struct {
 	Rows     []AppendRow
 	LockWait string
+	Epochs   []int64
 }
 
 // AppendRows runs appendSQL on q and answers one outcome per row. When a
@@ -290,7 +306,7 @@ type AppendRowsParams struct {
 // policy's (queen/writes) and queen/pushpath's.
 func (s *Store) AppendRows(ctx context.Context, q Executor, p AppendRowsParams) ([]AppendOut, error) {
 	rows := p.Rows
-	args := appendParams{Now: s.dbNow(), SealCheck: true}
+	args := appendParams{Now: s.dbNow(), SealCheck: true, Epochs: p.Epochs}
 	if p.LockWait != "" {
 		args.LockWait = &p.LockWait
 	}
@@ -305,7 +321,7 @@ func (s *Store) AppendRows(ctx context.Context, q Executor, p AppendRowsParams) 
 	}
 	res, err := q.Query(ctx, text("append"), argsOf(args)...)
 	if err != nil {
-		return nil, err
+		return nil, movedOr(err)
 	}
 	out := make([]AppendOut, len(rows))
 	var raced []int
@@ -326,7 +342,7 @@ func (s *Store) AppendRows(ctx context.Context, q Executor, p AppendRowsParams) 
 		}
 	}
 	if err := res.Err(); err != nil {
-		return nil, err
+		return nil, movedOr(err)
 	}
 	if unsealed {
 		// Nothing was written: the policy seals and runs it again.

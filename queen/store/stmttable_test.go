@@ -86,7 +86,7 @@ func TestArgsOfKeepsDeclarationOrder(t *testing.T) {
 	now := time.Unix(1, 0)
 	p := popPartitionParams{popParams{QueueID: "q", Group: "g", Partitions: 1, Batch: 2, LeaseID: "l", LeaseSeconds: 3,
 		AutoAck: true, Now: &now, MaxBytes: 4}, "p"}
-	want := []any{"q", "g", 1, 2, "l", 3, true, &now, int64(4), "p"}
+	want := []any{"q", "g", 1, 2, "l", 3, true, &now, int64(4), (*int64)(nil), "p"}
 	if got := argsOf(p); !reflect.DeepEqual(got, want) {
 		t.Fatalf("argsOf = %v, want %v", got, want)
 	}

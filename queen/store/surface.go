@@ -31,7 +31,9 @@ type surfaceFunction struct {
 // the owner (SECURITY DEFINER), and queen_sql is granted those, not these.
 var surfaceFunctions = []surfaceFunction{
 	{
-		signature:  "queen.append_rows(uuid[], uuid[], text[], text[], text[], text[], timestamptz, boolean[], text, boolean)",
+		// The epochs (no shards: NULL) default, so the surface's callers
+		// (migration 021) pass the ten arguments they always did.
+		signature:  "queen.append_rows(uuid[], uuid[], text[], text[], text[], text[], timestamptz, boolean[], text, boolean, bigint[] DEFAULT NULL)",
 		returns:    "TABLE (ord bigint, message_id text, queued boolean, advanced bigint, needs_seal boolean)",
 		volatility: "VOLATILE",
 		body:       appendSQL,
@@ -44,14 +46,15 @@ var surfaceFunctions = []surfaceFunction{
 	},
 }
 
-// ddl creates or replaces f and takes it from PUBLIC.
+// ddl creates or replaces f and takes it from PUBLIC (REVOKE names the
+// arguments without their defaults).
 func (f surfaceFunction) ddl() string {
 	if strings.Contains(f.body, "$queen_statement$") {
 		panic("store: a statement contains the dollar quote that wraps it as a function")
 	}
 	return "CREATE OR REPLACE FUNCTION " + f.signature + " RETURNS " + f.returns + " LANGUAGE sql " + f.volatility +
 		" SET search_path = pg_catalog, queen, pg_temp AS $queen_statement$" + f.body + "$queen_statement$;\n" +
-		"REVOKE EXECUTE ON FUNCTION " + f.signature + " FROM PUBLIC;\n"
+		"REVOKE EXECUTE ON FUNCTION " + strings.ReplaceAll(f.signature, " DEFAULT NULL", "") + " FROM PUBLIC;\n"
 }
 
 // generatedMigration (re)creates the surface's functions from the
