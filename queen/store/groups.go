@@ -123,12 +123,16 @@ func (s *Store) GroupPartitions(ctx context.Context, tenant string, group *strin
 // deleteGroupSQL drops a group's cursors (on one queue when $3 is not
 // NULL), live leases with them, and, when $4, its subscriptions, so a group
 // created again under that name subscribes afresh. It returns the queues
-// whose cursors went. The group's watermarks go too (on that queue).
+// whose cursors went. The group's watermarks go too (on that queue). It
+// touches the queues' statistics rows, so the next incremental count
+// recounts them (changedQueuesSQL: a delete leaves no row version behind).
 const deleteGroupSQL = `
 WITH gone AS (
 	DELETE FROM queen.partition_consumers pc USING queen.queues q
 	WHERE pc.queue_id = q.id AND q.tenant_id = $1 AND pc.consumer_group = $2 AND ($3::text IS NULL OR q.name = $3)
-	RETURNING q.name
+	RETURNING q.name, q.id
+), touched AS (
+	UPDATE queen.queue_stats st SET refreshed_at = st.refreshed_at WHERE st.queue_id IN (SELECT id FROM gone)
 ), meta AS (
 	DELETE FROM queen.consumer_groups_metadata g
 	WHERE $4::boolean AND g.tenant_id = $1 AND g.consumer_group = $2 AND ($3::text IS NULL OR g.queue_name = $3)
@@ -136,7 +140,7 @@ WITH gone AS (
 	DELETE FROM queen.consumer_watermarks w
 	WHERE w.tenant_id = $1 AND w.consumer_group = $2 AND ($3::text IS NULL OR w.queue_name = $3)
 )
-SELECT name FROM gone` // meta runs to completion unread, as every data-modifying WITH does
+SELECT name FROM gone` // meta and touched run to completion unread, as every data-modifying WITH does
 
 // DeleteGroup deletes a group's cursors (on queue only, when not nil) and,
 // when deleteMetadata, its subscriptions. It answers how many cursors went

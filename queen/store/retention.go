@@ -209,8 +209,12 @@ func (s *Store) PruneRetentionHistory(ctx context.Context, on Executor) error {
 // committed meanwhile moved last_activity, which the re-check under FOR
 // UPDATE sees. A push whose cached id names a removed partition retries
 // under a fresh id, so nothing is lost; the group cursors go with the
-// partition, which held nothing left to consume.
+// partition, which held nothing left to consume. It touches the queues'
+// statistics rows, so the next incremental count recounts them
+// (changedQueuesSQL: a delete leaves no row version behind), and answers
+// how many partitions went.
 const emptyPartitionsSQL = `
+WITH gone AS (
 DELETE FROM queen.partitions WHERE id IN (
 	SELECT p.id FROM queen.partitions p
 	WHERE p.name <> 'Default'
@@ -220,7 +224,12 @@ DELETE FROM queen.partitions WHERE id IN (
 			AND (pc.lease_expires_at > coalesce($1::timestamptz, now())
 				OR pc.last_consumed_at > coalesce($1::timestamptz, now()) - make_interval(days => $3)))
 	LIMIT $2
-	FOR UPDATE OF p SKIP LOCKED)`
+	FOR UPDATE OF p SKIP LOCKED)
+RETURNING queue_id
+), touched AS (
+	UPDATE queen.queue_stats st SET refreshed_at = st.refreshed_at WHERE st.queue_id IN (SELECT queue_id FROM gone)
+)
+SELECT count(*) FROM gone`
 
 // CleanupEmptyPartitions runs emptyPartitionsSQL once, on on: it removes
 // up to batch empty partitions idle for days, and answers how many.
@@ -228,6 +237,7 @@ DELETE FROM queen.partitions WHERE id IN (
 func (s *Store) CleanupEmptyPartitions(ctx context.Context, on Executor, batch, days int) (int64, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	tag, err := on.Exec(ctx, emptyPartitionsSQL, s.dbNow(), batch, days)
-	return tag.RowsAffected(), err
+	var n int64
+	err := on.QueryRow(ctx, emptyPartitionsSQL, s.dbNow(), batch, days).Scan(&n)
+	return n, err
 }
