@@ -124,9 +124,12 @@ SELECT DISTINCT c.queue_id::text FROM (
 ) c ORDER BY 1`
 
 // xminAtOrAbove is true when table alias t's row version was written by a
-// transaction at or above the horizon $1, in xid arithmetic modulo 2^32.
+// transaction at or above the horizon $1 (its low 32 bits): its age is
+// at most the horizon's. age() is xid arithmetic modulo 2^32 against one
+// reference for the whole statement, a frozen row's age is the largest,
+// and it costs a row far less than comparing the xid's text.
 func xminAtOrAbove(t string) string {
-	return `(` + t + `.xmin::text::bigint - $1::bigint + 4294967296) % 4294967296 < 2147483648`
+	return `age(` + t + `.xmin) <= (SELECT age($1::bigint::text::xid))`
 }
 
 // RefreshQueueStats recounts every queue of every tenant into the
