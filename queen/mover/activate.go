@@ -36,6 +36,15 @@ func (m *Mover) activate(ctx context.Context, mv *catalog.Move, a, b Shard) (str
 	if mv.ActivatedAt == nil {
 		mv.ActivatedAt = m.now()
 	}
+	if mv.RowsCopied == 0 {
+		// A mover that died after the catalogue's set lost the count: an
+		// approximate one now (the queue takes writes on the destination).
+		n, err := queueRowsCount(ctx, b.Pool, queueRows(*mv))
+		if err != nil {
+			return "", &forwardError{err}
+		}
+		mv.RowsCopied = n
+	}
 	return StateCleanup, nil
 }
 

@@ -185,8 +185,8 @@ func (tr *traffic) ack(ctx context.Context, rows store.PopRows) error {
 	}
 }
 
-// popAll pops and acks until stop closes and then until every answered
-// push was delivered.
+// popAll pops and acks until stop closes (the pusher returned) and then
+// until every answered push was delivered.
 func (tr *traffic) popAll(ctx context.Context, stop <-chan struct{}) error {
 	stopped := false
 	for {
@@ -224,8 +224,14 @@ func (tr *traffic) run(ctx context.Context) func() error {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
-	wg.Go(func() { errs[0] = tr.pushAll(ctx, stop) })
-	wg.Go(func() { errs[1] = tr.popAll(ctx, stop) })
+	// The popper drains once the pusher returned, not once it was told to
+	// stop: a push answered after that would go unpopped.
+	pushed := make(chan struct{})
+	wg.Go(func() {
+		defer close(pushed)
+		errs[0] = tr.pushAll(ctx, stop)
+	})
+	wg.Go(func() { errs[1] = tr.popAll(ctx, pushed) })
 	return func() error {
 		close(stop)
 		wg.Wait()
