@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/queen-go/queen/queen/catalog"
 	"github.com/queen-go/queen/queen/mover"
 	"github.com/queen-go/queen/queen/pglocal"
 )
@@ -222,5 +223,64 @@ func failedMove(t *testing.T, w *world, why string, setup func(m *mover.Mover, i
 	}
 	if _, err := m.Plan(ctx, tenant, "moving", "b"); err != nil {
 		t.Errorf("a new move after the failed one: %v", err)
+	}
+}
+
+// TestPlanRefusesAndMoversExclude: Plan's errors are typed (unknown
+// queue, unknown shard, same shard, a move already unfinished); a second
+// mover is refused while one holds the lock; a state write whose step
+// counter another mover advanced is refused.
+func TestPlanRefusesAndMoversExclude(t *testing.T) {
+	ca, cb := logicalCluster(t, "a"), logicalCluster(t, "b")
+	ctx := context.Background()
+	w := newWorld(t, ca, cb)
+	w.createQueue(t, "moving")
+	m := mover.New(w.cfg)
+	for _, c := range []struct {
+		queue, to string
+		want      error
+	}{{"nosuch", "b", mover.ErrUnknownQueue}, {"moving", "c", mover.ErrUnknownShard}, {"moving", "a", mover.ErrSameShard}} {
+		if _, err := m.Plan(ctx, tenant, c.queue, c.to); !errors.Is(err, c.want) {
+			t.Errorf("plan %s to %s: %v, want %v", c.queue, c.to, err, c.want)
+		}
+	}
+	id, err := m.Plan(ctx, tenant, "moving", "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Plan(ctx, tenant, "moving", "b"); !errors.Is(err, mover.ErrMoveUnfinished) {
+		t.Errorf("a second plan: %v, want ErrMoveUnfinished", err)
+	}
+	if _, err := m.Get(ctx, "00000000-0000-0000-0000-000000000000"); !errors.Is(err, mover.ErrNoMove) {
+		t.Errorf("get of no move: %v", err)
+	}
+	// The first mover dies inside its plan step holding the lock: the
+	// second is refused meanwhile.
+	other := mover.New(w.cfg)
+	var busy error
+	mover.SetAfterEffect(m, func(string) error {
+		busy = other.Step(ctx, id)
+		return errKilled
+	})
+	if err := m.Step(ctx, id); !errors.Is(err, errKilled) {
+		t.Fatalf("step: %v", err)
+	}
+	if !errors.Is(busy, mover.ErrBusy) {
+		t.Errorf("a second mover's step while the first runs: %v, want ErrBusy", busy)
+	}
+	before, err := w.cat.Move(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Step(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	// A mover that read the move before the other's step writes late.
+	before.State = mover.StateCopy
+	if _, err := w.cat.SetMove(ctx, before); !errors.Is(err, catalog.ErrStaleMove) {
+		t.Errorf("a stale state write: %v, want ErrStaleMove", err)
+	}
+	if st, err := m.Get(ctx, id); err != nil || st.State != mover.StateCopy {
+		t.Errorf("after one step: %+v %v", st, err)
 	}
 }
