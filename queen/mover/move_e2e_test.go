@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/queen-go/queen/queen/catalog"
+	"github.com/queen-go/queen/queen/clock"
 	"github.com/queen-go/queen/queen/mover"
 	"github.com/queen-go/queen/queen/pglocal"
 )
@@ -163,13 +166,38 @@ func TestFailedMoveGivesTheQueueBack(t *testing.T) {
 	})
 	t.Run("catch-up times out", func(t *testing.T) {
 		w := newWorld(t, ca, cb)
-		w.cfg.CatchUpTimeout = 3 * time.Second
-		failedMove(t, w, "did not catch up", func(m *mover.Mover, id string) {
+		// The mover's clock runs ten times faster than the real one, and
+		// jumps by the whole timeout once a is frozen and b stopped
+		// applying: only the wait after the freeze times out.
+		sim := clock.NewSim(time.Now())
+		w.cfg.Clock, w.cfg.CatchUpTimeout = sim, time.Hour
+		var frozen atomic.Bool
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		defer close(stop)
+		wg.Go(func() {
+			for tick := time.NewTicker(time.Millisecond); ; {
+				select {
+				case <-stop:
+					tick.Stop()
+					return
+				case <-tick.C:
+				}
+				if frozen.Load() {
+					sim.Advance(time.Hour)
+				} else {
+					sim.Advance(10 * time.Millisecond)
+				}
+			}
+		})
+		failedMove(t, w, "catch_up: the destination did not catch up in time", func(m *mover.Mover, id string) {
 			killed := false
 			mover.SetAfterEffect(m, func(p string) error {
 				switch {
 				case p == mover.StateFreeze:
 					_, err := w.shards["b"].Pool.Exec(context.Background(), `ALTER SUBSCRIPTION queen_move_`+strings.ReplaceAll(id, "-", "")+` DISABLE`)
+					frozen.Store(true)
 					return err
 				case p == "rollback" && !killed:
 					killed = true
