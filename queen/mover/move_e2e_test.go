@@ -267,7 +267,8 @@ func TestPlanRefusesAndMoversExclude(t *testing.T) {
 	for _, c := range []struct {
 		queue, to string
 		want      error
-	}{{"nosuch", "b", mover.ErrUnknownQueue}, {"moving", "c", mover.ErrUnknownShard}, {"moving", "a", mover.ErrSameShard}} {
+	}{{"nosuch", "b", mover.ErrUnknownQueue}, {"moving", "c", mover.ErrUnknownShard}, {"moving", "a", mover.ErrSameShard},
+		{"", "b", mover.ErrBadQueue}} {
 		if _, err := m.Plan(ctx, tenant, c.queue, c.to); !errors.Is(err, c.want) {
 			t.Errorf("plan %s to %s: %v, want %v", c.queue, c.to, err, c.want)
 		}

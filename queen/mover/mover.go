@@ -51,10 +51,11 @@ const (
 )
 
 // Errors of Plan and of the other calls, typed for an HTTP layer:
-// ErrUnknownQueue and ErrNoMove are a 404, ErrUnknownShard and
-// ErrSameShard a 400, ErrMoveUnfinished and ErrBusy a 409.
+// ErrUnknownQueue and ErrNoMove are a 404, ErrBadQueue, ErrUnknownShard
+// and ErrSameShard a 400, ErrMoveUnfinished and ErrBusy a 409.
 var (
 	ErrUnknownQueue   = errors.New("unknown queue")
+	ErrBadQueue       = catalog.ErrBadQueue
 	ErrUnknownShard   = errors.New("unknown shard")
 	ErrSameShard      = errors.New("the queue is on that shard already")
 	ErrMoveUnfinished = catalog.ErrMoveUnfinished
@@ -133,7 +134,7 @@ func (m *Mover) Plan(ctx context.Context, tenant, queue, to string) (string, err
 	}
 	p, err := m.cfg.Catalog.Lookup(ctx, tenant, queue)
 	switch {
-	case errors.Is(err, catalog.ErrNotPlaced), errors.Is(err, catalog.ErrBadQueue):
+	case errors.Is(err, catalog.ErrNotPlaced):
 		return "", fmt.Errorf("mover: move %s/%s: %w: %w", tenant, queue, ErrUnknownQueue, err)
 	case err != nil:
 		return "", err

@@ -73,6 +73,7 @@ func (m *Mover) step(ctx context.Context, id string) (catalog.Move, error) {
 	if fn == nil {
 		return mv, fmt.Errorf("mover: move %s: unknown state %q", id, from)
 	}
+	start := m.cfg.Clock.Now()
 	next, err := fn(ctx, &mv, a, b)
 	if err == nil {
 		if herr := m.hook(from); herr != nil {
@@ -87,7 +88,8 @@ func (m *Mover) step(ctx context.Context, id string) (catalog.Move, error) {
 	if err != nil {
 		return mv, err
 	}
-	m.cfg.Log.Info("move step", "move", id, "tenant", mv.Tenant, "queue", mv.Queue, "from", from, "to", next)
+	m.cfg.Log.Info("move step", "move", id, "tenant", mv.Tenant, "queue", mv.Queue, "from", from, "to", next,
+		"took", m.cfg.Clock.Now().Sub(start))
 	return out, nil
 }
 

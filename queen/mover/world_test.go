@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -111,7 +112,7 @@ func newWorld(t *testing.T, ca, cb *pglocal.Cluster) *world {
 		t.Fatal(err)
 	}
 	w.cfg = mover.Config{Catalog: w.cat, CatalogPool: w.catPool, Shards: w.shards,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Clock: clock.Real{},
+		Log: testLog(), Clock: clock.Real{},
 		CatchUpTimeout: 30 * time.Second, Poll: 10 * time.Millisecond, DeleteBatch: 100}
 	return w
 }
@@ -185,4 +186,12 @@ func (w *world) queueRows(t *testing.T, shard string, q queue) int64 {
 // url is database db of c as a postgres:// URL, as QUEEN_SHARDS names it.
 func url(c *pglocal.Cluster, db string) string {
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", c.Port, db)
+}
+
+// testLog is the movers' log: stderr under go test -v, else nothing.
+func testLog() *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
