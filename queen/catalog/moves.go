@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgerrcode"
@@ -165,4 +166,53 @@ func (c *Catalog) UnfinishedMoves(ctx context.Context) ([]string, error) {
 		return nil, fmt.Errorf("catalog: unfinished moves: %w", err)
 	}
 	return ids, nil
+}
+
+// movesActivateSQL is the catalogue's half of a move's activation: the
+// placement compare-and-set of placementSetSQL, only while the move is
+// still at step $6 with no reason. It locks the move row first, so a
+// mover that meanwhile began rolling the move back (its reason written,
+// its step counted) makes this set nothing, and one that begins after it
+// finds the queue placed on the destination and goes forward instead.
+const movesActivateSQL = `
+WITH mv AS (
+	SELECT id FROM queen_catalog.moves WHERE id = $5::uuid AND step = $6 AND reason = '' FOR UPDATE
+)
+UPDATE queen_catalog.placements SET shard = $4, epoch = epoch + 1, updated_at = now()
+WHERE tenant_id = $1::uuid AND queue = $2 AND epoch = $3 AND EXISTS (SELECT 1 FROM mv)
+RETURNING shard, epoch`
+
+// movesActivateParams are movesActivateSQL's arguments.
+type movesActivateParams struct {
+	Tenant, Queue string
+	Expect        int64
+	Shard, Move   string
+	Step          int64
+}
+
+// ActivateMove places m's queue on m.To at m.Epoch if it is at m.Epoch-1
+// and the move is still at step m.Step, not being rolled back. A queue
+// already placed so (a set whose answer was lost) is no error; a move
+// another mover wrote since is ErrStaleMove; a placement at another epoch
+// a *StaleEpochError.
+func (c *Catalog) ActivateMove(ctx context.Context, m Move) (Placement, error) {
+	if !slices.Contains(c.cfg.Names(), m.To) {
+		return Placement{}, fmt.Errorf("catalog: move %s to %q: %w", m.ID, m.To, ErrUnknownShard)
+	}
+	var p Placement
+	err := c.db.QueryRow(ctx, movesActivateSQL, argsOf(movesActivateParams{m.Tenant, m.Queue, m.Epoch - 1, m.To, m.ID, m.Step})...).
+		Scan(&p.Shard, &p.Epoch)
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return p, wrapSet(m.Tenant, m.Queue, err)
+	}
+	cur, err := c.Lookup(ctx, m.Tenant, m.Queue)
+	switch {
+	case err != nil:
+		return Placement{}, err
+	case cur.Shard == m.To && cur.Epoch == m.Epoch:
+		return cur, nil
+	case cur.Epoch != m.Epoch-1:
+		return Placement{}, &StaleEpochError{Tenant: m.Tenant, Queue: m.Queue, Expect: m.Epoch - 1, Current: cur.Epoch}
+	}
+	return Placement{}, fmt.Errorf("catalog: activate move %s: %w (expected step %d, no reason)", m.ID, ErrStaleMove, m.Step)
 }

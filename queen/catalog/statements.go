@@ -39,6 +39,7 @@ var statements = map[string]statement{
 	"moves.get":        {movesGetSQL, movesGetParams{}},
 	"moves.set":        {movesSetSQL, movesSetParams{}},
 	"moves.unfinished": {movesUnfinishedSQL, movesUnfinishedParams{}},
+	"moves.activate":   {movesActivateSQL, movesActivateParams{}},
 }
 
 // argsOf is a params struct as its statement's arguments (sqlargs.Of).

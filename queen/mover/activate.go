@@ -76,16 +76,11 @@ func (m *Mover) activateOn(ctx context.Context, mv *catalog.Move, a, b Shard) er
 }
 
 // setPlacement is the catalogue's compare-and-set E → E+1 on the
-// destination. A stale epoch that is the move's own (a set whose answer
-// was lost) is no error.
+// destination, only while this mover's view of the move is current (no
+// other mover began to roll it back): catalog.ActivateMove. A set whose
+// answer was lost is no error.
 func (m *Mover) setPlacement(ctx context.Context, mv catalog.Move) error {
-	_, err := m.cfg.Catalog.SetPlacement(ctx, mv.Tenant, mv.Queue, mv.Epoch-1, mv.To)
-	var stale *catalog.StaleEpochError
-	if errors.As(err, &stale) {
-		if ok, lerr := m.placedAt(ctx, mv, mv.To, mv.Epoch); lerr == nil && ok {
-			return nil
-		}
-	}
+	_, err := m.cfg.Catalog.ActivateMove(ctx, mv)
 	return err
 }
 
