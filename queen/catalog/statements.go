@@ -30,11 +30,16 @@ type statement struct {
 // does one thing and decides nothing: choosing a shard, checking input
 // and telling a stale epoch from a missing placement are Catalog's.
 var statements = map[string]statement{
-	"shards.register": {shardsRegisterSQL, shardsRegisterParams{}},
-	"shards.load":     {shardsLoadSQL, shardsLoadParams{}},
-	"placement.get":   {placementGetSQL, placementKey{}},
-	"placement.add":   {placementAddSQL, placementAddParams{}},
-	"placement.set":   {placementSetSQL, placementSetParams{}},
+	"shards.register":  {shardsRegisterSQL, shardsRegisterParams{}},
+	"shards.load":      {shardsLoadSQL, shardsLoadParams{}},
+	"placement.get":    {placementGetSQL, placementKey{}},
+	"placement.add":    {placementAddSQL, placementAddParams{}},
+	"placement.set":    {placementSetSQL, placementSetParams{}},
+	"moves.add":        {movesAddSQL, movesAddParams{}},
+	"moves.get":        {movesGetSQL, movesGetParams{}},
+	"moves.set":        {movesSetSQL, movesSetParams{}},
+	"moves.unfinished": {movesUnfinishedSQL, movesUnfinishedParams{}},
+	"moves.activate":   {movesActivateSQL, movesActivateParams{}},
 }
 
 // argsOf is a params struct as its statement's arguments (sqlargs.Of).

@@ -17,6 +17,11 @@ type statement struct {
 // once, at package initialisation; a call gets its text through text(name),
 // which in the canary build applies the switched-on canary's rewrites.
 var statements = map[string]statement{
+	"move.queue":          {moveQueueSQL, moveQueueParams{}},
+	"move.sequences":      {moveSequencesSQL, moveFixParams{}},
+	"move.dlq_counts":     {moveDLQCountsSQL, moveFixParams{}},
+	"move.stored":         {moveStoredSQL, moveFixParams{}},
+	"move.pop_marks":      {movePopMarksSQL, moveFixParams{}},
 	"append":              {appendSQL, appendParams{}},
 	"pop":                 {popText(false, false), popParams{}},
 	"pop.one":             {popText(false, true), popParams{}},
