@@ -164,6 +164,9 @@ var layers = map[string]int{
 	// Services and policy over the statements.
 	"analytics": 6, "consume": 6, "leader": 6, "spool": 6, "store/storetest": 6, "sweeper": 6,
 	"streams": 6,
+	// The online move of a queue between shards: a state machine over the
+	// catalogue's and the shards' statements.
+	"mover": 6,
 	// The transaction route acks through consume.
 	"maintenance": 7, "pushpath": 7, "txn": 7,
 	// The wire, and the paths wired as a broker wires them, for tests.

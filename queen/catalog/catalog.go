@@ -84,6 +84,19 @@ func (c *Catalog) Loads(ctx context.Context) ([]ShardLoad, error) {
 	return loads, nil
 }
 
+// Placements pages through the tenant's placements by queue name: at most
+// limit after the queue named after ("" for the first page).
+func (c *Catalog) Placements(ctx context.Context, tenant, after string, limit int) ([]QueuePlacement, error) {
+	if err := checkQueue(tenant, "-"); err != nil {
+		return nil, err
+	}
+	ps, err := placementList(ctx, c.db, placementListParams{Tenant: tenant, After: after, Limit: limit})
+	if err != nil {
+		return nil, fmt.Errorf("catalog: placements of %s: %w", tenant, err)
+	}
+	return ps, nil
+}
+
 // Lookup reads a queue's placement; a queue without one is ErrNotPlaced.
 func (c *Catalog) Lookup(ctx context.Context, tenant, queue string) (Placement, error) {
 	if err := checkQueue(tenant, queue); err != nil {

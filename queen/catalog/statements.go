@@ -3,6 +3,7 @@ package catalog
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -35,6 +36,7 @@ var statements = map[string]statement{
 	"placement.get":    {placementGetSQL, placementKey{}},
 	"placement.add":    {placementAddSQL, placementAddParams{}},
 	"placement.set":    {placementSetSQL, placementSetParams{}},
+	"placement.list":   {placementListSQL, placementListParams{}},
 	"moves.add":        {movesAddSQL, movesAddParams{}},
 	"moves.get":        {movesGetSQL, movesGetParams{}},
 	"moves.set":        {movesSetSQL, movesSetParams{}},
@@ -111,6 +113,38 @@ func placementGet(ctx context.Context, db DB, p placementKey) (pl Placement, fou
 		return Placement{}, false, nil
 	}
 	return pl, err == nil, err
+}
+
+// placementListSQL pages through one tenant's placements by queue name,
+// after $2, at most $3.
+const placementListSQL = `
+SELECT queue, shard, epoch, updated_at FROM queen_catalog.placements
+WHERE tenant_id = $1::uuid AND queue > $2 ORDER BY queue LIMIT $3`
+
+// placementListParams are placementListSQL's arguments.
+type placementListParams struct {
+	Tenant, After string
+	Limit         int
+}
+
+// QueuePlacement is one row of placementListSQL: a queue and where it is.
+type QueuePlacement struct {
+	Queue string
+	Placement
+	UpdatedAt time.Time
+}
+
+// placementList runs placementListSQL.
+func placementList(ctx context.Context, db DB, p placementListParams) ([]QueuePlacement, error) {
+	rows, err := db.Query(ctx, placementListSQL, argsOf(p)...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (QueuePlacement, error) {
+		var q QueuePlacement
+		err := r.Scan(&q.Queue, &q.Shard, &q.Epoch, &q.UpdatedAt)
+		return q, err
+	})
 }
 
 // placementAddSQL places a queue at epoch 1 unless it has a placement.

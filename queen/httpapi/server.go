@@ -59,6 +59,7 @@ type Server struct {
 	// without shards, else it picks each queue's plane (planeFor).
 	plane
 	router  *router
+	moves   Moves
 	spool   *spool.Spool
 	drainer *spool.Drainer
 	maint   *maintenance.State
@@ -163,6 +164,9 @@ type Options struct {
 	// answers 501 for those that would read one shard only).
 	Shards    []Shard
 	Placement Placement
+	// Moves runs the admin routes of moves and placements; nil without
+	// shards (they answer 501).
+	Moves Moves
 	// PopClaims, when set, is told of every claim a pop made, and
 	// whether its client was already gone when the claim began (the
 	// simulator's view of claims that delivery cannot show: one given
@@ -220,7 +224,7 @@ func New(o Options) *Server {
 		draining: make(chan struct{})}
 	s.plane = s.newPlane(o, Shard{Store: o.Store, Writes: o.Writes, Names: o.Names, Push: o.Push, Retry: o.Retry})
 	if len(o.Shards) > 0 {
-		s.router = s.newRouter(o)
+		s.router, s.moves = s.newRouter(o), o.Moves
 	}
 	s.queueMessages = newQueueSeries(o.Config.MetricsMaxQueues)
 	s.rec = o.Analytics
@@ -268,7 +272,7 @@ type route struct {
 // and the streams state read. ReadWrite: the rest, pops included.
 func (s *Server) routes() []route {
 	return slices.Concat(s.messageRoutes(), s.resourceRoutes(), s.timerKVRoutes(), s.groupRoutes(), s.statusRoutes(),
-		s.analyticsRoutes(), s.siteRoutes())
+		s.analyticsRoutes(), s.moveRoutes(), s.siteRoutes())
 }
 
 // messageRoutes lists the message routes: configure, push, pop, ack,

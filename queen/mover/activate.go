@@ -86,7 +86,10 @@ func (m *Mover) setPlacement(ctx context.Context, mv catalog.Move) error {
 
 // cleanup removes the move from the source, after the grace period: the
 // publication and the slot (gone with the subscription, unless a crash
-// came between), then the queue's rows, in batches.
+// came between), then the queue's rows, in batches, but for its queue
+// row: that stays, frozen, a tombstone, so that a broker whose placement
+// cache still names the source meets the fence (moved) rather than
+// creating the queue there afresh.
 func (m *Mover) cleanup(ctx context.Context, mv *catalog.Move, a, _ Shard) (string, error) {
 	if mv.ActivatedAt != nil {
 		if wait := mv.ActivatedAt.Add(m.cfg.Grace).Sub(m.cfg.Clock.Now()); wait > 0 {
@@ -99,7 +102,7 @@ func (m *Mover) cleanup(ctx context.Context, mv *catalog.Move, a, _ Shard) (stri
 		err = m.dropSourceSlot(ctx, a, name)
 	}
 	if err == nil {
-		_, err = deleteQueueRows(ctx, a.Pool, queueRows(*mv), m.cfg.DeleteBatch)
+		_, err = deleteQueueRows(ctx, a.Pool, queueRows(*mv), m.cfg.DeleteBatch, true)
 	}
 	if err != nil {
 		return "", &forwardError{err}
@@ -164,7 +167,7 @@ func (m *Mover) undo(ctx context.Context, mv catalog.Move, a, b Shard) error {
 	if mv.QueueID == "" {
 		return nil
 	}
-	_, err = deleteQueueRows(ctx, b.Pool, queueRows(mv), m.cfg.DeleteBatch)
+	_, err = deleteQueueRows(ctx, b.Pool, queueRows(mv), m.cfg.DeleteBatch, false)
 	if isMissingSchema(err) {
 		return nil
 	}

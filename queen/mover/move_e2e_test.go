@@ -19,7 +19,7 @@ import (
 // pop and ack on it and on "staying" (on a), running the move with run,
 // and checks the outcome: every answered push delivered once in FIFO
 // order, the other queue untouched by the move, nothing of the moved
-// queue left on a, the catalogue on b at epoch 2, the move done with its
+// queue left on a but its tombstone, the catalogue on b at epoch 2, the move done with its
 // timings.
 func moveUnderTraffic(t *testing.T, ca, cb *pglocal.Cluster, run func(ctx context.Context, w *world, id string) error) mover.Status {
 	t.Helper()
@@ -52,8 +52,13 @@ func moveUnderTraffic(t *testing.T, ca, cb *pglocal.Cluster, run func(ctx contex
 	if !trMoving.shardsHit["push b"] || !trMoving.shardsHit["pop b"] {
 		t.Errorf("the moving queue's traffic never reached b: %v", trMoving.shardsHit)
 	}
-	if n := w.queueRows(t, "a", moving); n != 0 {
-		t.Errorf("shard a holds %d rows of the moved queue", n)
+	// All that stays on a is the queue row, frozen: a tombstone a stale
+	// broker's writes meet as moved.
+	if n := w.queueRows(t, "a", moving); n != 1 {
+		t.Errorf("shard a holds %d rows of the moved queue, want its tombstone", n)
+	}
+	if mq, found, err := w.shards["a"].Store.MoveQueue(ctx, w.shards["a"].Pool, tenant, "moving"); err != nil || !found || !mq.Tombstone() || mq.Epoch != -1 {
+		t.Errorf("the moved queue on a: %+v found %v (%v), want a tombstone at -1", mq, found, err)
 	}
 	if n := w.queueRows(t, "a", staying); n == 0 {
 		t.Error("shard a lost the staying queue's rows")

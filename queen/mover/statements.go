@@ -82,15 +82,20 @@ func queueRowsCount(ctx context.Context, db DB, q shards.QueueRows) (int64, erro
 
 // deleteQueueRows deletes the queue's rows from every per-queue table of
 // db, batch rows at a time, dependent tables first and the queue row last
-// (whose foreign keys cascade to whatever is left). It answers how many
-// rows it deleted.
-func deleteQueueRows(ctx context.Context, db DB, q shards.QueueRows, batch int) (int64, error) {
+// (whose foreign keys cascade to whatever is left), or, with tombstone,
+// all but the queue row (PerQueueTables' first), which stays frozen. It
+// answers how many rows it deleted.
+func deleteQueueRows(ctx context.Context, db DB, q shards.QueueRows, batch int, tombstone bool) (int64, error) {
 	filters, err := shards.Filters(ctx, db, q)
 	if err != nil {
 		return 0, err
 	}
+	last := 0
+	if tombstone {
+		last = 1
+	}
 	var total int64
-	for i := len(filters) - 1; i >= 0; i-- {
+	for i := len(filters) - 1; i >= last; i-- {
 		stmt := fmt.Sprintf(deleteBatchSQL, shards.PerQueueTables[i].Name, filters[i])
 		for {
 			tag, err := db.Exec(ctx, stmt, argsOf(deleteParams{batch})...)

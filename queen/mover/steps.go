@@ -144,7 +144,12 @@ func (m *Mover) plan(ctx context.Context, mv *catalog.Move, a, b Shard) (string,
 	if err != nil || !found {
 		return "", errors.Join(err, fmt.Errorf("shard %s does not hold the queue", mv.From))
 	}
-	_, found, err = b.Store.MoveQueue(ctx, b.Pool, mv.Tenant, mv.Queue)
+	there, found, err := b.Store.MoveQueue(ctx, b.Pool, mv.Tenant, mv.Queue)
+	if err == nil && found && there.Tombstone() {
+		// A move away from b left it; the copy brings the queue row back.
+		err = b.Store.DropTombstone(ctx, b.Pool, there.ID)
+		found = false
+	}
 	if err != nil || found {
 		return "", errors.Join(err, fmt.Errorf("shard %s holds the queue already", mv.To))
 	}

@@ -15,7 +15,7 @@ import (
 // moveQueueSQL reads a queue's id and its partitions' ids (sorted), the
 // rows a move's publication filters on; no row: no such queue here.
 const moveQueueSQL = `
-SELECT q.id::text, coalesce(array_agg(p.id::text ORDER BY p.id) FILTER (WHERE p.id IS NOT NULL), '{}')
+SELECT q.id::text, q.epoch, coalesce(array_agg(p.id::text ORDER BY p.id) FILTER (WHERE p.id IS NOT NULL), '{}')
 FROM queen.queues q LEFT JOIN queen.partitions p ON p.queue_id = q.id
 WHERE q.tenant_id = $1::uuid AND q.name = $2
 GROUP BY q.id`
@@ -28,13 +28,18 @@ type moveQueueParams struct {
 // MoveQueue is what MoveQueue reads of a queue on one shard.
 type MoveQueue struct {
 	ID         string
+	Epoch      int64 // -E: frozen, or the tombstone a move away left
 	Partitions []string
 }
+
+// Tombstone reports whether the shard holds only what a move away left of
+// the queue: its queue row, frozen, and nothing else.
+func (mq MoveQueue) Tombstone() bool { return mq.Epoch < 0 && len(mq.Partitions) == 0 }
 
 // MoveQueue reads the queue (tenant, name) on this shard; found is false
 // when the shard does not hold it.
 func (s *Store) MoveQueue(ctx context.Context, q Executor, tenant, name string) (mq MoveQueue, found bool, err error) {
-	err = q.QueryRow(ctx, text("move.queue"), argsOf(moveQueueParams{tenant, name})...).Scan(&mq.ID, &mq.Partitions)
+	err = q.QueryRow(ctx, text("move.queue"), argsOf(moveQueueParams{tenant, name})...).Scan(&mq.ID, &mq.Epoch, &mq.Partitions)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return MoveQueue{}, false, nil
 	}
@@ -42,6 +47,27 @@ func (s *Store) MoveQueue(ctx context.Context, q Executor, tenant, name string) 
 		return MoveQueue{}, false, fmt.Errorf("move: read queue %s: %w", name, err)
 	}
 	return mq, true, nil
+}
+
+// dropTombstoneSQL deletes the queue row $1 if it is a tombstone: frozen,
+// with no partition.
+const dropTombstoneSQL = `
+DELETE FROM queen.queues q WHERE q.id = $1::uuid AND q.epoch < 0
+	AND NOT EXISTS (SELECT 1 FROM queen.partitions p WHERE p.queue_id = q.id)`
+
+// dropTombstoneParams are dropTombstoneSQL's arguments.
+type dropTombstoneParams struct {
+	QueueID string
+}
+
+// DropTombstone deletes the tombstone a move away left of the queue id on
+// this shard (MoveQueue.Tombstone), so that a move back can copy the
+// queue in; a queue that is more than a tombstone is left alone.
+func (s *Store) DropTombstone(ctx context.Context, q Executor, id string) error {
+	if _, err := q.Exec(ctx, text("move.drop_tombstone"), argsOf(dropTombstoneParams{id})...); err != nil {
+		return fmt.Errorf("move: drop the tombstone of queue %s: %w", id, err)
+	}
+	return nil
 }
 
 // Unfreeze gives a queue frozen for a move that failed back to epoch on

@@ -91,3 +91,47 @@ func TestUnfreezeAndMoveQueue(t *testing.T) {
 		t.Fatalf("append at epoch 1 after the unfreeze: %v", err)
 	}
 }
+
+// What a move away leaves on its source is a tombstone: the queue row,
+// frozen, and nothing else. A move back drops it (the copy brings the
+// queue row again); a queue that is more than that is never dropped. It
+// fails with the tombstone test or the statement's guards loosened.
+func TestTombstoneGivesWayOnlyWhenBare(t *testing.T) {
+	t.Parallel()
+	s, pool := newStoreWithPool(t)
+	ctx := context.Background()
+	_, qid := fencedPartition(t, ctx, s, "tomb")
+	exists := func() bool {
+		t.Helper()
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM queen.queues WHERE id = $1`, qid).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	}
+	mq, _, err := s.MoveQueue(ctx, pool, tenant, "tomb")
+	if err != nil || mq.Tombstone() || mq.Epoch != 1 {
+		t.Fatalf("a live queue: %+v %v", mq, err)
+	}
+	if err := s.DropTombstone(ctx, pool, qid); err != nil || !exists() {
+		t.Fatalf("a live queue was dropped (%v)", err)
+	}
+	if _, err := s.Freeze(ctx, pool, tenant, "tomb", 1); err != nil {
+		t.Fatal(err)
+	}
+	if mq, _, _ := s.MoveQueue(ctx, pool, tenant, "tomb"); mq.Tombstone() {
+		t.Fatalf("a frozen queue with its partition is a tombstone: %+v", mq)
+	}
+	if err := s.DropTombstone(ctx, pool, qid); err != nil || !exists() {
+		t.Fatalf("a frozen queue with its partition was dropped (%v)", err)
+	}
+	if _, err := pool.Exec(ctx, `DELETE FROM queen.partitions WHERE queue_id = $1`, qid); err != nil {
+		t.Fatal(err)
+	}
+	if mq, _, err := s.MoveQueue(ctx, pool, tenant, "tomb"); err != nil || !mq.Tombstone() || mq.Epoch != -1 {
+		t.Fatalf("after the cleanup: %+v %v, want a tombstone at -1", mq, err)
+	}
+	if err := s.DropTombstone(ctx, pool, qid); err != nil || exists() {
+		t.Fatalf("the tombstone stayed (%v)", err)
+	}
+}

@@ -18,6 +18,7 @@ type statement struct {
 // which in the canary build applies the switched-on canary's rewrites.
 var statements = map[string]statement{
 	"move.queue":          {moveQueueSQL, moveQueueParams{}},
+	"move.drop_tombstone": {dropTombstoneSQL, dropTombstoneParams{}},
 	"move.sequences":      {moveSequencesSQL, moveFixParams{}},
 	"move.dlq_counts":     {moveDLQCountsSQL, moveFixParams{}},
 	"move.stored":         {moveStoredSQL, moveFixParams{}},
