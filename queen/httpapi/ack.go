@@ -201,17 +201,15 @@ func (s *Server) applyAcks(w http.ResponseWriter, r *http.Request, group string,
 			items[i].PartitionID = "00000000-0000-0000-0000-000000000000"
 		}
 	}
-	pl, err := s.ackPlane(r.Context(), tenantOf(r), items)
-	if err != nil {
-		s.routeError(w, r, "cross_shard_ack", err)
-		return
-	}
 	ctx, release, err := s.hold(r, admission.Ack)
 	if err != nil {
 		return
 	}
-	results, err := pl.consumer.Ack(ctx, tenantOf(r), group, items)
+	results, err := s.ackRouted(ctx, tenantOf(r), group, items)
 	release()
+	if err != nil && s.routedFailed(w, r, "cross_shard_ack", err) {
+		return
+	}
 	if err != nil {
 		s.storeError(w, r, "ack", err)
 		return

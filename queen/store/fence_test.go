@@ -241,7 +241,7 @@ func TestAckRoutedWithAStaleEpochIsMoved(t *testing.T) {
 	}
 	ackAt := func(txid string, epoch int64) ([]store.AckResult, error) {
 		return s.AckCompletions(ctx, []store.AckRow{{AckItem: store.AckItem{TransactionID: txid, PartitionID: popped.PartitionID,
-			LeaseID: popped.LeaseID}, Tenant: tenant, Group: "g", Epoch: epoch}})
+			LeaseID: popped.LeaseID, Epoch: epoch}, Tenant: tenant, Group: "g"}})
 	}
 	_, err = ackAt("seed", 2)
 	wantMoved(t, "an ack at epoch 2 of a queue at 1", err, qid)
