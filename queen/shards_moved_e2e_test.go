@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -193,5 +194,49 @@ func TestShardsRouteAMovedQueue(t *testing.T) {
 	}
 	if n, c := messagesOf(t, sh.s0, "mv-frozen"), consumed(t, sh.s0, "mv-frozen"); n != 1 || c != 0 {
 		t.Errorf("mv-frozen on s0: %d messages, %d consumed cursors; want 1 and 0 (nothing written)", n, c)
+	}
+}
+
+// A long poll parked on an empty queue that then freezes for a move does
+// not spin on the moved answer: its next try is routed again, finds the
+// same placement, and answers 503 "queue is moving" long before its
+// timeout. The order is fixed: the freeze comes after the poll's first
+// (empty) try wrote its pop mark.
+func TestShardsLongPollOnAFreezingQueue(t *testing.T) {
+	t.Parallel()
+	sh := newSharded(t)
+	cfg := sh.config(t, "queue:mv-*=s0")
+	b := start(t, cfg)
+	defer shutdown(t, b)
+	base := "http://" + b.Addr()
+	if code, body := post(t, base+"/api/v1/push", `{"items":[{"queue":"mv-wait","partition":"p1","payload":1}]}`); code != 201 {
+		t.Fatalf("push: %d %s", code, body)
+	}
+	pid, txid := popOne(t, base, "mv-wait", "")
+	if code, body := post(t, base+"/api/v1/ack", fmt.Sprintf(`{"partitionId":%q,"transactionId":%q,"status":"completed"}`, pid, txid)); code != 200 {
+		t.Fatalf("ack: %d %s", code, body)
+	}
+	type answer struct {
+		code       int
+		after, raw string
+		took       time.Duration
+	}
+	done := make(chan answer, 1)
+	go func() {
+		began := time.Now()
+		code, after, raw := send(t, "GET", base+"/api/v1/pop/queue/mv-wait?wait=true&timeout=30000", "")
+		done <- answer{code, after, raw, time.Since(began)}
+	}()
+	for count(t, sh.s0, `SELECT count(*) FROM queen.pop_marks m JOIN queen.queues q ON q.id = m.queue_id WHERE q.name = 'mv-wait'`) == 0 {
+		select {
+		case a := <-done:
+			t.Fatalf("the long poll ended before it parked: %+v", a)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	newMover(t, sh, cfg).freeze("mv-wait")
+	a := <-done
+	if a.code != 503 || a.after != "1" || a.raw != `{"error":"queue is moving","queue":"mv-wait"}`+"\n" || a.took > 15*time.Second {
+		t.Fatalf("the long poll on the frozen queue: %d Retry-After %q %s after %v; want 503 at its next try", a.code, a.after, a.raw, a.took)
 	}
 }
