@@ -134,7 +134,7 @@ func TestShardsRouteAMovedQueue(t *testing.T) {
 	b := start(t, cfg)
 	defer shutdown(t, b)
 	base := "http://" + b.Addr()
-	queues := []string{"mv-push", "mv-pop", "mv-part", "mv-ack", "mv-batch", "mv-frozen"}
+	queues := []string{"mv-push", "mv-pop", "mv-part", "mv-ack", "mv-batch", "mv-txn", "mv-frozen"}
 	for _, q := range queues {
 		if code, body := post(t, base+"/api/v1/push", fmt.Sprintf(`{"items":[{"queue":%q,"partition":"p1","payload":1}]}`, q)); code != 201 {
 			t.Fatalf("push %s: %d %s", q, code, body)
@@ -147,7 +147,7 @@ func TestShardsRouteAMovedQueue(t *testing.T) {
 		held[q] = leased{pid, txid, lease}
 	}
 	m := newMover(t, sh, cfg)
-	for _, q := range queues[:5] {
+	for _, q := range queues[:6] {
 		m.move(q)
 	}
 	m.freeze("mv-frozen")
@@ -157,6 +157,12 @@ func TestShardsRouteAMovedQueue(t *testing.T) {
 	}
 	if s0, s1 := messagesOf(t, sh.s0, "mv-push"), messagesOf(t, sh.s1, "mv-push"); s0 != 1 || s1 != 2 {
 		t.Errorf("mv-push: %d messages on s0, %d on s1; want 1 (frozen) and 2", s0, s1)
+	}
+	if code, body := post(t, base+"/api/v1/transaction", `{"operations":[{"type":"push","items":[{"queue":"mv-txn","partition":"p1","payload":2}]}]}`); code != 200 {
+		t.Errorf("transaction on the moved queue: %d %s", code, body)
+	}
+	if s0, s1 := messagesOf(t, sh.s0, "mv-txn"), messagesOf(t, sh.s1, "mv-txn"); s0 != 1 || s1 != 2 {
+		t.Errorf("mv-txn: %d messages on s0, %d on s1; want 1 (frozen) and 2", s0, s1)
 	}
 	popOne(t, base, "mv-pop", "")
 	popOne(t, base, "mv-part", "p1")
@@ -187,6 +193,7 @@ func TestShardsRouteAMovedQueue(t *testing.T) {
 		{"GET", "/api/v1/pop/queue/mv-frozen/partition/p1?batch=1&wait=false", ""},
 		{"POST", "/api/v1/ack", ack("mv-frozen")},
 		{"POST", "/api/v1/ack/batch", `{"acknowledgments":[` + ack("mv-frozen") + `]}`},
+		{"POST", "/api/v1/transaction", `{"operations":[{"type":"push","items":[{"queue":"mv-frozen","partition":"p1","payload":3}]}]}`},
 	} {
 		if code, after, body := send(t, r.method, base+r.path, r.body); code != 503 || after != "1" || body != moving {
 			t.Errorf("%s %s of the frozen queue: %d Retry-After %q %s; want 503, 1, %s", r.method, r.path, code, after, body, moving)

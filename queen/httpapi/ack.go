@@ -317,9 +317,15 @@ func (s *Server) transaction(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return
 	}
-	results, more, err := txn.Run(r.Context(), pl.names, pl.writes, txn.Request{Tenant: tenantOf(r), Ops: ops, RequiredLeases: leases, ProducerSub: subOf(r),
-		Extras: extras})
+	req := txn.Request{Tenant: tenantOf(r), Ops: ops, RequiredLeases: leases, ProducerSub: subOf(r), Extras: extras}
+	results, more, err := txn.Run(r.Context(), pl.names, pl.writes, req)
+	if s.movedOnce(err, req.Tenant, txnQueues(ops)) {
+		results, more, err = s.txnAgain(r.Context(), req, pl)
+	}
 	release()
+	if err != nil && s.routedFailed(w, r, "cross_shard_transaction", err) {
+		return
+	}
 	if s.txnFailed(w, r, txnID, err) {
 		return
 	}

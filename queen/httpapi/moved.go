@@ -8,6 +8,7 @@ import (
 
 	"github.com/queen-go/queen/queen/pushpath"
 	"github.com/queen-go/queen/queen/store"
+	"github.com/queen-go/queen/queen/txn"
 )
 
 // A shard's fence answers "moved" (store.ErrMoved) to a statement routed
@@ -175,4 +176,42 @@ func firstOf(names []string) string {
 		return ""
 	}
 	return names[0]
+}
+
+// txnQueues are the queues a transaction pushes to.
+func txnQueues(ops []txn.Op) []string {
+	var out []string
+	for _, op := range ops {
+		for _, q := range pushQueues(op.Items) {
+			if !slices.Contains(out, q) {
+				out = append(out, q)
+			}
+		}
+	}
+	return out
+}
+
+// txnEpochs are the routed epochs of a transaction's push items.
+func txnEpochs(ops []txn.Op) []int64 {
+	var out []int64
+	for _, op := range ops {
+		out = append(out, pushEpochs(op.Items)...)
+	}
+	return out
+}
+
+// txnAgain runs a transaction whose queue moved once more, routed again,
+// as pushRouted does (the first run rolled back whole).
+func (s *Server) txnAgain(ctx context.Context, req txn.Request, was *plane) ([]txn.Result, txn.ExtrasResult, error) {
+	before := txnEpochs(req.Ops)
+	pl, err := s.txnPlane(ctx, req.Tenant, req.Ops, req.Extras)
+	if err != nil {
+		return nil, txn.ExtrasResult{}, &routeFailure{err}
+	}
+	queue := firstOf(txnQueues(req.Ops))
+	if pl == was && slices.Equal(before, txnEpochs(req.Ops)) {
+		return nil, txn.ExtrasResult{}, &movingError{queue: queue}
+	}
+	results, more, err := txn.Run(ctx, pl.names, pl.writes, req)
+	return results, more, stillMoving(err, queue)
 }

@@ -492,6 +492,7 @@ func (s *Server) txnPlane(ctx context.Context, tenant string, ops []txn.Op, extr
 			return nil, err
 		}
 		found = append(found, pl)
+		setTxnEpochs(ops, items)
 	}
 	if len(pids) > 0 {
 		pl, _, err := s.router.locate(ctx, tenant, pids)
@@ -507,6 +508,18 @@ func (s *Server) txnPlane(ctx context.Context, tenant string, ops []txn.Op, extr
 		return s.router.order[0], nil
 	}
 	return found[0], nil
+}
+
+// setTxnEpochs gives the push items of ops, in order, the epochs pushPlane
+// set on items, their copies.
+func setTxnEpochs(ops []txn.Op, items []store.PushItem) {
+	k := 0
+	for i := range ops {
+		for j := range ops[i].Items {
+			ops[i].Items[j].Epoch = items[k].Epoch
+			k++
+		}
+	}
 }
 
 // errNotShardedYet refuses, with shards, a request part this build
