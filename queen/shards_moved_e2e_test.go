@@ -169,6 +169,9 @@ func TestShardsRouteAMovedQueue(t *testing.T) {
 	ack := func(q string) string {
 		return fmt.Sprintf(`{"partitionId":%q,"transactionId":%q,"leaseId":%q,"status":"completed"}`, held[q].pid, held[q].txid, held[q].lease)
 	}
+	if code, body := post(t, base+"/api/v1/lease/"+held["mv-ack"].lease+"/extend", `{"seconds":120}`); code != 200 || !strings.Contains(body, `"success":true`) {
+		t.Errorf("extend a lease of the moved queue: %d %s", code, body)
+	}
 	if code, body := post(t, base+"/api/v1/ack", ack("mv-ack")); code != 200 || !strings.Contains(body, `"success":true`) {
 		t.Errorf("ack of the moved queue: %d %s", code, body)
 	}
@@ -198,6 +201,10 @@ func TestShardsRouteAMovedQueue(t *testing.T) {
 		if code, after, body := send(t, r.method, base+r.path, r.body); code != 503 || after != "1" || body != moving {
 			t.Errorf("%s %s of the frozen queue: %d Retry-After %q %s; want 503, 1, %s", r.method, r.path, code, after, body, moving)
 		}
+	}
+	if code, after, body := send(t, "POST", base+"/api/v1/lease/"+held["mv-frozen"].lease+"/extend", `{"seconds":120}`); code != 503 || after != "1" ||
+		!strings.HasPrefix(body, `{"error":"queue is moving"`) {
+		t.Errorf("extend a lease of the frozen queue: %d Retry-After %q %s", code, after, body)
 	}
 	if n, c := messagesOf(t, sh.s0, "mv-frozen"), consumed(t, sh.s0, "mv-frozen"); n != 1 || c != 0 {
 		t.Errorf("mv-frozen on s0: %d messages, %d consumed cursors; want 1 and 0 (nothing written)", n, c)

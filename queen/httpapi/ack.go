@@ -250,6 +250,9 @@ func (s *Server) extendLease(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	n, exp, err := s.extendOn(r.Context(), tenantOf(r), leaseID, seconds)
+	if err != nil && s.routedFailed(w, r, "", err) {
+		return
+	}
 	if err != nil {
 		s.storeError(w, r, "extend lease", err)
 		return

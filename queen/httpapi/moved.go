@@ -62,6 +62,16 @@ func stillMoving(err error, queue string) error {
 	return err
 }
 
+// movedQueue names the queue of a moved answer that names no queue of
+// the request (a lease extension's): the shard's id of it.
+func movedQueue(err error) string {
+	var moved *store.MovedError
+	if errors.As(err, &moved) {
+		return moved.QueueID
+	}
+	return ""
+}
+
 // pushQueues are the distinct queues of items.
 func pushQueues(items []store.PushItem) []string {
 	var out []string

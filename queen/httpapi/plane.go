@@ -386,18 +386,29 @@ func shardNames(pls []*plane) []string {
 // extendOn extends a lease where it is: without shards on the one store;
 // with shards on each shard in turn until one holds it (a lease id names
 // no queue; extending it where it is not changes nothing), else the
-// default shard's answer.
+// default shard's answer. A shard holding it frozen (its queue moved away,
+// or is moving) answers moved and the others are asked: after a move the
+// destination holds it live. Held frozen only, it is a *movingError.
 func (s *Server) extendOn(ctx context.Context, tenant, leaseID string, seconds int) (int64, *time.Time, error) {
 	if s.router == nil {
 		return s.store.ExtendLease(ctx, tenant, leaseID, seconds)
 	}
-	for _, pl := range s.router.order[1:] {
+	var moved error
+	order := s.router.order
+	for i := range order {
+		pl := order[(i+1)%len(order)] // the default shard last
 		n, exp, err := pl.store.ExtendLease(ctx, tenant, leaseID, seconds)
-		if err != nil || n > 0 {
+		switch {
+		case store.Moved(err):
+			moved = err
+		case err != nil || n > 0:
 			return n, exp, err
 		}
 	}
-	return s.store.ExtendLease(ctx, tenant, leaseID, seconds)
+	if moved != nil {
+		return 0, nil, &movingError{queue: movedQueue(moved)}
+	}
+	return 0, nil, nil
 }
 
 // shardReady are the routes a broker with shards serves: those routed to

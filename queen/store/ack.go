@@ -485,22 +485,30 @@ func deref(s *string) string {
 // extendSQL pushes out every live lease held by a token, of the tenant's
 // queues, to at least now+seconds. An expired lease is not revived: its
 // messages may already be someone else's.
+//
+// Fence (fence.go): a lease on a frozen cursor row (epoch < 0: its queue
+// moved away, or is frozen for a move) fails the statement as moved,
+// nothing extended; one that waited behind the freeze is rechecked against
+// the frozen row. A lease names no queue, so no epoch is routed: every
+// live row is at a positive one (always 1 without shards).
 const extendSQL = `
 UPDATE queen.partition_consumers pc
 SET lease_expires_at = GREATEST(pc.lease_expires_at, coalesce($3::timestamptz, now()) + make_interval(secs => $4::int))
 FROM queen.queues q
 WHERE pc.queue_id = q.id AND q.tenant_id = $1
 	AND pc.worker_id = $2 AND pc.lease_expires_at > coalesce($3::timestamptz, now())
+	AND (pc.epoch > 0 OR queen.fence_moved(pc.queue_id))
 RETURNING pc.lease_expires_at`
 
 // ExtendLease extends every live lease held by leaseID. It returns how many
-// partition leases it renewed and the new expiry.
+// partition leases it renewed and the new expiry; a lease of a frozen queue
+// is a *MovedError, nothing extended.
 func (s *Store) ExtendLease(ctx context.Context, tenant, leaseID string, seconds int) (int64, *time.Time, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	rows, err := s.pool.Query(ctx, text("lease.extend"), tenant, leaseID, s.dbNow(), seconds)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, movedOr(err)
 	}
 	defer rows.Close()
 	var n int64
@@ -515,7 +523,7 @@ func (s *Store) ExtendLease(ctx context.Context, tenant, leaseID string, seconds
 			exp = &t
 		}
 	}
-	return n, exp, rows.Err()
+	return n, exp, movedOr(rows.Err())
 }
 
 // partitionOwnerSQL is the tenant owning a partition.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -381,4 +382,34 @@ func TestFreezeRacingAPartitionCreation(t *testing.T) {
 			t.Fatalf("%d fenced rows of the frozen queue not frozen", n)
 		}
 	})
+}
+
+// A lease extension of a frozen queue's lease fails as moved and extends
+// nothing: a lease names no queue, so the frozen cursor row itself refuses
+// it. Live, it extends as without shards.
+func TestExtendOfAFrozenLeaseIsMoved(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	ctx := context.Background()
+	_, qid := fencedPartition(t, ctx, s, "fence-extend")
+	popped, err := claim(ctx, s, consume.PopRequest{Tenant: tenant, Queue: "fence-extend", Group: "g", Batch: 1})
+	if err != nil || len(popped.Messages) != 1 {
+		t.Fatalf("pop: %+v %v", popped, err)
+	}
+	if n, _, err := s.ExtendLease(ctx, tenant, popped.LeaseID, 60); err != nil || n != 1 {
+		t.Fatalf("extend a live lease: %d %v", n, err)
+	}
+	if _, err := s.Freeze(ctx, s.Pool(), tenant, "fence-extend", 1); err != nil {
+		t.Fatal(err)
+	}
+	var before time.Time
+	if err := s.Pool().QueryRow(ctx, `SELECT lease_expires_at FROM queen.partition_consumers WHERE worker_id = $1`, popped.LeaseID).Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = s.ExtendLease(ctx, tenant, popped.LeaseID, 3600)
+	wantMoved(t, "extend a frozen lease", err, qid)
+	var after time.Time
+	if err := s.Pool().QueryRow(ctx, `SELECT lease_expires_at FROM queen.partition_consumers WHERE worker_id = $1`, popped.LeaseID).Scan(&after); err != nil || !after.Equal(before) {
+		t.Fatalf("the frozen lease moved from %v to %v (%v)", before, after, err)
+	}
 }
