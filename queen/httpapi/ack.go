@@ -322,7 +322,7 @@ func (s *Server) transaction(w http.ResponseWriter, r *http.Request) {
 	}
 	req := txn.Request{Tenant: tenantOf(r), Ops: ops, RequiredLeases: leases, ProducerSub: subOf(r), Extras: extras}
 	results, more, err := txn.Run(r.Context(), pl.names, pl.writes, req)
-	if s.movedOnce(err, req.Tenant, txnQueues(ops)) {
+	if s.movedOnce(err, req.Tenant, func() []string { return txnQueues(ops) }) {
 		results, more, err = s.txnAgain(r.Context(), req, pl)
 	}
 	release()

@@ -41,15 +41,17 @@ func writeMoving(w http.ResponseWriter, e *movingError) {
 
 // movedOnce reports whether a request that failed with err is to be routed
 // again: shards configured and the fence answered moved. It forgets the
-// cached placements of the request's queues first.
-func (s *Server) movedOnce(err error, tenant string, queues []string) bool {
-	if s.router == nil || !store.Moved(err) {
+// cached placements of the request's queues (queues, called only then:
+// without shards nothing is computed) first.
+func (s *Server) movedOnce(err error, tenant string, queues func() []string) bool {
+	if s.router == nil || err == nil || !store.Moved(err) {
 		return false
 	}
-	for _, q := range queues {
+	names := queues()
+	for _, q := range names {
 		s.router.place.Invalidate(tenant, q)
 	}
-	s.log.Info("queue moved; routing the request again", "tenant", tenant, "queues", queues, "err", err)
+	s.log.Info("queue moved; routing the request again", "tenant", tenant, "queues", names, "err", err)
 	return true
 }
 
@@ -101,7 +103,7 @@ func (s *Server) pushRouted(ctx context.Context, tenant, sub string, items []sto
 		return pushpath.Outcome{}, &routeFailure{err}
 	}
 	out, err := pl.pushes.Push(ctx, tenant, sub, items)
-	if !s.movedOnce(err, tenant, pushQueues(items)) {
+	if !s.movedOnce(err, tenant, func() []string { return pushQueues(items) }) {
 		return out, err
 	}
 	before := pushEpochs(items)
@@ -165,7 +167,7 @@ func (s *Server) ackRouted(ctx context.Context, tenant, group string, items []st
 		return nil, &routeFailure{err}
 	}
 	results, err := pl.consumer.Ack(ctx, tenant, group, items)
-	if !s.movedOnce(err, tenant, queues) {
+	if !s.movedOnce(err, tenant, func() []string { return queues }) {
 		return results, err
 	}
 	before := ackEpochs(items)

@@ -148,7 +148,7 @@ func (s *Server) pop(w http.ResponseWriter, r *http.Request) {
 	}
 	p.req.Epoch = epoch
 	err = s.longPoll(w, r, pl, p, s.admitted(r, pl.consumer.One(p.req)))
-	if s.movedOnce(err, p.req.Tenant, []string{p.req.Queue}) {
+	if s.movedOnce(err, p.req.Tenant, func() []string { return []string{p.req.Queue} }) {
 		s.popAgain(w, r, p, pl)
 	}
 }
