@@ -163,36 +163,40 @@ type placement struct {
 	cache *catalog.Cache
 }
 
-// Lookup is the queue's shard from the cache (read from the catalogue on
-// a miss); a queue with no placement is found false.
-func (p *placement) Lookup(ctx context.Context, tenant, queue string) (string, bool, error) {
+// Lookup is the queue's shard and epoch from the cache (read from the
+// catalogue on a miss); a queue with no placement is found false.
+func (p *placement) Lookup(ctx context.Context, tenant, queue string) (httpapi.Placed, bool, error) {
 	pl, err := p.cache.Lookup(ctx, tenant, queue)
 	switch {
 	case errors.Is(err, catalog.ErrNotPlaced):
-		return "", false, nil
+		return httpapi.Placed{}, false, nil
 	case err != nil:
-		return "", false, err
+		return httpapi.Placed{}, false, err
 	}
-	return pl.Shard, true, nil
+	return httpapi.Placed{Shard: pl.Shard, Epoch: pl.Epoch}, true, nil
 }
 
-// Place is the queue's shard, placing it by the rules when it has none.
-// A queue it placed is then looked up once, so the cache holds it: its
-// later requests are served while the catalogue is down.
-func (p *placement) Place(ctx context.Context, tenant, namespace, queue string) (string, error) {
-	shard, found, err := p.Lookup(ctx, tenant, queue)
-	if err != nil || found {
-		return shard, err
+// Place is the queue's shard and epoch, placing it by the rules when it
+// has none. A queue it placed is then looked up once, so the cache holds
+// it: its later requests are served while the catalogue is down.
+func (p *placement) Place(ctx context.Context, tenant, namespace, queue string) (httpapi.Placed, error) {
+	found, ok, err := p.Lookup(ctx, tenant, queue)
+	if err != nil || ok {
+		return found, err
 	}
 	pl, _, err := p.cat.Place(ctx, shards.Queue{Tenant: tenant, Namespace: namespace, Name: queue})
 	if err != nil {
-		return "", err
+		return httpapi.Placed{}, err
 	}
 	if cached, err := p.cache.Lookup(ctx, tenant, queue); err == nil {
-		return cached.Shard, nil
+		return httpapi.Placed{Shard: cached.Shard, Epoch: cached.Epoch}, nil
 	}
-	return pl.Shard, nil
+	return httpapi.Placed{Shard: pl.Shard, Epoch: pl.Epoch}, nil
 }
+
+// Invalidate forgets the queue's cached placement: a shard answered
+// "moved" for it, so the next Lookup reads the catalogue.
+func (p *placement) Invalidate(tenant, queue string) { p.cache.Invalidate(tenant, queue) }
 
 // shardOptions gives every shard its push path and contention retry and
 // sets the HTTP API's planes and placement; nothing without shards. The

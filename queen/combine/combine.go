@@ -75,6 +75,11 @@ type Options[In, Out any] struct {
 	// LockTimedOut reports a lock wait that ran out: the statement rolled
 	// back whole, so running its rows again is safe.
 	LockTimedOut func(error) bool
+	// Split, when set, reports an error the rows of some calls alone may
+	// cause, the joint statement having written nothing (a shard's fence:
+	// one call's queue moved): each call then runs by itself, as after a
+	// permanent error, so the others still succeed.
+	Split func(error) bool
 }
 
 // Combiner combines concurrent calls; see the package doc. Safe for

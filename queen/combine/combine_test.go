@@ -316,3 +316,34 @@ func TestAloneByKeyHoldsOnlyTheKeyItWaitsFor(t *testing.T) {
 		t.Errorf("run alone: %s, want %s", got, want)
 	}
 }
+
+// errMoved is the fake's Split error: one call's rows met a moved queue.
+var errMoved = errors.New("queue moved")
+
+// An error Options.Split names (a shard's fence: one call's queue moved,
+// the joint statement wrote nothing) runs each call by itself, as a
+// permanent one does: only the call of the moved queue fails, the others
+// are answered. Without Split every call of the batch would fail.
+func TestSplitErrorRerunsEachCallAlone(t *testing.T) {
+	f := &fake{fail: func(rows []string) error {
+		if slices.Contains(rows, "moved") {
+			return errMoved
+		}
+		return nil
+	}}
+	c := New(Options[string, string]{Joint: f.joint, Alone: f.runAlone,
+		Key: func(r string) string { return r[:1] }, MaxInFlight: 1, MaxRows: 100,
+		Permanent:    func(err error) bool { return errors.Is(err, errRefused) },
+		LockTimedOut: func(err error) bool { return errors.Is(err, errLocked) },
+		Split:        func(err error) bool { return errors.Is(err, errMoved) }})
+	calls := [][]string{{"a1"}, {"moved", "m2"}, {"c1", "c2"}}
+	for _, a := range queue(t, c, f, calls) {
+		moved := slices.Contains(a.rows, "moved")
+		if moved != errors.Is(a.err, errMoved) || (!moved && !slices.Equal(a.out, answers(a.rows))) {
+			t.Errorf("call %v answered %v, %v", a.rows, a.out, a.err)
+		}
+	}
+	if len(f.batches) != 5 { // z0; the joint one; a1, moved, c1 again
+		t.Errorf("statements run: %v", f.batches)
+	}
+}

@@ -33,8 +33,8 @@ func (c *Combiner[In, Out]) run(ctx context.Context, batch []*call[In, Out]) {
 }
 
 // runJoint runs every call's rows of batch as one statement and hands each
-// call its own outcomes. After a permanent error each call runs by itself,
-// so one bad call never fails another's; after a lock held too long every
+// call its own outcomes. After a permanent error (or one Options.Split
+// names) each call runs by itself, so one bad call never fails another's; after a lock held too long every
 // call is marked locked (it runs alone, outside the slots); any other error
 // is every call's.
 func (c *Combiner[In, Out]) runJoint(ctx context.Context, batch []*call[In, Out]) {
@@ -62,7 +62,7 @@ func (c *Combiner[In, Out]) runJoint(ctx context.Context, batch []*call[In, Out]
 		for _, b := range batch {
 			b.locked = true
 		}
-	case c.o.Permanent(err):
+	case c.o.Permanent(err) || c.o.Split != nil && c.o.Split(err):
 		for _, b := range batch {
 			c.runCall(ctx, b)
 		}

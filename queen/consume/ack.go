@@ -67,7 +67,7 @@ func newAckCombiner(o Options) *combine.Combiner[store.AckRow, store.AckResult] 
 	return combine.New(combine.Options[store.AckRow, store.AckResult]{
 		Joint: statement(false), Alone: statement(true), Key: ackKey, Apart: ackRepeats,
 		MaxInFlight: o.AckStatements, MaxRows: o.AckBatchRows, SwapCanary: "ack-combiner-swaps",
-		Permanent: store.IsPermanent, LockTimedOut: store.LockTimedOut})
+		Permanent: store.IsPermanent, LockTimedOut: store.LockTimedOut, Split: store.Moved})
 }
 
 // ackCompleted completes items of one request through the ack combiner,

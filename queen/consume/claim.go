@@ -151,7 +151,7 @@ func (c *Claimer) claimOnce(ctx context.Context, req PopRequest) (PopResult, err
 	now := c.st.DBNow()
 	rows, err := c.runPop(ctx, store.PopParams{QueueID: qid, Group: req.Group, Partition: req.Partition,
 		Partitions: req.Partitions, Batch: req.Batch, LeaseSeconds: req.LeaseSeconds, AutoAck: req.AutoAck,
-		MaxBytes: req.MaxBytes, Now: now})
+		MaxBytes: req.MaxBytes, Now: now, Epoch: epochOf(req.Epoch)})
 	if err != nil {
 		return res, err
 	}
@@ -160,6 +160,15 @@ func (c *Claimer) claimOnce(ctx context.Context, req PopRequest) (PopResult, err
 	}
 	c.noteEmpty(ctx, req, qid, now)
 	return res, nil
+}
+
+// epochOf is a routed epoch as the pop statements take it: nil for 0 (no
+// shards: no check, no allocation).
+func epochOf(epoch int64) *int64 {
+	if epoch == 0 {
+		return nil
+	}
+	return &epoch
 }
 
 // subscribed returns the queue's id once the group is known to be

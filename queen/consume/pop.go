@@ -29,6 +29,10 @@ type PopRequest struct {
 	// twice (the pop answer writes it as data and as payload); 0: no
 	// bound. The first message is always taken (the store's popBytesSQL).
 	MaxBytes int64
+	// Epoch is the placement epoch the router found the queue at (shards
+	// configured): a pop of a queue no longer at it fails as moved
+	// (store.ErrMoved), claiming nothing. 0, without shards, checks nothing.
+	Epoch int64
 }
 
 // Message is a delivered message.

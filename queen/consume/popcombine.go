@@ -26,6 +26,9 @@ func (c *Claimer) runPop(ctx context.Context, p store.PopParams) (store.PopRows,
 	}
 	k := popKey{QueueID: p.QueueID, Group: p.Group, Batch: p.Batch, LeaseSeconds: p.LeaseSeconds, AutoAck: p.AutoAck,
 		MaxBytes: p.MaxBytes}
+	if p.Epoch != nil {
+		k.Epoch = *p.Epoch
+	}
 	out, err := c.pops.Do(ctx, []popCall{{key: k, now: p.Now}})
 	if err != nil {
 		return store.PopRows{}, err
@@ -33,12 +36,13 @@ func (c *Claimer) runPop(ctx context.Context, p store.PopParams) (store.PopRows,
 	return out[0].rows, out[0].err
 }
 
-// popKey is what the pops of one combined statement share.
+// popKey is what the pops of one combined statement share, the routed
+// epoch included: a pop routed by a stale placement fails as moved alone.
 type popKey struct {
 	QueueID, Group      string
 	Batch, LeaseSeconds int
 	AutoAck             bool
-	MaxBytes            int64
+	MaxBytes, Epoch     int64
 }
 
 // popCall is one pop in the pop combiner: its statement's key, and the
@@ -99,7 +103,7 @@ func jointPops(ctx context.Context, st *store.Store, calls []popCall) []popOut {
 func popKeyCalls(ctx context.Context, st *store.Store, calls []popCall, idx []int, out []popOut) {
 	k := calls[idx[0]].key
 	p := store.PopParams{QueueID: k.QueueID, Group: k.Group, Partitions: 1, Batch: k.Batch, LeaseSeconds: k.LeaseSeconds,
-		AutoAck: k.AutoAck, MaxBytes: k.MaxBytes, Now: calls[idx[0]].now}
+		AutoAck: k.AutoAck, MaxBytes: k.MaxBytes, Now: calls[idx[0]].now, Epoch: epochOf(k.Epoch)}
 	if len(idx) == 1 {
 		rows, err := st.RunPop(ctx, p)
 		out[idx[0]] = popOut{rows: rows, err: err}

@@ -201,17 +201,15 @@ func (s *Server) applyAcks(w http.ResponseWriter, r *http.Request, group string,
 			items[i].PartitionID = "00000000-0000-0000-0000-000000000000"
 		}
 	}
-	pl, err := s.ackPlane(r.Context(), tenantOf(r), items)
-	if err != nil {
-		s.routeError(w, r, "cross_shard_ack", err)
-		return
-	}
 	ctx, release, err := s.hold(r, admission.Ack)
 	if err != nil {
 		return
 	}
-	results, err := pl.consumer.Ack(ctx, tenantOf(r), group, items)
+	results, err := s.ackRouted(ctx, tenantOf(r), group, items)
 	release()
+	if err != nil && s.routedFailed(w, r, "cross_shard_ack", err) {
+		return
+	}
 	if err != nil {
 		s.storeError(w, r, "ack", err)
 		return
@@ -252,6 +250,9 @@ func (s *Server) extendLease(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	n, exp, err := s.extendOn(r.Context(), tenantOf(r), leaseID, seconds)
+	if err != nil && s.routedFailed(w, r, "", err) {
+		return
+	}
 	if err != nil {
 		s.storeError(w, r, "extend lease", err)
 		return
@@ -319,9 +320,15 @@ func (s *Server) transaction(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return
 	}
-	results, more, err := txn.Run(r.Context(), pl.names, pl.writes, txn.Request{Tenant: tenantOf(r), Ops: ops, RequiredLeases: leases, ProducerSub: subOf(r),
-		Extras: extras})
+	req := txn.Request{Tenant: tenantOf(r), Ops: ops, RequiredLeases: leases, ProducerSub: subOf(r), Extras: extras}
+	results, more, err := txn.Run(r.Context(), pl.names, pl.writes, req)
+	if s.movedOnce(err, req.Tenant, func() []string { return txnQueues(ops) }) {
+		results, more, err = s.txnAgain(r.Context(), req, pl)
+	}
 	release()
+	if err != nil && s.routedFailed(w, r, "cross_shard_transaction", err) {
+		return
+	}
 	if s.txnFailed(w, r, txnID, err) {
 		return
 	}

@@ -48,10 +48,19 @@ type Shard struct {
 // Placement answers where a queue lives (the broker's catalogue and its
 // placement cache). Place places a queue that has none (a configure, or a
 // push that creates it); Lookup only reads, and answers found false for a
-// queue with no placement.
+// queue with no placement. Invalidate forgets a queue's cached placement:
+// a shard's fence answered "moved" for it.
 type Placement interface {
-	Place(ctx context.Context, tenant, namespace, queue string) (shard string, err error)
-	Lookup(ctx context.Context, tenant, queue string) (shard string, found bool, err error)
+	Place(ctx context.Context, tenant, namespace, queue string) (Placed, error)
+	Lookup(ctx context.Context, tenant, queue string) (p Placed, found bool, err error)
+	Invalidate(tenant, queue string)
+}
+
+// Placed is a queue's placement: its shard, and the epoch every statement
+// routed there for it carries (the shard's fence refuses another).
+type Placed struct {
+	Shard string
+	Epoch int64
 }
 
 // router holds the planes of a broker with shards and asks the placement
@@ -70,33 +79,41 @@ type router struct {
 // queue with no placement is served by the default shard, where it does
 // not exist either, so the answer is today's for a missing queue.
 func (s *Server) planeFor(ctx context.Context, tenant, namespace, queue string, create bool) (*plane, error) {
+	pl, _, err := s.queuePlane(ctx, tenant, namespace, queue, create)
+	return pl, err
+}
+
+// queuePlane is planeFor with the epoch the queue was found at, which the
+// statements for it carry: 0 without shards, or for a queue with no
+// placement (nothing to fence).
+func (s *Server) queuePlane(ctx context.Context, tenant, namespace, queue string, create bool) (*plane, int64, error) {
 	if s.router == nil {
-		return &s.plane, nil
+		return &s.plane, 0, nil
 	}
 	return s.router.find(ctx, tenant, namespace, queue, create)
 }
 
-// find is planeFor with shards.
-func (rt *router) find(ctx context.Context, tenant, namespace, queue string, create bool) (*plane, error) {
-	var shard string
+// find is queuePlane with shards.
+func (rt *router) find(ctx context.Context, tenant, namespace, queue string, create bool) (*plane, int64, error) {
+	var p Placed
 	var err error
 	if create {
-		shard, err = rt.place.Place(ctx, tenant, namespace, queue)
+		p, err = rt.place.Place(ctx, tenant, namespace, queue)
 	} else {
 		var found bool
-		shard, found, err = rt.place.Lookup(ctx, tenant, queue)
+		p, found, err = rt.place.Lookup(ctx, tenant, queue)
 		if err == nil && !found {
-			return rt.order[0], nil
+			return rt.order[0], 0, nil
 		}
 	}
 	if err != nil {
-		return nil, &placementError{queue: queue, err: err}
+		return nil, 0, &placementError{queue: queue, err: err}
 	}
-	pl := rt.planes[shard]
+	pl := rt.planes[p.Shard]
 	if pl == nil {
-		return nil, &placementError{queue: queue, err: &unknownShardError{shard: shard}}
+		return nil, 0, &placementError{queue: queue, err: &unknownShardError{shard: p.Shard}}
 	}
-	return pl, nil
+	return pl, p.Epoch, nil
 }
 
 // placementError is a queue whose shard could not be told: the catalogue
@@ -188,24 +205,26 @@ func (e *crossShardError) Error() string {
 }
 
 // pushPlane is the plane of every item's queue, placing the queues that
-// have none (a push creates its queue). Items on several shards are a
-// *crossShardError: a push is one statement on one database.
+// have none (a push creates its queue), and sets each item's Epoch to its
+// queue's. Items on several shards are a *crossShardError: a push is one
+// statement on one database.
 func (s *Server) pushPlane(ctx context.Context, tenant string, items []store.PushItem) (*plane, error) {
 	if s.router == nil {
 		return &s.plane, nil
 	}
 	var pl *plane
 	var shards []string
-	seen := map[string]bool{}
-	for _, it := range items {
-		if seen[it.Queue] {
+	seen := map[string]int64{}
+	for i, it := range items {
+		if epoch, ok := seen[it.Queue]; ok {
+			items[i].Epoch = epoch
 			continue
 		}
-		seen[it.Queue] = true
-		p, err := s.router.find(ctx, tenant, "", it.Queue, true)
+		p, epoch, err := s.router.find(ctx, tenant, "", it.Queue, true)
 		if err != nil {
 			return nil, err
 		}
+		seen[it.Queue], items[i].Epoch = epoch, epoch
 		if pl == nil {
 			pl = p
 		}
@@ -244,29 +263,53 @@ func (s *Server) routeError(w http.ResponseWriter, r *http.Request, code string,
 }
 
 // ackPlane is the plane holding the partitions the acknowledgements name
-// (an ack names its partition, not its queue). Without shards it is the
-// Server's own, with no lookup. With shards every shard is asked which of
-// them it holds; none found anywhere is the default shard's (it answers
-// "not found" as today), several shards a *crossShardError.
+// (an ack names its partition, not its queue), and sets each item's Epoch
+// to its queue's. Without shards it is the Server's own, with no lookup.
+// With shards, ackRoute.
 func (s *Server) ackPlane(ctx context.Context, tenant string, items []store.AckItem) (*plane, error) {
-	if s.router == nil {
-		return &s.plane, nil
-	}
+	pl, _, err := s.ackRoute(ctx, tenant, items)
+	return pl, err
+}
+
+// ackRoute is ackPlane with shards, and the names of the queues the items'
+// partitions belong to (what a "moved" answer invalidates).
+func (rt *router) ackRoute(ctx context.Context, tenant string, items []store.AckItem) (*plane, []string, error) {
 	pids := make([]string, 0, len(items))
 	for _, it := range items {
 		if !slices.Contains(pids, it.PartitionID) {
 			pids = append(pids, it.PartitionID)
 		}
 	}
-	return s.router.locate(ctx, tenant, pids)
+	pl, at, err := rt.locate(ctx, tenant, pids)
+	if err != nil {
+		return nil, nil, err
+	}
+	var queues []string
+	for i, it := range items {
+		items[i].Epoch = at[it.PartitionID].Epoch
+		if q := at[it.PartitionID].queue; q != "" && !slices.Contains(queues, q) {
+			queues = append(queues, q)
+		}
+	}
+	return pl, queues, nil
+}
+
+// partitionAt is where locate found a partition: its queue and the
+// queue's placement epoch (0: the queue has none).
+type partitionAt struct {
+	queue string
+	Epoch int64
 }
 
 // locate is the one plane holding the partitions pids (the default one
-// when none holds any). A shard that cannot answer fails it unless the
-// others held every partition: a partition lives on one shard.
-func (rt *router) locate(ctx context.Context, tenant string, pids []string) (*plane, error) {
-	var holders []*plane
-	var names []string
+// when none holds any), and per partition its queue and epoch. Every
+// shard is asked which it holds; a shard that cannot answer fails it unless
+// the others held every partition. A partition lives on one shard, but
+// during and after a move on two: its queue's placement says which
+// serves it (pick). Partitions served by several shards are a
+// *crossShardError.
+func (rt *router) locate(ctx context.Context, tenant string, pids []string) (*plane, map[string]partitionAt, error) {
+	holders := map[*plane][]store.PartitionRow{}
 	var failed error
 	held := 0
 	for _, pl := range rt.order {
@@ -276,35 +319,96 @@ func (rt *router) locate(ctx context.Context, tenant string, pids []string) (*pl
 			continue
 		}
 		if len(here) > 0 {
-			holders, names, held = append(holders, pl), append(names, pl.shard), held+len(here)
+			holders[pl], held = here, held+len(here)
 		}
 	}
 	switch {
-	case len(holders) > 1:
-		return nil, &crossShardError{shards: names}
 	case failed != nil && held < len(pids):
-		return nil, &placementError{queue: "of partition " + strings.Join(pids, ", "), err: failed}
+		return nil, nil, &placementError{queue: "of partition " + strings.Join(pids, ", "), err: failed}
 	case len(holders) == 0:
-		return rt.order[0], nil
+		return rt.order[0], nil, nil
 	}
-	return holders[0], nil
+	return rt.pick(ctx, tenant, holders)
+}
+
+// pick is locate's choice among the shards holding the partitions: each
+// partition's is the shard its queue's placement names when that one holds
+// it, else the one holding it (a queue with no placement, or a placement
+// naming a shard the rows are not on yet); the epoch is the placement's in
+// both cases, so a frozen copy refuses it.
+func (rt *router) pick(ctx context.Context, tenant string, holders map[*plane][]store.PartitionRow) (*plane, map[string]partitionAt, error) {
+	where := map[string][]*plane{} // partition id -> the shards holding it
+	queueOf := map[string]string{}
+	for _, holder := range rt.order {
+		for _, row := range holders[holder] {
+			where[row.ID], queueOf[row.ID] = append(where[row.ID], holder), row.Queue
+		}
+	}
+	at := make(map[string]partitionAt, len(where))
+	var chosen []*plane
+	for pid, held := range where {
+		p, found, err := rt.place.Lookup(ctx, tenant, queueOf[pid])
+		if err != nil {
+			return nil, nil, &placementError{queue: queueOf[pid], err: err}
+		}
+		pl := held[0]
+		if placed := rt.planes[p.Shard]; found && slices.Contains(held, placed) {
+			pl = held[slices.Index(held, placed)]
+		} else if len(held) > 1 {
+			return nil, nil, &crossShardError{shards: shardNames(held)}
+		}
+		at[pid] = partitionAt{queue: queueOf[pid], Epoch: p.Epoch}
+		if !slices.Contains(chosen, pl) {
+			chosen = append(chosen, pl)
+		}
+	}
+	if len(chosen) > 1 {
+		var names []string
+		for _, pl := range rt.order {
+			if slices.Contains(chosen, pl) {
+				names = append(names, pl.shard)
+			}
+		}
+		return nil, nil, &crossShardError{shards: names}
+	}
+	return chosen[0], at, nil
+}
+
+// shardNames are the planes' shards.
+func shardNames(pls []*plane) []string {
+	out := make([]string, len(pls))
+	for i, pl := range pls {
+		out[i] = pl.shard
+	}
+	return out
 }
 
 // extendOn extends a lease where it is: without shards on the one store;
 // with shards on each shard in turn until one holds it (a lease id names
 // no queue; extending it where it is not changes nothing), else the
-// default shard's answer.
+// default shard's answer. A shard holding it frozen (its queue moved away,
+// or is moving) answers moved and the others are asked: after a move the
+// destination holds it live. Held frozen only, it is a *movingError.
 func (s *Server) extendOn(ctx context.Context, tenant, leaseID string, seconds int) (int64, *time.Time, error) {
 	if s.router == nil {
 		return s.store.ExtendLease(ctx, tenant, leaseID, seconds)
 	}
-	for _, pl := range s.router.order[1:] {
+	var moved error
+	order := s.router.order
+	for i := range order {
+		pl := order[(i+1)%len(order)] // the default shard last
 		n, exp, err := pl.store.ExtendLease(ctx, tenant, leaseID, seconds)
-		if err != nil || n > 0 {
+		switch {
+		case store.Moved(err):
+			moved = err
+		case err != nil || n > 0:
 			return n, exp, err
 		}
 	}
-	return s.store.ExtendLease(ctx, tenant, leaseID, seconds)
+	if moved != nil {
+		return 0, nil, &movingError{queue: movedQueue(moved)}
+	}
+	return 0, nil, nil
 }
 
 // shardReady are the routes a broker with shards serves: those routed to
@@ -399,9 +503,10 @@ func (s *Server) txnPlane(ctx context.Context, tenant string, ops []txn.Op, extr
 			return nil, err
 		}
 		found = append(found, pl)
+		setTxnEpochs(ops, items)
 	}
 	if len(pids) > 0 {
-		pl, err := s.router.locate(ctx, tenant, pids)
+		pl, _, err := s.router.locate(ctx, tenant, pids)
 		if err != nil {
 			return nil, err
 		}
@@ -414,6 +519,18 @@ func (s *Server) txnPlane(ctx context.Context, tenant string, ops []txn.Op, extr
 		return s.router.order[0], nil
 	}
 	return found[0], nil
+}
+
+// setTxnEpochs gives the push items of ops, in order, the epochs pushPlane
+// set on items, their copies.
+func setTxnEpochs(ops []txn.Op, items []store.PushItem) {
+	k := 0
+	for i := range ops {
+		for j := range ops[i].Items {
+			ops[i].Items[j].Epoch = items[k].Epoch
+			k++
+		}
+	}
 }
 
 // errNotShardedYet refuses, with shards, a request part this build

@@ -13,6 +13,7 @@ import (
 	"github.com/queen-go/queen/queen/config"
 	"github.com/queen-go/queen/queen/consume"
 	"github.com/queen-go/queen/queen/limits"
+	"github.com/queen-go/queen/queen/store"
 )
 
 // maxLeaseSeconds bounds a lease: an integer number of seconds in
@@ -140,12 +141,34 @@ func (s *Server) pop(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	pl, err := s.planeFor(r.Context(), p.req.Tenant, "", p.req.Queue, false)
+	pl, epoch, err := s.queuePlane(r.Context(), p.req.Tenant, "", p.req.Queue, false)
 	if err != nil {
 		s.placementFailed(w, r, err)
 		return
 	}
-	s.longPoll(w, r, pl, p, s.admitted(r, pl.consumer.One(p.req)))
+	p.req.Epoch = epoch
+	err = s.longPoll(w, r, pl, p, s.admitted(r, pl.consumer.One(p.req)))
+	if s.movedOnce(err, p.req.Tenant, func() []string { return []string{p.req.Queue} }) {
+		s.popAgain(w, r, p, pl)
+	}
+}
+
+// popAgain runs a pop whose queue moved once more, routed again (moved.go):
+// the queue frozen where it was, or moved again, is answered moving.
+func (s *Server) popAgain(w http.ResponseWriter, r *http.Request, p popParams, was *plane) {
+	pl, epoch, err := s.queuePlane(r.Context(), p.req.Tenant, "", p.req.Queue, false)
+	switch {
+	case err != nil:
+		s.placementFailed(w, r, err)
+		return
+	case pl == was && epoch == p.req.Epoch:
+		writeMoving(w, &movingError{queue: p.req.Queue})
+		return
+	}
+	p.req.Epoch = epoch
+	if err := s.longPoll(w, r, pl, p, s.admitted(r, pl.consumer.One(p.req))); err != nil {
+		writeMoving(w, &movingError{queue: p.req.Queue})
+	}
 }
 
 // popDiscover pops from the tenant's queues matching namespace and/or task,
@@ -167,7 +190,8 @@ func (s *Server) popDiscover(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	s.longPoll(w, r, &s.plane, p, s.admitted(r, s.consumer.Discover(p.req, ns, task)))
+	// Discovery is not served with shards (shardReady): nothing is moved.
+	_ = s.longPoll(w, r, &s.plane, p, s.admitted(r, s.consumer.Discover(p.req, ns, task)))
 }
 
 // admitted runs each try of a pop under the arbiter's pop lane, so a
@@ -186,12 +210,19 @@ func (s *Server) admitted(r *http.Request, try consume.Try) consume.Try {
 // longPoll runs a pop through the consumer (queen/consume holds the wait
 // and claim rules) and answers how it ended: the claim (200), nothing
 // (204), or nothing at all when the client left.
-func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, pl *plane, p popParams, try consume.Try) {
+//
+// A pop the fence answered moved (shards only: the queue moved or froze,
+// perhaps while the pop waited) is answered nothing: its error is returned
+// for the caller to route it again; nil otherwise.
+func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, pl *plane, p popParams, try consume.Try) error {
 	res, err := pl.consumer.Pop(r.Context(), consume.Request{Tenant: p.req.Tenant, Queue: p.req.Queue, Group: p.req.Group,
 		Wait: p.wait, Timeout: p.timeout}, try)
+	if err != nil && s.router != nil && store.Moved(err) {
+		return err
+	}
 	if err != nil {
 		s.storeError(w, r, "pop", err)
-		return
+		return nil
 	}
 	switch res.Outcome {
 	case consume.Claimed:
@@ -206,6 +237,7 @@ func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, pl *plane, p p
 		w.WriteHeader(http.StatusNoContent)
 	case consume.Gone:
 	}
+	return nil
 }
 
 // deliver writes a claim's answer. A normal pop's messages stay leased to

@@ -191,14 +191,11 @@ func (s *Server) push(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tenant := tenantOf(r)
-	pl, err := s.pushPlane(r.Context(), tenant, items)
-	if err != nil {
-		s.routeError(w, r, "cross_shard_push", err)
-		return
-	}
-	out, err := pl.pushes.Push(r.Context(), tenant, subOf(r), items)
+	out, err := s.pushRouted(r.Context(), tenant, subOf(r), items)
 	switch {
 	case errors.Is(err, pushpath.ErrCancelled):
+		return
+	case err != nil && s.routedFailed(w, r, "cross_shard_push", err):
 		return
 	case err != nil:
 		s.storeError(w, r, "push", err)

@@ -53,7 +53,7 @@ func newCombiner(o Options) *combine.Combiner[store.AppendRow, store.AppendOut] 
 	return combine.New(combine.Options[store.AppendRow, store.AppendOut]{
 		Joint: statement(false), Alone: statement(true), Key: store.AppendRow.PartitionID,
 		MaxInFlight: o.PushStatements, MaxRows: o.PushBatchRows, SwapCanary: "combiner-swaps", AloneByKey: true,
-		Permanent: store.IsPermanent, LockTimedOut: store.LockTimedOut})
+		Permanent: store.IsPermanent, LockTimedOut: store.LockTimedOut, Split: store.Moved})
 }
 
 // appendRows is one append over rows through the write policy (sealing,

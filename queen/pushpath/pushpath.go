@@ -130,7 +130,8 @@ func (p *Path) Push(ctx context.Context, tenant, sub string, items []store.PushI
 	if err == nil {
 		return Outcome{Results: results}, nil
 	}
-	if p.o.Spool == nil || !store.Unavailable(err) || ctx.Err() != nil {
+	if p.o.Spool == nil || !store.Unavailable(err) || store.Moved(err) || ctx.Err() != nil {
+		// A moved queue is not an outage: the router routes it again.
 		return Outcome{}, err
 	}
 	switch {

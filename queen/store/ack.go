@@ -16,6 +16,9 @@ type AckItem struct {
 	Status        string // completed (default), failed, retry, dlq
 	LeaseID       string // "" skips the token check (the lease must still be live)
 	Error         string
+	// Epoch is the placement epoch the router found the partition's queue
+	// at (shards configured); 0 checks nothing. Never on the wire.
+	Epoch int64
 }
 
 // AckResult is the outcome of one acknowledgement.
@@ -199,15 +202,12 @@ var ackVerdicts = map[string]string{
 // answers ("" for ok), as AckReadRow carries them.
 func AckVerdictError(verdict string) string { return ackVerdicts[verdict] }
 
-// AckRow is one completion as AckCompletions takes it: the item and whose
-// it is.
-//
-// Epoch is the placement epoch the row's queue was routed with (0: no
-// shards); a sharded caller sets every row's.
+// AckRow is one completion as AckCompletions takes it: the item (its Epoch
+// the placement epoch the row's queue was routed with; 0: no shards) and
+// whose it is.
 type AckRow struct {
 	AckItem
 	Tenant, Group string
-	Epoch         int64
 }
 
 // AckCompletions runs one ackCompletedSQL over rows (completions of one or
@@ -485,22 +485,30 @@ func deref(s *string) string {
 // extendSQL pushes out every live lease held by a token, of the tenant's
 // queues, to at least now+seconds. An expired lease is not revived: its
 // messages may already be someone else's.
+//
+// Fence (fence.go): a lease on a frozen cursor row (epoch < 0: its queue
+// moved away, or is frozen for a move) fails the statement as moved,
+// nothing extended; one that waited behind the freeze is rechecked against
+// the frozen row. A lease names no queue, so no epoch is routed: every
+// live row is at a positive one (always 1 without shards).
 const extendSQL = `
 UPDATE queen.partition_consumers pc
 SET lease_expires_at = GREATEST(pc.lease_expires_at, coalesce($3::timestamptz, now()) + make_interval(secs => $4::int))
 FROM queen.queues q
 WHERE pc.queue_id = q.id AND q.tenant_id = $1
 	AND pc.worker_id = $2 AND pc.lease_expires_at > coalesce($3::timestamptz, now())
+	AND (pc.epoch > 0 OR queen.fence_moved(pc.queue_id))
 RETURNING pc.lease_expires_at`
 
 // ExtendLease extends every live lease held by leaseID. It returns how many
-// partition leases it renewed and the new expiry.
+// partition leases it renewed and the new expiry; a lease of a frozen queue
+// is a *MovedError, nothing extended.
 func (s *Store) ExtendLease(ctx context.Context, tenant, leaseID string, seconds int) (int64, *time.Time, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	rows, err := s.pool.Query(ctx, text("lease.extend"), tenant, leaseID, s.dbNow(), seconds)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, movedOr(err)
 	}
 	defer rows.Close()
 	var n int64
@@ -515,7 +523,7 @@ func (s *Store) ExtendLease(ctx context.Context, tenant, leaseID string, seconds
 			exp = &t
 		}
 	}
-	return n, exp, rows.Err()
+	return n, exp, movedOr(rows.Err())
 }
 
 // partitionOwnerSQL is the tenant owning a partition.
@@ -532,22 +540,23 @@ func (s *Store) PartitionOwner(ctx context.Context, pid string) (string, error) 
 }
 
 // partitionsHereSQL is which of the partitions $1 exist in this database
-// as tenant $2's.
+// as tenant $2's, with their queues' names.
 const partitionsHereSQL = `
-SELECT p.id::text FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+SELECT q.name, '', p.id::text FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
 WHERE p.id = ANY($1::uuid[]) AND q.tenant_id = $2`
 
 // PartitionsHere answers which of pids are tenant's partitions in this
-// database: with shards, where a broker sends an ack, which names its
-// partition and not its queue.
-func (s *Store) PartitionsHere(ctx context.Context, tenant string, pids []string) ([]string, error) {
+// database, with their queues (Partition left ""): with shards, where a
+// broker sends an ack, which names its partition and not its queue. After
+// a move two shards hold them; the queue's placement tells which serves.
+func (s *Store) PartitionsHere(ctx context.Context, tenant string, pids []string) ([]PartitionRow, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	rows, err := s.pool.Query(ctx, partitionsHereSQL, pids, tenant)
 	if err != nil {
 		return nil, fmt.Errorf("partitions here: %w", err)
 	}
-	here, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	here, err := pgx.CollectRows(rows, pgx.RowToStructByPos[PartitionRow])
 	if err != nil {
 		return nil, fmt.Errorf("partitions here: %w", err)
 	}

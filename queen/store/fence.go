@@ -50,6 +50,17 @@ func Moved(err error) bool {
 	return errors.Is(err, ErrMoved) || (errors.As(err, &pgErr) && pgErr.Code == movedCode)
 }
 
+// fenceLockSQL is a freeze's (or an activation's) first statement: it
+// takes the shard-local queue row FOR UPDATE, which conflicts with every
+// lock a creator of the queue's fenced rows takes on it first (FOR SHARE:
+// createPartitionsSQL, createConsumersSQL; FOR UPDATE: lockQueueSQL, before
+// a subscription's cursor rows). So a creator that holds it is waited for,
+// and fenceSQL, the next statement, sees its rows with a snapshot taken
+// after it committed; a creator that comes later waits for the freeze to
+// commit and reads the rewritten queue row (READ COMMITTED rechecks a
+// locked row that was updated), so its rows are born at the new epoch.
+const fenceLockSQL = `SELECT 1 FROM queen.queues WHERE tenant_id = $1::uuid AND name = $2 FOR UPDATE`
+
 // fenceSQL sets the epoch of every fenced row of one queue (the shard-local
 // queue row, its partition rows, their cursor rows) to $4, in one statement,
 // when the queue row is at $3 or at $4 already (a restart: idempotent). It
@@ -89,8 +100,11 @@ type FenceResult struct {
 // fenced row goes from epoch to -epoch, in one transaction, so from its
 // commit on every statement routed here with epoch fails as moved, those
 // that waited behind it included. Run again after it committed, it changes
-// nothing (invariant 9). q is the pool, or the mover's transaction. A queue at another epoch is an error naming both.
-func (s *Store) Freeze(ctx context.Context, q Executor, tenant, name string, epoch int64) (FenceResult, error) {
+// nothing (invariant 9). q is the pool, or the mover's transaction (READ
+// COMMITTED). A queue at another epoch is an error naming both. The freeze
+// is complete: fenceLockSQL says why no fenced row created while it runs
+// keeps epoch.
+func (s *Store) Freeze(ctx context.Context, q TxStarter, tenant, name string, epoch int64) (FenceResult, error) {
 	if epoch <= 0 {
 		return FenceResult{}, fmt.Errorf("freeze %s: epoch %d is not positive", name, epoch)
 	}
@@ -100,17 +114,30 @@ func (s *Store) Freeze(ctx context.Context, q Executor, tenant, name string, epo
 // Activate makes the queue (tenant, name) writable on this shard at epoch
 // to: every fenced row goes from the frozen -from (what the copy brought
 // from the source's freeze) to to. Run again, it changes nothing.
-func (s *Store) Activate(ctx context.Context, q Executor, tenant, name string, from, to int64) (FenceResult, error) {
+func (s *Store) Activate(ctx context.Context, q TxStarter, tenant, name string, from, to int64) (FenceResult, error) {
 	if from <= 0 || to <= from {
 		return FenceResult{}, fmt.Errorf("activate %s: epochs %d to %d", name, from, to)
 	}
 	return fence(ctx, q, "activate", tenant, name, -from, to)
 }
 
-// fence runs fenceSQL: rows at from (or to already) go to to.
-func fence(ctx context.Context, q Executor, verb, tenant, name string, from, to int64) (FenceResult, error) {
+// TxStarter begins a transaction: the pool, a connection, or a
+// transaction (a savepoint in it).
+type TxStarter interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// fence runs fenceLockSQL then fenceSQL, in one transaction (a savepoint of
+// q's when q is one, which must then be READ COMMITTED: fenceSQL needs a
+// snapshot of its own): rows at from (or to already) go to to.
+func fence(ctx context.Context, q TxStarter, verb, tenant, name string, from, to int64) (FenceResult, error) {
 	var r FenceResult
-	err := q.QueryRow(ctx, fenceSQL, tenant, name, from, to).Scan(&r.Found, &r.Updated)
+	err := pgx.BeginFunc(ctx, q, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, fenceLockSQL, tenant, name); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, fenceSQL, tenant, name, from, to).Scan(&r.Found, &r.Updated)
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, fmt.Errorf("%s %s: no such queue on this shard", verb, name)
 	}

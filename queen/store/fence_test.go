@@ -3,7 +3,11 @@ package store_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/queen-go/queen/queen/consume"
 	"github.com/queen-go/queen/queen/store"
@@ -238,7 +242,7 @@ func TestAckRoutedWithAStaleEpochIsMoved(t *testing.T) {
 	}
 	ackAt := func(txid string, epoch int64) ([]store.AckResult, error) {
 		return s.AckCompletions(ctx, []store.AckRow{{AckItem: store.AckItem{TransactionID: txid, PartitionID: popped.PartitionID,
-			LeaseID: popped.LeaseID}, Tenant: tenant, Group: "g", Epoch: epoch}})
+			LeaseID: popped.LeaseID, Epoch: epoch}, Tenant: tenant, Group: "g"}})
 	}
 	_, err = ackAt("seed", 2)
 	wantMoved(t, "an ack at epoch 2 of a queue at 1", err, qid)
@@ -254,5 +258,158 @@ func TestAckRoutedWithAStaleEpochIsMoved(t *testing.T) {
 	if err := s.Pool().QueryRow(ctx, `SELECT last_consumed_seq FROM queen.partition_consumers WHERE partition_id = $1 AND consumer_group = 'g'`,
 		popped.PartitionID).Scan(&cursor); err != nil || cursor != 1 {
 		t.Fatalf("cursor at %d (%v), want 1: the moved acks moved it", cursor, err)
+	}
+}
+
+// createPartition creates queue's partition name and its cursor rows on q,
+// as a push's name resolution does, and answers its id.
+func createPartition(ctx context.Context, s *store.Store, q store.Executor, queue, name string) error {
+	var id string
+	if err := q.QueryRow(ctx, `SELECT gen_random_uuid()::text`).Scan(&id); err != nil {
+		return err
+	}
+	created, err := s.CreatePartitions(ctx, q, store.CreatePartitionsParams{Tenant: tenant, IDs: []string{id}, Queues: []string{queue}, Partitions: []string{name}})
+	if err != nil || len(created) != 1 {
+		return fmt.Errorf("create partition %s: %v %+v", name, err, created)
+	}
+	return s.CreateConsumers(ctx, q, store.CreateConsumersParams{Tenant: tenant, PartitionIDs: []string{id}, QueueIDs: []string{created[0].QueueID}})
+}
+
+// waitBlocked returns once the backend pgPID waits on a lock, or, if it
+// finished first, logs it and answers a channel holding what done
+// answered: the caller's checks then say what its not waiting broke.
+func waitBlocked(t *testing.T, ctx context.Context, s *store.Store, pgPID uint32, done chan error, what string) chan error {
+	t.Helper()
+	for waiting := false; !waiting; {
+		if err := s.Pool().QueryRow(ctx, `SELECT cardinality(pg_blocking_pids($1)) > 0`, pgPID).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-done:
+			t.Logf("%s did not wait (%v)", what, err)
+			done <- err
+			return done
+		default:
+		}
+	}
+	return done
+}
+
+// liveRows is how many fenced rows of queue qid are not at epoch.
+func liveRows(t *testing.T, ctx context.Context, s *store.Store, qid string, epoch int64) int {
+	t.Helper()
+	var n int
+	if err := s.Pool().QueryRow(ctx, `SELECT (SELECT count(*) FROM queen.partitions WHERE queue_id = $1 AND epoch <> $2)
+		+ (SELECT count(*) FROM queen.partition_consumers WHERE queue_id = $1 AND epoch <> $2)
+		+ (SELECT count(*) FROM queen.queues WHERE id = $1 AND epoch <> $2)`, qid, epoch).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// A freeze that runs while a partition (and its cursor row) is being
+// created, in either order, leaves no fenced row of the queue live: a
+// creation open before the freeze is waited for and its rows frozen; one
+// that starts after the freeze took the queue row waits for its commit and
+// creates its rows frozen. The order is fixed by seeing each one wait.
+func TestFreezeRacingAPartitionCreation(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	ctx := context.Background()
+	_, qid := fencedPartition(t, ctx, s, "fence-race")
+	if _, err := claim(ctx, s, consume.PopRequest{Tenant: tenant, Queue: "fence-race", Group: "g", Batch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("creation first", func(t *testing.T) {
+		create, err := s.Pool().Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = create.Rollback(ctx) }()
+		if err := createPartition(ctx, s, create, "fence-race", "p1"); err != nil {
+			t.Fatal(err)
+		}
+		conn, err := s.Pool().Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Release()
+		done := make(chan error, 1)
+		go func() {
+			_, err := s.Freeze(ctx, conn, tenant, "fence-race", 1)
+			done <- err
+		}()
+		done = waitBlocked(t, ctx, s, conn.Conn().PgConn().PID(), done, "the freeze behind an open partition creation")
+		if err := create.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if n := liveRows(t, ctx, s, qid, -1); n != 0 {
+			t.Fatalf("%d fenced rows of the frozen queue not frozen", n)
+		}
+	})
+	t.Run("freeze first", func(t *testing.T) {
+		if _, err := s.Activate(ctx, s.Pool(), tenant, "fence-race", 1, 2); err != nil {
+			t.Fatal(err)
+		}
+		freeze, err := s.Pool().Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = freeze.Rollback(ctx) }()
+		if _, err := s.Freeze(ctx, freeze, tenant, "fence-race", 2); err != nil {
+			t.Fatal(err)
+		}
+		conn, err := s.Pool().Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Release()
+		done := make(chan error, 1)
+		go func() {
+			done <- pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error { return createPartition(ctx, s, tx, "fence-race", "p2") })
+		}()
+		done = waitBlocked(t, ctx, s, conn.Conn().PgConn().PID(), done, "the partition creation behind an open freeze")
+		if err := freeze.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if n := liveRows(t, ctx, s, qid, -2); n != 0 {
+			t.Fatalf("%d fenced rows of the frozen queue not frozen", n)
+		}
+	})
+}
+
+// A lease extension of a frozen queue's lease fails as moved and extends
+// nothing: a lease names no queue, so the frozen cursor row itself refuses
+// it. Live, it extends as without shards.
+func TestExtendOfAFrozenLeaseIsMoved(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	ctx := context.Background()
+	_, qid := fencedPartition(t, ctx, s, "fence-extend")
+	popped, err := claim(ctx, s, consume.PopRequest{Tenant: tenant, Queue: "fence-extend", Group: "g", Batch: 1})
+	if err != nil || len(popped.Messages) != 1 {
+		t.Fatalf("pop: %+v %v", popped, err)
+	}
+	if n, _, err := s.ExtendLease(ctx, tenant, popped.LeaseID, 60); err != nil || n != 1 {
+		t.Fatalf("extend a live lease: %d %v", n, err)
+	}
+	if _, err := s.Freeze(ctx, s.Pool(), tenant, "fence-extend", 1); err != nil {
+		t.Fatal(err)
+	}
+	var before time.Time
+	if err := s.Pool().QueryRow(ctx, `SELECT lease_expires_at FROM queen.partition_consumers WHERE worker_id = $1`, popped.LeaseID).Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = s.ExtendLease(ctx, tenant, popped.LeaseID, 3600)
+	wantMoved(t, "extend a frozen lease", err, qid)
+	var after time.Time
+	if err := s.Pool().QueryRow(ctx, `SELECT lease_expires_at FROM queen.partition_consumers WHERE worker_id = $1`, popped.LeaseID).Scan(&after); err != nil || !after.Equal(before) {
+		t.Fatalf("the frozen lease moved from %v to %v (%v)", before, after, err)
 	}
 }

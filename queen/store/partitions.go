@@ -41,7 +41,11 @@ type CreateQueuesParams struct {
 
 // createPartitionsSQL creates missing partitions and returns the ones this
 // statement created. A new partition takes its queue row's epoch (the
-// fence, fence.go), frozen too if the queue is, as its cursor rows do.
+// fence, fence.go), frozen too if the queue is, as its cursor rows do. It
+// reads that epoch under FOR SHARE of the queue row, which conflicts with a
+// freeze's FOR UPDATE (fenceLockSQL): a creation that waited for a freeze
+// reads the row the freeze rewrote (FOR KEY SHARE, what the foreign key
+// takes, would let it read the old epoch: a freeze changes no key).
 //
 // Invariant (every subscribed group sees every partition): the insert takes
 // a KEY SHARE lock on the queue row through the foreign key, and a group's
@@ -49,11 +53,13 @@ type CreateQueuesParams struct {
 // subscription committed first and createConsumersSQL, a later statement
 // of this transaction, sees it; or this transaction committed first and the
 // subscription's cursor insert, a later statement, sees the partition.
+// (FOR SHARE, taken first, conflicts with the subscription's lock too.)
 const createPartitionsSQL = `
 INSERT INTO queen.partitions (id, queue_id, name, created_at, last_activity, epoch)
 SELECT v.id, q.id, v.pn, coalesce($5::timestamptz, now()), coalesce($5::timestamptz, now()), q.epoch
 FROM unnest($2::uuid[], $3::text[], $4::text[]) AS v(id, qn, pn)
 JOIN queen.queues q ON q.tenant_id = $1 AND q.name = v.qn
+FOR SHARE OF q
 ON CONFLICT (queue_id, name) DO NOTHING
 RETURNING id::text, queue_id::text`
 
@@ -68,13 +74,15 @@ type CreatePartitionsParams struct {
 
 // createConsumersSQL gives each new partition a cursor row for every group
 // subscribed to its queue. A new partition's messages are all newer than any
-// subscription, so every cursor starts at the beginning.
+// subscription, so every cursor starts at the beginning. The queue row's
+// epoch is read FOR SHARE, as createPartitionsSQL reads it.
 const createConsumersSQL = `
 INSERT INTO queen.partition_consumers (partition_id, queue_id, consumer_group, created_at, epoch)
 SELECT v.pid, v.qid, g.consumer_group, coalesce($4::timestamptz, now()), q.epoch
 FROM unnest($2::uuid[], $3::uuid[]) AS v(pid, qid)
 JOIN queen.queues q ON q.id = v.qid
 JOIN queen.consumer_groups_metadata g ON g.tenant_id = $1 AND g.queue_name = q.name
+FOR SHARE OF q
 ON CONFLICT DO NOTHING`
 
 // CreateConsumersParams are createConsumersSQL's arguments, $1 to $4:

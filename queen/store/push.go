@@ -21,6 +21,10 @@ type PushItem struct {
 	// ProducerSub, when set, is this item's producer identity (a spooled
 	// push replays with the one stamped at push time); else the call's.
 	ProducerSub string
+	// Epoch is the placement epoch the router found the queue at (shards
+	// configured); 0, without shards or for a spooled push replayed,
+	// checks nothing. Never on the wire nor in the spool.
+	Epoch int64
 }
 
 // PushResult is the outcome of one item.
@@ -194,6 +198,7 @@ func (s *Store) AdvanceStranded(ctx context.Context, rows []AppendRow) error {
 type AppendRow struct {
 	id, pid, txid, trace, sub string
 	payload                   crypt.Payload
+	epoch                     int64 // its item's Epoch
 }
 
 // PartitionID is the partition the row goes to: the row lock it waits for.
@@ -279,7 +284,7 @@ func (s *Store) NewRows(items []PushItem, pids []string, producerSub string) []A
 		if it.ProducerSub != "" {
 			sub = it.ProducerSub
 		}
-		rows[i] = AppendRow{id: id, pid: pids[i], txid: txid, trace: it.TraceID, payload: it.Payload, sub: sub}
+		rows[i] = AppendRow{id: id, pid: pids[i], txid: txid, trace: it.TraceID, payload: it.Payload, sub: sub, epoch: it.Epoch}
 	}
 	return rows
 }
@@ -291,11 +296,27 @@ func (s *Store) NewRows(items []PushItem, pids []string, producerSub string) []A
 // Epochs, when set (shards configured), holds per row the placement epoch its
 // queue was routed with; a row whose partition is at another epoch fails
 // the whole statement with a *MovedError, nothing written. nil (no shards)
-// checks nothing and costs nothing.
+// checks nothing and costs nothing. Left nil, it is the rows' own epochs
+// (their items' Epoch), nil when none has one.
 type AppendRowsParams struct {
 	Rows     []AppendRow
 	LockWait string
 	Epochs   []int64
+}
+
+// rowEpochs are rows' routed epochs, nil when none has one (no shards:
+// no allocation).
+func rowEpochs(rows []AppendRow) []int64 {
+	var epochs []int64
+	for i, r := range rows {
+		if r.epoch != 0 && epochs == nil {
+			epochs = make([]int64, len(rows))
+		}
+		if epochs != nil {
+			epochs[i] = r.epoch
+		}
+	}
+	return epochs
 }
 
 // AppendRows runs appendSQL on q and answers one outcome per row. When a
@@ -307,6 +328,9 @@ type AppendRowsParams struct {
 func (s *Store) AppendRows(ctx context.Context, q Executor, p AppendRowsParams) ([]AppendOut, error) {
 	rows := p.Rows
 	args := appendParams{Now: s.dbNow(), SealCheck: true, Epochs: p.Epochs}
+	if args.Epochs == nil {
+		args.Epochs = rowEpochs(rows)
+	}
 	if p.LockWait != "" {
 		args.LockWait = &p.LockWait
 	}
