@@ -161,8 +161,8 @@ func (tr *traffic) ack(ctx context.Context, rows store.PopRows) error {
 		}
 		acks := make([]store.AckRow, len(rows.Rows))
 		for i, r := range rows.Rows {
-			acks[i] = store.AckRow{AckItem: store.AckItem{TransactionID: r.TransactionID, PartitionID: r.PartitionID, LeaseID: rows.LeaseID},
-				Tenant: tenant, Group: store.QueueModeGroup, Epoch: epoch}
+			acks[i] = store.AckRow{AckItem: store.AckItem{TransactionID: r.TransactionID, PartitionID: r.PartitionID, LeaseID: rows.LeaseID,
+				Epoch: epoch}, Tenant: tenant, Group: store.QueueModeGroup}
 		}
 		res, err := sh.Store.AckCompletions(ctx, acks)
 		if err == nil {

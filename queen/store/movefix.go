@@ -73,7 +73,7 @@ func (s *Store) DropTombstone(ctx context.Context, q Executor, id string) error 
 // Unfreeze gives a queue frozen for a move that failed back to epoch on
 // this shard, its source: every fenced row goes from -epoch to epoch. Run
 // again, or on a queue never frozen, it changes nothing.
-func (s *Store) Unfreeze(ctx context.Context, q Executor, tenant, name string, epoch int64) (FenceResult, error) {
+func (s *Store) Unfreeze(ctx context.Context, q TxStarter, tenant, name string, epoch int64) (FenceResult, error) {
 	if epoch <= 0 {
 		return FenceResult{}, fmt.Errorf("unfreeze %s: epoch %d is not positive", name, epoch)
 	}
