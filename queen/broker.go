@@ -133,6 +133,7 @@ type Broker struct {
 	shards    []*shardPart
 	others    []*pgxpool.Pool
 	placement *placement
+	moves     *moves // the mover and its admin routes' view; nil without shards
 
 	cancel   context.CancelFunc // background services and request base context
 	wg       sync.WaitGroup

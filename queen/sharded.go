@@ -153,6 +153,7 @@ func (b *Broker) openCatalog(ctx context.Context) error {
 		return err
 	}
 	b.placement = &placement{cat: cat, cache: catalog.NewCache(cat, placementCacheSize)}
+	b.moves = b.newMoves(pool)
 	return nil
 }
 
@@ -213,7 +214,7 @@ func (b *Broker) shardOptions(o *httpapi.Options, arbiter *admission.Arbiter, ci
 		}
 		o.Shards = append(o.Shards, httpapi.Shard{Name: p.name, Store: p.store, Writes: p.writes, Names: p.names, Push: p.pushes, Retry: p.retry})
 	}
-	o.Placement = b.placement
+	o.Placement, o.Moves = b.placement, b.moves
 }
 
 // closeOthers closes the pools of the shards but the first and of the
@@ -236,9 +237,13 @@ func (b *Broker) shardSweepers(arbiter *admission.Arbiter, cipher *crypt.Cipher,
 
 // shardLeaders are the retention and queue statistics leaders of the
 // shards but the first (the caller runs the first's): each elects its
-// leader on its shard and works on its queues.
+// leader on its shard and works on its queues; and the mover's runner,
+// whose lock is the catalogue's.
 func (b *Broker) shardLeaders() []background.Service {
 	var services []background.Service
+	if b.moves != nil {
+		services = append(services, b.moves.run)
+	}
 	for _, p := range b.shards[min(1, len(b.shards)):] {
 		services = append(services, &leader.Retention{Lead: b.leadOn(p.store, b.cfg.RetentionInterval), Batch: b.cfg.RetentionBatchSize,
 			CleanupDays: b.cfg.PartitionCleanupDays, Observe: b.opts.RetentionPasses})
