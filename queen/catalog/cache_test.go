@@ -340,3 +340,23 @@ func TestCacheWaiterOutlivesTheLeadersContext(t *testing.T) {
 		t.Errorf("the waiter: %s, want {s0 1} from a read of its own", got)
 	}
 }
+
+// A catalogue that ended the pool's sessions (a restart, an operator) is
+// read again on a fresh connection: the first lookup after it answers,
+// rather than failing on the dead pooled connection. It fails with
+// reconnecting's retry removed.
+func TestLookupOutlivesAnEndedSession(t *testing.T) {
+	t.Parallel()
+	dsn := catalogueDSN(t)
+	c, _ := broker(t, dsn, "")
+	placed(t, c, "q1")
+	ctx := context.Background()
+	if _, err := c.Lookup(ctx, tenantA, "q1"); err != nil {
+		t.Fatal(err)
+	}
+	back := takeDown(t, dsn) // ends the pooled session, idle well under pgxpool's ping age
+	back()
+	if p, err := c.Lookup(ctx, tenantA, "q1"); err != nil || p.Epoch != 1 {
+		t.Fatalf("lookup after the sessions ended: %+v %v", p, err)
+	}
+}

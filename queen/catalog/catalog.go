@@ -63,7 +63,7 @@ type Catalog struct {
 // New returns the catalogue on db (normally a pool on QUEEN_CATALOG_URL)
 // placing by cfg's shards and rules.
 func New(db DB, cfg shards.Config) *Catalog {
-	return &Catalog{db: db, cfg: cfg}
+	return &Catalog{db: reconnecting{db}, cfg: cfg}
 }
 
 // RegisterShards records the configured shards' names in the catalogue.
