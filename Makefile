@@ -16,6 +16,10 @@ cluster: ## HA topology without Docker: local PostgreSQL (when PG_HOST is unset)
 	$(GO) build -o bin/queen ./cmd/queen
 	exec ./bin/queen cluster
 
+cluster-shards: ## cluster's brokers on shards: two local PostgreSQL clusters (wal_level=logical, .pg/shards) holding a catalogue and shards s0, s1; prints a move demo's commands
+	$(GO) build -o bin/queen ./cmd/queen
+	exec ./bin/queen cluster-shards
+
 ha-pg: ## cluster's brokers on pg_auto_failover (monitor + primary + synchronous secondary in .pg/ha); prints the failover command
 	@$(ENSURE_PG) auto-failover
 	$(GO) build -o bin/queen ./cmd/queen
@@ -95,4 +99,4 @@ build: ## build bin/queen
 help: ## list targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-.PHONY: run cluster ha-pg failover-async fuzz test test-race bench bench-scale bench-grown sim sim-replay sim-canaries attack lint build help
+.PHONY: run cluster cluster-shards ha-pg failover-async fuzz test test-race bench bench-scale bench-grown sim sim-replay sim-canaries attack lint build help

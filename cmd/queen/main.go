@@ -40,6 +40,10 @@ commands:
             (QUEEN_CLUSTER_BROKERS=2; local PostgreSQL when PG_HOST is unset)
   ha-pg     cluster's brokers on pg_auto_failover: a monitor and two nodes (a primary
             and a synchronous secondary) in ./.pg/ha; prints how to fail it over
+  cluster-shards
+            cluster's brokers on shards: two local PostgreSQL clusters with
+            wal_level=logical in ./.pg/shards (the catalogue and shard s0 on one,
+            s1 on the other); prints a queue move's commands
   migrate   apply the schema migrations and exit
 `
 
@@ -65,6 +69,8 @@ func main() {
 		err = cluster(ctx, cfg, log)
 	case "ha-pg":
 		err = haPG(ctx, cfg, log)
+	case "cluster-shards":
+		err = clusterShards(ctx, cfg, log)
 	case "migrate":
 		err = migrate(ctx, cfg)
 	case "help", "-h", "--help":
