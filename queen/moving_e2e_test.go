@@ -6,40 +6,23 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/queen-go/queen/queen/pglocal"
 	"github.com/queen-go/queen/queen/shards"
+	"github.com/queen-go/queen/queen/store/storetest"
 )
 
 // logicalShard starts a throwaway cluster with wal_level=logical (a move's
-// copy is logical replication) and creates database db on it.
+// copy is logical replication) and creates databases dbs on it.
 func logicalShard(t *testing.T, name string, dbs ...string) *pglocal.Cluster {
 	t.Helper()
-	dir := t.TempDir()
-	ctx := context.Background()
-	c, err := pglocal.Start(ctx, pglocal.Options{DataDir: filepath.Join(dir, name), Ephemeral: true,
-		LogPath: filepath.Join(dir, name+".log"), Settings: []string{"wal_level=logical", "max_replication_slots=10",
-			"max_wal_senders=10", "max_logical_replication_workers=6", "max_worker_processes=12"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Stop() })
-	admin, err := pgx.Connect(ctx, c.DSN("postgres"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close(ctx)
+	c := storetest.Cluster(t, name, pglocal.LogicalSettings...)
 	for _, db := range dbs {
-		if _, err := admin.Exec(ctx, `CREATE DATABASE `+db); err != nil {
-			t.Fatal(err)
-		}
+		storetest.CreateDatabase(t, c, db)
 	}
 	return c
 }

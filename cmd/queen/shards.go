@@ -15,11 +15,6 @@ import (
 	"github.com/queen-go/queen/queen/pglocal"
 )
 
-// logicalSettings are a shard cluster's settings: a move's copy is
-// logical replication.
-var logicalSettings = []string{"wal_level=logical", "max_replication_slots=10", "max_wal_senders=10",
-	"max_logical_replication_workers=6", "max_worker_processes=16"}
-
 // clusterShards runs `queen cluster`'s brokers on shards: two local
 // PostgreSQL clusters with wal_level=logical under $QUEEN_DEV_DIR/shards
 // (.pg/shards/a holds the catalogue and shard s0, .pg/shards/b shard s1),
@@ -34,7 +29,7 @@ func clusterShards(ctx context.Context, cfg config.Config, log *slog.Logger) err
 	s0Port := 0
 	for _, name := range []string{"a", "b"} {
 		log.Info("starting a shard's PostgreSQL", "dir", filepath.Join(dir, name))
-		pg, err := pglocal.Start(ctx, pglocal.Options{DataDir: filepath.Join(dir, name), Settings: logicalSettings})
+		pg, err := pglocal.Start(ctx, pglocal.Options{DataDir: filepath.Join(dir, name), Settings: pglocal.LogicalSettings})
 		if err != nil {
 			return err
 		}

@@ -6,12 +6,10 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/queen-go/queen/queen/catalog"
@@ -21,44 +19,15 @@ import (
 	"github.com/queen-go/queen/queen/pglocal"
 	"github.com/queen-go/queen/queen/shards"
 	"github.com/queen-go/queen/queen/store"
+	"github.com/queen-go/queen/queen/store/storetest"
 )
 
 // tenant owns every queue of the tests.
 const tenant = "00000000-0000-0000-0000-0000000000a1"
 
-// logicalCluster starts a throwaway cluster with wal_level=logical, as
-// queen/store's copy test does.
+// logicalCluster starts a throwaway cluster with wal_level=logical.
 func logicalCluster(t *testing.T, name string) *pglocal.Cluster {
-	t.Helper()
-	dir := t.TempDir()
-	c, err := pglocal.Start(context.Background(), pglocal.Options{DataDir: filepath.Join(dir, name), Ephemeral: true,
-		LogPath: filepath.Join(dir, name+".log"), Settings: []string{"wal_level=logical", "max_replication_slots=20",
-			"max_wal_senders=20", "max_logical_replication_workers=8", "max_worker_processes=16"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Stop() })
-	return c
-}
-
-// createDB creates database db on c and opens a pool on it.
-func createDB(t *testing.T, c *pglocal.Cluster, db string) *pgxpool.Pool {
-	t.Helper()
-	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, c.DSN("postgres"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close(ctx)
-	if _, err := admin.Exec(ctx, `CREATE DATABASE `+db); err != nil {
-		t.Fatal(err)
-	}
-	pool, err := pgxpool.New(ctx, c.DSN(db))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
+	return storetest.Cluster(t, name, pglocal.LogicalSettings...)
 }
 
 // world is a deployment: a catalogue (a database of cluster A's) and two
@@ -92,14 +61,14 @@ func newWorld(t *testing.T, ca, cb *pglocal.Cluster) *world {
 		name, db string
 		c        *pglocal.Cluster
 	}{{"a", adb, ca}, {"b", bdb, cb}} {
-		pool := createDB(t, s.c, s.db)
+		pool := storetest.CreateDatabase(t, s.c, s.db)
 		if err := store.Migrate(ctx, pool); err != nil {
 			t.Fatal(err)
 		}
 		st := store.New(pool, store.Options{IDs: ids.NewSource(clock.Real{}, nil)})
 		w.shards[s.name] = mover.Shard{Pool: pool, Store: st, ConnInfo: s.c.DSN(s.db)}
 	}
-	w.catPool = createDB(t, ca, catdb)
+	w.catPool = storetest.CreateDatabase(t, ca, catdb)
 	if err := catalog.Migrate(ctx, w.catPool); err != nil {
 		t.Fatal(err)
 	}

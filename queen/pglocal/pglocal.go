@@ -24,6 +24,12 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// LogicalSettings are the server settings of a cluster that holds shards:
+// a queue's move copies it by logical replication, a slot, a walsender
+// and an apply worker for each move in flight.
+var LogicalSettings = []string{"wal_level=logical", "max_replication_slots=10", "max_wal_senders=10",
+	"max_logical_replication_workers=6", "max_worker_processes=16"}
+
 // Options describe the cluster to start.
 type Options struct {
 	// DataDir holds the cluster. An existing cluster there is reused.

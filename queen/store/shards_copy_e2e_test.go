@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -21,40 +20,22 @@ import (
 	"github.com/queen-go/queen/queen/pglocal"
 	"github.com/queen-go/queen/queen/shards"
 	"github.com/queen-go/queen/queen/store"
+	"github.com/queen-go/queen/queen/store/storetest"
 )
 
 // logicalCluster starts a throwaway cluster (with settings) and returns it
 // with a pool on its migrated database "queen".
 func logicalCluster(t *testing.T, name string, settings ...string) (*pglocal.Cluster, *pgxpool.Pool) {
 	t.Helper()
-	dir := t.TempDir()
-	c, err := pglocal.Start(context.Background(), pglocal.Options{DataDir: filepath.Join(dir, name), Ephemeral: true,
-		LogPath: filepath.Join(dir, name+".log"), Settings: append([]string{"max_replication_slots=10", "max_wal_senders=10"}, settings...)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Stop() })
+	c := storetest.Cluster(t, name, append([]string{"max_replication_slots=10", "max_wal_senders=10"}, settings...)...)
 	return c, migratedDB(t, c, "queen")
 }
 
 // migratedDB creates database db on c, migrates it and opens a pool on it.
 func migratedDB(t *testing.T, c *pglocal.Cluster, db string) *pgxpool.Pool {
 	t.Helper()
-	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, c.DSN("postgres"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close(ctx)
-	if _, err := admin.Exec(ctx, `CREATE DATABASE `+db); err != nil {
-		t.Fatal(err)
-	}
-	pool, err := pgxpool.New(ctx, c.DSN(db))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	if err := store.Migrate(ctx, pool); err != nil {
+	pool := storetest.CreateDatabase(t, c, db)
+	if err := store.Migrate(context.Background(), pool); err != nil {
 		t.Fatal(err)
 	}
 	return pool
