@@ -48,6 +48,7 @@ var probes = []struct {
 	{"rows-held-locked", probeLockedRows},
 	{"deletes-racing-pushes", probeDeleteRace},
 	{"autoack-client-leaves", probeAutoAckLeaves},
+	{"shard-moves", probeShards},
 }
 
 // TestAttack runs every probe (ATTACK_ONLY=name,name runs a subset) and
