@@ -263,3 +263,65 @@ func TestSurfacePushMeetsTheFence(t *testing.T) {
 		t.Fatalf("p2 has %d cursor rows (%v), want 1 (group g's)", cursors, err)
 	}
 }
+
+// A surface push racing a freeze fails as moved and writes nothing. The
+// freeze's transaction takes its locks first (the queue row FOR UPDATE, as
+// fenceLockSQL, and for p0 the partition row, as fenceSQL), so the push
+// reads the queue's live epoch, then waits: into an existing partition, at
+// its append's partition lock, rechecked at the epoch it read once the
+// freeze commits; into a new one, at its FOR SHARE read of the queue row,
+// which then reads the frozen epoch (a plain read would create a live
+// partition on the frozen queue). The order is fixed: the push is seen
+// waiting before the freeze runs and commits.
+func TestSurfacePushRacingAFreeze(t *testing.T) {
+	t.Parallel()
+	for _, partition := range []string{"p0", "p1"} {
+		t.Run(partition, func(t *testing.T) {
+			t.Parallel()
+			s := newStore(t)
+			ctx := context.Background()
+			pid, qid := fencedPartition(t, ctx, s, "fence-surface-race")
+			freeze, err := s.Pool().Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = freeze.Rollback(ctx) }()
+			if _, err := freeze.Exec(ctx, `SELECT 1 FROM queen.queues WHERE id = $1 FOR UPDATE`, qid); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := freeze.Exec(ctx, `SELECT 1 FROM queen.partitions WHERE id = $1 AND $2 = 'p0' FOR NO KEY UPDATE`, pid, partition); err != nil {
+				t.Fatal(err)
+			}
+			conn, err := s.Pool().Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Release()
+			done := make(chan error, 1)
+			go func() {
+				_, err := conn.Exec(ctx, `SELECT queen.push_messages_v3(jsonb_build_array(jsonb_build_object(
+					'queue', 'fence-surface-race', 'partition', $1::text, 'transactionId', 'raced', 'payload', 1)))`, partition)
+				done <- err
+			}()
+			done = waitBlocked(t, ctx, s, conn.Conn().PgConn().PID(), done, "the surface push behind an open freeze")
+			if _, err := s.Freeze(ctx, freeze, tenant, "fence-surface-race", 1); err != nil {
+				t.Fatal(err)
+			}
+			if err := freeze.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			err = <-done
+			var pgErr *pgconn.PgError
+			if !errors.As(err, &pgErr) || pgErr.Code != "QF001" || pgErr.Detail != qid {
+				t.Fatalf("the surface push that waited behind the freeze: %v, want QF001 naming %s", err, qid)
+			}
+			var partitions int
+			if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM queen.partitions WHERE queue_id = $1`, qid).Scan(&partitions); err != nil {
+				t.Fatal(err)
+			}
+			if n := messageCount(t, ctx, s, pid); n != 1 || partitions != 1 {
+				t.Fatalf("the raced surface push wrote: %d messages in p0 (want 1), %d partitions (want 1)", n, partitions)
+			}
+		})
+	}
+}
