@@ -254,3 +254,66 @@ func TestShardsLongPollOnAFreezingQueue(t *testing.T) {
 		t.Fatalf("the long poll on the frozen queue: %d Retry-After %q %s after %v; want 503 at its next try", a.code, a.after, a.raw, a.took)
 	}
 }
+
+// TestShardsFenceGeneralAndTransactionAcks: a failed ack (the general ack
+// path) and a transaction's ack of a queue that moved to s1 are served on
+// s1 by a broker whose cache still names s0; of a queue frozen on s0 they
+// answer 503 "queue is moving", nothing written on s0 (the lease kept, no
+// cursor moved). Unfenced, both wrote on the frozen source: a lease
+// released or a cursor moved there never reaches the destination.
+func TestShardsFenceGeneralAndTransactionAcks(t *testing.T) {
+	t.Parallel()
+	sh := newSharded(t)
+	cfg := sh.config(t, "queue:fa-*=s0")
+	b := start(t, cfg)
+	defer shutdown(t, b)
+	base := "http://" + b.Addr()
+	type leased struct{ pid, txid, lease string }
+	held := map[string]leased{}
+	for _, q := range []string{"fa-fail", "fa-txn", "fa-ffail", "fa-ftxn"} {
+		if code, body := post(t, base+"/api/v1/push", fmt.Sprintf(`{"items":[{"queue":%q,"partition":"p1","payload":1}]}`, q)); code != 201 {
+			t.Fatalf("push %s: %d %s", q, code, body)
+		}
+		pid, txid, lease := popLeased(t, base, q)
+		held[q] = leased{pid, txid, lease}
+	}
+	m := newMover(t, sh, cfg)
+	m.move("fa-fail")
+	m.move("fa-txn")
+	m.freeze("fa-ffail")
+	m.freeze("fa-ftxn")
+	failed := func(q string) string {
+		return fmt.Sprintf(`{"partitionId":%q,"transactionId":%q,"leaseId":%q,"status":"failed"}`, held[q].pid, held[q].txid, held[q].lease)
+	}
+	txnAck := func(q string) string {
+		return fmt.Sprintf(`{"operations":[{"type":"ack","partitionId":%q,"transactionId":%q,"leaseId":%q,"status":"completed"}]}`,
+			held[q].pid, held[q].txid, held[q].lease)
+	}
+	if code, body := post(t, base+"/api/v1/ack", failed("fa-fail")); code != 200 || !strings.Contains(body, `"success":true`) {
+		t.Errorf("failed ack of the moved queue: %d %s", code, body)
+	}
+	if s0, s1 := leasedOn(t, sh.s0, "fa-fail"), leasedOn(t, sh.s1, "fa-fail"); s0 != 1 || s1 != 0 {
+		t.Errorf("fa-fail: %d leased cursors on s0, %d on s1; want 1 (frozen, untouched) and 0 (released by the failed ack)", s0, s1)
+	}
+	if code, body := post(t, base+"/api/v1/transaction", txnAck("fa-txn")); code != 200 || !strings.Contains(body, `"success":true`) {
+		t.Errorf("transaction ack of the moved queue: %d %s", code, body)
+	}
+	if s0, s1 := consumed(t, sh.s0, "fa-txn"), consumed(t, sh.s1, "fa-txn"); s0 != 0 || s1 != 1 {
+		t.Errorf("fa-txn: %d consumed cursors on s0, %d on s1; want 0 and 1", s0, s1)
+	}
+	for _, r := range []struct{ queue, path, body string }{
+		{"fa-ffail", "/api/v1/ack", failed("fa-ffail")},
+		{"fa-ffail", "/api/v1/ack/batch", `{"acknowledgments":[` + failed("fa-ffail") + `]}`},
+		{"fa-ftxn", "/api/v1/transaction", txnAck("fa-ftxn")},
+	} {
+		moving := `{"error":"queue is moving","queue":"` + r.queue + `"}` + "\n"
+		if code, after, body := send(t, "POST", base+r.path, r.body); code != 503 || after != "1" || body != moving {
+			t.Errorf("POST %s of the frozen queue: %d Retry-After %q %s; want 503, 1, %s", r.path, code, after, body, moving)
+		}
+	}
+	for _, q := range []string{"fa-ffail", "fa-ftxn"} {
+		if l, c := leasedOn(t, sh.s0, q), consumed(t, sh.s0, q); l != 1 || c != 0 {
+			t.Errorf("%s on s0: %d leased, %d consumed cursors; want 1 and 0 (nothing written)", q, l, c)
+		}
+	}
+}

@@ -112,7 +112,7 @@ func ackTx(ctx context.Context, st *store.Store, tx pgx.Tx, tenant, group string
 // read runs store.AckRead for b's items and fills b's answers (not found,
 // not owned, the names), messages and cursor rows.
 func (b *ackBatch) read(ctx context.Context, st *store.Store, tx pgx.Tx, tenant, group string) error {
-	p := store.AckReadParams{Group: group, Tenant: tenant}
+	p := store.AckReadParams{Group: group, Tenant: tenant, Epochs: store.AckEpochs(b.items)}
 	for i, it := range b.items {
 		p.PartitionIDs = append(p.PartitionIDs, it.PartitionID)
 		p.TransactionIDs = append(p.TransactionIDs, it.TransactionID)

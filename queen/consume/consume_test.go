@@ -330,3 +330,48 @@ func TestAutoAckCompletesOnlyOnceTheAnswerWasWritten(t *testing.T) {
 		t.Fatalf("after the release the next pop got %v, want [m2]", got)
 	}
 }
+
+// An autoAck pop's completion carries the pop's routed epoch: on a queue
+// frozen since the claim it fails (the fence's moved), nothing consumed,
+// the lease kept for the move to take along; once the queue is live again
+// at another epoch, only a completion routed with that one completes.
+func TestAutoAckCompletionMeetsTheFence(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.push(t, "aa-fence", "m1")
+	routed := req("aa-fence")
+	routed.Epoch = 1
+	res, err := r.c.Pop(context.Background(), consume.Request{Tenant: tenant, Queue: "aa-fence"}, r.c.One(routed))
+	if err != nil || res.Outcome != consume.Claimed || res.Claim.Epoch != 1 {
+		t.Fatalf("pop: %+v %v (want a claim at epoch 1)", res, err)
+	}
+	ctx := context.Background()
+	if _, err := r.st.Freeze(ctx, r.pool, tenant, "aa-fence", 1); err != nil {
+		t.Fatal(err)
+	}
+	var acked error
+	completed := r.c.CompleteWith(tenant, res.Claim, func(ctx context.Context, tenant, group string, items []store.AckItem) ([]store.AckResult, error) {
+		out, err := r.c.Ack(ctx, tenant, group, items)
+		acked = err
+		return out, err
+	})
+	if completed || !store.Moved(acked) {
+		t.Fatalf("the completion of a frozen queue's claim: completed=%v, ack error %v; want false and moved", completed, acked)
+	}
+	if n, leased := r.consumed(t, "aa-fence"); n != 0 || !leased {
+		t.Fatalf("after the moved completion: %d consumed, leased=%v; want 0 and the lease kept", n, leased)
+	}
+	if _, err := r.st.Activate(ctx, r.pool, tenant, "aa-fence", 1, 2); err != nil {
+		t.Fatal(err)
+	}
+	if r.c.Complete(tenant, res.Claim) {
+		t.Fatal("a completion routed with the old epoch completed on the queue at epoch 2")
+	}
+	res.Claim.Epoch = 2
+	if !r.c.Complete(tenant, res.Claim) {
+		t.Fatal("the completion at the queue's epoch failed")
+	}
+	if n, leased := r.consumed(t, "aa-fence"); n != 1 || leased {
+		t.Fatalf("after the completion: %d consumed, leased=%v; want 1 and no lease", n, leased)
+	}
+}

@@ -63,6 +63,9 @@ type PopResult struct {
 	Messages          []Message
 	PartitionsClaimed int
 	LeaseExpiresAt    time.Time
+	// Epoch is the request's routed epoch (0 without shards): an autoAck
+	// pop's completion (Complete) is routed with it.
+	Epoch int64
 }
 
 // popResult is req's answer of the pop statement's rows: each message
@@ -71,7 +74,7 @@ type PopResult struct {
 // (not autoAck) and claimed something, the first row's partition, the last
 // row's lease end.
 func popResult(req PopRequest, rows store.PopRows, c *crypt.Cipher) PopResult {
-	res := PopResult{Queue: req.Queue, Group: req.Group}
+	res := PopResult{Queue: req.Queue, Group: req.Group, Epoch: req.Epoch}
 	parts := map[string]bool{}
 	for _, r := range rows.Rows {
 		m := Message{ID: r.ID, TransactionID: r.TransactionID, TraceID: r.TraceID, Data: c.Reveal(r.Payload), ProducerSub: r.ProducerSub,

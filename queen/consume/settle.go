@@ -14,15 +14,26 @@ import (
 // client's next pop finds the partition free. It reports whether the
 // messages were completed; should it fail, the lease expires and they are
 // delivered again: at least once, as a broker crash between the answer
-// and this ack also gives.
+// and this ack also gives. The completions carry the pop's routed epoch
+// (res.Epoch): on a queue frozen since the claim they fail as moved.
 func (c *Consumer) Complete(tenant string, res PopResult) bool {
+	return c.CompleteWith(tenant, res, c.Ack)
+}
+
+// AckFunc acknowledges items for tenant's group: Consumer.Ack, or a
+// broker's routed ack (with shards, a moved completion is routed again).
+type AckFunc func(ctx context.Context, tenant, group string, items []store.AckItem) ([]store.AckResult, error)
+
+// CompleteWith is Complete acking through ack.
+func (c *Consumer) CompleteWith(tenant string, res PopResult, ack AckFunc) bool {
 	items := make([]store.AckItem, len(res.Messages))
 	for i, m := range res.Messages {
-		items[i] = store.AckItem{TransactionID: m.TransactionID, PartitionID: m.PartitionID, LeaseID: res.LeaseID, Status: "completed"}
+		items[i] = store.AckItem{TransactionID: m.TransactionID, PartitionID: m.PartitionID, LeaseID: res.LeaseID,
+			Status: "completed", Epoch: res.Epoch}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	out, err := c.Ack(ctx, tenant, res.Group, items)
+	out, err := ack(ctx, tenant, res.Group, items)
 	if err == nil {
 		for _, r := range out {
 			if !r.Success {
@@ -42,7 +53,8 @@ func (c *Consumer) Complete(tenant string, res PopResult) bool {
 // Release gives back a claim nobody received (its client left, or its
 // answer could not be written): the next pop gets its messages at once
 // rather than after the lease. A failed release is logged; the lease then
-// expires instead.
+// expires instead (so does a lease of a queue frozen since: the fence
+// refuses the release, store.Release).
 func (c *Consumer) Release(leaseID string) {
 	if leaseID == "" {
 		return

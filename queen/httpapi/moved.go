@@ -190,7 +190,8 @@ func firstOf(names []string) string {
 	return names[0]
 }
 
-// txnQueues are the queues a transaction pushes to.
+// txnQueues are the queues a transaction pushes to, then those it acks
+// (as txnPlane found them).
 func txnQueues(ops []txn.Op) []string {
 	var out []string
 	for _, op := range ops {
@@ -200,14 +201,25 @@ func txnQueues(ops []txn.Op) []string {
 			}
 		}
 	}
+	for _, op := range ops {
+		if q := op.Queue; op.Type == "ack" && q != "" && !slices.Contains(out, q) {
+			out = append(out, q)
+		}
+	}
 	return out
 }
 
-// txnEpochs are the routed epochs of a transaction's push items.
+// txnEpochs are the routed epochs of a transaction's push items, then of
+// its acks.
 func txnEpochs(ops []txn.Op) []int64 {
 	var out []int64
 	for _, op := range ops {
 		out = append(out, pushEpochs(op.Items)...)
+	}
+	for _, op := range ops {
+		if op.Type == "ack" {
+			out = append(out, op.Ack.Epoch)
+		}
 	}
 	return out
 }

@@ -509,11 +509,12 @@ func (s *Server) txnPlane(ctx context.Context, tenant string, ops []txn.Op, extr
 		setTxnEpochs(ops, items)
 	}
 	if len(pids) > 0 {
-		pl, _, err := s.router.locate(ctx, tenant, pids)
+		pl, at, err := s.router.locate(ctx, tenant, pids)
 		if err != nil {
 			return nil, err
 		}
 		found = append(found, pl)
+		setTxnAckEpochs(ops, at)
 	}
 	if len(found) == 2 && found[0] != found[1] {
 		return nil, &crossShardError{shards: []string{found[0].shard, found[1].shard}}
@@ -522,6 +523,17 @@ func (s *Server) txnPlane(ctx context.Context, tenant string, ops []txn.Op, extr
 		return s.router.order[0], nil
 	}
 	return found[0], nil
+}
+
+// setTxnAckEpochs gives the acks of ops their partitions' queue epochs and
+// queues, as locate found them (an ack names its partition, not its queue).
+func setTxnAckEpochs(ops []txn.Op, at map[string]partitionAt) {
+	for i := range ops {
+		if ops[i].Type == "ack" {
+			where := at[ops[i].Ack.PartitionID]
+			ops[i].Ack.Epoch, ops[i].Queue = where.Epoch, where.queue
+		}
+	}
 }
 
 // setTxnEpochs gives the push items of ops, in order, the epochs pushPlane

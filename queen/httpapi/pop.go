@@ -265,7 +265,26 @@ func (s *Server) deliver(w http.ResponseWriter, pl *plane, p popParams, res cons
 		pl.consumer.Release(res.LeaseID)
 		return
 	}
-	if p.autoAck && pl.consumer.Complete(p.req.Tenant, res) {
+	if p.autoAck && pl.consumer.CompleteWith(p.req.Tenant, res, s.autoAckOn(pl, res.Queue)) {
 		s.recordAutoAcked(p.req.Tenant, res)
+	}
+}
+
+// autoAckOn is how an autoAck pop's completion of queue's messages acks on
+// pl, the plane that claimed: its consumer's Ack; with shards, when the
+// fence answers moved (the queue froze or moved since the claim), the ack
+// is routed again (ackRouted), which finds the lease where the move took
+// it, or answers moving (the lease then expires and the messages are
+// delivered again: at least once).
+func (s *Server) autoAckOn(pl *plane, queue string) consume.AckFunc {
+	if s.router == nil {
+		return pl.consumer.Ack
+	}
+	return func(ctx context.Context, tenant, group string, items []store.AckItem) ([]store.AckResult, error) {
+		out, err := pl.consumer.Ack(ctx, tenant, group, items)
+		if !s.movedOnce(err, tenant, func() []string { return []string{queue} }) {
+			return out, err
+		}
+		return s.ackRouted(ctx, tenant, group, items)
 	}
 }

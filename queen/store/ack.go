@@ -258,13 +258,25 @@ func (s *Store) ackStatement(ctx context.Context, rows []AckRow) ([]AckResult, e
 // ackEpochs are the rows' routed epochs, nil when none is set (no shards:
 // the statement checks nothing).
 func ackEpochs(rows []AckRow) []int64 {
+	return routedEpochs(len(rows), func(i int) int64 { return rows[i].Epoch })
+}
+
+// AckEpochs are items' routed epochs as AckReadParams.Epochs takes them:
+// nil when none is set (no shards: the read checks nothing).
+func AckEpochs(items []AckItem) []int64 {
+	return routedEpochs(len(items), func(i int) int64 { return items[i].Epoch })
+}
+
+// routedEpochs are the n epochs at gives, nil when all are 0 (no
+// allocation without shards).
+func routedEpochs(n int, at func(int) int64) []int64 {
 	var epochs []int64
-	for i, r := range rows {
-		if r.Epoch != 0 && epochs == nil {
-			epochs = make([]int64, len(rows))
+	for i := range n {
+		if e := at(i); e != 0 && epochs == nil {
+			epochs = make([]int64, n)
 		}
 		if epochs != nil {
-			epochs[i] = r.Epoch
+			epochs[i] = at(i)
 		}
 	}
 	return epochs
@@ -278,9 +290,15 @@ func ackEpochs(rows []AckRow) []int64 {
 // UPDATE in partition id order (the global lock order: cursor rows, then
 // partition rows). $6 is the items' lease ids; ignore_lease is false, true
 // only as the ack-ignores-lease canary rewrites the statement.
+//
+// Fence ($7, one epoch per item; NULL without shards, which checks
+// nothing): a locked cursor row at another epoch than its items were routed
+// with fails the statement as moved (fence.go), as in ackCompletedSQL. The
+// rows stay locked until the transaction ends, so the batch's write
+// (ackWriteSQL), a later statement of it, needs no check of its own.
 const ackReadSQL = `
 WITH input AS (
-	SELECT * FROM unnest($1::uuid[], $2::text[], $6::text[]) WITH ORDINALITY AS v(pid, txid, lease, ord)
+	SELECT * FROM unnest($1::uuid[], $2::text[], $6::text[], $7::bigint[]) WITH ORDINALITY AS v(pid, txid, lease, epoch, ord)
 ),
 found AS (
 	SELECT i.ord, i.pid, i.lease, m.id, m.seq, m.created_at, p.name AS pname, q.name AS qname, q.retry_limit,
@@ -295,6 +313,8 @@ cur AS (
 		pc.worker_id, pc.lease_expires_at, pc.acked_count, pc.batch_retry_count, pc.lease_max_seq
 	FROM queen.partition_consumers pc
 	WHERE pc.consumer_group = $3 AND pc.partition_id IN (SELECT pid FROM found WHERE owned)
+		AND ($7::bigint[] IS NULL OR pc.epoch = ALL (SELECT i.epoch FROM input i WHERE i.pid = pc.partition_id)
+			OR queen.fence_moved(pc.queue_id))
 	ORDER BY pc.partition_id
 	FOR UPDATE
 ),
@@ -376,12 +396,15 @@ type AckWriteParams struct {
 
 // AckReadParams is ackReadSQL's argument list: the items' partitions,
 // transactionIds and lease ids, their consumer group (resolved:
-// QueueModeGroup for queue mode) and the tenant acking.
+// QueueModeGroup for queue mode), the tenant acking and the items' routed
+// epochs.
 type AckReadParams struct {
 	PartitionIDs, TransactionIDs []string
 	Group, Tenant                string
 	Now                          *time.Time
 	LeaseIDs                     []string
+	// Epochs are the items' routed epochs (AckEpochs; nil without shards).
+	Epochs []int64
 }
 
 // AckReadRow is one item of a general ack batch as ackReadSQL read it.
@@ -413,12 +436,14 @@ type AckCursor struct {
 
 // AckRead runs ackReadSQL in tx: it locks the cursor rows of p's items in
 // partition order and answers one row per item, in the items' order. It
-// sets p.Now (the injected database instant); the caller's is ignored.
+// sets p.Now (the injected database instant); the caller's is ignored. A
+// cursor row at another epoch than p.Epochs routed is a *MovedError, and
+// tx must roll back.
 func (s *Store) AckRead(ctx context.Context, tx pgx.Tx, p AckReadParams) ([]AckReadRow, error) {
 	p.Now = s.dbNow()
 	rows, err := tx.Query(ctx, text("ack.read"), argsOf(p)...)
 	if err != nil {
-		return nil, err
+		return nil, movedOr(err)
 	}
 	defer rows.Close()
 	out := make([]AckReadRow, len(p.PartitionIDs))
@@ -427,7 +452,7 @@ func (s *Store) AckRead(ctx context.Context, tx pgx.Tx, p AckReadParams) ([]AckR
 			return nil, err
 		}
 	}
-	return out, rows.Err()
+	return out, movedOr(rows.Err())
 }
 
 // scanAckRead reads one row of ackReadSQL into out, at its item's index.

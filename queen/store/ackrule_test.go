@@ -117,7 +117,7 @@ func TestAckVerdictIsInlined(t *testing.T) {
 		"ackCompletedSQL": {store.AckCompletedSQL, []string{m.PartitionID}, []string{m.TransactionID}, []string{m.LeaseID},
 			[]string{store.QueueModeGroup}, []string{tenant}, nil, nil, nil},
 		"ackReadSQL": {store.AckReadSQL, []string{m.PartitionID}, []string{m.TransactionID}, store.QueueModeGroup, tenant,
-			nil, []string{m.LeaseID}},
+			nil, []string{m.LeaseID}, nil},
 	} {
 		plan, err := pool.Query(ctx, "EXPLAIN (VERBOSE) "+q[0].(string), q[1:]...)
 		if err != nil {

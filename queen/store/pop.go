@@ -471,16 +471,24 @@ func (s *Store) QueuesFor(ctx context.Context, tenant, namespace, task string) (
 // wildcard pop claims the least recently claimed partition). Keeping the
 // claim's time would send it to the back, and an abandoned client would
 // cost it a whole round of other partitions' turns.
+//
+// Fence (fence.go), as extendSQL's: a lease on a frozen cursor row fails
+// the statement as moved, nothing released (a release written on the
+// source after its freeze would not reach the destination); one that
+// waited behind the freeze is rechecked against the frozen row. A lease
+// names no queue, so no epoch is routed: every live row is at a positive
+// one (always 1 without shards).
 const releaseSQL = `
-UPDATE queen.partition_consumers SET worker_id = NULL, lease_expires_at = NULL, lease_acquired_at = NULL
-WHERE worker_id = $1 AND lease_expires_at > coalesce($2::timestamptz, now())`
+UPDATE queen.partition_consumers pc SET worker_id = NULL, lease_expires_at = NULL, lease_acquired_at = NULL
+WHERE pc.worker_id = $1 AND pc.lease_expires_at > coalesce($2::timestamptz, now())
+	AND (pc.epoch > 0 OR queen.fence_moved(pc.queue_id))`
 
 // Release gives back every live lease held by leaseID: the messages are
 // redelivered at once. Used when a pop's client went away after the claim
-// committed.
+// committed. A lease of a frozen queue is a *MovedError, nothing released.
 func (s *Store) Release(ctx context.Context, leaseID string) (int64, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	tag, err := s.pool.Exec(ctx, releaseSQL, leaseID, s.dbNow())
-	return tag.RowsAffected(), err
+	return tag.RowsAffected(), movedOr(err)
 }

@@ -16,11 +16,16 @@ import (
 // beforeTheFence puts a migrated database back as the broker before the
 // fence (90dd0ed) left it: no epoch columns, no queen.fence_moved, that
 // broker's generated step (testdata, its functions' text then: append_rows
-// with ten arguments) recorded under its own hash, and no 020_fence_epochs
-// in the ledger, but 021 to 024 in it. Rows stay.
+// with ten arguments) recorded under its own hash, migration 021's
+// push_messages_v3 (025 replaced it with one reading the epochs), and no
+// 020_fence_epochs or 025 in the ledger, but 021 to 024 in it. Rows stay.
 func beforeTheFence(t *testing.T, ctx context.Context, pool *pgxpool.Pool) {
 	t.Helper()
 	old, err := os.ReadFile("testdata/surface_statements_90dd0ed.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	push, err := os.ReadFile("migrations/021_surface_push_appends.sql")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +39,8 @@ func beforeTheFence(t *testing.T, ctx context.Context, pool *pgxpool.Pool) {
 		`ALTER TABLE queen.partitions DROP COLUMN epoch`,
 		`ALTER TABLE queen.partition_consumers DROP COLUMN epoch`,
 		string(old),
-		`DELETE FROM queen.schema_migrations WHERE version = '020_fence_epochs'`,
+		string(push),
+		`DELETE FROM queen.schema_migrations WHERE version IN ('020_fence_epochs', '025_surface_push_fenced')`,
 	} {
 		if _, err := pool.Exec(ctx, sql); err != nil {
 			t.Fatalf("%.60s: %v", sql, err)

@@ -49,6 +49,10 @@ type Op struct {
 	Items []store.PushItem
 	Ack   store.AckItem
 	Group string
+	// Queue is an ack's queue as a router with shards found it (what a
+	// moved answer invalidates; Ack.Epoch its epoch); "" without shards.
+	// Never on the wire.
+	Queue string
 }
 
 // Result is the outcome of one pushed item or one ack.
