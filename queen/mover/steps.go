@@ -165,7 +165,12 @@ func (m *Mover) copy(ctx context.Context, mv *catalog.Move, a, b Shard) (string,
 	if err := shards.CreatePublication(ctx, a.Pool, name, queueRows(*mv)); err != nil {
 		return "", err
 	}
-	if err := shards.CreateSubscription(ctx, b.Pool, name, a.ConnInfo, name); err != nil {
+	// The slot first, apart: shards that are databases of one cluster
+	// hang in a CREATE SUBSCRIPTION that makes its own slot.
+	if err := shards.CreateSlot(ctx, a.Pool, name); err != nil {
+		return "", err
+	}
+	if err := shards.SubscribeToSlot(ctx, b.Pool, name, a.ConnInfo, name); err != nil {
 		return "", err
 	}
 	if err := m.waitCaughtUp(ctx, a, b, name); err != nil {
