@@ -39,7 +39,7 @@ test-race: ## the tests under the race detector
 	@$(ENSURE_PG)
 	$(GO) test -race -count=1 -timeout 20m ./...
 
-SIM_RUN := TestCheckers|TestCommittedScenarios|TestRandomSeeds|TestFreeRunningSeeds|TestDeterminism|TestRapidScenarios|TestFormatRoundTrip|TestLockstepSmoke|TestFreeRunningSmoke
+SIM_RUN := TestCheckers|TestCommittedScenarios|TestRandomSeeds|TestShardMoveSeeds|TestFreeRunningSeeds|TestDeterminism|TestRapidScenarios|TestFormatRoundTrip|TestLockstepSmoke|TestFreeRunningSmoke
 sim: ## simulator: checker self-tests, committed scenarios, SIM_SEEDS random seeds (16), determinism double-run, rapid; prints every seed
 	@$(ENSURE_PG)
 	SIM_SEEDS=$(SIM_SEEDS) $(GO) test -count=1 -tags canary -timeout 30m -v -run '$(SIM_RUN)' ./sim/ ./scenarios/
@@ -48,7 +48,7 @@ sim-replay: ## rerun one run and keep its history in sim-out/: make sim-replay S
 	SIM_REPLAY_SEED=$(SEED) SIM_REPLAY_SCENARIO=$(SCENARIO) $(GO) test -count=1 -tags canary -v -run TestReplayOne ./scenarios/
 
 sim-canaries: ## run the simulator once per planted bug; passes only if every canary is caught
-	$(GO) test -count=1 -tags canary -timeout 20m -v -run 'TestCanariesAreCaught|TestStrandedIsCaught|TestShutdownCutsIsCaught|TestCombinerSwapsIsCaught|TestAckCombinerSwapsIsCaught|TestPopCombinerSwapsIsCaught|TestTimerClaimIgnoresLeaseIsCaught|TestPollWaitsForWakeIsCaught|TestDeleteKeepsCacheIsCaught|TestStaleCacheNoRetryIsCaught|TestLockStallsAllIsCaught' ./scenarios/
+	$(GO) test -count=1 -tags canary -timeout 20m -v -run 'TestCanariesAreCaught|TestStrandedIsCaught|TestShutdownCutsIsCaught|TestCombinerSwapsIsCaught|TestAckCombinerSwapsIsCaught|TestPopCombinerSwapsIsCaught|TestTimerClaimIgnoresLeaseIsCaught|TestPollWaitsForWakeIsCaught|TestDeleteKeepsCacheIsCaught|TestStaleCacheNoRetryIsCaught|TestLockStallsAllIsCaught|TestShardCanariesAreCaught' ./scenarios/
 
 attack: ## the attack suite (attack/): builds bin, starts real brokers on loopback and attacks them black-box; prints a table and "attack: N passed, M failed"
 	@$(ENSURE_PG)

@@ -46,42 +46,62 @@ func Run(ctx context.Context, dsn string, s *Scenario, out, fromFile string, kee
 	case s.Generated:
 		o.Replay = fmt.Sprintf("make sim-replay SEED=%#x", s.Seed)
 	}
+	return o, o.keep(out, fromFile, keep)
+}
+
+// RunSharded runs a GenerateShardMove scenario in world w, as Run does;
+// its replay is the seed's (SIM_SHARD_REPLAY runs it twice and compares
+// the history hashes).
+func RunSharded(ctx context.Context, w sim.ShardWorld, s *Scenario, out string, keep bool) (*Outcome, error) {
+	res, err := sim.RunSharded(ctx, w, s.Options, nil)
+	if err != nil {
+		return nil, fmt.Errorf("scenario %s (seed %#x): harness: %w", s.Name, s.Seed, err)
+	}
+	o := &Outcome{Result: res, Scenario: s}
+	o.Replay = fmt.Sprintf("SIM_SHARD_REPLAY=%#x go test -count=1 -tags canary -v -run TestShardMoveSeeds ./scenarios/", s.Seed)
+	return o, o.keep(out, "", keep)
+}
+
+// keep writes the scenario and its history under out when the run failed
+// or keep is set.
+func (o *Outcome) keep(out, fromFile string, keep bool) error {
+	s, res := o.Scenario, o.Result
 	if !res.Failed() && !keep {
-		return o, nil
+		return nil
 	}
 	dir := out
 	if res.Failed() {
 		dir = filepath.Join(out, "failed")
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return o, err
+		return err
 	}
 	scn := filepath.Join(dir, s.Name+".scn")
 	f, err := os.Create(scn)
 	if err != nil {
-		return o, err
+		return err
 	}
 	err = Print(f, s)
 	f.Close()
 	if err != nil {
-		return o, err
+		return err
 	}
 	hist := filepath.Join(dir, s.Name+".history.jsonl")
 	hf, err := os.Create(hist)
 	if err != nil {
-		return o, err
+		return err
 	}
 	err = res.History.WriteJSONL(hf)
 	hf.Close()
 	o.Files = []string{scn, hist}
-	if fromFile == "" && res.Failed() {
+	if fromFile == "" && res.Failed() && s.Move == nil { // a shard world replays by its seed only
 		if o.Replay != "" {
 			o.Replay += "   (or: make sim-replay SCENARIO=" + scn + ")"
 		} else {
 			o.Replay = "make sim-replay SCENARIO=" + scn
 		}
 	}
-	return o, err
+	return err
 }
 
 // Report is the human account of an outcome.

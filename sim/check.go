@@ -86,6 +86,7 @@ var Checkers = []Checker{
 	{Name: "spool-exclusive", Check: CheckSpoolExclusive},
 	{Name: "queue-options", Check: CheckQueueOptions},
 	{Name: "subscription", Check: CheckSubscription},
+	{Name: "shard-overlap", Check: CheckShardOverlap},
 }
 
 // Judge runs the checker on h with re-inserted transactionIds told apart

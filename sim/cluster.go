@@ -28,6 +28,7 @@ import (
 	"github.com/queen-go/queen/queen/consume"
 	"github.com/queen-go/queen/queen/httpapi"
 	"github.com/queen-go/queen/queen/ids"
+	"github.com/queen-go/queen/queen/shards"
 	"github.com/queen-go/queen/queen/spool"
 	"github.com/queen-go/queen/queen/store"
 )
@@ -54,6 +55,9 @@ type ClusterOptions struct {
 	// OnLeaderPass is told of every leader pass a broker leads; what it
 	// returns, of the pass's end.
 	OnLeaderPass func(b int, role string, session uint32) (end func(error))
+	// Shards, when enabled, give every broker the shard world's catalogue
+	// and shards (the first is DSN's database, reached through the proxy).
+	Shards shards.Config
 }
 
 // Cluster is a set of brokers in this process sharing one database.
@@ -212,6 +216,7 @@ func (c *Cluster) Start(ctx context.Context, i int) error {
 	// Nor is the queue statistics snapshot (status, the scrape).
 	cfg.StatsInterval = 0
 	cfg.ApplySchema = false
+	cfg.Shards = c.opts.Shards
 	cfg.PopWaitInitial, cfg.PopWaitMax = 20*time.Millisecond, PopWaitMax
 	cfg.FileBufferDir = n.spoolDir
 	cfg.FileBufferFlush = 50 * time.Millisecond

@@ -112,6 +112,9 @@ type Event struct {
 	// Twice are the rows the final read found sealed twice: the stored
 	// envelope opens to another envelope (sealed rule).
 	Twice []Key `json:"twice,omitempty"`
+	// Overlap are the moved queue's rows the final read found on both
+	// shards while the source was not a tombstone (shard-overlap rule).
+	Overlap []string `json:"overlap,omitempty"`
 	// Quarantined are the spooled records the drains quarantined, with
 	// PostgreSQL's reason, from every broker's failed/ directory.
 	Quarantined []Quarantined `json:"quarantined,omitempty"`

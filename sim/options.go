@@ -115,6 +115,9 @@ type Options struct {
 	Converge time.Duration // liveness bound after heal
 	Weights  Weights
 	Faults   []FaultAt
+	// Move, in a shard world (RunSharded), moves a queue from s0 to s1
+	// during the run.
+	Move *MoveSpec
 	// Expect names the properties to check (default: all).
 	Expect []string
 	// Sometimes names events that must have happened in the run ("pg.refuse",

@@ -93,6 +93,8 @@ type client struct {
 
 type runner struct {
 	o       Options
+	world   *ShardWorld // nil: no shards
+	move    *moveRun    // the world's move of o.Move, nil without one
 	rng     *rand.Rand
 	pg      *clock.Sim
 	start   time.Time
@@ -176,12 +178,22 @@ func Run(ctx context.Context, dsn string, o Options, log io.Writer) (*Result, er
 	if o.Mode == "free" {
 		return runFree(ctx, dsn, o, log)
 	}
+	return runLockstep(ctx, dsn, nil, o, log)
+}
+
+// runLockstep is a lockstep run against dsn; with world, the brokers
+// have shards (dsn is the first's) and the runner's mover moves o.Move.
+func runLockstep(ctx context.Context, dsn string, world *ShardWorld, o Options, log io.Writer) (*Result, error) {
 	r := &runner{o: o, rng: rand.New(rand.NewPCG(o.Seed, 0x9e3779b97f4a7c15)), pg: clock.NewSim(epoch), start: epoch,
-		hist: &History{}, fired: map[string]int{}, ctx: ctx}
+		hist: &History{}, fired: map[string]int{}, ctx: ctx, world: world}
 	if err := r.setup(dsn, log); err != nil {
 		return nil, err
 	}
 	defer r.cluster.Close()
+	if err := r.openMove(); err != nil {
+		return nil, err
+	}
+	defer r.closeMove()
 	faultsLeft := append([]FaultAt(nil), o.Faults...)
 	sort.SliceStable(faultsLeft, func(i, j int) bool { return faultsLeft[i].At < faultsLeft[j].At })
 	step := o.VTime / time.Duration(o.Ops)
@@ -199,8 +211,14 @@ func Run(ctx context.Context, dsn string, o Options, log io.Writer) (*Result, er
 		r.step(r.rng, r.clients[r.rng.IntN(len(r.clients))])
 		r.lateStep()
 		r.stepServices()
+		if err := r.stepMove(i); err != nil {
+			return nil, err
+		}
 	}
 	if err := r.heal(); err != nil {
+		return nil, err
+	}
+	if err := r.finishMove(); err != nil {
 		return nil, err
 	}
 	return r.conclude(dsn, o.Ops)
@@ -211,7 +229,7 @@ func Run(ctx context.Context, dsn string, o Options, log io.Writer) (*Result, er
 func (r *runner) setup(dsn string, log io.Writer) error {
 	var err error
 	for try := 0; ; try++ {
-		r.cluster, err = NewCluster(r.ctx, ClusterOptions{DSN: dsn, Brokers: r.o.Brokers, Seed: r.o.Seed,
+		r.cluster, err = NewCluster(r.ctx, ClusterOptions{DSN: dsn, Brokers: r.o.Brokers, Seed: r.o.Seed, Shards: r.world.config(),
 			Lockstep: r.pg != nil, PG: r.pg, Log: log, OnTimerClaim: r.noteClaim, OnPopClaim: r.notePopClaim,
 			OnLeaderPass: r.noteLeaderPass})
 		// The mesh ports are picked free and then bound by the brokers: on
@@ -261,7 +279,7 @@ func (r *runner) conclude(dsn string, ops int) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := finalRead(r.ctx, dsn, r.hist, r.vt(), dbNow, r.sealedSince, quarantined); err != nil {
+	if err := finalRead(r.ctx, dsn, r.hist, r.vt(), dbNow, r.sealedSince, quarantined, r.finalShardRead); err != nil {
 		return nil, err
 	}
 	r.cluster.Shutdown(r.ctx)
@@ -357,6 +375,11 @@ func (r *runner) stepServices() {
 		}
 		now := r.cluster.Now(b)
 		for _, svc := range br.Services() {
+			// A shard world's moves are the runner's to step (runMove):
+			// the broker's mover would wait on the virtual clock.
+			if svc.Name() == "mover" {
+				continue
+			}
 			if !svc.NextDue(now).After(now) {
 				_ = svc.RunOnce(r.ctx)
 			}
@@ -930,22 +953,28 @@ func (r *runner) drain() {
 	}
 }
 
-// finalRead records every stored message, with the groups whose cursor is
-// past it and the groups that dead-lettered it.
-func finalRead(ctx context.Context, dsn string, h *History, vt int64, dbNow *time.Time, sealed map[[2]string]time.Time, quarantined []Quarantined) error {
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(ctx)
-	rows, err := conn.Query(ctx, `
+// finalRowsSQL reads every stored message, with the groups whose cursor
+// is past it and the groups that dead-lettered it.
+const finalRowsSQL = `
 		SELECT q.tenant_id::text, q.name, p.name, m.transaction_id, count(*) OVER (PARTITION BY q.tenant_id, q.name, p.name, m.transaction_id),
 			array(SELECT pc.consumer_group FROM queen.partition_consumers pc
 				WHERE pc.partition_id = p.id AND pc.last_consumed_seq >= m.seq ORDER BY 1),
 			array(SELECT d.consumer_group FROM queen.dead_letter_queue d WHERE d.message_id = m.id ORDER BY 1),
 			CASE WHEN q.name = $1 THEN (extract(epoch FROM m.created_at) * 1000)::bigint ELSE 0 END
 		FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id
-		ORDER BY 1, 2, 3, 4`, TimerQueue)
+		ORDER BY 1, 2, 3, 4`
+
+// finalRead records every stored message, with the groups whose cursor is
+// past it and the groups that dead-lettered it.
+// more, when set, adds to the final event what other databases hold.
+func finalRead(ctx context.Context, dsn string, h *History, vt int64, dbNow *time.Time, sealed map[[2]string]time.Time, quarantined []Quarantined,
+	more func(*Event) error) error {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, finalRowsSQL, TimerQueue)
 	if err != nil {
 		return fmt.Errorf("final read: %w", err)
 	}
@@ -971,6 +1000,11 @@ func finalRead(ctx context.Context, dsn string, h *History, vt int64, dbNow *tim
 	}
 	if final.Twice, err = twiceRows(ctx, conn, sealed); err != nil {
 		return err
+	}
+	if more != nil {
+		if err := more(&final); err != nil {
+			return err
+		}
 	}
 	h.Add(final)
 	return nil

@@ -66,5 +66,9 @@ import "os"
 // transaction with a 500, as issue 29 found), subscription-skips-one (a
 // group subscribing with mode new or subscriptionFrom gets its cursor one
 // message past its start point), seek-skips-one (a seek to a timestamp
-// puts the cursor one message past it).
+// puts the cursor one message past it), freeze-only-locks (a move's freeze
+// locks the queue's partition and cursor rows without changing their
+// epochs), activate-before-catchup (the mover activates the destination
+// without waiting for it to apply what the source committed up to the
+// freeze).
 func On(name string) bool { return name != "" && os.Getenv("QUEEN_CANARY") == name }

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/queen-go/queen/queen/canary"
 	"github.com/queen-go/queen/queen/catalog"
 	"github.com/queen-go/queen/queen/shards"
 )
@@ -165,7 +166,12 @@ func (m *Mover) copy(ctx context.Context, mv *catalog.Move, a, b Shard) (string,
 	if err := shards.CreatePublication(ctx, a.Pool, name, queueRows(*mv)); err != nil {
 		return "", err
 	}
-	if err := shards.CreateSubscription(ctx, b.Pool, name, a.ConnInfo, name); err != nil {
+	// The slot first, apart: shards that are databases of one cluster
+	// hang in a CREATE SUBSCRIPTION that makes its own slot.
+	if err := shards.CreateSlot(ctx, a.Pool, name); err != nil {
+		return "", err
+	}
+	if err := shards.SubscribeToSlot(ctx, b.Pool, name, a.ConnInfo, name); err != nil {
 		return "", err
 	}
 	if err := m.waitCaughtUp(ctx, a, b, name); err != nil {
@@ -197,6 +203,9 @@ func (m *Mover) catchUp(ctx context.Context, mv *catalog.Move, a, b Shard) (stri
 	if !slices.Equal(q.Partitions, mv.Partitions) {
 		return "", fmt.Errorf("the queue has %d partitions, the copy publishes %d: one was created during the copy",
 			len(q.Partitions), len(mv.Partitions))
+	}
+	if canary.On("activate-before-catchup") {
+		return StateActivate, nil // the planted bug: what the source committed last may not be applied yet
 	}
 	if err := m.waitCaughtUp(ctx, a, b, slotName(mv.ID)); err != nil {
 		return "", err

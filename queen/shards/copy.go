@@ -161,6 +161,49 @@ func CreateSubscription(ctx context.Context, dest DB, name, sourceConnInfo, publ
 	return execFormatted(ctx, dest, createSubscriptionSQL, "create subscription", name, sourceConnInfo, publication)
 }
 
+// createSlotSQL creates logical slot $1 for pgoutput on the source,
+// unless it exists. A second mover racing past the check gets
+// duplicate_object, which CreateSlot takes as done.
+const createSlotSQL = `SELECT count(pg_create_logical_replication_slot($1, 'pgoutput'))
+FROM (SELECT 1) AS one WHERE NOT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)`
+
+// CreateSlot creates the logical slot name on the source, for
+// SubscribeToSlot; a slot that exists is left as it is. Created apart
+// from the subscription because CREATE SUBSCRIPTION that creates its slot
+// on a database of its own cluster waits forever: the slot's creation
+// waits for every running transaction, its own included. Shards that are
+// databases of one cluster (the simulator's, a small deployment) need it;
+// shards on their own clusters take it the same way.
+func CreateSlot(ctx context.Context, source DB, name string) error {
+	var n int
+	err := source.QueryRow(ctx, createSlotSQL, name).Scan(&n)
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == pgerrcode.DuplicateObject {
+		return nil
+	}
+	return wrap("create slot", err)
+}
+
+// subscribeToSlotSQL renders CREATE SUBSCRIPTION on an existing slot: $1
+// its name (also the slot's), $2 the source's connection string, $3 the
+// publication.
+const subscribeToSlotSQL = `SELECT format('CREATE SUBSCRIPTION %I CONNECTION %L PUBLICATION %I WITH (copy_data = true, create_slot = false, slot_name = %L)',
+	$1::text, $2::text, $3::text, $1::text)`
+
+// SubscribeToSlot subscribes the destination shard to the source's
+// publication through the slot CreateSlot made (of the same name). The
+// initial copy takes the published rows at each table's own snapshot; the
+// changes the slot kept from before it are skipped per table up to that
+// snapshot, so nothing is applied twice. An existing subscription of that
+// name is left as it is.
+func SubscribeToSlot(ctx context.Context, dest DB, name, sourceConnInfo, publication string) error {
+	var exists bool
+	if err := dest.QueryRow(ctx, subscriptionExistsSQL, name).Scan(&exists); err != nil || exists {
+		return wrap("subscription exists", err)
+	}
+	return execFormatted(ctx, dest, subscribeToSlotSQL, "subscribe to slot", name, sourceConnInfo, publication)
+}
+
 // dropSubscriptionSQL renders the drop of subscription $1, if it exists.
 const dropSubscriptionSQL = `SELECT format('DROP SUBSCRIPTION IF EXISTS %I', $1::text)`
 

@@ -25,6 +25,16 @@ func (v variant) apply(sql string) string {
 	return strings.Replace(sql, v.old, v.new, 1)
 }
 
+// freezeOnlyLocks: a freeze locks and rewrites the queue's partition and
+// cursor rows but leaves their epochs (only the queue row is frozen): a
+// push, pop or ack routed at the old epoch passes the fence on the source,
+// its write after the activation is never copied. Not a named statement:
+// fence applies it to fenceSQL (TestFreezeOnlyLocksApplies).
+var freezeOnlyLocks = []variant{
+	{canary: "freeze-only-locks", old: "UPDATE queen.partitions p SET epoch = $4 WHERE", new: "UPDATE queen.partitions p SET epoch = p.epoch WHERE"},
+	{canary: "freeze-only-locks", old: "UPDATE queen.partition_consumers pc SET epoch = $4", new: "UPDATE queen.partition_consumers pc SET epoch = pc.epoch"},
+}
+
 var (
 	// stranded: appends ordered at creation, not commit (strandedSQL).
 	stranded = variant{canary: "stranded", rewrite: strandedSQL}

@@ -58,3 +58,17 @@ func TestCanaryVariantsCoverTheirStatements(t *testing.T) {
 		}
 	}
 }
+
+// TestFreezeOnlyLocksApplies: the freeze-only-locks canary, applied by
+// fence rather than the statement table, still finds what it rewrites in
+// fenceSQL.
+func TestFreezeOnlyLocksApplies(t *testing.T) {
+	for _, v := range freezeOnlyLocks {
+		if !strings.Contains(fenceSQL, v.old) {
+			t.Errorf("canary %s no longer rewrites fenceSQL: %q not found", v.canary, v.old)
+		}
+	}
+	if substitute(fenceSQL, freezeOnlyLocks, "freeze-only-locks") == fenceSQL {
+		t.Error("freeze-only-locks leaves fenceSQL as it is")
+	}
+}

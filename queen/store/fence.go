@@ -7,6 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/queen-go/queen/queen/canary"
 )
 
 // movedCode is the SQLSTATE queen.fence_moved raises (migration
@@ -132,11 +134,15 @@ type TxStarter interface {
 // snapshot of its own): rows at from (or to already) go to to.
 func fence(ctx context.Context, q TxStarter, verb, tenant, name string, from, to int64) (FenceResult, error) {
 	var r FenceResult
+	sql := fenceSQL
+	if verb == "freeze" && canary.On("freeze-only-locks") {
+		sql = substitute(sql, freezeOnlyLocks, "freeze-only-locks")
+	}
 	err := pgx.BeginFunc(ctx, q, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, fenceLockSQL, tenant, name); err != nil {
 			return err
 		}
-		return tx.QueryRow(ctx, fenceSQL, tenant, name, from, to).Scan(&r.Found, &r.Updated)
+		return tx.QueryRow(ctx, sql, tenant, name, from, to).Scan(&r.Found, &r.Updated)
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, fmt.Errorf("%s %s: no such queue on this shard", verb, name)

@@ -1,0 +1,42 @@
+package scenarios
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/queen-go/queen/sim"
+)
+
+// GenerateShardMove derives a shard world's scenario from a seed: two or
+// three brokers, one tenant, the queue "orders" (and maybe a second that
+// stays on s0) under pushes, pops with leases, acks, extends,
+// transactions and abandons, and a move of "orders" from s0 to s1 planned
+// a third of the way in, its steps interleaved with the operations by the
+// seed. No faults yet: the brokers' placement caches going stale is the
+// fault (the mover is the runner's; every broker learns by the fence).
+func GenerateShardMove(seed uint64) *Scenario {
+	rng := rand.New(rand.NewPCG(seed, 0x54a7d5))
+	s := &Scenario{Generated: true}
+	s.Name = fmt.Sprintf("shards-%#x", seed)
+	s.Seed = seed
+	s.Mode = "lockstep"
+	s.Brokers = 2 + rng.IntN(2)
+	s.TenantNames = []string{"t1"}
+	s.Tenants = []string{TenantID("t1")}
+	s.Queues = []sim.QueueSpec{{Name: "orders", Partitions: 1 + rng.IntN(4), LeaseSecs: 5 + rng.IntN(16),
+		Groups: []string{sim.QueueMode, "audit"}}}
+	if rng.IntN(2) == 0 {
+		s.Queues = append(s.Queues, sim.QueueSpec{Name: "billing.invoices", Partitions: 1 + rng.IntN(2), LeaseSecs: 5 + rng.IntN(26), Groups: []string{"mailer"}})
+	}
+	s.Clients = 2 + rng.IntN(4)
+	s.Ops = 120 + rng.IntN(81)
+	s.VTime = 90 * time.Second
+	s.Converge = 60 * time.Second
+	s.Weights = sim.DefaultWeights
+	s.Weights.ReusePct = rng.IntN(11)
+	s.Weights.FailPct = rng.IntN(15)
+	s.Move = &sim.MoveSpec{Queue: "orders", At: s.Ops/4 + rng.IntN(s.Ops/4), StepPct: 8 + rng.IntN(23)}
+	s.Sometimes = []string{"move.done"}
+	return s
+}
