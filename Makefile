@@ -39,7 +39,7 @@ test-race: ## the tests under the race detector
 	@$(ENSURE_PG)
 	$(GO) test -race -count=1 -timeout 20m ./...
 
-SIM_RUN := TestCheckers|TestCommittedScenarios|TestRandomSeeds|TestShardMoveSeeds|TestFreeRunningSeeds|TestDeterminism|TestRapidScenarios|TestFormatRoundTrip|TestLockstepSmoke|TestFreeRunningSmoke
+SIM_RUN := TestCheckers|TestCommittedScenarios|TestRandomSeeds|TestShardMoveSeeds|TestShardMoveRegressions|TestFreeRunningSeeds|TestDeterminism|TestRapidScenarios|TestFormatRoundTrip|TestLockstepSmoke|TestFreeRunningSmoke
 sim: ## simulator: checker self-tests, committed scenarios, SIM_SEEDS random seeds (16), determinism double-run, rapid; prints every seed
 	@$(ENSURE_PG)
 	SIM_SEEDS=$(SIM_SEEDS) $(GO) test -count=1 -tags canary -timeout 30m -v -run '$(SIM_RUN)' ./sim/ ./scenarios/

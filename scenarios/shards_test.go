@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -125,5 +126,27 @@ func TestShardMoveSeeds(t *testing.T) {
 	s.Name += "-again"
 	if h := runShards(t, c, s, 1).Hash; h != hashes[list[0]] {
 		t.Errorf("seed %#x: history hash %s then %s", list[0], hashes[list[0]], h)
+	}
+}
+
+// TestShardMoveRegressions replays the shard-world seeds that once failed
+// (testdata/shard-seeds.txt: a seed and what it caught, one a line).
+func TestShardMoveRegressions(t *testing.T) {
+	raw, err := os.ReadFile("testdata/shard-seeds.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := shardCluster(t)
+	for _, line := range strings.Split(string(raw), "\n") {
+		field, _, _ := strings.Cut(line, "#")
+		if field = strings.TrimSpace(field); field == "" {
+			continue
+		}
+		seed, err := strconv.ParseUint(field, 0, 64)
+		if err != nil {
+			t.Fatalf("shard-seeds.txt: %q: %v", line, err)
+		}
+		s := scenarios.GenerateShardMove(seed)
+		t.Run(s.Name, func(t *testing.T) { runShards(t, c, s, 0) })
 	}
 }

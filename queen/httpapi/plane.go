@@ -384,23 +384,35 @@ func shardNames(pls []*plane) []string {
 }
 
 // extendOn extends a lease where it is: without shards on the one store;
-// with shards on each shard in turn until one holds it (a lease id names
-// no queue; extending it where it is not changes nothing), else the
-// default shard's answer. A shard holding it frozen (its queue moved away,
-// or is moving) answers moved and the others are asked: after a move the
-// destination holds it live. Held frozen only, it is a *movingError.
+// with shards on each shard that holds it live for a queue the placement
+// puts there, at the placement's epoch (a lease id names no queue, so each
+// shard first says which queues it holds the lease in). A shard holding
+// the lease for a queue placed elsewhere is passed over: a move's
+// destination holds the copied lease before its activation, and an
+// extension written there would be overwritten by the copy, a lease lost
+// while answered renewed. A lease held only where the queue is frozen, or
+// at a stale epoch, is a *movingError (its placement forgotten, so the
+// client's retry reads the new one).
 func (s *Server) extendOn(ctx context.Context, tenant, leaseID string, seconds int) (int64, *time.Time, error) {
 	if s.router == nil {
 		return s.store.ExtendLease(ctx, tenant, leaseID, seconds)
 	}
 	var moved error
-	order := s.router.order
-	for i := range order {
-		pl := order[(i+1)%len(order)] // the default shard last
-		n, exp, err := pl.store.ExtendLease(ctx, tenant, leaseID, seconds)
+	for _, pl := range s.router.order {
+		placed, err := s.placedHere(ctx, pl, tenant, leaseID)
+		if err != nil || len(placed) == 0 {
+			if err != nil {
+				return 0, nil, err
+			}
+			continue
+		}
+		n, exp, err := pl.store.ExtendPlacedLease(ctx, tenant, leaseID, seconds, placed)
 		switch {
 		case store.Moved(err):
 			moved = err
+			for _, q := range placed {
+				s.router.place.Invalidate(tenant, q.Name)
+			}
 		case err != nil || n > 0:
 			return n, exp, err
 		}
@@ -409,6 +421,26 @@ func (s *Server) extendOn(ctx context.Context, tenant, leaseID string, seconds i
 		return 0, nil, &movingError{queue: movedQueue(moved)}
 	}
 	return 0, nil, nil
+}
+
+// placedHere are the queues in which pl's shard holds leaseID live and
+// which the placement puts on that shard, with their epochs.
+func (s *Server) placedHere(ctx context.Context, pl *plane, tenant, leaseID string) ([]store.PlacedQueue, error) {
+	names, err := pl.store.LeaseQueues(ctx, tenant, leaseID)
+	if err != nil {
+		return nil, err
+	}
+	var placed []store.PlacedQueue
+	for _, name := range names {
+		p, found, err := s.router.place.Lookup(ctx, tenant, name)
+		if err != nil {
+			return nil, err
+		}
+		if found && p.Shard == pl.shard {
+			placed = append(placed, store.PlacedQueue{Name: name, Epoch: p.Epoch})
+		}
+	}
+	return placed, nil
 }
 
 // shardReady are the routes a broker with shards serves: those routed to

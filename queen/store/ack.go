@@ -516,22 +516,73 @@ func deref(s *string) string {
 // nothing extended; one that waited behind the freeze is rechecked against
 // the frozen row. A lease names no queue, so no epoch is routed: every
 // live row is at a positive one (always 1 without shards).
+//
+// With shards, $5 and $6 name the queues placed on this shard and their
+// epochs (NULL without shards: every queue, unchecked): a lease of a queue
+// placed elsewhere is left alone (a move's copy holds the lease rows on
+// its destination before the activation, and an extension written there
+// would be overwritten by the copy: a lease lost while answered renewed),
+// and one of a queue placed here at another epoch fails as moved.
 const extendSQL = `
 UPDATE queen.partition_consumers pc
 SET lease_expires_at = GREATEST(pc.lease_expires_at, coalesce($3::timestamptz, now()) + make_interval(secs => $4::int))
 FROM queen.queues q
 WHERE pc.queue_id = q.id AND q.tenant_id = $1
 	AND pc.worker_id = $2 AND pc.lease_expires_at > coalesce($3::timestamptz, now())
+	AND ($5::text[] IS NULL OR q.name = ANY ($5::text[]))
 	AND (pc.epoch > 0 OR queen.fence_moved(pc.queue_id))
+	AND ($5::text[] IS NULL
+		OR pc.epoch = (SELECT x.e FROM unnest($5::text[], $6::bigint[]) AS x(n, e) WHERE x.n = q.name LIMIT 1)
+		OR queen.fence_moved(pc.queue_id))
 RETURNING pc.lease_expires_at`
+
+// leaseQueuesSQL names the tenant's queues in which token $2 holds a live
+// lease on this shard: what the router looks up the placement of before
+// an extension (extendSQL's $5).
+const leaseQueuesSQL = `
+SELECT DISTINCT q.name FROM queen.partition_consumers pc JOIN queen.queues q ON q.id = pc.queue_id
+WHERE q.tenant_id = $1 AND pc.worker_id = $2 AND pc.lease_expires_at > coalesce($3::timestamptz, now())`
+
+// PlacedQueue is a queue placed on the shard a statement runs on, with
+// its placement epoch.
+type PlacedQueue struct {
+	Name  string
+	Epoch int64
+}
+
+// LeaseQueues names the tenant's queues in which leaseID holds a live
+// lease on this shard.
+func (s *Store) LeaseQueues(ctx context.Context, tenant, leaseID string) ([]string, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	rows, err := s.pool.Query(ctx, text("lease.queues"), tenant, leaseID, s.dbNow())
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
 
 // ExtendLease extends every live lease held by leaseID. It returns how many
 // partition leases it renewed and the new expiry; a lease of a frozen queue
 // is a *MovedError, nothing extended.
 func (s *Store) ExtendLease(ctx context.Context, tenant, leaseID string, seconds int) (int64, *time.Time, error) {
+	return s.ExtendPlacedLease(ctx, tenant, leaseID, seconds, nil)
+}
+
+// ExtendPlacedLease is ExtendLease on a shard, for the queues placed on it
+// only (extendSQL): placed nil extends every queue's, as without shards.
+func (s *Store) ExtendPlacedLease(ctx context.Context, tenant, leaseID string, seconds int, placed []PlacedQueue) (int64, *time.Time, error) {
+	var names []string
+	var epochs []int64
+	if placed != nil {
+		names, epochs = make([]string, len(placed)), make([]int64, len(placed))
+		for i, p := range placed {
+			names[i], epochs[i] = p.Name, p.Epoch
+		}
+	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	rows, err := s.pool.Query(ctx, text("lease.extend"), tenant, leaseID, s.dbNow(), seconds)
+	rows, err := s.pool.Query(ctx, text("lease.extend"), tenant, leaseID, s.dbNow(), seconds, names, epochs)
 	if err != nil {
 		return 0, nil, movedOr(err)
 	}

@@ -32,6 +32,7 @@ var statements = map[string]statement{
 	"subscribe":           {subscribeSQL, subscribeParams{}},
 	"seek":                {seekSQL, nil},
 	"lease.extend":        {extendSQL, nil},
+	"lease.queues":        {leaseQueuesSQL, nil},
 	"timer.claim":         {claimTimersSQL, nil},
 	"kv.get":              {kvGetSQL, nil},
 	"kv.getMany":          {kvGetSQL, nil},
