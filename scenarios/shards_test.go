@@ -4,18 +4,15 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/queen-go/queen/queen/catalog"
 	"github.com/queen-go/queen/queen/pglocal"
 	"github.com/queen-go/queen/queen/store"
+	"github.com/queen-go/queen/queen/store/storetest"
 	"github.com/queen-go/queen/scenarios"
 	"github.com/queen-go/queen/sim"
 )
@@ -23,51 +20,26 @@ import (
 // shardCluster starts the shard worlds' cluster: wal_level=logical, which
 // the simulator's shared one lacks (a move's copy is logical replication).
 func shardCluster(t *testing.T) *pglocal.Cluster {
-	t.Helper()
-	dir := t.TempDir()
-	c, err := pglocal.Start(context.Background(), pglocal.Options{DataDir: filepath.Join(dir, "pg"), Ephemeral: true,
-		LogPath: filepath.Join(dir, "pg.log"), Settings: []string{"wal_level=logical", "max_replication_slots=20",
-			"max_wal_senders=20", "max_logical_replication_workers=6", "max_worker_processes=16"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Stop() })
-	return c
+	return storetest.Cluster(t, "pg", pglocal.LogicalSettings...)
 }
 
 // shardWorld creates and migrates a catalogue and shards s0 and s1 named
 // after the run, as databases of c.
 func shardWorld(t *testing.T, c *pglocal.Cluster, name string) sim.ShardWorld {
 	t.Helper()
-	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, c.DSN("postgres"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close(ctx)
-	url := func(db string) string {
-		return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", c.Port, db)
-	}
 	var w sim.ShardWorld
 	for i, dst := range []*string{&w.Catalog, &w.S0, &w.S1} {
 		db := fmt.Sprintf("%s_%s", []string{"cat", "s0", "s1"}[i], name)
-		if _, err := admin.Exec(ctx, `CREATE DATABASE `+db); err != nil {
-			t.Fatal(err)
-		}
-		*dst = url(db)
-		pool, err := pgxpool.New(ctx, *dst)
-		if err != nil {
-			t.Fatal(err)
-		}
+		pool := storetest.CreateDatabase(t, c, db)
+		*dst = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", c.Port, db)
 		migrate := store.Migrate
 		if i == 0 {
 			migrate = catalog.Migrate
 		}
-		err = migrate(ctx, pool)
-		pool.Close()
-		if err != nil {
+		if err := migrate(context.Background(), pool); err != nil {
 			t.Fatalf("migrate %s: %v", db, err)
 		}
+		pool.Close()
 	}
 	return w
 }
