@@ -57,14 +57,8 @@ func (s *Server) listMessages(w http.ResponseWriter, r *http.Request) {
 		f.Limit = 200
 	}
 	f.Offset = max(f.Offset, 0)
-	rows, err := s.store.ListMessages(r.Context(), f)
-	if err != nil {
-		s.storeError(w, r, "messages", err)
-		return
-	}
-	hasQM, bus, err := s.store.ConsumptionMode(r.Context(), f.Tenant, f.Queue)
-	if err != nil {
-		s.storeError(w, r, "messages", err)
+	rows, hasQM, bus, ok := s.messagesAcross(w, r, f)
+	if !ok {
 		return
 	}
 	out := make([]messageRow, len(rows))
@@ -98,9 +92,8 @@ func (s *Server) findByTransaction(w http.ResponseWriter, r *http.Request) {
 	if limit < 1 || limit > findLimit {
 		limit = findLimit
 	}
-	rows, err := s.store.FindByTransaction(r.Context(), tenantOf(r), q.Get("queue"), txid, limit)
-	if err != nil {
-		s.storeError(w, r, "find transactionId", err)
+	rows, ok := s.findAcross(w, r, q.Get("queue"), txid, limit)
+	if !ok {
 		return
 	}
 	out := make([]messageRow, len(rows))
@@ -127,7 +120,12 @@ func (s *Server) getMessage(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	d, err := s.store.GetMessage(r.Context(), tenantOf(r), pid, txid)
+	pl, _, err := s.partitionPlane(r.Context(), tenantOf(r), pid)
+	if err != nil {
+		s.routeError(w, r, "cross_shard_partition", err)
+		return
+	}
+	d, err := pl.store.GetMessage(r.Context(), tenantOf(r), pid, txid)
 	if errors.Is(err, store.ErrNotFound) {
 		writeError(w, http.StatusNotFound, "Message not found")
 		return
@@ -145,7 +143,12 @@ func (s *Server) deleteMessage(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	deleted, err := s.store.DeleteMessage(r.Context(), tenantOf(r), pid, txid)
+	pl, _, err := s.partitionPlane(r.Context(), tenantOf(r), pid)
+	if err != nil {
+		s.routeError(w, r, "cross_shard_partition", err)
+		return
+	}
+	deleted, err := pl.store.DeleteMessage(r.Context(), tenantOf(r), pid, txid)
 	if err != nil {
 		s.storeError(w, r, "delete message", err)
 		return
@@ -171,9 +174,12 @@ func (s *Server) retryMessage(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, retryRefused{Error: "push maintenance is on: retry after it ends"})
 		return
 	}
-	res, err := s.pushes.RetryMessage(r.Context(), tenantOf(r), pid, txid)
+	res, err := s.retryRouted(r.Context(), tenantOf(r), pid, txid)
 	if errors.Is(err, store.ErrNotFound) {
 		writeJSON(w, http.StatusNotFound, retryMissing{Error: "Message not found", PartitionID: pid, TransactionID: txid})
+		return
+	}
+	if s.routedFailed(w, r, "cross_shard_partition", err) {
 		return
 	}
 	if err != nil {

@@ -476,6 +476,20 @@ var shardReady = map[string]bool{
 	"GET /dashboard/":                                     true,
 	"GET /favicon.ico":                                    true,
 	"GET /":                                               true, // QUEEN_DASHBOARD_DIR's files
+
+	// The DLQ, message and trace routes: lists merged across the shards
+	// (or read on a named queue's), a message's on its partition's shard
+	// (fanout_reads.go).
+	"GET /api/v1/dlq":                                           true,
+	"GET /api/v1/messages":                                      true,
+	"GET /api/v1/messages/by-transaction":                       true,
+	"GET /api/v1/messages/{partitionId}/{transactionId}":        true,
+	"DELETE /api/v1/messages/{partitionId}/{transactionId}":     true,
+	"POST /api/v1/messages/{partitionId}/{transactionId}/retry": true,
+	"POST /api/v1/traces":                                       true,
+	"GET /api/v1/traces/names":                                  true,
+	"GET /api/v1/traces/by-name/{traceName}":                    true,
+	"GET /api/v1/traces/{partitionId}/{transactionId}":          true,
 }
 
 // shardGate is rt's handler on this broker: its own, or with shards a 501

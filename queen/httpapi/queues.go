@@ -349,9 +349,8 @@ func (s *Server) listDLQ(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "offset must not be negative")
 		return
 	}
-	entries, total, err := s.store.ListDLQ(r.Context(), f)
-	if err != nil {
-		s.storeError(w, r, "list dlq", err)
+	entries, total, ok := s.dlqAcross(w, r, f)
+	if !ok {
 		return
 	}
 	msgs := make([]dlqMessage, len(entries)) // never nil: an empty page is []

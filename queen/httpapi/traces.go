@@ -23,7 +23,12 @@ func (s *Server) recordTrace(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.Tenant = tenantOf(r)
-	id, err := s.store.RecordTrace(r.Context(), p)
+	pl, _, err := s.partitionPlane(r.Context(), p.Tenant, p.PartitionID)
+	if err != nil {
+		s.routeError(w, r, "cross_shard_partition", err)
+		return
+	}
+	id, err := pl.store.RecordTrace(r.Context(), p)
 	if errors.Is(err, store.ErrNotFound) {
 		writeJSON(w, http.StatusNotFound, failureAnswer{Success: false, Error: "Message not found"})
 		return
@@ -115,7 +120,12 @@ func (s *Server) tracesOfMessage(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ts, err := s.store.TracesOf(r.Context(), tenantOf(r), pid, txid)
+	pl, _, err := s.partitionPlane(r.Context(), tenantOf(r), pid)
+	if err != nil {
+		s.routeError(w, r, "cross_shard_partition", err)
+		return
+	}
+	ts, err := pl.store.TracesOf(r.Context(), tenantOf(r), pid, txid)
 	if err != nil {
 		s.storeError(w, r, "traces", err)
 		return
@@ -150,9 +160,8 @@ func (s *Server) tracesByName(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ts, total, err := s.store.TracesByName(r.Context(), tenantOf(r), r.PathValue("traceName"), limit, offset)
-	if err != nil {
-		s.storeError(w, r, "traces", err)
+	ts, total, ok := s.tracesByNameAcross(w, r, r.PathValue("traceName"), limit, offset)
+	if !ok {
 		return
 	}
 	out := make([]traceOfNameWire, len(ts))
@@ -168,9 +177,8 @@ func (s *Server) traceNamesList(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ns, total, err := s.store.TraceNames(r.Context(), tenantOf(r), limit, offset)
-	if err != nil {
-		s.storeError(w, r, "trace names", err)
+	ns, total, ok := s.traceNamesAcross(w, r, limit, offset)
+	if !ok {
 		return
 	}
 	out := make([]traceNameWire, len(ns))

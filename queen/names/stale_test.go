@@ -65,7 +65,7 @@ func TestDLQRetryIntoAQueueRecreatedElsewhere(t *testing.T) {
 	if err != nil || !r[0].Success {
 		t.Fatalf("dead-letter through b: %+v %v", r, err)
 	}
-	retried, err := pushpath.New(pushpath.Options{Store: a.Store(), Names: a}).RetryMessage(ctx, tenant, m.PartitionID, m.TransactionID)
+	retried, err := pushpath.New(pushpath.Options{Store: a.Store(), Names: a}).RetryMessage(ctx, tenant, m.PartitionID, m.TransactionID, 0)
 	if err != nil || retried.MessageID == "" || retried.PartitionID != m.PartitionID {
 		t.Fatalf("DLQ retry through the broker that did not delete: %+v %v", retried, err)
 	}

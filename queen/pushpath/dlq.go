@@ -16,13 +16,17 @@ import (
 // through the write policy. It is no push of the combiner and never goes
 // to the spool. A stale cached partition id is forgotten and the retry run
 // again (names.Retry); a partition deleted meanwhile is a
-// *store.GoneError, and nothing is written.
-func (p *Path) RetryMessage(ctx context.Context, tenant, partitionID, txid string) (store.Retried, error) {
+// *store.GoneError, and nothing is written. epoch is the placement epoch
+// of the message's queue (0: none, without shards): the append carries
+// it, so a queue frozen or moved meanwhile fails it as store.ErrMoved and
+// the DLQ row stays.
+func (p *Path) RetryMessage(ctx context.Context, tenant, partitionID, txid string, epoch int64) (store.Retried, error) {
 	return names.Retry(p.o.Names, func() (store.Retried, error) {
 		d, err := p.o.Store.ReadDeadLetter(ctx, tenant, partitionID, txid)
 		if err != nil {
 			return d.Retried, err
 		}
+		d.Item.Epoch = epoch
 		rows, err := pushRows(ctx, p.o.Names, p.o.Writes, tenant, []store.PushItem{d.Item}, "")
 		if err != nil {
 			return d.Retried, err

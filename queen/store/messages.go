@@ -113,6 +113,24 @@ func (s *Store) ConsumptionMode(ctx context.Context, tenant, queue string) (hasQ
 	return hasQueueMode, busGroups, err
 }
 
+// consumptionGroupsSQL is consumptionModeSQL answering the named groups
+// themselves, not their count.
+const consumptionGroupsSQL = `
+		SELECT coalesce(bool_or(pc.consumer_group = '__QUEUE_MODE__'), false),
+			coalesce(array_agg(DISTINCT pc.consumer_group) FILTER (WHERE pc.consumer_group <> '__QUEUE_MODE__'), '{}')
+		FROM queen.partition_consumers pc JOIN queen.queues q ON q.id = pc.queue_id
+		WHERE q.tenant_id = $1 AND ($2 = '' OR q.name = $2)`
+
+// ConsumptionGroups is ConsumptionMode with the named groups' names: a
+// broker with shards counts a group reading queues on several shards
+// once. Its cost is ConsumptionMode's; it answers one name per group.
+func (s *Store) ConsumptionGroups(ctx context.Context, tenant, queue string) (hasQueueMode bool, busGroups []string, err error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	err = s.pool.QueryRow(ctx, consumptionGroupsSQL, tenant, queue).Scan(&hasQueueMode, &busGroups)
+	return hasQueueMode, busGroups, err
+}
+
 // MessageDetail is one message with its payload, DLQ record, queue
 // configuration and every cursor of its partition.
 type MessageDetail struct {

@@ -193,3 +193,30 @@ func (s *Store) TraceNames(ctx context.Context, tenant string, limit, offset int
 	})
 	return out, total, err
 }
+
+// traceNameCountsSQL is traceNamesSQL for the names $2 only, unpaged.
+const traceNameCountsSQL = `
+SELECT tn.trace_name, count(*), count(DISTINCT t.message_id), max(t.created_at)
+FROM queen.message_trace_names tn
+JOIN queen.message_traces t ON t.id = tn.trace_id
+JOIN queen.partitions p ON p.id = t.partition_id
+JOIN queen.queues q ON q.id = p.queue_id
+WHERE q.tenant_id = $1 AND tn.trace_name = ANY($2::text[])
+GROUP BY tn.trace_name`
+
+// TraceNameCounts summarises the tenant's traces of the names given (a
+// page of them: a broker with shards sums each name's counts over every
+// shard). A name without traces here is absent.
+func (s *Store) TraceNameCounts(ctx context.Context, tenant string, names []string) ([]TraceName, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	rows, err := s.pool.Query(ctx, traceNameCountsSQL, tenant, names)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (TraceName, error) {
+		var n TraceName
+		err := r.Scan(&n.Name, &n.TraceCount, &n.MessageCount, &n.LastSeen)
+		return n, err
+	})
+}
