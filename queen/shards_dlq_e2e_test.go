@@ -128,14 +128,24 @@ func TestShardsDLQMessagesTracesAcrossShards(t *testing.T) {
 		!strings.Contains(body, `"status":"dead_letter"`) {
 		t.Errorf("get b1: %d %s", code, body)
 	}
-	// Frozen (as a move freezes it), b-dead refuses the retry's append:
-	// 503 "queue is moving", the dead letter kept.
+	// Frozen (as a move freezes it), b-dead refuses the retry's append, a
+	// delete and a trace: 503 "queue is moving", nothing written.
 	setEpoch(t, sh.s1, "b-dead", -1)
 	if code, body := post(t, base+"/api/v1/messages/"+pids["b2"]+"/b2/retry", ""); code != 503 || !strings.Contains(body, `"queue is moving"`) {
 		t.Errorf("retry b2 on the frozen b-dead: %d %s, want 503 queue is moving", code, body)
 	}
 	if n, m := messagesOf(t, sh.s1, "b-dead"), count(t, sh.s1, `SELECT count(*) FROM queen.dead_letter_queue`); n != 4 || m != 3 {
 		t.Errorf("after the refused retry: %d messages, %d dead letters on s1; want 4 and 3", n, m)
+	}
+	if code, body := do(t, "DELETE", base+"/api/v1/messages/"+pids["b0"]+"/b0", "", ""); code != 503 || !strings.Contains(string(body), `"queue is moving"`) {
+		t.Errorf("delete b0 of the frozen b-dead: %d %s, want 503 queue is moving", code, body)
+	}
+	if code, body := post(t, base+"/api/v1/traces", fmt.Sprintf(`{"transactionId":"b0","partitionId":%q,"data":1}`, pids["b0"])); code != 503 ||
+		!strings.Contains(body, `"queue is moving"`) {
+		t.Errorf("trace b0 of the frozen b-dead: %d %s, want 503 queue is moving", code, body)
+	}
+	if n, m := messagesOf(t, sh.s1, "b-dead"), count(t, sh.s1, `SELECT count(*) FROM queen.message_traces`); n != 4 || m != 0 {
+		t.Errorf("after the refused delete and trace: %d messages, %d traces on s1; want 4 and 0", n, m)
 	}
 	setEpoch(t, sh.s1, "b-dead", 1)
 	if code, body := post(t, base+"/api/v1/messages/"+pids["b2"]+"/b2/retry", ""); code != 200 || !strings.Contains(body, `"queue":"b-dead"`) {

@@ -283,27 +283,37 @@ func (s *Server) findAcross(w http.ResponseWriter, r *http.Request, queue, txid 
 	return mergePage(pages, newestFirst, 0, limit), true
 }
 
-// retryRouted retries a dead letter on the shard holding its partition,
-// its append carrying the epoch of the partition's queue, and when the
-// queue moved routes it again once, as ackRouted does.
-func (s *Server) retryRouted(ctx context.Context, tenant, pid, txid string) (store.Retried, error) {
+// partitionRouted runs write on the plane holding partition pid, at the
+// epoch of its queue's placement (0 without shards), and when the queue
+// moved routes it again once, as ackRouted does: a write still moved is a
+// *movingError, a route that cannot be told a *routeFailure.
+func (s *Server) partitionRouted(ctx context.Context, tenant, pid string, write func(*plane, int64) error) error {
 	pl, at, err := s.partitionPlane(ctx, tenant, pid)
 	if err != nil {
-		return store.Retried{}, &routeFailure{err}
+		return &routeFailure{err}
 	}
-	res, err := pl.pushes.RetryMessage(ctx, tenant, pid, txid, at.Epoch)
+	err = write(pl, at.Epoch)
 	if !s.movedOnce(err, tenant, func() []string { return []string{at.queue} }) {
-		return res, err
+		return err
 	}
 	prev, was := at, pl
 	if pl, at, err = s.partitionPlane(ctx, tenant, pid); err != nil {
-		return store.Retried{}, &routeFailure{err}
+		return &routeFailure{err}
 	}
 	if pl == was && at.Epoch == prev.Epoch {
-		return store.Retried{}, &movingError{queue: at.queue}
+		return &movingError{queue: at.queue}
 	}
-	res, err = pl.pushes.RetryMessage(ctx, tenant, pid, txid, at.Epoch)
-	return res, stillMoving(err, at.queue)
+	return stillMoving(write(pl, at.Epoch), at.queue)
+}
+
+// retryRouted retries a dead letter on the shard holding its partition,
+// its append carrying the epoch of the partition's queue.
+func (s *Server) retryRouted(ctx context.Context, tenant, pid, txid string) (res store.Retried, err error) {
+	err = s.partitionRouted(ctx, tenant, pid, func(pl *plane, epoch int64) error {
+		res, err = pl.pushes.RetryMessage(ctx, tenant, pid, txid, epoch)
+		return err
+	})
+	return res, err
 }
 
 // tracesByNameAcross is a page of one name's traces, oldest first, and

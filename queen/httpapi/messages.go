@@ -143,12 +143,14 @@ func (s *Server) deleteMessage(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	pl, _, err := s.partitionPlane(r.Context(), tenantOf(r), pid)
-	if err != nil {
-		s.routeError(w, r, "cross_shard_partition", err)
+	var deleted bool
+	err := s.partitionRouted(r.Context(), tenantOf(r), pid, func(pl *plane, epoch int64) (err error) {
+		deleted, err = pl.store.DeleteMessage(r.Context(), tenantOf(r), pid, txid, epoch)
+		return err
+	})
+	if s.routedFailed(w, r, "cross_shard_partition", err) {
 		return
 	}
-	deleted, err := pl.store.DeleteMessage(r.Context(), tenantOf(r), pid, txid)
 	if err != nil {
 		s.storeError(w, r, "delete message", err)
 		return

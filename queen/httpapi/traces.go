@@ -23,14 +23,17 @@ func (s *Server) recordTrace(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.Tenant = tenantOf(r)
-	pl, _, err := s.partitionPlane(r.Context(), p.Tenant, p.PartitionID)
-	if err != nil {
-		s.routeError(w, r, "cross_shard_partition", err)
-		return
-	}
-	id, err := pl.store.RecordTrace(r.Context(), p)
+	var id string
+	err = s.partitionRouted(r.Context(), p.Tenant, p.PartitionID, func(pl *plane, epoch int64) (err error) {
+		p.Epoch = epoch
+		id, err = pl.store.RecordTrace(r.Context(), p)
+		return err
+	})
 	if errors.Is(err, store.ErrNotFound) {
 		writeJSON(w, http.StatusNotFound, failureAnswer{Success: false, Error: "Message not found"})
+		return
+	}
+	if s.routedFailed(w, r, "cross_shard_partition", err) {
 		return
 	}
 	if err != nil {

@@ -467,7 +467,7 @@ func TestStoredCountsFollowEveryPath(t *testing.T) {
 		WHERE q.tenant_id = $1 AND q.name = 'sc' AND p.name = 'a'`, tenant).Scan(&pa); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := s.DeleteMessage(ctx, tenant, pa, "4"); err != nil || !ok {
+	if ok, err := s.DeleteMessage(ctx, tenant, pa, "4", 0); err != nil || !ok {
 		t.Fatalf("delete message: %v %v", ok, err)
 	}
 	agree("after the delete route")

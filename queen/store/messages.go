@@ -215,11 +215,28 @@ func (s *Store) GetMessage(ctx context.Context, tenant, partitionID, txid string
 const deleteMessageSQL = `DELETE FROM queen.messages m USING queen.partitions p, queen.queues q
 		WHERE m.partition_id = p.id AND p.queue_id = q.id AND q.tenant_id = $1 AND p.id = $2 AND m.transaction_id = $3`
 
+// deleteMessageFencedSQL is deleteMessageSQL routed at epoch $4 (shards):
+// the partition row is read FOR SHARE, which a freeze's rewrite conflicts
+// with, so a delete that waited behind one is rechecked at the new epoch;
+// a partition at another epoch fails it as moved (queen.fence_moved).
+const deleteMessageFencedSQL = `WITH p AS (
+		SELECT p.id FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+		WHERE q.tenant_id = $1 AND p.id = $2 AND (p.epoch = $4 OR queen.fence_moved(p.queue_id))
+		FOR SHARE OF p)
+	DELETE FROM queen.messages m USING p WHERE m.partition_id = p.id AND m.transaction_id = $3`
+
 // DeleteMessage deletes one message row (its DLQ rows go with it; cursors
-// stay). It reports whether there was one.
-func (s *Store) DeleteMessage(ctx context.Context, tenant, partitionID, txid string) (bool, error) {
+// stay). It reports whether there was one. epoch is the placement epoch of
+// the partition's queue (0: none, without shards: nothing checked, no
+// lock); a queue frozen or moved from it is a *MovedError, nothing
+// deleted.
+func (s *Store) DeleteMessage(ctx context.Context, tenant, partitionID, txid string, epoch int64) (bool, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
+	if epoch != 0 {
+		tag, err := s.pool.Exec(ctx, deleteMessageFencedSQL, tenant, partitionID, txid, epoch)
+		return tag.RowsAffected() > 0, movedOr(err)
+	}
 	tag, err := s.pool.Exec(ctx, deleteMessageSQL, tenant, partitionID, txid)
 	return tag.RowsAffected() > 0, err
 }

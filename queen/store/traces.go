@@ -29,18 +29,36 @@ type TraceParams struct {
 	ConsumerGroup, EventType, WorkerID string
 	Data                               json.RawMessage
 	Names                              []string
+	// Epoch is the placement epoch of the partition's queue (0: none,
+	// without shards: nothing checked); a queue frozen or moved from it
+	// fails the trace as a *MovedError.
+	Epoch int64
 }
 
 // recordTraceSQL stores a trace against the tenant's message ($1
 // partition, $2 transactionId, $3 tenant) and its names, in one statement;
 // no row comes back when the message does not exist.
 const recordTraceSQL = `
-WITH m AS (
+WITH m AS (` + recordTraceMessage + `
+),` + recordTraceWrites
+
+// recordTraceFencedSQL is recordTraceSQL routed at epoch $11 (shards): the
+// message's partition row is read FOR SHARE, which a freeze's rewrite
+// conflicts with, and at another epoch fails it as moved.
+const recordTraceFencedSQL = `
+WITH m AS (` + recordTraceMessage + `
+	AND (p.epoch = $11 OR queen.fence_moved(p.queue_id)) FOR SHARE OF p
+),` + recordTraceWrites
+
+// recordTraceMessage finds the message of a trace.
+const recordTraceMessage = `
 	SELECT m.id, m.partition_id FROM queen.messages m
 	JOIN queen.partitions p ON p.id = m.partition_id
 	JOIN queen.queues q ON q.id = p.queue_id
-	WHERE m.partition_id = $1 AND m.transaction_id = $2 AND q.tenant_id = $3
-),
+	WHERE m.partition_id = $1 AND m.transaction_id = $2 AND q.tenant_id = $3`
+
+// recordTraceWrites inserts the trace of message m and its names.
+const recordTraceWrites = `
 t AS (
 	INSERT INTO queen.message_traces (id, message_id, partition_id, transaction_id, consumer_group, event_type, data, created_at, worker_id)
 	SELECT $4, m.id, m.partition_id, $2, $5, $6, $7, coalesce($8::timestamptz, now()), $9 FROM m
@@ -59,12 +77,17 @@ func (s *Store) RecordTrace(ctx context.Context, p TraceParams) (string, error) 
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	var id string
-	err := s.pool.QueryRow(ctx, recordTraceSQL, p.PartitionID, p.TransactionID, p.Tenant, s.ids.New(),
-		p.ConsumerGroup, p.EventType, p.Data, s.dbNow(), p.WorkerID, dedupNames(p.Names)).Scan(&id)
+	args := []any{p.PartitionID, p.TransactionID, p.Tenant, s.ids.New(),
+		p.ConsumerGroup, p.EventType, p.Data, s.dbNow(), p.WorkerID, dedupNames(p.Names)}
+	sql := recordTraceSQL
+	if p.Epoch != 0 {
+		sql, args = recordTraceFencedSQL, append(args, p.Epoch)
+	}
+	err := s.pool.QueryRow(ctx, sql, args...).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", ErrNotFound
 	}
-	return id, err
+	return id, movedOr(err)
 }
 
 func dedupNames(names []string) []string {
