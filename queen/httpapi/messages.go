@@ -30,6 +30,11 @@ func modeBody(hasQueueMode bool, busGroups int) consumptionMode {
 // listMessages is GET /api/v1/messages: newest first, within [from, to)
 // (from defaults to an hour ago; to, rounded up to its minute, to now).
 func (s *Server) listMessages(w http.ResponseWriter, r *http.Request) {
+	s.listMessagesOn(w, r, &s.plane)
+}
+
+// listMessagesOn is listMessages read on pl.
+func (s *Server) listMessagesOn(w http.ResponseWriter, r *http.Request, pl *plane) {
 	q := r.URL.Query()
 	now := s.clock.Now()
 	f := store.MessageFilter{Tenant: tenantOf(r), Queue: q.Get("queue"), Partition: q.Get("partition"), Task: q.Get("task"),
@@ -57,12 +62,12 @@ func (s *Server) listMessages(w http.ResponseWriter, r *http.Request) {
 		f.Limit = 200
 	}
 	f.Offset = max(f.Offset, 0)
-	rows, err := s.store.ListMessages(r.Context(), f)
+	rows, err := pl.store.ListMessages(r.Context(), f)
 	if err != nil {
 		s.storeError(w, r, "messages", err)
 		return
 	}
-	hasQM, bus, err := s.store.ConsumptionMode(r.Context(), f.Tenant, f.Queue)
+	hasQM, bus, err := pl.store.ConsumptionMode(r.Context(), f.Tenant, f.Queue)
 	if err != nil {
 		s.storeError(w, r, "messages", err)
 		return
@@ -195,11 +200,16 @@ func (s *Server) retryMessage(w http.ResponseWriter, r *http.Request) {
 // messages list (GET /api/v1/messages, its filters and paging) of one
 // queue.
 func (s *Server) statusQueueMessages(w http.ResponseWriter, r *http.Request) {
+	pl, err := s.planeFor(r.Context(), tenantOf(r), "", r.PathValue("queue"), false)
+	if err != nil {
+		s.placementFailed(w, r, err)
+		return
+	}
 	q := r.URL.Query()
 	q.Set("queue", r.PathValue("queue"))
 	r2 := r.Clone(r.Context())
 	r2.URL.RawQuery = q.Encode()
-	s.listMessages(w, r2)
+	s.listMessagesOn(w, r2, pl)
 }
 
 // migrationReason is why the /api/v1/migration/* routes answer 501.

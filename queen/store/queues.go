@@ -483,8 +483,11 @@ type Overview struct {
 }
 
 // Spread is the average, median, minimum and maximum of a set (zeros for
-// an empty set).
-type Spread struct{ Avg, Median, Min, Max float64 }
+// an empty set), and its size N (what merges spreads of several sets).
+type Spread struct {
+	Avg, Median, Min, Max float64
+	N                     int64
+}
 
 // overviewCountsSQL counts a tenant's objects ($1) at $2 from their rows
 // and counters, never reading a message. Messages are the stored ones
@@ -519,7 +522,7 @@ SELECT
 // overviewLagSQL spreads the lag of every cursor ($1's partitions, every
 // group, queue mode from the start where it never popped) that has
 // messages past it, at $2: the oldest unconsumed message's age in seconds,
-// and the count past the cursor.
+// and the count past the cursor; and how many cursors lag.
 const overviewLagSQL = `
 WITH cursors AS (
 	SELECT p.id, p.last_seq, coalesce(pc.last_consumed_seq, 0) AS cursor
@@ -534,7 +537,8 @@ lag AS (
 	FROM cursors c WHERE c.last_seq > c.cursor
 )
 SELECT coalesce(avg(secs), 0), coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY secs), 0), coalesce(min(secs), 0), coalesce(max(secs), 0),
-	coalesce(avg(n), 0), coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY n), 0), coalesce(min(n), 0), coalesce(max(n), 0)
+	coalesce(avg(n), 0), coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY n), 0), coalesce(min(n), 0), coalesce(max(n), 0),
+	count(*)
 FROM lag`
 
 // namespacesSQL lists tenant $1's namespaces.
@@ -552,9 +556,10 @@ func (s *Store) Overview(ctx context.Context, tenant string) (Overview, error) {
 			return err
 		}
 		t, n := &o.LagSeconds, &o.LagOffset
-		if err := tx.QueryRow(ctx, overviewLagSQL, tenant, now).Scan(&t.Avg, &t.Median, &t.Min, &t.Max, &n.Avg, &n.Median, &n.Min, &n.Max); err != nil {
+		if err := tx.QueryRow(ctx, overviewLagSQL, tenant, now).Scan(&t.Avg, &t.Median, &t.Min, &t.Max, &n.Avg, &n.Median, &n.Min, &n.Max, &t.N); err != nil {
 			return err
 		}
+		n.N = t.N
 		rows, err := tx.Query(ctx, namespacesSQL, tenant)
 		if err != nil {
 			return err
