@@ -245,6 +245,12 @@ func (s *Server) topDeadLetterErrors(ctx context.Context, tenant string) ([]stor
 	if err != nil {
 		return nil, err
 	}
+	return mergeTopErrors(per), nil
+}
+
+// mergeTopErrors adds up the counts of each error of per and answers the
+// topErrors commonest, ties by error.
+func mergeTopErrors(per [][]store.ErrorCount) []store.ErrorCount {
 	by := map[string]int64{}
 	var out []store.ErrorCount
 	for _, es := range per {
@@ -264,7 +270,7 @@ func (s *Server) topDeadLetterErrors(ctx context.Context, tenant string) ([]stor
 		}
 		return cmp.Compare(a.Error, b.Error)
 	})
-	return out[:min(len(out), topErrors)], nil
+	return out[:min(len(out), topErrors)]
 }
 
 // topErrors is how many errors status lists (store.TopDeadLetterErrors').
