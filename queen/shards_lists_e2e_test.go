@@ -90,6 +90,18 @@ func checkQueuePages(t *testing.T, base string, newest []string) {
 	if got := queueNames(t, base+"/api/v1/status/queues", "queues"); !slices.Equal(got, newest) {
 		t.Errorf("status queue list: %v, want %v", got, newest)
 	}
+	// A page's queues are counted on their shards.
+	var page struct {
+		Queues []struct {
+			Name       string
+			Partitions int
+			Messages   struct{ Total int64 }
+		}
+	}
+	getJSON(t, base+"/api/v1/resources/queues?limit=2&offset=3", &page)
+	if got := fmt.Sprint(page.Queues); got != "[{b-1 2 {3}} {a-1 2 {2}}]" {
+		t.Errorf("page at offset 3: %s, want [{b-1 2 {3}} {a-1 2 {2}}]", got)
+	}
 	for offset := range 7 {
 		for limit := 1; limit <= 6; limit++ {
 			want := newest[min(offset, len(newest)):min(offset+limit, len(newest))]

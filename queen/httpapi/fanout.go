@@ -145,13 +145,15 @@ func keepPlaced[T any](ctx context.Context, s *Server, per [][]T, key func(T) te
 	return out, nil
 }
 
-// queuePage is a page of the tenant's queues, newest first (created_at,
-// then id, as store.ListQueuesPage orders them). With shards each shard is
-// asked for its first offset+limit queues, the lists merged in that order
-// and the page cut from the merge. It is exact: each queue of the page is
-// among the first offset+limit of its shard. A queue on two shards (a
-// move's copy or tombstone) has one id and creation time on both, so when
-// one copy is in the page the other is read too, and keepPlaced drops it.
+// queuePage is a page of the tenant's queues with their counts, newest
+// first (created_at, then id, as store.ListQueuesPage orders them). With
+// shards each shard is asked for its first offset+limit queue rows, the
+// lists merged in that order and the page cut from the merge; then each
+// shard counts its queues of the page, and only those. The page is exact:
+// each of its queues is among the first offset+limit of its shard. A
+// queue on two shards (a move's copy or tombstone) has one id and creation
+// time on both, so when one copy is in the page the other is read too,
+// and keepPlaced drops it.
 func (s *Server) queuePage(ctx context.Context, tenant string, f store.QueueFilter) ([]store.QueueInfo, error) {
 	if s.router == nil {
 		return s.store.ListQueuesPage(ctx, tenant, f)
@@ -160,23 +162,63 @@ func (s *Server) queuePage(ctx context.Context, tenant string, f store.QueueFilt
 	if f.Limit == 0 || f.Limit > math.MaxInt-f.Offset {
 		ask.Limit = 0 // every queue (a limit past the int range is one too)
 	}
-	per, err := fanOut(ctx, s, func(ctx context.Context, pl *plane) ([]store.QueueInfo, error) {
-		return pl.store.ListQueuesPage(ctx, tenant, ask)
+	per, err := fanOut(ctx, s, func(ctx context.Context, pl *plane) ([]shardQueue, error) {
+		qs, err := pl.store.QueueRows(ctx, tenant, ask)
+		out := make([]shardQueue, len(qs))
+		for i, q := range qs {
+			out[i] = shardQueue{q, pl}
+		}
+		return out, err
 	})
 	if err != nil {
 		return nil, err
 	}
-	if per, err = keepPlaced(ctx, s, per, queueInfoKey); err != nil {
+	if per, err = keepPlaced(ctx, s, per, func(q shardQueue) tenantQueue { return tenantQueue{q.Tenant, q.Name} }); err != nil {
 		return nil, err
 	}
-	return pageOf(mergeQueues(per), f.Offset, f.Limit), nil
+	merged := slices.Concat(per...)
+	slices.SortStableFunc(merged, func(a, b shardQueue) int { return newerQueue(a.Queue, b.Queue) })
+	return s.countQueues(ctx, pageOf(merged, f.Offset, f.Limit))
+}
+
+// shardQueue is a queue and the plane it was read on.
+type shardQueue struct {
+	store.Queue
+	on *plane
+}
+
+// countQueues counts the queues of page, each on its shard, in page's
+// order.
+func (s *Server) countQueues(ctx context.Context, page []shardQueue) ([]store.QueueInfo, error) {
+	byShard := map[*plane][]store.Queue{}
+	for _, q := range page {
+		byShard[q.on] = append(byShard[q.on], q.Queue)
+	}
+	per, err := fanOut(ctx, s, func(ctx context.Context, pl *plane) ([]store.QueueInfo, error) {
+		if len(byShard[pl]) == 0 {
+			return nil, nil
+		}
+		return pl.store.CountQueues(ctx, byShard[pl])
+	})
+	if err != nil {
+		return nil, err
+	}
+	counted := map[*plane][]store.QueueInfo{}
+	for i, infos := range per {
+		counted[s.router.order[i]] = infos
+	}
+	out := make([]store.QueueInfo, len(page))
+	for i, q := range page {
+		out[i], counted[q.on] = counted[q.on][0], counted[q.on][1:]
+	}
+	return out, nil
 }
 
 // queueInfoKey is q's queue.
 func queueInfoKey(q store.QueueInfo) tenantQueue { return tenantQueue{q.Tenant, q.Name} }
 
 // newerQueue orders queues newest first, as the queue lists do.
-func newerQueue(a, b store.QueueInfo) int {
+func newerQueue(a, b store.Queue) int {
 	if c := b.CreatedAt.Compare(a.CreatedAt); c != 0 {
 		return c
 	}
@@ -186,7 +228,7 @@ func newerQueue(a, b store.QueueInfo) int {
 // mergeQueues merges per's lists newest first.
 func mergeQueues(per [][]store.QueueInfo) []store.QueueInfo {
 	merged := slices.Concat(per...)
-	slices.SortStableFunc(merged, newerQueue)
+	slices.SortStableFunc(merged, func(a, b store.QueueInfo) int { return newerQueue(a.Queue, b.Queue) })
 	return merged
 }
 

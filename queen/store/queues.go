@@ -269,6 +269,32 @@ func (s *Store) ListQueuesPage(ctx context.Context, tenant string, f QueueFilter
 	return out, err
 }
 
+// QueueRows lists a page of the tenant's queues as ListQueuesPage picks
+// it, without counting them: a page across shards is picked from every
+// shard's first rows, and only the queues of the page are then counted
+// (CountQueues), so its cost is the page's, not the offset's.
+func (s *Store) QueueRows(ctx context.Context, tenant string, f QueueFilter) ([]Queue, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	rows, err := s.pool.Query(ctx, queuePageSQL, tenant, f.Namespace, f.Task, f.Name, max(f.Limit, 0), max(f.Offset, 0))
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Queue, error) { return scanQueue(r) })
+}
+
+// CountQueues counts the queues qs of this database as ListQueuesPage
+// does, in qs's order (a queue gone since it was listed counts zeros).
+func (s *Store) CountQueues(ctx context.Context, qs []Queue) ([]QueueInfo, error) {
+	var out []QueueInfo
+	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx, now time.Time) error {
+		var err error
+		out, err = queueSummaries(ctx, tx, qs, now)
+		return err
+	})
+	return out, err
+}
+
 // GetQueue returns one queue with its partitions and counts.
 func (s *Store) GetQueue(ctx context.Context, tenant, name string) (QueueInfo, error) {
 	var out QueueInfo
