@@ -238,10 +238,10 @@ func TestShardsServeQueuesOnTheirShard(t *testing.T) {
 		t.Errorf("queues on s1 after deleting b-conf: %v", got)
 	}
 
-	// A list would read one shard only: 501.
-	if code, body := get(t, base+"/api/v1/resources/queues"); code != 501 ||
-		body != `{"error":"not supported with shards yet","route":"GET /api/v1/resources/queues"}`+"\n" {
-		t.Errorf("queue list: %d %s", code, body)
+	// A route that would read one shard only: 501.
+	if code, body := get(t, base+"/api/v1/status/analytics"); code != 501 ||
+		body != `{"error":"not supported with shards yet","route":"GET /api/v1/status/analytics"}`+"\n" {
+		t.Errorf("analytics: %d %s", code, body)
 	}
 
 	// Restarted with no rules (new queues on s0), the placements stay.

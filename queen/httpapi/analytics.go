@@ -36,7 +36,7 @@ func (s *Server) analyticsWindow(w http.ResponseWriter, r *http.Request) (from, 
 // (queue, namespace and task from the query).
 func (s *Server) queueBuckets(r *http.Request, from, to time.Time, bm int) ([]store.QueueBucket, error) {
 	q := r.URL.Query()
-	return s.store.QueueBuckets(r.Context(), store.StatsFilter{Tenant: tenantOf(r), Queue: q.Get("queue"),
+	return s.queueBucketsOf(r.Context(), store.StatsFilter{Tenant: tenantOf(r), Queue: q.Get("queue"),
 		Namespace: q.Get("namespace"), Task: q.Get("task"), From: from, To: to, BucketMinutes: bm})
 }
 

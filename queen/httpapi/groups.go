@@ -36,9 +36,9 @@ func wireMode(m string) *string {
 
 // listGroups is GET /api/v1/consumer-groups: a top-level array.
 func (s *Server) listGroups(w http.ResponseWriter, r *http.Request) {
-	gs, err := s.store.ListGroups(r.Context(), tenantOf(r))
+	gs, err := s.listGroupsOf(r.Context(), tenantOf(r))
 	if err != nil {
-		s.storeError(w, r, "consumer groups", err)
+		s.fanError(w, r, "consumer groups", err)
 		return
 	}
 	out := make([]consumerGroupRow, len(gs)) // never nil: no group is []
@@ -75,9 +75,9 @@ func (s *Server) laggingGroups(w http.ResponseWriter, r *http.Request) {
 		}
 		minLag = n
 	}
-	all, err := s.store.GroupPartitions(r.Context(), tenantOf(r), nil)
+	all, err := s.groupPartitionsOf(r.Context(), tenantOf(r), nil)
 	if err != nil {
-		s.storeError(w, r, "lagging consumer groups", err)
+		s.fanError(w, r, "lagging consumer groups", err)
 		return
 	}
 	out := []laggingCursor{} // none lagging is [], not null
@@ -105,9 +105,9 @@ func sortByLag(rows []laggingCursor) {
 // unknown group is {}.
 func (s *Server) getGroup(w http.ResponseWriter, r *http.Request) {
 	g := r.PathValue("group")
-	all, err := s.store.GroupPartitions(r.Context(), tenantOf(r), &g)
+	all, err := s.groupPartitionsOf(r.Context(), tenantOf(r), &g)
 	if err != nil {
-		s.storeError(w, r, "consumer group", err)
+		s.fanError(w, r, "consumer group", err)
 		return
 	}
 	// Keyed by queue name: the keys are data, so this map stays a map.

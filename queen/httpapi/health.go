@@ -53,7 +53,7 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 		}
 		return float64(n) / uptime
 	}
-	st := s.store.Pool().Stat()
+	st := s.pools()
 	var mem runtime.MemStats
 	runtime.ReadMemStats(&mem)
 	req, pushed := s.stats.requests.Load(), s.stats.pushMessages.Load()
@@ -65,9 +65,9 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 			Pushed: pushed, Popped: s.stats.popMessages.Load(), Acked: s.stats.ackMessages.Load(),
 			DLQ: s.stats.dlq.Load()},
 		Transactions: s.stats.transactions.Load(),
-		Database: databaseMetrics{PoolSize: st.MaxConns(), IdleConnections: st.IdleConns(),
-			WaitingRequests: s.waitingForSlots(), ActiveConnections: st.AcquiredConns(),
-			AcquireWaitsTotal: st.EmptyAcquireCount(), Errors: s.stats.dbErrors.Load()},
+		Database: databaseMetrics{PoolSize: st.size, IdleConnections: st.idle,
+			WaitingRequests: s.waitingForSlots(), ActiveConnections: st.acquired,
+			AcquireWaitsTotal: st.emptyAcquires, Errors: s.stats.dbErrors.Load()},
 		Memory: memoryMetrics{RSS: rssBytes(), HeapTotal: mem.HeapSys, HeapUsed: mem.HeapAlloc,
 			Sys: mem.Sys, NumGC: mem.NumGC},
 		CPU: cpuMetrics{User: user.Microseconds(), System: system.Microseconds(),

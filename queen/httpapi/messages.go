@@ -201,7 +201,7 @@ func (s *Server) retryMessage(w http.ResponseWriter, r *http.Request) {
 
 // statusQueueMessages is GET /api/v1/status/queues/{queue}/messages: the
 // messages list (GET /api/v1/messages, its filters and paging) of one
-// queue.
+// queue, read on the queue's shard (messagesAcross routes a queue filter).
 func (s *Server) statusQueueMessages(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	q.Set("queue", r.PathValue("queue"))

@@ -445,8 +445,10 @@ func (s *Server) placedHere(ctx context.Context, pl *plane, tenant, leaseID stri
 
 // shardReady are the routes a broker with shards serves: those routed to
 // their queue's shard (configure, push, pops of a named queue, acks,
-// lease extension, transactions, a queue's delete, detail and depth),
-// /health (every shard pinged), and those that read no database. Handler
+// lease extension, transactions, a queue's delete, detail, depth and
+// status), those reading every shard and merging (fanout.go: the queue,
+// namespace and task lists, the overview, status, consumer groups and
+// metrics), /health (every shard pinged), and those that read no database. Handler
 // answers every other route 501 with shards, rather than an answer from
 // one shard only.
 var shardReady = map[string]bool{
@@ -461,6 +463,19 @@ var shardReady = map[string]bool{
 	"DELETE /api/v1/resources/queues/{queue}":             true,
 	"GET /api/v1/resources/queues/{queue}":                true,
 	"GET /api/v1/resources/queues/{queue}/depth":          true,
+	"GET /api/v1/resources/queues":                        true, // fanout.go: every shard read, merged
+	"GET /api/v1/resources/namespaces":                    true,
+	"GET /api/v1/resources/tasks":                         true,
+	"GET /api/v1/resources/overview":                      true,
+	"GET /api/v1/status":                                  true,
+	"GET /api/v1/status/queues":                           true,
+	"GET /api/v1/status/queues/{queue}":                   true,
+	"GET /api/v1/status/queues/{queue}/messages":          true,
+	"GET /api/v1/consumer-groups":                         true,
+	"GET /api/v1/consumer-groups/lagging":                 true,
+	"GET /api/v1/consumer-groups/{group}":                 true,
+	"GET /metrics":                                        true,
+	"GET /metrics/prometheus":                             true,
 	"GET /health":                                         true,
 	"POST /api/v1/admin/queues/{queue}/move":              true,
 	"GET /api/v1/admin/moves/{moveId}":                    true,

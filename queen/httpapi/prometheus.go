@@ -34,14 +34,9 @@ func (s *Server) metricsRegistry() *prometheus.Registry {
 	gauge("queen_file_buffer_db_healthy", "1 when the spool sees the database healthy.", func() float64 { return flag(s.bufferHealthy()) })
 	gauge("queen_database_read_only", "1 while the database was last seen refusing writes (a standby the address points at).",
 		func() float64 { return flag(s.databaseReadOnly()) })
-	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "queen_database_read_only_refusals_total",
-		Help: "Statements a read-only server refused (SQLSTATE 25006); each closed its connection."},
-		func() float64 { return float64(s.store.ReadOnlyWatch().Refused()) }))
+	s.poolMetrics(reg)
 	gauge("queen_maintenance_mode_enabled", "1 while push maintenance diverts pushes to the spool.", func() float64 { return flag(s.maint.Push()) })
 	gauge("queen_pop_maintenance_mode_enabled", "1 while pops answer empty.", func() float64 { return flag(s.maint.Pop()) })
-	gauge("queen_db_pool_size", "Maximum database connections.", func() float64 { return float64(s.store.Pool().Stat().MaxConns()) })
-	gauge("queen_db_pool_idle", "Idle database connections.", func() float64 { return float64(s.store.Pool().Stat().IdleConns()) })
-	gauge("queen_db_pool_active", "Database connections in use.", func() float64 { return float64(s.store.Pool().Stat().AcquiredConns()) })
 	gauge("queen_uptime_seconds", "Seconds since this broker started.", func() float64 { return s.clock.Now().Sub(s.started).Seconds() })
 	cluster := func(name, help string, f func() int64) {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help,
@@ -139,7 +134,7 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if depths, err := s.store.QueueDepths(ctx); err == nil {
+	if depths, err := s.queueDepthsOf(ctx); err == nil {
 		var dlq int64
 		for _, d := range capDepths(depths, s.cfg.MetricsMaxQueues) {
 			ch <- prometheus.MustNewConstMetric(queueDepth, prometheus.GaugeValue, float64(d.Depth), d.Tenant, d.Queue)

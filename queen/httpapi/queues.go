@@ -153,9 +153,9 @@ func (s *Server) listQueues(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	qs, err := s.store.ListQueuesPage(r.Context(), tenantOf(r), f)
+	qs, err := s.queuePage(r.Context(), tenantOf(r), f)
 	if err != nil {
-		s.storeError(w, r, "list queues", err)
+		s.fanError(w, r, "list queues", err)
 		return
 	}
 	out := make([]queueResource, len(qs)) // never nil: no queue is []
@@ -268,14 +268,14 @@ func (s *Server) deleteQueue(w http.ResponseWriter, r *http.Request) {
 // Lag is in seconds (time) and messages (offset) over every cursor with
 // messages past it; throughput is the recorded minutes' (recentThroughput).
 func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
-	o, err := s.store.Overview(r.Context(), tenantOf(r))
+	o, err := s.overviewOf(r.Context(), tenantOf(r))
 	if err != nil {
-		s.storeError(w, r, "overview", err)
+		s.fanError(w, r, "overview", err)
 		return
 	}
 	tp, err := s.recentThroughput(r)
 	if err != nil {
-		s.storeError(w, r, "overview", err)
+		s.fanError(w, r, "overview", err)
 		return
 	}
 	writeJSON(w, http.StatusOK, overviewAnswer{Throughput: tp,
@@ -300,7 +300,7 @@ const throughputMinutes = 5
 func (s *Server) recentThroughput(r *http.Request) (overviewThroughput, error) {
 	to := s.clock.Now().UTC().Truncate(time.Minute)
 	from := to.Add(-throughputMinutes * time.Minute)
-	buckets, err := s.store.QueueBuckets(r.Context(), store.StatsFilter{Tenant: tenantOf(r), From: from, To: to, BucketMinutes: 1})
+	buckets, err := s.queueBucketsOf(r.Context(), store.StatsFilter{Tenant: tenantOf(r), From: from, To: to, BucketMinutes: 1})
 	if err != nil {
 		return overviewThroughput{}, err
 	}

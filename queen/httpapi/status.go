@@ -61,14 +61,14 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	}
 	tenant := tenantOf(r)
 	f := r.URL.Query()
-	snap, err := s.store.SnapshotQueues(r.Context(), tenant, store.QueueFilter{Namespace: f.Get("namespace"), Task: f.Get("task"), Name: f.Get("queue")})
+	snap, err := s.snapshotQueues(r.Context(), tenant, store.QueueFilter{Namespace: f.Get("namespace"), Task: f.Get("task"), Name: f.Get("queue")})
 	if err != nil {
-		s.storeError(w, r, "status", err)
+		s.fanError(w, r, "status", err)
 		return
 	}
-	topErrors, err := s.store.TopDeadLetterErrors(r.Context(), tenant)
+	topErrors, err := s.topDeadLetterErrors(r.Context(), tenant)
 	if err != nil {
-		s.storeError(w, r, "status", err)
+		s.fanError(w, r, "status", err)
 		return
 	}
 	leases, dlq := snap.Leases, snap.DLQ
@@ -87,7 +87,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	bm := bucketMinutes(to.Sub(from))
 	buckets, err := s.queueBuckets(r, from, to, bm)
 	if err != nil {
-		s.storeError(w, r, "status", err)
+		s.fanError(w, r, "status", err)
 		return
 	}
 	minutes, err := s.store.BrokerMinutes(r.Context(), "", from, to)
@@ -172,9 +172,9 @@ func (s *Server) statusQueues(w http.ResponseWriter, r *http.Request) {
 	if f.Limit == 0 {
 		f.Limit = 100
 	}
-	qs, err := s.store.ListQueuesPage(r.Context(), tenantOf(r), f)
+	qs, err := s.queuePage(r.Context(), tenantOf(r), f)
 	if err != nil {
-		s.storeError(w, r, "status queues", err)
+		s.fanError(w, r, "status queues", err)
 		return
 	}
 	out := []queueSummary{}
@@ -202,7 +202,12 @@ func queueCounts(q store.QueueInfo) stateCounts {
 // statusQueue is GET /api/v1/status/queues/{queue}: the queue, its
 // configuration and every partition.
 func (s *Server) statusQueue(w http.ResponseWriter, r *http.Request) {
-	q, err := s.store.GetQueue(r.Context(), tenantOf(r), r.PathValue("queue"))
+	pl, err := s.planeFor(r.Context(), tenantOf(r), "", r.PathValue("queue"), false)
+	if err != nil {
+		s.placementFailed(w, r, err)
+		return
+	}
+	q, err := pl.store.GetQueue(r.Context(), tenantOf(r), r.PathValue("queue"))
 	if errors.Is(err, store.ErrNotFound) {
 		writeError(w, http.StatusNotFound, "Queue not found")
 		return
@@ -290,7 +295,7 @@ func (s *Server) statusAnalytics(w http.ResponseWriter, r *http.Request) {
 func (s *Server) namespaceResources(w http.ResponseWriter, r *http.Request) {
 	groups, err := s.sumQueuesBy(r, queueNamespace, queueTask)
 	if err != nil {
-		s.storeError(w, r, "namespaces", err)
+		s.fanError(w, r, "namespaces", err)
 		return
 	}
 	out := make([]namespaceGroup, len(groups))
@@ -305,7 +310,7 @@ func (s *Server) namespaceResources(w http.ResponseWriter, r *http.Request) {
 func (s *Server) taskResources(w http.ResponseWriter, r *http.Request) {
 	groups, err := s.sumQueuesBy(r, queueTask, queueNamespace)
 	if err != nil {
-		s.storeError(w, r, "tasks", err)
+		s.fanError(w, r, "tasks", err)
 		return
 	}
 	out := make([]taskGroup, len(groups))
@@ -330,7 +335,7 @@ type queueGroup struct {
 // sumQueuesBy groups the tenant's queues by of (a queue without a value
 // is in no group), sorted by value.
 func (s *Server) sumQueuesBy(r *http.Request, of, other func(store.QueueInfo) string) ([]queueGroup, error) {
-	snap, err := s.store.SnapshotQueues(r.Context(), tenantOf(r), store.QueueFilter{})
+	snap, err := s.snapshotQueues(r.Context(), tenantOf(r), store.QueueFilter{})
 	if err != nil {
 		return nil, err
 	}

@@ -269,6 +269,32 @@ func (s *Store) ListQueuesPage(ctx context.Context, tenant string, f QueueFilter
 	return out, err
 }
 
+// QueueRows lists a page of the tenant's queues as ListQueuesPage picks
+// it, without counting them: a page across shards is picked from every
+// shard's first rows, and only the queues of the page are then counted
+// (CountQueues), so its cost is the page's, not the offset's.
+func (s *Store) QueueRows(ctx context.Context, tenant string, f QueueFilter) ([]Queue, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	rows, err := s.pool.Query(ctx, queuePageSQL, tenant, f.Namespace, f.Task, f.Name, max(f.Limit, 0), max(f.Offset, 0))
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Queue, error) { return scanQueue(r) })
+}
+
+// CountQueues counts the queues qs of this database as ListQueuesPage
+// does, in qs's order (a queue gone since it was listed counts zeros).
+func (s *Store) CountQueues(ctx context.Context, qs []Queue) ([]QueueInfo, error) {
+	var out []QueueInfo
+	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx, now time.Time) error {
+		var err error
+		out, err = queueSummaries(ctx, tx, qs, now)
+		return err
+	})
+	return out, err
+}
+
 // GetQueue returns one queue with its partitions and counts.
 func (s *Store) GetQueue(ctx context.Context, tenant, name string) (QueueInfo, error) {
 	var out QueueInfo
@@ -483,8 +509,11 @@ type Overview struct {
 }
 
 // Spread is the average, median, minimum and maximum of a set (zeros for
-// an empty set).
-type Spread struct{ Avg, Median, Min, Max float64 }
+// an empty set), and its size N (what merges spreads of several sets).
+type Spread struct {
+	Avg, Median, Min, Max float64
+	N                     int64
+}
 
 // overviewCountsSQL counts a tenant's objects ($1) at $2 from their rows
 // and counters, never reading a message. Messages are the stored ones
@@ -519,7 +548,7 @@ SELECT
 // overviewLagSQL spreads the lag of every cursor ($1's partitions, every
 // group, queue mode from the start where it never popped) that has
 // messages past it, at $2: the oldest unconsumed message's age in seconds,
-// and the count past the cursor.
+// and the count past the cursor; and how many cursors lag.
 const overviewLagSQL = `
 WITH cursors AS (
 	SELECT p.id, p.last_seq, coalesce(pc.last_consumed_seq, 0) AS cursor
@@ -534,7 +563,8 @@ lag AS (
 	FROM cursors c WHERE c.last_seq > c.cursor
 )
 SELECT coalesce(avg(secs), 0), coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY secs), 0), coalesce(min(secs), 0), coalesce(max(secs), 0),
-	coalesce(avg(n), 0), coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY n), 0), coalesce(min(n), 0), coalesce(max(n), 0)
+	coalesce(avg(n), 0), coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY n), 0), coalesce(min(n), 0), coalesce(max(n), 0),
+	count(*)
 FROM lag`
 
 // namespacesSQL lists tenant $1's namespaces.
@@ -552,9 +582,10 @@ func (s *Store) Overview(ctx context.Context, tenant string) (Overview, error) {
 			return err
 		}
 		t, n := &o.LagSeconds, &o.LagOffset
-		if err := tx.QueryRow(ctx, overviewLagSQL, tenant, now).Scan(&t.Avg, &t.Median, &t.Min, &t.Max, &n.Avg, &n.Median, &n.Min, &n.Max); err != nil {
+		if err := tx.QueryRow(ctx, overviewLagSQL, tenant, now).Scan(&t.Avg, &t.Median, &t.Min, &t.Max, &n.Avg, &n.Median, &n.Min, &n.Max, &t.N); err != nil {
 			return err
 		}
+		n.N = t.N
 		rows, err := tx.Query(ctx, namespacesSQL, tenant)
 		if err != nil {
 			return err
