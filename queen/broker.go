@@ -196,6 +196,9 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 		if err != nil && b.spool != nil {
 			b.spool.Abandon() // its directory's lock: a retry (or another broker) may start on it
 		}
+		if err != nil {
+			b.closeLanes(true) // likewise each shard's lane
+		}
 	}()
 	if err := b.openPool(ctx); err != nil {
 		return err
@@ -307,24 +310,23 @@ func (b *Broker) openStore(ctx context.Context) (*crypt.Cipher, error) {
 }
 
 // openSpool opens the file buffer and its drainer, unless FILE_BUFFER_DIR
-// is empty or "off". The lock file names this broker and its listen
-// address, so an operator can tell who holds the directory.
+// is empty or "off"; with shards, one lane per shard under it (lanes.go).
+// The lock file names this broker and its listen address, so an operator
+// can tell who holds the directory.
 func (b *Broker) openSpool(arbiter *admission.Arbiter) (err error) {
 	if b.cfg.FileBufferDir == "" || b.cfg.FileBufferDir == "off" {
-		return nil
-	}
-	if b.cfg.Shards.Enabled() {
-		// One spool lane per shard is the design; until it is built a
-		// push whose shard is down answers 503, as with no spool.
-		b.log.Warn("the spool is off with shards (not built yet): a push whose shard is down answers 503", "FILE_BUFFER_DIR", b.cfg.FileBufferDir)
 		return nil
 	}
 	listen := b.cfg.Addr()
 	if b.opts.Listener != nil {
 		listen = b.opts.Listener.Addr().String()
 	}
+	holder := "serverId=" + b.cfg.ServerID + " listen=" + listen
+	if b.cfg.Shards.Enabled() {
+		return b.openLanes(arbiter, b.cfg.FileBufferDir, holder)
+	}
 	b.spool, err = spool.Open(spool.Options{Dir: b.cfg.FileBufferDir, FS: b.opts.SpoolFS, Clock: b.opts.Clock,
-		EventsPerFile: b.cfg.FileBufferEventsPerFile, Log: b.log, Holder: "serverId=" + b.cfg.ServerID + " listen=" + listen,
+		EventsPerFile: b.cfg.FileBufferEventsPerFile, Log: b.log, Holder: holder,
 		OnHealth: b.outages.Reachable})
 	if err != nil {
 		return fmt.Errorf("FILE_BUFFER_DIR: %w", err)
@@ -340,7 +342,11 @@ func (b *Broker) openSpool(arbiter *admission.Arbiter) (err error) {
 func (b *Broker) apiOptions(ctx context.Context, arbiter *admission.Arbiter, cipher *crypt.Cipher) (httpapi.Options, error) {
 	b.maint = maintenance.New(b.store, b.spool, b.log)
 	retry := b.contentionRetry(b.store)
-	pushes := b.newPushPath(arbiter, cipher, retry, &shardPart{store: b.store, writes: b.writes, names: b.names})
+	first := &shardPart{store: b.store, writes: b.writes, names: b.names}
+	if b.shards != nil {
+		first = b.shards[0] // its spool lane
+	}
+	pushes := b.newPushPath(arbiter, cipher, retry, first)
 	if err := b.maint.Load(ctx); err != nil {
 		b.log.Warn("could not read the maintenance switches; assuming off until the next reconcile", "err", err)
 	}
@@ -369,9 +375,15 @@ func (b *Broker) apiOptions(ctx context.Context, arbiter *admission.Arbiter, cip
 }
 
 // newPushPath is the one owner of commit-or-spool and of the replay of what
-// was spooled; the drainer replays through it.
+// was spooled; the drainer replays through it. With shards it spools to the
+// shard's lane, asking the shard's probe (their drains replay through the
+// router: routeLanes).
 func (b *Broker) newPushPath(arbiter *admission.Arbiter, cipher *crypt.Cipher, retry combine.Retry, on *shardPart) *pushpath.Path {
-	pushes := pushpath.New(pushpath.Options{Store: on.store, Retry: retry, Writes: on.writes, Names: on.names, Spool: b.spool, Diverted: b.maint.Push, Ping: b.probe.Probe,
+	sp, ping := b.spool, b.probe.Probe
+	if on.spool != nil {
+		sp, ping = on.spool, on.probe.Probe
+	}
+	pushes := pushpath.New(pushpath.Options{Store: on.store, Retry: retry, Writes: on.writes, Names: on.names, Spool: sp, Diverted: b.maint.Push, Ping: ping,
 		Cipher: cipher, Arbiter: arbiter, IDs: b.opts.IDs, Log: b.log,
 		PushStatements: b.cfg.PushStatements, PushBatchRows: b.cfg.PushBatchRows})
 	if b.drainer != nil {
@@ -426,6 +438,7 @@ func (b *Broker) startAPI(o httpapi.Options) []*sweeper.Sweeper {
 	b.conns = connlimit.New(b.cfg.MaxConnections, b.log, b.opts.Clock.Now)
 	o.Connections = b.connectionStats
 	b.api = httpapi.New(o)
+	b.routeLanes()
 	if b.hints != nil {
 		forget := b.api.ForgetQueueSeries
 		b.hints.forgetSeries.Store(&forget)
@@ -460,6 +473,7 @@ func (b *Broker) backgroundServices(sws []*sweeper.Sweeper) []background.Service
 	if b.drainer != nil {
 		services = append(services, b.drainer)
 	}
+	services = append(services, b.laneDrainers()...)
 	if b.recorder != nil {
 		b.flusher = b.newFlusher()
 		services = append(services, b.flusher,
@@ -661,6 +675,7 @@ func (b *Broker) Shutdown(ctx context.Context) error {
 				b.log.Warn("spool: finalize at shutdown failed; the file is finalized at next start", "err", err)
 			}
 		}
+		b.closeLanes(false)
 		b.pool.Close()
 		b.closeOthers()
 		b.probe.Close()
@@ -719,6 +734,7 @@ func (b *Broker) Crash() {
 			// on the directory goes.
 			b.spool.Abandon()
 		}
+		b.closeLanes(true)
 		if b.pool != nil {
 			b.pool.Close()
 		}

@@ -188,7 +188,9 @@ func TestShardsMoveAQueueOverHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b1, b2 := start(t, cfg), start(t, cfg)
+	b1 := start(t, cfg)
+	cfg.FileBufferDir = t.TempDir() // each broker's spool lanes its own
+	b2 := start(t, cfg)
 	defer shutdown(t, b1)
 	defer shutdown(t, b2)
 	tr := &moveTraffic{queue: "mv", bases: []string{"http://" + b1.Addr(), "http://" + b2.Addr()},

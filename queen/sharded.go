@@ -14,11 +14,13 @@ import (
 	"github.com/queen-go/queen/queen/combine"
 	"github.com/queen-go/queen/queen/config"
 	"github.com/queen-go/queen/queen/crypt"
+	"github.com/queen-go/queen/queen/dbprobe"
 	"github.com/queen-go/queen/queen/httpapi"
 	"github.com/queen-go/queen/queen/leader"
 	"github.com/queen-go/queen/queen/names"
 	"github.com/queen-go/queen/queen/pushpath"
 	"github.com/queen-go/queen/queen/shards"
+	"github.com/queen-go/queen/queen/spool"
 	"github.com/queen-go/queen/queen/store"
 	"github.com/queen-go/queen/queen/sweeper"
 	"github.com/queen-go/queen/queen/writes"
@@ -44,6 +46,12 @@ type shardPart struct {
 	names  *names.Names
 	retry  combine.Retry
 	pushes *pushpath.Path
+	// spool and drainer are the shard's spool lane, probe the shard's
+	// probe its push path and drain ask: all nil without FILE_BUFFER_DIR
+	// (lanes.go).
+	spool   *spool.Spool
+	drainer *spool.Drainer
+	probe   *dbprobe.Prober
 }
 
 // shardConfig is cfg as the pool of shard sh sees it: the shard's URL as

@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/queen-go/queen/queen/store"
-	"github.com/queen-go/queen/queen/store/storetest"
 )
 
 // TestShardsListAcrossShards: with queues on two shards (a-* on s0, b-*
@@ -69,14 +68,14 @@ func TestShardsListAcrossShards(t *testing.T) {
 	checkMetrics(t, base, 2*cfg.DBPoolSize)
 
 	// s1 refuses connections: every fan-out fails naming it.
-	refuseConnections(t, sh.s1)
+	restore := refuseConnections(t, sh.catalog, sh.s1)
 	for _, route := range []string{"/api/v1/resources/queues", "/api/v1/resources/overview", "/api/v1/status",
 		"/api/v1/resources/namespaces", "/api/v1/consumer-groups", "/api/v1/consumer-groups/g1"} {
 		if code, body := get(t, base+route); code != 503 || !strings.Contains(body, `"shard":"s1"`) || !strings.Contains(body, "shard s1 unavailable") {
 			t.Errorf("%s with s1 down: %d %s", route, code, body)
 		}
 	}
-	allowConnections(t, sh.s1)
+	restore()
 	shutdown(t, b)
 }
 
@@ -330,34 +329,5 @@ func refreshQueueStats(t *testing.T, dsns ...string) {
 			t.Fatal(err)
 		}
 		pool.Close()
-	}
-}
-
-// refuseConnections closes dsn's database to connections and ends those
-// open.
-func refuseConnections(t *testing.T, dsn string) {
-	t.Helper()
-	db := dbName(t, dsn)
-	adminExec(t, `ALTER DATABASE `+pgx.Identifier{db}.Sanitize()+` ALLOW_CONNECTIONS false`)
-	adminExec(t, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '`+db+`'`)
-}
-
-// allowConnections opens dsn's database to connections again.
-func allowConnections(t *testing.T, dsn string) {
-	t.Helper()
-	adminExec(t, `ALTER DATABASE `+pgx.Identifier{dbName(t, dsn)}.Sanitize()+` ALLOW_CONNECTIONS true`)
-}
-
-// adminExec runs sql on the test cluster as its administrator.
-func adminExec(t *testing.T, sql string) {
-	t.Helper()
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, storetest.AdminDSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, sql); err != nil {
-		t.Fatalf("%s: %v", sql, err)
 	}
 }

@@ -338,13 +338,17 @@ func (c *Cluster) noteSpool(b *queen.Broker) {
 	}
 }
 
+// drainCounters sums the counters of b's drains (with shards, one per
+// lane).
 func drainCounters(b *queen.Broker) map[string]int {
-	d := b.Drainer()
-	if d == nil {
-		return nil
+	out := map[string]int{}
+	for _, d := range b.Drainers() {
+		out["spool.replayed"] += int(d.Replayed.Load())
+		out["spool.quarantined"] += int(d.Quarantined.Load() + d.Deleted.Load())
+		out["spool.cooldown"] += int(d.Cooldowns.Load())
+		out["spool.probe-failed"] += int(d.ProbeFails.Load())
 	}
-	return map[string]int{"spool.replayed": int(d.Replayed.Load()), "spool.quarantined": int(d.Quarantined.Load() + d.Deleted.Load()),
-		"spool.cooldown": int(d.Cooldowns.Load()), "spool.probe-failed": int(d.ProbeFails.Load())}
+	return out
 }
 
 // Broker returns broker i if it is running.
@@ -361,12 +365,16 @@ func (c *Cluster) Skew(i int) time.Duration { return c.nodes[i].skew }
 func (c *Cluster) SpoolPending() int64 {
 	var n int64
 	for i := range c.nodes {
-		if b := c.running(i); b != nil && b.Spool() != nil {
+		b := c.running(i)
+		if b == nil {
+			continue
+		}
+		for _, sp := range b.Spools() { // with shards, one lane per shard
 			// Read from disk: the counter misses records a fault
 			// planted or a failed write left intact.
-			w, err := b.Spool().Waiting()
+			w, err := sp.Waiting()
 			if err != nil {
-				w = max(b.Spool().Pending(), 1)
+				w = max(sp.Pending(), 1)
 			}
 			n += w
 		}

@@ -70,5 +70,8 @@ import "os"
 // locks the queue's partition and cursor rows without changing their
 // epochs), activate-before-catchup (the mover activates the destination
 // without waiting for it to apply what the source committed up to the
-// freeze).
+// freeze), drain-spooled-shard (a shard's spool lane replays through its
+// own shard's push path, unfenced, not where its queue is placed when it
+// drains: a queue moved meanwhile gets its buffered pushes on the old
+// shard).
 func On(name string) bool { return name != "" && os.Getenv("QUEEN_CANARY") == name }
