@@ -160,7 +160,7 @@ func (b *Broker) openCatalog(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	b.placement = &placement{cat: cat, cache: catalog.NewCache(cat, placementCacheSize)}
+	b.placement = &placement{cat: cat, cache: catalog.NewCache(cat, placementCacheSize), shards: b.shards}
 	b.moves = b.newMoves(pool)
 	return nil
 }
@@ -170,6 +170,9 @@ func (b *Broker) openCatalog(ctx context.Context) error {
 type placement struct {
 	cat   *catalog.Catalog
 	cache *catalog.Cache
+	// shards are the shards in configured order, asked whether they hold
+	// a queue before the rules place it (held).
+	shards []*shardPart
 }
 
 // Lookup is the queue's shard and epoch from the cache (read from the
@@ -193,7 +196,7 @@ func (p *placement) Place(ctx context.Context, tenant, namespace, queue string) 
 	if err != nil || ok {
 		return found, err
 	}
-	pl, _, err := p.cat.Place(ctx, shards.Queue{Tenant: tenant, Namespace: namespace, Name: queue})
+	pl, err := p.place(ctx, shards.Queue{Tenant: tenant, Namespace: namespace, Name: queue})
 	if err != nil {
 		return httpapi.Placed{}, err
 	}
@@ -201,6 +204,29 @@ func (p *placement) Place(ctx context.Context, tenant, namespace, queue string) 
 		return httpapi.Placed{Shard: cached.Shard, Epoch: cached.Epoch}, nil
 	}
 	return httpapi.Placed{Shard: pl.Shard, Epoch: pl.Epoch}, nil
+}
+
+// place places a queue that has no placement: where a shard already holds
+// its rows (the first such shard in configured order: a queue created
+// before shards were configured, on the database that became a shard),
+// else where the rules say. Without that, a push to such a queue would
+// place it by the rules on another shard and create it there, and the
+// messages it held would be where no request is routed. It runs once per
+// queue (the placement is cached after), so asking every shard costs a
+// queue's first push or configure, not every request.
+func (p *placement) place(ctx context.Context, q shards.Queue) (catalog.Placement, error) {
+	for _, sh := range p.shards {
+		held, err := sh.store.QueueHeld(ctx, store.QueueHeldParams{Tenant: q.Tenant, Name: q.Name})
+		if err != nil {
+			return catalog.Placement{}, fmt.Errorf("place %s: shard %s: %w", q.Name, sh.name, err)
+		}
+		if held {
+			pl, _, err := p.cat.Adopt(ctx, q, sh.name)
+			return pl, err
+		}
+	}
+	pl, _, err := p.cat.Place(ctx, q)
+	return pl, err
 }
 
 // Invalidate forgets the queue's cached placement: a shard answered

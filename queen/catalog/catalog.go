@@ -130,6 +130,28 @@ func (c *Catalog) Place(ctx context.Context, q shards.Queue) (p Placement, creat
 	if err != nil {
 		return Placement{}, false, err
 	}
+	return c.placeOn(ctx, q, shard)
+}
+
+// Adopt places a queue that has no placement on shard, whatever the rules
+// say: the shard already holds its rows (a queue created before shards
+// were configured, on the database that became a shard), so placing it
+// elsewhere would leave them where no request is routed. A queue already
+// placed keeps its placement (created false), as with Place.
+func (c *Catalog) Adopt(ctx context.Context, q shards.Queue, shard string) (p Placement, created bool, err error) {
+	if err := checkQueue(q.Tenant, q.Name); err != nil {
+		return Placement{}, false, err
+	}
+	if !slices.Contains(c.cfg.Names(), shard) {
+		return Placement{}, false, wrapPlace(q, fmt.Errorf("shard %q: %w", shard, ErrUnknownShard))
+	}
+	return c.placeOn(ctx, q, shard)
+}
+
+// placeOn inserts q's placement on shard at epoch 1, or answers the
+// placement another broker's insert committed first.
+func (c *Catalog) placeOn(ctx context.Context, q shards.Queue, shard string) (Placement, bool, error) {
+	key := placementKey{q.Tenant, q.Name}
 	p, added, err := placementAdd(ctx, c.db, placementAddParams{q.Tenant, q.Name, shard})
 	if err != nil || added {
 		return p, added, wrapPlace(q, shardError(err, shard))

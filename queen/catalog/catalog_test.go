@@ -269,3 +269,21 @@ func TestSetPlacementIsACompareAndSet(t *testing.T) {
 		t.Errorf("after the race: %v %v, want epoch 3", p, err)
 	}
 }
+
+func TestAdoptPlacesWhereTheRowsAre(t *testing.T) {
+	ctx := context.Background()
+	c, _ := broker(t, catalogueDSN(t), "queue:*=s1")
+	p, created, err := c.Adopt(ctx, shards.Queue{Tenant: tenantA, Name: "legacy"}, "s0")
+	if err != nil || !created || p.Shard != "s0" || p.Epoch != 1 {
+		t.Fatalf("adopt legacy on s0 against the rule: %+v created %v, %v", p, created, err)
+	}
+	if p, created, err := c.Place(ctx, shards.Queue{Tenant: tenantA, Name: "legacy"}); err != nil || created || p.Shard != "s0" {
+		t.Errorf("place after adopt: %+v created %v, %v; want s0 kept", p, created, err)
+	}
+	if p, created, err := c.Adopt(ctx, shards.Queue{Tenant: tenantA, Name: "legacy"}, "s1"); err != nil || created || p.Shard != "s0" {
+		t.Errorf("adopt again elsewhere: %+v created %v, %v; want s0 kept", p, created, err)
+	}
+	if _, _, err := c.Adopt(ctx, shards.Queue{Tenant: tenantA, Name: "other"}, "s9"); !errors.Is(err, catalog.ErrUnknownShard) {
+		t.Errorf("adopt on an unknown shard: %v, want ErrUnknownShard", err)
+	}
+}

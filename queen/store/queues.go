@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -633,4 +634,26 @@ func (s *Store) QueueDepths(ctx context.Context) ([]QueueDepth, error) {
 		err := r.Scan(&d.Tenant, &d.Queue, &d.Depth, &d.DLQ)
 		return d, err
 	})
+}
+
+// queueHeldSQL answers whether this database holds a row of the tenant's
+// queue: with shards, where a queue created before shards were configured
+// is (placement adopts it there, catalog.Adopt).
+const queueHeldSQL = `SELECT EXISTS (SELECT 1 FROM queen.queues WHERE tenant_id = $1::uuid AND name = $2)`
+
+// QueueHeldParams are queueHeldSQL's arguments.
+type QueueHeldParams struct {
+	Tenant string
+	Name   string
+}
+
+// QueueHeld reports whether this database holds a row of the queue.
+func (s *Store) QueueHeld(ctx context.Context, p QueueHeldParams) (bool, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	var held bool
+	if err := s.pool.QueryRow(ctx, text("queues.held"), argsOf(p)...).Scan(&held); err != nil {
+		return false, fmt.Errorf("queue %s held: %w", p.Name, err)
+	}
+	return held, nil
 }

@@ -43,6 +43,7 @@ var statements = map[string]statement{
 	"retention.evicted":   {retentionRuleSQL("evicted"), nil},
 	"partitions.lookup":   {lookupPartitionsSQL, LookupPartitionsParams{}},
 	"queues.create":       {createQueuesSQL, CreateQueuesParams{}},
+	"queues.held":         {queueHeldSQL, QueueHeldParams{}},
 	"partitions.create":   {createPartitionsSQL, CreatePartitionsParams{}},
 	"consumers.create":    {createConsumersSQL, CreateConsumersParams{}},
 	"popMark.set":         {popMarkSetSQL, PopMarkParams{}},

@@ -1,0 +1,48 @@
+package queen_test
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// A deployment that turns shards on keeps its database as a shard: a queue
+// it created before has no placement, and its first push after must place
+// it where its rows are, not where the rules put new queues (which would
+// create it empty there and leave its messages where no request goes).
+func TestShardsAdoptAQueueCreatedBeforeShards(t *testing.T) {
+	t.Parallel()
+	sh := newSharded(t)
+	old := start(t, testConfig(t, sh.s0)) // no shards: s0 is its database
+	push := func(base, queue string, n int) {
+		t.Helper()
+		body := fmt.Sprintf(`{"items":[{"queue":%q,"partition":"p1","payload":{"n":%d}}]}`, queue, n)
+		if code, answer := post(t, base+"/api/v1/push", body); code != 201 {
+			t.Fatalf("push %s %d: %d %s", queue, n, code, answer)
+		}
+	}
+	for n := range 5 {
+		push("http://"+old.Addr(), "legacy", n)
+	}
+	shutdown(t, old)
+
+	b := start(t, sh.config(t, "queue:*=s1")) // every new queue goes to s1
+	base := "http://" + b.Addr()
+	push(base, "legacy", 5)
+	push(base, "fresh", 0)
+	if n, m := messagesOf(t, sh.s0, "legacy"), messagesOf(t, sh.s1, "legacy"); n != 6 || m != 0 {
+		t.Fatalf("legacy: %d messages on s0, %d on s1; want 6 and 0 (adopted where it was)", n, m)
+	}
+	if got := queuesOn(t, sh.s1); !slices.Equal(got, []string{"fresh"}) {
+		t.Errorf("queues on s1: %v, want [fresh] (a new queue follows the rules)", got)
+	}
+	if n := count(t, sh.catalog, `SELECT count(*) FROM queen_catalog.placements WHERE queue = 'legacy' AND shard = 's0'`); n != 1 {
+		t.Errorf("catalogue: legacy placed on s0 %d times, want 1", n)
+	}
+	code, body := get(t, base+"/api/v1/pop/queue/legacy?batch=10&wait=false")
+	if code != 200 || strings.Count(body, `"transactionId"`) != 6 {
+		t.Errorf("pop legacy: %d %s, want its 6 messages", code, body)
+	}
+	shutdown(t, b)
+}
