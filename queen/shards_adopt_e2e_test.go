@@ -46,3 +46,24 @@ func TestShardsAdoptAQueueCreatedBeforeShards(t *testing.T) {
 	}
 	shutdown(t, b)
 }
+
+// A request for a queue with no placement carries the epoch its rows were
+// born at, not "no check": a broker that looked it up before a push placed
+// it and a move froze it meets the fence on the frozen rows.
+func TestShardsUnplacedQueueMeetsTheFence(t *testing.T) {
+	t.Parallel()
+	sh := newSharded(t)
+	old := start(t, testConfig(t, sh.s0))
+	if code, body := post(t, "http://"+old.Addr()+"/api/v1/push", `{"items":[{"queue":"legacy","payload":1}]}`); code != 201 {
+		t.Fatalf("push: %d %s", code, body)
+	}
+	shutdown(t, old)
+	setEpoch(t, sh.s0, "legacy", -1) // frozen, as a move's freeze leaves it
+
+	b := start(t, sh.config(t, ""))
+	code, body := get(t, "http://"+b.Addr()+"/api/v1/pop/queue/legacy?batch=10&wait=false")
+	if code != 503 || !strings.Contains(body, "moving") {
+		t.Errorf("pop of the unplaced, frozen queue: %d %s; want 503 queue is moving", code, body)
+	}
+	shutdown(t, b)
+}

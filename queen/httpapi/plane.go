@@ -84,8 +84,8 @@ func (s *Server) planeFor(ctx context.Context, tenant, namespace, queue string, 
 }
 
 // queuePlane is planeFor with the epoch the queue was found at, which the
-// statements for it carry: 0 without shards, or for a queue with no
-// placement (nothing to fence).
+// statements for it carry: 0 without shards (no check), unplacedEpoch for
+// a queue with no placement.
 func (s *Server) queuePlane(ctx context.Context, tenant, namespace, queue string, create bool) (*plane, int64, error) {
 	if s.router == nil {
 		return &s.plane, 0, nil
@@ -103,7 +103,7 @@ func (rt *router) find(ctx context.Context, tenant, namespace, queue string, cre
 		var found bool
 		p, found, err = rt.place.Lookup(ctx, tenant, queue)
 		if err == nil && !found {
-			return rt.order[0], 0, nil
+			return rt.order[0], unplacedEpoch, nil
 		}
 	}
 	if err != nil {
@@ -115,6 +115,14 @@ func (rt *router) find(ctx context.Context, tenant, namespace, queue string, cre
 	}
 	return pl, p.Epoch, nil
 }
+
+// unplacedEpoch is the epoch a statement for a queue with no placement
+// carries with shards: the epoch its rows were born at (migration 020's
+// default; a queue created before shards were configured), not 0, which
+// the statements take as "no check". So a request that looked the queue up
+// before a push placed it and a move froze it still meets the fence on
+// the frozen rows (-1), fails as moved and is routed again.
+const unplacedEpoch = 1
 
 // placementError is a queue whose shard could not be told: the catalogue
 // unreachable, or a shard this broker does not configure.
@@ -356,6 +364,9 @@ func (rt *router) pick(ctx context.Context, tenant string, holders map[*plane][]
 			pl = held[slices.Index(held, placed)]
 		} else if len(held) > 1 {
 			return nil, nil, &crossShardError{shards: shardNames(held)}
+		}
+		if !found {
+			p.Epoch = unplacedEpoch
 		}
 		at[pid] = partitionAt{queue: queueOf[pid], Epoch: p.Epoch}
 		if !slices.Contains(chosen, pl) {
