@@ -253,10 +253,7 @@ func refuseConnections(t *testing.T, admin, dsn string) func() {
 func setEpoch(t *testing.T, dsn, queue string, epoch int) {
 	t.Helper()
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := dbConn(t, dsn)
 	defer conn.Close(ctx)
 	for _, sql := range []string{
 		`UPDATE queen.queues SET epoch = $2 WHERE name = $1`,

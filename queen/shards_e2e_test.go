@@ -57,14 +57,21 @@ func (sh sharded) config(t *testing.T, rules string) config.Config {
 	return cfg
 }
 
+// dbConn is a connection to dsn's database; the caller closes it.
+func dbConn(t *testing.T, dsn string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
 // count runs a count(*) query on dsn's database.
 func count(t *testing.T, dsn, sql string, args ...any) int {
 	t.Helper()
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := dbConn(t, dsn)
 	defer conn.Close(ctx)
 	var n int
 	if err := conn.QueryRow(ctx, sql, args...).Scan(&n); err != nil {
@@ -77,10 +84,7 @@ func count(t *testing.T, dsn, sql string, args ...any) int {
 func queuesOn(t *testing.T, dsn string) []string {
 	t.Helper()
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := dbConn(t, dsn)
 	defer conn.Close(ctx)
 	rows, _ := conn.Query(ctx, `SELECT name FROM queen.queues ORDER BY name`)
 	names, err := pgx.CollectRows(rows, pgx.RowTo[string])

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/queen-go/queen/queen/store"
@@ -293,20 +292,14 @@ func getJSON(t *testing.T, url string, out any) {
 func ghost(t *testing.T, from, to, queue string) {
 	t.Helper()
 	ctx := context.Background()
-	src, err := pgx.Connect(ctx, from)
-	if err != nil {
-		t.Fatal(err)
-	}
+	src := dbConn(t, from)
 	defer src.Close(ctx)
 	var id, tenant string
 	var created time.Time
 	if err := src.QueryRow(ctx, `SELECT id::text, tenant_id::text, created_at FROM queen.queues WHERE name = $1`, queue).Scan(&id, &tenant, &created); err != nil {
 		t.Fatal(err)
 	}
-	dst, err := pgx.Connect(ctx, to)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dst := dbConn(t, to)
 	defer dst.Close(ctx)
 	if _, err := dst.Exec(ctx, `INSERT INTO queen.queues (id, tenant_id, name, namespace, created_at, epoch) VALUES ($1, $2, $3, 'ghost', $4, -1)`,
 		id, tenant, queue, created); err != nil {

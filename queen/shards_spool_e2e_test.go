@@ -151,10 +151,7 @@ func storedOnce(t *testing.T, dsn, queue string, want []string) {
 func transactionIDs(t *testing.T, dsn, queue string) []string {
 	t.Helper()
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := dbConn(t, dsn)
 	defer conn.Close(ctx)
 	rows, _ := conn.Query(ctx, `SELECT m.transaction_id FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id
 		JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1`, queue)
