@@ -7,7 +7,6 @@ import (
 	"math"
 	"net/http"
 	"slices"
-	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -43,31 +42,7 @@ func (e *shardError) Unwrap() error { return e.err }
 // first shard failing (in that order) is a *shardError naming it; fn's on
 // the other shards still run to their end (each store call is bounded).
 func fanOut[T any](ctx context.Context, s *Server, fn func(context.Context, *plane) (T, error)) ([]T, error) {
-	if s.router == nil {
-		v, err := fn(ctx, &s.plane)
-		if err != nil {
-			return nil, err
-		}
-		return []T{v}, nil
-	}
-	pls := s.router.order
-	out := make([]T, len(pls))
-	errs := make([]error, len(pls))
-	var wg sync.WaitGroup
-	for i, pl := range pls {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			out[i], errs[i] = fn(ctx, pl)
-		}()
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			return nil, &shardError{shard: pls[i].shard, err: err}
-		}
-	}
-	return out, nil
+	return eachShard(ctx, s.allPlanes(), fn)
 }
 
 // fanError answers a failed fan-out: a shard that failed is 503 naming
@@ -87,6 +62,7 @@ func (s *Server) fanError(w http.ResponseWriter, r *http.Request, op string, err
 		return
 	}
 	s.stats.dbErrors.Add(1)
+	s.rec.DBError(s.clock.Now())
 	s.log.Warn("shard unavailable", "op", op, "shard", se.shard, "err", se.err)
 	writeJSON(w, http.StatusServiceUnavailable, shardDown{Error: "shard " + se.shard + " unavailable: " + op + ": " + se.err.Error(), Shard: se.shard})
 }

@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -27,15 +26,6 @@ import (
 // queue reads that queue's shard only and is not bounded by it.
 const fanWindow = 10000
 
-// shardReadError is a shard that failed a read fanned out to every shard.
-type shardReadError struct {
-	shard string
-	err   error
-}
-
-func (e *shardReadError) Error() string { return "shard " + e.shard + ": " + e.err.Error() }
-func (e *shardReadError) Unwrap() error { return e.err }
-
 // allPlanes are the planes a list reads: the Server's own without
 // shards, else every shard's in configured order.
 func (s *Server) allPlanes() []*plane {
@@ -47,7 +37,7 @@ func (s *Server) allPlanes() []*plane {
 
 // eachShard runs read on every one of planes at once and answers their
 // results in that order. A failure is the first failing shard's, as a
-// *shardReadError with several planes (the store's own error with one).
+// *shardError with several planes (the store's own error with one).
 func eachShard[T any](ctx context.Context, planes []*plane, read func(context.Context, *plane) (T, error)) ([]T, error) {
 	if len(planes) == 1 {
 		v, err := read(ctx, planes[0])
@@ -66,25 +56,10 @@ func eachShard[T any](ctx context.Context, planes []*plane, read func(context.Co
 	wg.Wait()
 	for i, err := range errs {
 		if err != nil {
-			return nil, &shardReadError{shard: planes[i].shard, err: err}
+			return nil, &shardError{shard: planes[i].shard, err: err}
 		}
 	}
 	return out, nil
-}
-
-// shardReadFailed answers a failed read: storeError's answer, and with
-// shards the failing shard named, 503 (a list without one shard's rows
-// would be wrong, not partial).
-func (s *Server) shardReadFailed(w http.ResponseWriter, r *http.Request, op string, err error) {
-	var shard *shardReadError
-	if !errors.As(err, &shard) || r.Context().Err() != nil {
-		s.storeError(w, r, op, err)
-		return
-	}
-	s.stats.dbErrors.Add(1)
-	s.rec.DBError(s.clock.Now())
-	s.log.Warn("shard unavailable", "op", op, "shard", shard.shard, "err", shard.err)
-	writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("shard %s unavailable: %s: %v", shard.shard, op, shard.err))
 }
 
 // mergePage merges pages, each sorted by order, into one sorted the same
@@ -189,7 +164,7 @@ func (s *Server) dlqAcross(w http.ResponseWriter, r *http.Request, f store.DLQFi
 		return page{entries, total}, err
 	})
 	if err != nil {
-		s.shardReadFailed(w, r, "list dlq", err)
+		s.fanError(w, r, "list dlq", err)
 		return nil, 0, false
 	}
 	lists := make([][]store.DLQEntry, len(pages))
@@ -233,7 +208,7 @@ func (s *Server) messagesAcross(w http.ResponseWriter, r *http.Request, f store.
 		return page{rows, hasQM, groups}, err
 	})
 	if err != nil {
-		s.shardReadFailed(w, r, "messages", err)
+		s.fanError(w, r, "messages", err)
 		return nil, false, 0, false
 	}
 	lists := make([][]store.MessageRow, len(pages))
@@ -277,7 +252,7 @@ func (s *Server) findAcross(w http.ResponseWriter, r *http.Request, queue, txid 
 		return pl.store.FindByTransaction(ctx, tenant, queue, txid, limit)
 	})
 	if err != nil {
-		s.shardReadFailed(w, r, "find transactionId", err)
+		s.fanError(w, r, "find transactionId", err)
 		return nil, false
 	}
 	return mergePage(pages, newestFirst, 0, limit), true
@@ -333,7 +308,7 @@ func (s *Server) tracesByNameAcross(w http.ResponseWriter, r *http.Request, name
 		return page{ts, total}, err
 	})
 	if err != nil {
-		s.shardReadFailed(w, r, "traces", err)
+		s.fanError(w, r, "traces", err)
 		return nil, 0, false
 	}
 	lists := make([][]store.Trace, len(pages))
@@ -366,7 +341,7 @@ func (s *Server) traceNamesAcross(w http.ResponseWriter, r *http.Request, limit,
 		return page{ns, total}, err
 	})
 	if err != nil {
-		s.shardReadFailed(w, r, "trace names", err)
+		s.fanError(w, r, "trace names", err)
 		return nil, 0, false
 	}
 	var total int64
@@ -435,7 +410,7 @@ func (s *Server) countTraceNames(w http.ResponseWriter, r *http.Request, planes 
 		return pl.store.TraceNameCounts(ctx, tenant, wanted)
 	})
 	if err != nil {
-		s.shardReadFailed(w, r, "trace names", err)
+		s.fanError(w, r, "trace names", err)
 		return false
 	}
 	sum := map[string]store.TraceName{}
