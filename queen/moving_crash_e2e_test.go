@@ -136,9 +136,10 @@ func (tr *crashTraffic) consume(ctx context.Context, i int) (int, error) {
 // refused is a broken lease, unless an earlier try's outcome is unknown
 // and the item is already committed (that try did it).
 func (tr *crashTraffic) ack(ctx context.Context, base, body string) error {
-	unsure := false
+	unsure, began, tries := false, time.Now(), map[int]int{}
 	for ctx.Err() == nil {
 		code, answer, err := request("POST", base+"/api/v1/ack/batch", body)
+		tries[code]++
 		if tr.retryable(code, err) {
 			unsure = unsure || code != 503
 			time.Sleep(20 * time.Millisecond)
@@ -153,7 +154,8 @@ func (tr *crashTraffic) ack(ctx context.Context, base, body string) error {
 		}
 		for _, it := range items {
 			if !it.Success && !(unsure && strings.HasPrefix(it.Error, "already committed")) {
-				return fmt.Errorf("ack refused (a lease broken): %s", answer)
+				return fmt.Errorf("ack refused (a lease broken) at %s, %s after the first try (answers by status, 0 none: %v): %s",
+					time.Now().Format("15:04:05.000"), time.Since(began).Round(time.Millisecond), tries, answer)
 			}
 		}
 		return nil
@@ -266,6 +268,9 @@ func TestShardsMoveSurvivesKilledMoverAndDestinationCrash(t *testing.T) {
 		t.Error(err)
 	}
 	tr.check(t)
+	if n := leasedOn(t, w.home, "mv"); n != 0 {
+		t.Errorf("%d leases left: a message delivered was never acknowledged", n)
+	}
 	t.Logf("%d pushed, %d answered 503 while the queue moved or its shard was down, %d unanswered or 5xx; %s in all",
 		len(tr.pushed), tr.refusals, tr.unknown, time.Since(began).Round(time.Millisecond))
 }
@@ -328,6 +333,7 @@ type crashWorld struct {
 	src, dst *pglocal.Cluster
 	bin      string
 	env      []string
+	home     string // the database that holds the queue after the last move
 }
 
 // plan plans the queue's move to s1 through base and answers its id.
@@ -383,6 +389,7 @@ func (w *crashWorld) crashDestination(base, id string, when func(moveState) bool
 		at = moveOf(w.t, base, id)
 		return when(at)
 	})
+	crashed := time.Now()
 	w.dst.Kill()
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		if st := moveOf(w.t, base, id); st.State != at.State || st.Reason != "" {
@@ -396,6 +403,8 @@ func (w *crashWorld) crashDestination(base, id string, when func(moveState) bool
 		w.t.Fatal(err)
 	}
 	w.t.Cleanup(func() { _ = again.Stop() })
+	w.t.Logf("destination crashed at %s (move %s), up again at %s", crashed.Format("15:04:05.000"), at.State,
+		time.Now().Format("15:04:05.000"))
 	w.dst = again
 	return at.State
 }
@@ -419,9 +428,11 @@ func (w *crashWorld) checkOutcome(st moveState, base, id string) {
 	t, src, dst := w.t, w.src, w.dst
 	t.Helper()
 	placed, left, leftOn := `{"queue":"mv","shard":"s1","epoch":2,`, messagesOf(t, src.DSN("s0"), "mv"), "s0"
+	w.home = dst.DSN("s1")
 	switch st.State {
 	case "done":
 	case "failed":
+		w.home = src.DSN("s0")
 		placed, left, leftOn = `{"queue":"mv","shard":"s0","epoch":1,`, messagesOf(t, dst.DSN("s1"), "mv"), "s1"
 		if st.Reason == "" {
 			t.Errorf("move failed without a reason: %+v", st)

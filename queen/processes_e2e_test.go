@@ -73,7 +73,10 @@ func startProcess(t *testing.T, bin, name string, env ...string) *brokerProcess 
 		t.Fatalf("start %s: %v", name, err)
 	}
 	go func() { _ = cmd.Wait(); close(b.done) }()
-	t.Cleanup(b.stop)
+	t.Cleanup(func() {
+		b.stop()
+		b.keepLogOf(t)
+	})
 	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		if resp, err := http.Get(b.url + "/health"); err == nil {
 			resp.Body.Close()
@@ -128,4 +131,22 @@ func (b *brokerProcess) logged(words ...string) bool {
 		}
 	}
 	return false
+}
+
+// keepLogOf writes the process's log where it outlives a failed test, and
+// says where.
+func (b *brokerProcess) keepLogOf(t *testing.T) {
+	if !t.Failed() {
+		return
+	}
+	f, err := os.CreateTemp("", "queen-"+b.name+"-*.log")
+	if err == nil {
+		_, err = f.WriteString(b.out.String())
+		f.Close()
+	}
+	if err != nil {
+		t.Logf("%s's log not kept: %v", b.name, err)
+		return
+	}
+	t.Logf("%s's log: %s", b.name, f.Name())
 }
