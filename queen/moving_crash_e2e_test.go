@@ -163,14 +163,16 @@ func (tr *crashTraffic) ack(ctx context.Context, base, body string) error {
 	return ctx.Err()
 }
 
-// run pushes from n on and consumes with two consumers until stop is
-// closed and every pushed message is delivered; the first error of any
-// ends up on errs.
+// run pushes from n on until stop is closed, and consumes with two
+// consumers until the producer has stopped and every pushed message is
+// delivered; the first error of any ends up on errs.
 func (tr *crashTraffic) run(ctx context.Context, n int, stop <-chan struct{}, errs chan<- error) *sync.WaitGroup {
 	var wg sync.WaitGroup
 	wg.Add(3)
-	go func() { // the producer
+	produced := make(chan struct{}) // the producer's last push answered
+	go func() {                     // the producer
 		defer wg.Done()
+		defer close(produced)
 		for ; ; n++ {
 			select {
 			case <-stop:
@@ -184,7 +186,7 @@ func (tr *crashTraffic) run(ctx context.Context, n int, stop <-chan struct{}, er
 			time.Sleep(5 * time.Millisecond)
 		}
 	}()
-	for c := range 2 { // the consumers, until stopped and drained
+	for c := range 2 { // the consumers, until the producer stopped and all is delivered
 		go func() {
 			defer wg.Done()
 			for i := c; ctx.Err() == nil; i++ {
@@ -194,7 +196,7 @@ func (tr *crashTraffic) run(ctx context.Context, n int, stop <-chan struct{}, er
 					return
 				}
 				select {
-				case <-stop:
+				case <-produced:
 					if got == 0 && tr.drained() {
 						return
 					}
