@@ -210,8 +210,10 @@ func TestShardsMoveAQueueOverHTTP(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make(chan error, 2)
 	wg.Add(2)
-	go func() { // the producer
+	produced := make(chan struct{}) // the producer's last push answered
+	go func() {                     // the producer
 		defer wg.Done()
+		defer close(produced)
 		for n := 40; ; n++ {
 			select {
 			case <-stop:
@@ -225,7 +227,7 @@ func TestShardsMoveAQueueOverHTTP(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}()
-	go func() { // the consumer, until stopped and drained
+	go func() { // the consumer, until the producer stopped and all is delivered
 		defer wg.Done()
 		for i := 0; ctx.Err() == nil; i++ {
 			got, err := tr.consume(i)
@@ -234,7 +236,7 @@ func TestShardsMoveAQueueOverHTTP(t *testing.T) {
 				return
 			}
 			select {
-			case <-stop:
+			case <-produced: // a push still in flight at stop counts too
 				if got == 0 && tr.drained() {
 					return
 				}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/queen-go/queen/queen/catalog"
@@ -315,5 +316,66 @@ func TestShardsFenceGeneralAndTransactionAcks(t *testing.T) {
 		if l, c := leasedOn(t, sh.s0, q), consumed(t, sh.s0, q); l != 1 || c != 0 {
 			t.Errorf("%s on s0: %d leased, %d consumed cursors; want 1 and 0 (nothing written)", q, l, c)
 		}
+	}
+}
+
+// TestShardsAckDuringTheSourcesCleanup: a move's cleanup deletes the
+// source's cursor rows before its messages, so for a while an ack routed
+// to the source finds the message and no cursor row, no fence to say
+// moved. Such an ack must not be refused as a final "Invalid or expired
+// lease" (the client would drop it, and the message comes back when the
+// live lease on the destination ends): with the destination unreachable,
+// the source's leftovers are not where the ack goes (503, to retry); once
+// the destination answers, the ack completes there.
+func TestShardsAckDuringTheSourcesCleanup(t *testing.T) {
+	t.Parallel()
+	sh := newSharded(t)
+	cfg := sh.config(t, "")
+	b := start(t, cfg)
+	defer shutdown(t, b)
+	base := "http://" + b.Addr()
+	for i := range 2 {
+		if code, body := post(t, base+"/api/v1/push", fmt.Sprintf(`{"items":[{"queue":"cl","partition":"p1","payload":%d}]}`, i)); code != 201 {
+			t.Fatalf("push: %d %s", code, body)
+		}
+	}
+	pid, txid, lease := popLeased(t, base, "cl")
+	newMover(t, sh, cfg).move("cl")
+	// The broker learns the placement on s1 by the fence (its push goes there).
+	if code, body := post(t, base+"/api/v1/push", `{"items":[{"queue":"cl","partition":"p2","payload":2}]}`); code != 201 {
+		t.Fatalf("push after the move: %d %s", code, body)
+	}
+	if n := count(t, sh.s0, `WITH gone AS (DELETE FROM queen.partition_consumers WHERE partition_id = $1::uuid RETURNING 1)
+		SELECT count(*) FROM gone`, pid); n != 1 {
+		t.Fatalf("deleted %d cursor rows on s0", n)
+	}
+	s1 := dbName(t, sh.s1)
+	admin := func(sql string) { count(t, sh.catalog, `SELECT count(*) FROM (`+sql+`) x`) }
+	ack := fmt.Sprintf(`{"partitionId":%q,"transactionId":%q,"leaseId":%q,"status":"completed"}`, pid, txid, lease)
+	execOn(t, sh.catalog, `ALTER DATABASE `+pgx.Identifier{s1}.Sanitize()+` ALLOW_CONNECTIONS false`)
+	admin(fmt.Sprintf(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '%s'`, s1))
+	if code, body := post(t, base+"/api/v1/ack/batch", `{"acknowledgments":[`+ack+`]}`); code != 503 {
+		t.Errorf("ack with s1 down and s0 cleaning up: %d %s, want 503", code, body)
+	}
+	execOn(t, sh.catalog, `ALTER DATABASE `+pgx.Identifier{s1}.Sanitize()+` ALLOW_CONNECTIONS true`)
+	code, body := 503, ""
+	for try := 0; code == 503 && try < 50; try++ { // the broker's pool meets its terminated connections first
+		code, body = post(t, base+"/api/v1/ack/batch", `{"acknowledgments":[`+ack+`]}`)
+	}
+	if code != 200 || !strings.Contains(body, `"success":true`) {
+		t.Errorf("ack with s1 back: %d %s", code, body)
+	}
+}
+
+// execOn runs one statement on dsn's database.
+func execOn(t *testing.T, dsn, sql string) {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(context.Background(), sql); err != nil {
+		t.Fatalf("%s: %v", sql, err)
 	}
 }

@@ -102,10 +102,7 @@ func TestSpoolDirectoryIsOneBrokersOnly(t *testing.T) {
 	}
 
 	// The real binary, in a process of its own.
-	bin := filepath.Join(t.TempDir(), "queen")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/queen-go/queen/cmd/queen").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := queenBinary(t)
 	port, err := pglocal.FreePort()
 	if err != nil {
 		t.Fatal(err)

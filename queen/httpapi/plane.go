@@ -318,12 +318,14 @@ type partitionAt struct {
 // *crossShardError.
 func (rt *router) locate(ctx context.Context, tenant string, pids []string) (*plane, map[string]partitionAt, error) {
 	holders := map[*plane][]store.PartitionRow{}
+	down := map[*plane]error{}
 	var failed error
 	held := 0
 	for _, pl := range rt.order {
 		here, err := pl.store.PartitionsHere(ctx, tenant, pids)
 		if err != nil {
-			failed = errors.Join(failed, fmt.Errorf("shard %s: %w", pl.shard, err))
+			down[pl] = fmt.Errorf("shard %s: %w", pl.shard, err)
+			failed = errors.Join(failed, down[pl])
 			continue
 		}
 		if len(here) > 0 {
@@ -336,15 +338,21 @@ func (rt *router) locate(ctx context.Context, tenant string, pids []string) (*pl
 	case len(holders) == 0:
 		return rt.order[0], nil, nil
 	}
-	return rt.pick(ctx, tenant, holders)
+	return rt.pick(ctx, tenant, holders, down)
 }
 
 // pick is locate's choice among the shards holding the partitions: each
 // partition's is the shard its queue's placement names when that one holds
 // it, else the one holding it (a queue with no placement, or a placement
 // naming a shard the rows are not on yet); the epoch is the placement's in
-// both cases, so a frozen copy refuses it.
-func (rt *router) pick(ctx context.Context, tenant string, holders map[*plane][]store.PartitionRow) (*plane, map[string]partitionAt, error) {
+// both cases, so a frozen copy refuses it. A partition whose placement
+// names a shard that did not answer (down) is a *placementError: another
+// holder's rows are then a move's leftovers, and the source's cleanup
+// deletes the cursor rows (the fence) before the messages, so an ack
+// there would be refused for good ("Invalid or expired lease") while its
+// lease lives on the destination.
+func (rt *router) pick(ctx context.Context, tenant string, holders map[*plane][]store.PartitionRow,
+	down map[*plane]error) (*plane, map[string]partitionAt, error) {
 	where := map[string][]*plane{} // partition id -> the shards holding it
 	queueOf := map[string]string{}
 	for _, holder := range rt.order {
@@ -359,8 +367,11 @@ func (rt *router) pick(ctx context.Context, tenant string, holders map[*plane][]
 		if err != nil {
 			return nil, nil, &placementError{queue: queueOf[pid], err: err}
 		}
-		pl := held[0]
-		if placed := rt.planes[p.Shard]; found && slices.Contains(held, placed) {
+		pl, placed := held[0], rt.planes[p.Shard]
+		if err := down[placed]; found && err != nil {
+			return nil, nil, &placementError{queue: queueOf[pid], err: err}
+		}
+		if found && slices.Contains(held, placed) {
 			pl = held[slices.Index(held, placed)]
 		} else if len(held) > 1 {
 			return nil, nil, &crossShardError{shards: shardNames(held)}

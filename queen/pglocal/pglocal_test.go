@@ -52,3 +52,43 @@ func TestStartInAFreshDirectoryAndReuse(t *testing.T) {
 		}
 	}
 }
+
+// A cluster killed as a crash would (no checkpoint) restarts on its port
+// and data directory, with what it committed before the kill.
+func TestRestartAfterKillKeepsCommittedRows(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	c, err := Start(ctx, Options{DataDir: filepath.Join(dir, "data"), LogPath: filepath.Join(dir, "pg.log")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, c.DSN("postgres"))
+	if err != nil {
+		c.Stop()
+		t.Fatal(err)
+	}
+	_, err = conn.Exec(ctx, `CREATE TABLE kept AS SELECT 42 AS x`)
+	conn.Close(ctx)
+	c.Kill()
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := c.Restart(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Stop()
+	if again.Port != c.Port {
+		t.Errorf("restarted on port %d, was %d", again.Port, c.Port)
+	}
+	conn, err = pgx.Connect(ctx, again.DSN("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var x int
+	if err := conn.QueryRow(ctx, `SELECT x FROM kept`).Scan(&x); err != nil || x != 42 {
+		t.Fatalf("after the restart: %d, %v; want the committed 42", x, err)
+	}
+}

@@ -59,6 +59,17 @@ func (c *Cluster) Kill() {
 	c.done <- err // a later Stop returns at once
 }
 
+// Restart starts a cluster that Kill or Stop ended again, on its data
+// directory, port and settings: after Kill, PostgreSQL's crash recovery
+// runs first, as after a crash. A test restarts a killed shard with it
+// (clients that knew the port reconnect to it). It answers the new
+// process's Cluster; c stays stopped.
+func (c *Cluster) Restart(ctx context.Context) (*Cluster, error) {
+	o := c.opts
+	o.DataDir, o.Port = c.DataDir, c.Port
+	return Start(ctx, o)
+}
+
 // Promote ends recovery on a standby (pg_promote) and waits until it
 // accepts writes.
 func (c *Cluster) Promote(ctx context.Context) error {
