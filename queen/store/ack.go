@@ -184,7 +184,21 @@ SELECT i.ord, coalesce(j.verdict, 'not_found'), coalesce(j.qname, ''), coalesce(
 FROM input i
 LEFT JOIN judged j ON j.ord = i.ord
 LEFT JOIN moved mv ON mv.partition_id = j.pid AND mv.consumer_group = j.grp
+WHERE ($8::bigint[] IS NULL OR NOT EXISTS (` + ackPartitionFenceSQL + `))
 ORDER BY i.ord`
+
+// ackPartitionFenceSQL is the acks' second fence check, on the partition
+// rows their items name (input's pid and routed epoch): one at another
+// epoch fails the statement as moved. The cursor row's check misses a
+// move's source whose cleanup deleted the cursor rows before the messages
+// and partitions: the ack then found no lease and was refused for good
+// (invalid lease, then not found) while the lease lived on the
+// destination, so its message was delivered again; the frozen partition
+// row turns that into moved, and the broker routes again. Read once per
+// statement (an uncorrelated subquery); never without shards (the epochs
+// array is NULL and the OR stops before it).
+const ackPartitionFenceSQL = `SELECT 1 FROM queen.partitions p JOIN input x ON x.pid = p.id
+	WHERE x.epoch <> 0 AND p.epoch <> x.epoch AND queen.fence_moved(p.queue_id)`
 
 type ackCompletedParams struct {
 	PartitionIDs, TransactionIDs, LeaseIDs, Groups, Tenants []string
@@ -328,6 +342,7 @@ FROM input i
 LEFT JOIN found f ON f.ord = i.ord
 LEFT JOIN cur c ON c.partition_id = f.pid
 CROSS JOIN clock
+WHERE ($7::bigint[] IS NULL OR NOT EXISTS (` + ackPartitionFenceSQL + `))
 ORDER BY i.ord`
 
 // ackWriteSQL writes back the edited cursor rows and the DLQ rows of a

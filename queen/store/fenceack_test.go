@@ -325,3 +325,37 @@ func TestSurfacePushRacingAFreeze(t *testing.T) {
 		})
 	}
 }
+
+// A move's cleanup deletes the source's cursor rows before its messages
+// and partitions. An ack routed there meanwhile (a broker whose cached
+// placement still names the source) finds no lease: it must fail as moved
+// on the frozen partition row, so the broker routes it to the destination,
+// where the lease lives, and not be refused for good as an invalid lease.
+func TestAckOnASourceWhoseCursorsAreGoneIsMoved(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	ctx := context.Background()
+	pid, qid := fencedPartition(t, ctx, s, "fence-cleanup")
+	popped, err := claim(ctx, s, consume.PopRequest{Tenant: tenant, Queue: "fence-cleanup", Group: "g", Batch: 1})
+	if err != nil || len(popped.Messages) != 1 {
+		t.Fatalf("pop: %+v %v", popped, err)
+	}
+	for _, sql := range []string{ // the freeze, then the cleanup's first deletes
+		`UPDATE queen.queues SET epoch = -1 WHERE id = $1`,
+		`UPDATE queen.partitions SET epoch = -1 WHERE queue_id = $1`,
+		`DELETE FROM queen.partition_consumers WHERE queue_id = $1`,
+	} {
+		if _, err := s.Pool().Exec(ctx, sql, qid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, status := range []string{"completed", "failed"} {
+		item := store.AckItem{TransactionID: "seed", PartitionID: pid, LeaseID: popped.LeaseID, Status: status, Epoch: 1}
+		_, err := ack(ctx, s, tenant, "g", []store.AckItem{item})
+		wantMoved(t, status+" ack on a source without cursor rows", err, qid)
+	}
+	item := store.AckItem{TransactionID: "seed", PartitionID: pid, LeaseID: popped.LeaseID, Status: "completed"}
+	if res, err := ack(ctx, s, tenant, "g", []store.AckItem{item}); err != nil || res[0].Success {
+		t.Errorf("without shards (no epoch) nothing is fenced: %+v %v, want the lease refused", res, err)
+	}
+}
