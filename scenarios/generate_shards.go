@@ -13,8 +13,10 @@ import (
 // stays on s0) under pushes, pops with leases, acks, extends,
 // transactions and abandons, and a move of "orders" from s0 to s1 planned
 // a third of the way in, its steps interleaved with the operations by the
-// seed. No faults yet: the brokers' placement caches going stale is the
-// fault (the mover is the runner's; every broker learns by the fence).
+// seed. The brokers' placement caches going stale is one fault (the mover
+// is the runner's; every broker learns by the fence); the mover killed
+// between a step's effect and its state write is the other: three seeds
+// in four kill it, with odds of 15 to 60 percent at each point.
 func GenerateShardMove(seed uint64) *Scenario {
 	rng := rand.New(rand.NewPCG(seed, 0x54a7d5))
 	s := &Scenario{Generated: true}
@@ -37,6 +39,9 @@ func GenerateShardMove(seed uint64) *Scenario {
 	s.Weights.ReusePct = rng.IntN(11)
 	s.Weights.FailPct = rng.IntN(15)
 	s.Move = &sim.MoveSpec{Queue: "orders", At: s.Ops/4 + rng.IntN(s.Ops/4), StepPct: 8 + rng.IntN(23)}
+	if rng.IntN(4) != 0 {
+		s.Move.CrashPct = 15 + rng.IntN(46)
+	}
 	s.Sometimes = []string{"move.done"}
 	return s
 }
