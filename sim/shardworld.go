@@ -38,7 +38,7 @@ type ShardWorld struct {
 // killed at each point of Config.AfterEffect (after a step's effect and
 // before its state write, and inside the activation and the rollback), at
 // most once per point: the runner then starts a new mover, as a restarted
-// broker's, on new pools, and the move's next step reruns the one that
+// broker's, on new pools, whose first step, at once, reruns the one that
 // died from the state the catalogue kept (invariant 9). Each kill is a
 // move.crashed fault in the history.
 type MoveSpec struct {
@@ -146,7 +146,7 @@ func (m *moveRun) kill(point string) error {
 }
 
 // restartMover records the mover's death at m.killedAt and starts a new
-// one: the move's next step reruns the step that died. A kill after the
+// one, whose next step reruns the step that died. A kill after the
 // freeze's effect begins the freeze's pause; one after the activation's
 // (the catalogue names the destination) ends it.
 func (r *runner) restartMover() error {
@@ -203,12 +203,18 @@ func (r *runner) stepMove(i int) error {
 }
 
 // moveStep runs the move's next step and records the state it reached,
-// or restarts the mover that was killed in it.
+// restarting the mover each time it was killed in it.
 func (r *runner) moveStep() error {
 	m := r.move
 	err := m.mover.Step(r.ctx, m.id)
-	if errors.Is(err, errMoverKilled) && m.killedAt != "" {
-		return r.restartMover()
+	for errors.Is(err, errMoverKilled) && m.killedAt != "" {
+		// A restarted broker's mover resumes at once: its first step
+		// reruns the one that died, before any broker reads the catalogue
+		// again.
+		if err := r.restartMover(); err != nil {
+			return err
+		}
+		err = m.mover.Step(r.ctx, m.id)
 	}
 	if err != nil {
 		return fmt.Errorf("sim: move %s at %s: %w", m.id, m.state, err)
@@ -231,15 +237,14 @@ func (r *runner) moveStep() error {
 	return nil
 }
 
-// finishMove runs the steps the operations left, before the drain. A
-// step the mover was killed in counts: each point kills once.
+// finishMove runs the steps the operations left, before the drain.
 func (r *runner) finishMove() error {
 	m := r.move
 	if m == nil || m.id == "" {
 		return nil
 	}
 	for n := 0; m.state != mover.StateDone && m.state != mover.StateFailed; n++ {
-		if n == 20+len(m.killed) {
+		if n == 20 {
 			return fmt.Errorf("sim: move %s still at %s after 20 steps", m.id, m.state)
 		}
 		if err := r.moveStep(); err != nil {

@@ -70,5 +70,7 @@ import "os"
 // locks the queue's partition and cursor rows without changing their
 // epochs), activate-before-catchup (the mover activates the destination
 // without waiting for it to apply what the source committed up to the
-// freeze).
+// freeze), move-step-twice (the mover's activation does not look whether
+// it ran and bumps the catalogue's epoch it reads: rerun after a mover
+// died past its set, it places the queue past the destination's epoch).
 func On(name string) bool { return name != "" && os.Getenv("QUEEN_CANARY") == name }
