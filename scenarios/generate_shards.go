@@ -15,8 +15,9 @@ import (
 // a third of the way in, its steps interleaved with the operations by the
 // seed. The brokers' placement caches going stale is one fault (the mover
 // is the runner's; every broker learns by the fence); the mover killed
-// between a step's effect and its state write is the other: three seeds
-// in four kill it, with odds of 15 to 60 percent at each point.
+// between a step's effect and its state write is another: three seeds
+// in four kill it, with odds of 15 to 60 percent at each point; and one
+// seed in two takes s0 down for the brokers while the move runs.
 func GenerateShardMove(seed uint64) *Scenario {
 	rng := rand.New(rand.NewPCG(seed, 0x54a7d5))
 	s := &Scenario{Generated: true}
@@ -42,6 +43,23 @@ func GenerateShardMove(seed uint64) *Scenario {
 	if rng.IntN(4) != 0 {
 		s.Move.CrashPct = 15 + rng.IntN(46)
 	}
+	if rng.IntN(2) == 0 {
+		// s0, the source, down for the brokers while the move runs
+		// (their path to it is their proxy; the mover's and the
+		// catalogue's are not).
+		at := time.Duration(s.Move.At+rng.IntN(s.Ops/3)) * (s.VTime / time.Duration(s.Ops))
+		s.Faults = append(s.Faults, shardDown(rng, at))
+	}
 	s.Sometimes = []string{"move.done"}
 	return s
+}
+
+// shardDown is an outage of the brokers' first shard at at: refused, or
+// swallowed, for 3 to 12 seconds, or every connection reset once.
+func shardDown(rng *rand.Rand, at time.Duration) sim.FaultAt {
+	f := sim.FaultAt{At: at, Kind: []string{"pg.refuse", "pg.blackhole", "pg.reset"}[rng.IntN(3)], Broker: -1}
+	if f.Kind != "pg.reset" {
+		f.For = time.Duration(3+rng.IntN(10)) * time.Second
+	}
+	return f
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -91,9 +92,12 @@ type moveRun struct {
 	// killedAt the last one, until the runner restarts the mover.
 	killed   map[string]bool
 	killedAt string
-	id       string
-	state    string
-	tenant   string
+	// replans counts the plans again of a move that failed by
+	// replanReason.
+	replans int
+	id      string
+	state   string
+	tenant  string
 	// frozenAt is when the freeze committed (virtual ms), until the
 	// activation or the rollback ends it; -1 outside.
 	frozenAt int64
@@ -189,17 +193,44 @@ func (r *runner) stepMove(i int) error {
 		if i < m.spec.At {
 			return nil
 		}
-		id, err := m.mover.Plan(r.ctx, m.tenant, m.spec.Queue, "s1")
-		if err != nil {
-			return fmt.Errorf("sim: plan the move: %w", err)
-		}
-		m.id, m.state = id, mover.StatePlan
-		r.fired["move.planned"]++
-		return nil
+		return r.planMove()
 	case m.rng.IntN(100) < m.spec.StepPct:
 		return r.moveStep()
 	}
 	return nil
+}
+
+// planMove plans the move of the spec's queue to s1.
+func (r *runner) planMove() error {
+	m := r.move
+	id, err := m.mover.Plan(r.ctx, m.tenant, m.spec.Queue, "s1")
+	if err != nil {
+		return fmt.Errorf("sim: plan the move: %w", err)
+	}
+	m.id, m.state = id, mover.StatePlan
+	r.fired["move.planned"]++
+	return nil
+}
+
+// replanReason is the reason of a move that failed by a known constraint
+// (SPEC, "Shards": a partition created during the copy fails the move;
+// plan it again): the workload creates a queue's partitions by its first
+// push to each, which may come during the copy.
+const replanReason = "created during the copy"
+
+// maxReplans bounds the plans again of a run's move.
+const maxReplans = 2
+
+// replan forgets a move that failed by replanReason, so that the next
+// operation (or finishMove) plans it again, as SPEC tells an operator.
+func (r *runner) replan(reason string) {
+	m := r.move
+	if !strings.Contains(reason, replanReason) || m.replans == maxReplans {
+		return
+	}
+	m.id, m.state = "", ""
+	m.replans++
+	r.fired["move.replanned"]++
 }
 
 // moveStep runs the move's next step and records the state it reached,
@@ -234,20 +265,29 @@ func (r *runner) moveStep() error {
 	}
 	m.state = st.State
 	r.fired["move."+st.State]++
+	if st.State == mover.StateFailed {
+		// Said with the missing move.done.
+		r.starved = append(r.starved, "the move failed: "+st.Reason)
+		r.replan(st.Reason)
+	}
 	return nil
 }
 
 // finishMove runs the steps the operations left, before the drain.
 func (r *runner) finishMove() error {
 	m := r.move
-	if m == nil || m.id == "" {
+	if m == nil || (m.id == "" && m.replans == 0) {
 		return nil
 	}
 	for n := 0; m.state != mover.StateDone && m.state != mover.StateFailed; n++ {
 		if n == 20 {
 			return fmt.Errorf("sim: move %s still at %s after 20 steps", m.id, m.state)
 		}
-		if err := r.moveStep(); err != nil {
+		step := r.moveStep
+		if m.id == "" {
+			step = r.planMove // replanned
+		}
+		if err := step(); err != nil {
 			return err
 		}
 	}
