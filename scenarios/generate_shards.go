@@ -54,10 +54,11 @@ func GenerateShardMove(seed uint64) *Scenario {
 	return s
 }
 
-// shardDown is an outage of the brokers' first shard at at: refused, or
-// swallowed, for 3 to 12 seconds, or every connection reset once.
+// shardDown is an outage of the brokers' first shard at at: refused,
+// swallowed or read-only for 3 to 12 seconds, or every connection reset
+// once.
 func shardDown(rng *rand.Rand, at time.Duration) sim.FaultAt {
-	f := sim.FaultAt{At: at, Kind: []string{"pg.refuse", "pg.blackhole", "pg.reset"}[rng.IntN(3)], Broker: -1}
+	f := sim.FaultAt{At: at, Kind: []string{"pg.refuse", "pg.blackhole", "pg.reset", "pg.readonly"}[rng.IntN(4)], Broker: -1}
 	if f.Kind != "pg.reset" {
 		f.For = time.Duration(3+rng.IntN(10)) * time.Second
 	}
