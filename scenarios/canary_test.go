@@ -376,23 +376,43 @@ var shardCanaries = map[string]string{
 	// freeze yet (its queue row not frozen): the mover's own check fails
 	// the move and rolls it back, so the move never finishes.
 	"activate-before-catchup": "sometimes move.done",
+	// The activation, rerun by a new mover after the one that ran it died
+	// past the catalogue's set, bumps the placement past the
+	// destination's epoch: every push of the queue then answers 503
+	// (moved, forever) outside every fault window.
+	"move-step-twice": "answers",
+}
+
+// shardCanaryNeeds names, for a shard canary that only bites after a
+// fault, the event (Result.Fired) a seed's run must have for the seed to
+// count: move-step-twice needs the mover killed past the activation's
+// catalogue set.
+var shardCanaryNeeds = map[string]string{
+	"move-step-twice": "move.crashed.activate",
 }
 
 // TestShardCanariesAreCaughtByGeneratedSeeds: each shard canary fails one
-// of the first four generated shard world seeds, by its property.
+// of the first four generated shard world seeds that fit it (of 24), by
+// its property.
 func TestShardCanariesAreCaughtByGeneratedSeeds(t *testing.T) {
 	const base, tries = 0x9e3779b97f4a7c15, 4
 	c := shardCluster(t)
 	for _, name := range slices.Sorted(maps.Keys(shardCanaries)) {
 		t.Run(name, func(t *testing.T) {
 			t.Setenv("QUEEN_CANARY", name)
-			for i := uint64(0); i < tries; i++ {
+			ran := 0
+			for i := uint64(0); ran < tries && i < 24; i++ {
 				s := scenarios.GenerateShardMove(base + i)
 				w := shardWorld(t, c, fmt.Sprintf("c%d_%d", len(name), i))
 				o, err := scenarios.RunSharded(context.Background(), w, s, t.TempDir(), false)
 				if err != nil {
 					t.Fatal(err)
 				}
+				if need := shardCanaryNeeds[name]; need != "" && o.Fired[need] == 0 {
+					t.Logf("canary %s: generated shard seed %#x has no %s, does not count", name, s.Seed, need)
+					continue
+				}
+				ran++
 				caught := map[string]bool{}
 				for _, v := range o.Violations {
 					caught[v.Property] = true
@@ -404,9 +424,9 @@ func TestShardCanariesAreCaughtByGeneratedSeeds(t *testing.T) {
 					t.Logf("canary %s caught by generated shard seed %#x through %v; replay: QUEEN_CANARY=%s %s", name, s.Seed, slices.Sorted(maps.Keys(caught)), name, o.Replay)
 					return
 				}
-				t.Logf("canary %s: generated shard seed %#x not caught by %s (%v)", name, s.Seed, shardCanaries[name], caught)
+				t.Logf("canary %s: generated shard seed %#x not caught by %s (%v): %s", name, s.Seed, shardCanaries[name], caught, o.Summary())
 			}
-			t.Fatalf("canary %s survived %d generated shard seeds", name, tries)
+			t.Fatalf("canary %s survived %d generated shard seeds that fit it", name, ran)
 		})
 	}
 }

@@ -101,6 +101,9 @@ func benign(fault string) bool {
 	switch fault {
 	case "pg.hold", "clock.skew", "leader.double", "mesh.drop", "mesh.delay", "mesh.reorder", "sweeper.stall", "leader.kill", "leader.cut":
 		return true
+	case FMoveCrashed:
+		// Only the runner's mover died: no broker saw it.
+		return true
 	case "pg.readonly":
 		// A read-only server refuses at once with 25006, an outage the
 		// spool absorbs: it excuses no push 5xx either.

@@ -2,11 +2,13 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -32,11 +34,28 @@ type ShardWorld struct {
 // step with StepPct percent odds (from the seed, apart from the
 // workload's stream), as other background services run in seeded order.
 // The steps left when the operations end run before the final read.
+//
+// CrashPct is the odds (percent, from the same stream) that the mover is
+// killed at each point of Config.AfterEffect (after a step's effect and
+// before its state write, and inside the activation and the rollback), at
+// most once per point: the runner then starts a new mover, as a restarted
+// broker's, on new pools, whose first step, at once, reruns the one that
+// died from the state the catalogue kept (invariant 9). Each kill is a
+// move.crashed fault in the history.
 type MoveSpec struct {
-	Queue   string // a queue of Options.Queues, of the first tenant
-	At      int
-	StepPct int
+	Queue    string // a queue of Options.Queues, of the first tenant
+	At       int
+	StepPct  int
+	CrashPct int
 }
+
+// FMoveCrashed is the fault of the runner's mover killed at a point (What)
+// of a move's step. Only the mover dies: the brokers see nothing of it, so
+// it excuses no answer (benign).
+const FMoveCrashed = "move.crashed"
+
+// errMoverKilled is what the runner's AfterEffect answers to kill its mover.
+var errMoverKilled = errors.New("sim: the mover was killed")
 
 // RunSharded runs o in world w: the brokers route by the catalogue, the
 // first shard's database reached through their proxies as Run's dsn, and
@@ -65,13 +84,20 @@ func (w *ShardWorld) config() shards.Config {
 // others, and this one's placement cache, learn of it by the fence) and
 // the move's progress.
 type moveRun struct {
-	spec   MoveSpec
-	rng    *rand.Rand
-	pools  []*pgxpool.Pool // the catalogue, s0, s1
-	mover  *mover.Mover
-	id     string
-	state  string
-	tenant string
+	spec  MoveSpec
+	rng   *rand.Rand
+	pools []*pgxpool.Pool // the catalogue, s0, s1
+	mover *mover.Mover
+	// killed are the points the mover was killed at (once each), and
+	// killedAt the last one, until the runner restarts the mover.
+	killed   map[string]bool
+	killedAt string
+	// replans counts the plans again of a move that failed by
+	// replanReason.
+	replans int
+	id      string
+	state   string
+	tenant  string
 	// frozenAt is when the freeze committed (virtual ms), until the
 	// activation or the rollback ends it; -1 outside.
 	frozenAt int64
@@ -82,11 +108,20 @@ func (r *runner) openMove() error {
 	if r.world == nil || r.o.Move == nil {
 		return nil
 	}
-	m := &moveRun{spec: *r.o.Move, rng: rand.New(rand.NewPCG(r.o.Seed, 0x5a4d0e)), tenant: r.o.Tenants[0], frozenAt: -1}
-	r.move = m
+	r.move = &moveRun{spec: *r.o.Move, rng: rand.New(rand.NewPCG(r.o.Seed, 0x5a4d0e)), tenant: r.o.Tenants[0], frozenAt: -1,
+		killed: map[string]bool{}}
+	return r.startMover()
+}
+
+// startMover opens pools on the world and a mover over them: the runner's
+// at the start, and a restarted broker's after the mover was killed.
+func (r *runner) startMover() error {
+	m := r.move
+	m.pools = nil
 	for _, url := range []string{r.world.Catalog, r.world.S0, r.world.S1} {
 		p, err := pgxpool.New(r.ctx, url)
 		if err != nil {
+			r.closeMove()
 			return fmt.Errorf("sim: mover pool: %w", err)
 		}
 		m.pools = append(m.pools, p)
@@ -99,8 +134,41 @@ func (r *runner) openMove() error {
 	m.mover = mover.New(mover.Config{Catalog: catalog.New(m.pools[0], r.world.config()), CatalogPool: m.pools[0],
 		Shards: map[string]mover.Shard{"s0": shard(1, r.world.S0), "s1": shard(2, r.world.S1)},
 		Log:    slog.New(slog.NewTextHandler(io.Discard, nil)), Clock: clock.Real{}, Poll: 10 * time.Millisecond,
-		CatchUpTimeout: time.Minute})
+		CatchUpTimeout: time.Minute, AfterEffect: m.kill})
 	return nil
+}
+
+// kill is the mover's AfterEffect: it dies at point with the spec's odds,
+// once per point. No draw without odds, so a move without kills steps as
+// before they existed.
+func (m *moveRun) kill(point string) error {
+	if m.spec.CrashPct <= 0 || m.killed[point] || m.rng.IntN(100) >= m.spec.CrashPct {
+		return nil
+	}
+	m.killed[point], m.killedAt = true, point
+	return fmt.Errorf("%w at %s", errMoverKilled, point)
+}
+
+// restartMover records the mover's death at m.killedAt and starts a new
+// one, whose next step reruns the step that died. A kill after the
+// freeze's effect begins the freeze's pause; one after the activation's
+// (the catalogue names the destination) ends it.
+func (r *runner) restartMover() error {
+	m := r.move
+	point := m.killedAt
+	m.killedAt = ""
+	r.hist.Add(Event{Kind: KFault, Fault: FMoveCrashed, What: point, Broker: -1, VT: r.vt(), Until: r.vt()})
+	r.fired[FMoveCrashed]++
+	r.fired[FMoveCrashed+"."+point]++
+	switch {
+	case point == mover.StateFreeze && m.frozenAt < 0:
+		m.frozenAt = r.vt()
+	case point == mover.StateActivate && m.frozenAt >= 0:
+		r.hist.Add(Event{Kind: KFault, Fault: "move.frozen", Broker: -1, VT: m.frozenAt, Until: r.vt()})
+		m.frozenAt = -1
+	}
+	r.closeMove()
+	return r.startMover()
 }
 
 // closeMove closes the mover's pools.
@@ -111,6 +179,7 @@ func (r *runner) closeMove() {
 	for _, p := range r.move.pools {
 		p.Close()
 	}
+	r.move.pools = nil
 }
 
 // stepMove plans the move after operation At, then runs its next step
@@ -124,31 +193,69 @@ func (r *runner) stepMove(i int) error {
 		if i < m.spec.At {
 			return nil
 		}
-		id, err := m.mover.Plan(r.ctx, m.tenant, m.spec.Queue, "s1")
-		if err != nil {
-			return fmt.Errorf("sim: plan the move: %w", err)
-		}
-		m.id, m.state = id, mover.StatePlan
-		r.fired["move.planned"]++
-		return nil
+		return r.planMove()
 	case m.rng.IntN(100) < m.spec.StepPct:
 		return r.moveStep()
 	}
 	return nil
 }
 
-// moveStep runs the move's next step and records the state it reached.
+// planMove plans the move of the spec's queue to s1.
+func (r *runner) planMove() error {
+	m := r.move
+	id, err := m.mover.Plan(r.ctx, m.tenant, m.spec.Queue, "s1")
+	if err != nil {
+		return fmt.Errorf("sim: plan the move: %w", err)
+	}
+	m.id, m.state = id, mover.StatePlan
+	r.fired["move.planned"]++
+	return nil
+}
+
+// replanReason is the reason of a move that failed by a known constraint
+// (SPEC, "Shards": a partition created during the copy fails the move;
+// plan it again): the workload creates a queue's partitions by its first
+// push to each, which may come during the copy.
+const replanReason = "created during the copy"
+
+// maxReplans bounds the plans again of a run's move.
+const maxReplans = 2
+
+// replan forgets a move that failed by replanReason, so that the next
+// operation (or finishMove) plans it again, as SPEC tells an operator.
+func (r *runner) replan(reason string) {
+	m := r.move
+	if !strings.Contains(reason, replanReason) || m.replans == maxReplans {
+		return
+	}
+	m.id, m.state = "", ""
+	m.replans++
+	r.fired["move.replanned"]++
+}
+
+// moveStep runs the move's next step and records the state it reached,
+// restarting the mover each time it was killed in it.
 func (r *runner) moveStep() error {
 	m := r.move
-	if err := m.mover.Step(r.ctx, m.id); err != nil {
+	err := m.mover.Step(r.ctx, m.id)
+	for errors.Is(err, errMoverKilled) && m.killedAt != "" {
+		// A restarted broker's mover resumes at once: its first step
+		// reruns the one that died, before any broker reads the catalogue
+		// again.
+		if err := r.restartMover(); err != nil {
+			return err
+		}
+		err = m.mover.Step(r.ctx, m.id)
+	}
+	if err != nil {
 		return fmt.Errorf("sim: move %s at %s: %w", m.id, m.state, err)
 	}
 	st, err := m.mover.Get(r.ctx, m.id)
 	if err != nil {
 		return fmt.Errorf("sim: move %s: %w", m.id, err)
 	}
-	if st.State == mover.StateCatchUp {
-		m.frozenAt = r.vt()
+	if st.State == mover.StateCatchUp && m.frozenAt < 0 {
+		m.frozenAt = r.vt() // unless a mover killed after the freeze's effect began it
 	}
 	if m.frozenAt >= 0 && st.State != mover.StateCatchUp && st.State != mover.StateActivate {
 		// The freeze's pause is over: a push of the moving queue may
@@ -158,20 +265,29 @@ func (r *runner) moveStep() error {
 	}
 	m.state = st.State
 	r.fired["move."+st.State]++
+	if st.State == mover.StateFailed {
+		// Said with the missing move.done.
+		r.starved = append(r.starved, "the move failed: "+st.Reason)
+		r.replan(st.Reason)
+	}
 	return nil
 }
 
 // finishMove runs the steps the operations left, before the drain.
 func (r *runner) finishMove() error {
 	m := r.move
-	if m == nil || m.id == "" {
+	if m == nil || (m.id == "" && m.replans == 0) {
 		return nil
 	}
 	for n := 0; m.state != mover.StateDone && m.state != mover.StateFailed; n++ {
 		if n == 20 {
 			return fmt.Errorf("sim: move %s still at %s after 20 steps", m.id, m.state)
 		}
-		if err := r.moveStep(); err != nil {
+		step := r.moveStep
+		if m.id == "" {
+			step = r.planMove // replanned
+		}
+		if err := step(); err != nil {
 			return err
 		}
 	}

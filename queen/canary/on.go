@@ -73,5 +73,7 @@ import "os"
 // freeze), drain-spooled-shard (a shard's spool lane replays through its
 // own shard's push path, unfenced, not where its queue is placed when it
 // drains: a queue moved meanwhile gets its buffered pushes on the old
-// shard).
+// shard), move-step-twice (the mover's activation does not look whether
+// it ran and bumps the catalogue's epoch it reads: rerun after a mover
+// died past its set, it places the queue past the destination's epoch).
 func On(name string) bool { return name != "" && os.Getenv("QUEEN_CANARY") == name }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/queen-go/queen/queen/canary"
 	"github.com/queen-go/queen/queen/catalog"
 	"github.com/queen-go/queen/queen/clock"
 	"github.com/queen-go/queen/queen/shards"
@@ -21,6 +22,9 @@ func (m *Mover) activate(ctx context.Context, mv *catalog.Move, a, b Shard) (str
 	done, err := m.placedAt(ctx, *mv, mv.To, mv.Epoch)
 	if err != nil {
 		return "", err
+	}
+	if canary.On("move-step-twice") {
+		return m.activateUnguarded(ctx, mv, a, b)
 	}
 	if !done {
 		if err := m.activateOn(ctx, mv, a, b); err != nil {
@@ -45,6 +49,30 @@ func (m *Mover) activate(ctx context.Context, mv *catalog.Move, a, b Shard) (str
 		}
 		mv.RowsCopied = n
 	}
+	return StateCleanup, nil
+}
+
+// activateUnguarded is the planted bug move-step-twice: an activation
+// that does not look whether it ran, and sets the catalogue by bumping the
+// epoch it reads rather than by comparing the move's. Run once it does
+// what activate does; rerun after a mover died past its set, it bumps the
+// placement to E+2, past the destination's E+1, and every write routed
+// there fails as moved.
+func (m *Mover) activateUnguarded(ctx context.Context, mv *catalog.Move, a, b Shard) (string, error) {
+	if err := m.activateOn(ctx, mv, a, b); err != nil {
+		return "", err
+	}
+	if err := m.hook(StateActivate + ".placement"); err != nil {
+		return "", &crashError{err}
+	}
+	p, err := m.cfg.Catalog.Lookup(ctx, mv.Tenant, mv.Queue)
+	if err == nil {
+		_, err = m.cfg.Catalog.SetPlacement(ctx, mv.Tenant, mv.Queue, p.Epoch, mv.To)
+	}
+	if err != nil {
+		return "", err
+	}
+	mv.ActivatedAt = m.now()
 	return StateCleanup, nil
 }
 

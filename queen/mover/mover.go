@@ -94,15 +94,20 @@ type Config struct {
 	// DeleteBatch is how many rows one delete of the cleanup takes.
 	// Default 1000.
 	DeleteBatch int
+	// AfterEffect is a fault-injection seam, nil in production: it is
+	// called after each step's effect and before its state write (point
+	// is the state), and at the points inside a step ("activate.placement":
+	// the destination activated, the catalogue not yet set; "rollback":
+	// before a rollback's effects). An error it returns stops the step
+	// there, as a mover that died: the move is neither failed nor rolled
+	// back, and a new mover's Step, Run or Resume reruns the step. The
+	// simulator kills its mover so (sim.MoveSpec.CrashPct).
+	AfterEffect func(point string) error
 }
 
 // Mover runs moves.
 type Mover struct {
 	cfg Config
-	// afterEffect, set by tests, is called after a step's effect and
-	// before its state write (and at the points inside a step named
-	// "state.point"); an error it returns stops the step there, as a crash.
-	afterEffect func(point string) error
 }
 
 // New returns a mover over cfg, with its defaults filled in.
@@ -263,12 +268,12 @@ func (m *Mover) locked(ctx context.Context, fn func() error) error {
 	return fn()
 }
 
-// hook calls the tests' afterEffect at point.
+// hook calls Config.AfterEffect at point.
 func (m *Mover) hook(point string) error {
-	if m.afterEffect == nil {
+	if m.cfg.AfterEffect == nil {
 		return nil
 	}
-	return m.afterEffect(point)
+	return m.cfg.AfterEffect(point)
 }
 
 // slotName names a move's publication, subscription and slot: the move's

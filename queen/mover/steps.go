@@ -39,7 +39,7 @@ func (m *Mover) steps(state string) stepFunc {
 	return nil
 }
 
-// crashError is an error the tests' hook returned: the step stops as if
+// crashError is an error Config.AfterEffect returned: the step stops as if
 // the mover died there, its state not written and the move not failed.
 type crashError struct{ err error }
 
@@ -56,7 +56,7 @@ func (e *forwardError) Unwrap() error { return e.err }
 // step runs move id's next step and writes its state (compare-and-set on
 // the step counter), and answers the move as written. A failing step
 // fails the move and rolls it back, unless the mover is stopping (ctx
-// ended, or the tests' crash) or the move is past its activation.
+// ended, or AfterEffect's crash) or the move is past its activation.
 func (m *Mover) step(ctx context.Context, id string) (catalog.Move, error) {
 	mv, err := m.cfg.Catalog.Move(ctx, id)
 	if err != nil || mv.State == StateDone || mv.State == StateFailed {
