@@ -120,10 +120,11 @@ func TestShardsPopByNamespaceAndTask(t *testing.T) {
 		t.Errorf("pop by task: %v (each once: %v), want %v", got, once, want)
 	}
 
-	// A long poll with nothing on either shard ends with s1's message.
+	// A long poll with nothing on either shard ends with s1's message,
+	// which its autoAck completes on s1.
 	done := make(chan popResult, 1)
 	go func() {
-		code, body := getErr(base + "/api/v1/pop?namespace=n&batch=10&wait=true&timeout=60000")
+		code, body := getErr(base + "/api/v1/pop?namespace=n&batch=10&wait=true&timeout=60000&autoAck=true")
 		done <- popResult{code, body}
 	}()
 	time.Sleep(300 * time.Millisecond) // not needed for the outcome: a push first is popped at once too
@@ -131,6 +132,9 @@ func TestShardsPopByNamespaceAndTask(t *testing.T) {
 	res := <-done
 	if res.code != 200 || !strings.Contains(res.body, `"queue":"b-2"`) {
 		t.Errorf("long poll on namespace n: %d %s", res.code, res.body)
+	}
+	if n := consumedOn(t, sh.s1, "b-2", "__QUEUE_MODE__"); n != 2 {
+		t.Errorf("b-2 consumed to %d on s1 after the autoAck long poll, want 2", n)
 	}
 	shutdown(t, b)
 }
