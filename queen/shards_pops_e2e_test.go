@@ -188,7 +188,9 @@ func tombstone(t *testing.T, from, to, queue string) {
 // of each queue: a seek of b-1 to the end moves s1's cursor (its next pop
 // is empty), one of b-1's partition finds it on s1, a subscription change
 // reaches both shards' subscriptions, a delete of the group on b-1 deletes
-// s1's cursors only, and a delete of the group deletes s0's too.
+// s1's cursors only, and a delete of the group deletes s0's too. With s1
+// refusing connections, the group's writes to every shard and a pop by
+// namespace answer 503 naming s1.
 func TestShardsGroupWrites(t *testing.T) {
 	t.Parallel()
 	sh := newSharded(t)
@@ -221,6 +223,12 @@ func TestShardsGroupWrites(t *testing.T) {
 	if code, body := post(t, base+"/api/v1/consumer-groups/g/subscription", `{"subscriptionTimestamp":"2020-01-01T00:00:00Z"}`); code != 200 || !strings.Contains(body, `"rowsUpdated":2`) {
 		t.Errorf("subscription of g: %d %s", code, body)
 	}
+	for shard, dsn := range map[string]string{"s0": sh.s0, "s1": sh.s1} {
+		if n := count(t, dsn, `SELECT count(*) FROM queen.consumer_groups_metadata WHERE consumer_group = 'g'
+			AND subscription_timestamp = '2020-01-01T00:00:00Z'`); n != 1 {
+			t.Errorf("g's subscriptions moved to 2020 on %s: %d, want 1", shard, n)
+		}
+	}
 	onS0, onS1 := groupCursors(t, sh.s0, "g"), groupCursors(t, sh.s1, "g")
 	if onS0 == 0 || onS1 == 0 {
 		t.Fatalf("g has %d cursors on s0 and %d on s1, want some on each", onS0, onS1)
@@ -237,6 +245,21 @@ func TestShardsGroupWrites(t *testing.T) {
 	if n := groupCursors(t, sh.s0, "g"); n != 0 {
 		t.Errorf("after deleting g: %d cursors of g on s0, want 0", n)
 	}
+
+	// s1 refuses connections: the writes to every shard, and a pop by
+	// namespace, fail naming it.
+	restore := refuseConnections(t, sh.catalog, sh.s1)
+	for _, c := range []struct{ method, route, body string }{
+		{"POST", "/api/v1/consumer-groups/g/subscription", `{"subscriptionTimestamp":"2020-01-01T00:00:00Z"}`},
+		{"DELETE", "/api/v1/consumer-groups/g", ""},
+		{"GET", "/api/v1/pop?namespace=n&wait=false", ""},
+	} {
+		code, body := do(t, c.method, base+c.route, "", c.body)
+		if code != 503 || !strings.Contains(string(body), "shard s1 unavailable") {
+			t.Errorf("%s %s with s1 down: %d %s", c.method, c.route, code, body)
+		}
+	}
+	restore()
 	shutdown(t, b)
 }
 
