@@ -88,7 +88,7 @@ func pushN(t *testing.T, base, queue string, n int) {
 // on both shards (a-* on s0, b-* on s1), a pop by namespace and one by
 // task deliver the messages of both shards, each once, their leases acked
 // on their shard; a tombstone of b-1 on s0 (what a move leaves) in the
-// same namespace is not popped there; and a long poll on the namespace,
+// same namespace does not disturb them; and a long poll on the namespace,
 // parked with nothing on either shard, ends with the message a push to
 // s1's queue brings.
 func TestShardsPopByNamespaceAndTask(t *testing.T) {
