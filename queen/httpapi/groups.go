@@ -145,15 +145,10 @@ func (s *Server) deleteGroup(w http.ResponseWriter, r *http.Request) {
 		queue = &q
 	}
 	meta := queryFlag(r, "deleteMetadata", true)
-	n, queues, err := s.names.DeleteGroup(r.Context(), tenantOf(r), g, queue, meta)
+	n, queues, err := s.deleteGroupOn(r.Context(), tenantOf(r), g, queue, meta)
 	if err != nil {
-		s.storeError(w, r, "delete consumer group", err)
+		s.fanError(w, r, "delete consumer group", err)
 		return
-	}
-	if queue != nil {
-		s.consumer.ForgetWatermarks(tenantOf(r), *queue, g) // the delete took the group's watermarks
-	} else {
-		s.consumer.ForgetWatermarks(tenantOf(r), "", g)
 	}
 	for _, q := range queues {
 		s.peers.QueueChanged(tenantOf(r), q, false) // peers forget the group's cached subscription
@@ -199,11 +194,16 @@ func (s *Server) seekGroup(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	g, q := r.PathValue("group"), r.PathValue("queue")
-	n, _, err := s.store.Seek(r.Context(), tenantOf(r), g, q, nil, toEnd, at)
+	pl, err := s.planeFor(r.Context(), tenantOf(r), "", q, false)
+	if err != nil {
+		s.placementFailed(w, r, err)
+		return
+	}
+	n, _, err := pl.store.Seek(r.Context(), tenantOf(r), g, q, nil, toEnd, at)
 	if !toEnd {
 		// A seek to a timestamp deleted the group's watermark on the
 		// queue (store.Seek) before it moved the cursors.
-		s.consumer.ForgetWatermarks(tenantOf(r), q, g)
+		pl.consumer.ForgetWatermarks(tenantOf(r), q, g)
 	}
 	if err != nil {
 		s.storeError(w, r, "seek", err)
@@ -225,7 +225,12 @@ func (s *Server) seekPartition(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	g, q, p := r.PathValue("group"), r.PathValue("queue"), r.PathValue("partition")
-	ok, err := s.store.PartitionExists(r.Context(), tenantOf(r), q, p)
+	pl, err := s.planeFor(r.Context(), tenantOf(r), "", q, false)
+	if err != nil {
+		s.placementFailed(w, r, err)
+		return
+	}
+	ok, err := pl.store.PartitionExists(r.Context(), tenantOf(r), q, p)
 	if err != nil {
 		s.storeError(w, r, "seek", err)
 		return
@@ -234,7 +239,7 @@ func (s *Server) seekPartition(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, failureAnswer{Success: false, Error: "Partition not found"})
 		return
 	}
-	n, at, err := s.store.Seek(r.Context(), tenantOf(r), g, q, &p, true, nil)
+	n, at, err := pl.store.Seek(r.Context(), tenantOf(r), g, q, &p, true, nil)
 	if err != nil {
 		s.storeError(w, r, "seek", err)
 		return
@@ -266,10 +271,9 @@ func (s *Server) setSubscription(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	g := r.PathValue("group")
-	n, err := s.store.SetSubscription(r.Context(), tenantOf(r), g, at)
-	s.consumer.ForgetWatermarks(tenantOf(r), "", g) // the change dropped the group's watermarks
+	n, err := s.setSubscriptionOn(r.Context(), tenantOf(r), g, at)
 	if err != nil {
-		s.storeError(w, r, "subscription", err)
+		s.fanError(w, r, "subscription", err)
 		return
 	}
 	writeJSON(w, http.StatusOK, subscriptionSet{Success: true, ConsumerGroup: g, NewTimestamp: v, RowsUpdated: n})

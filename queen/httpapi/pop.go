@@ -190,7 +190,10 @@ func (s *Server) popDiscover(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	// Discovery is not served with shards (shardReady): nothing is moved.
+	if s.router != nil {
+		s.discoverSharded(w, r, p, ns, task) // pop_shards.go
+		return
+	}
 	_ = s.longPoll(w, r, &s.plane, p, s.admitted(r, s.consumer.Discover(p.req, ns, task)))
 }
 
@@ -215,14 +218,29 @@ func (s *Server) admitted(r *http.Request, try consume.Try) consume.Try {
 // perhaps while the pop waited) is answered nothing: its error is returned
 // for the caller to route it again; nil otherwise.
 func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, pl *plane, p popParams, try consume.Try) error {
+	return s.longPollAt(w, r, pl, p, try, nil)
+}
+
+// longPollAt is longPoll for a try that may claim on another plane than
+// pl (a pop by namespace or task across shards): at, when not nil, is
+// where it claimed, and the claim is delivered there, or given back there
+// when its client left (pl's consumer gave it back on pl, where it is
+// not). A shard that failed the try answers 503 naming it (fanError).
+func (s *Server) longPollAt(w http.ResponseWriter, r *http.Request, pl *plane, p popParams, try consume.Try, at *shardClaim) error {
 	res, err := pl.consumer.Pop(r.Context(), consume.Request{Tenant: p.req.Tenant, Queue: p.req.Queue, Group: p.req.Group,
 		Wait: p.wait, Timeout: p.timeout}, try)
 	if err != nil && s.router != nil && store.Moved(err) {
 		return err
 	}
 	if err != nil {
-		s.storeError(w, r, "pop", err)
+		s.fanError(w, r, "pop", err)
 		return nil
+	}
+	if at != nil && at.pl != nil && at.pl != pl {
+		if res.Outcome == consume.Gone {
+			at.pl.consumer.Release(at.lease)
+		}
+		pl = at.pl
 	}
 	switch res.Outcome {
 	case consume.Claimed:
