@@ -27,6 +27,8 @@ type moveResult struct {
 	PushP99DuringMs float64 `json:"pushP99DuringMs"`
 	Refusals        int64   `json:"refusals503Retried"`
 	ExactlyOnce     bool    `json:"exactlyOnce"`
+	// ServerErrors are the servers' last ERROR lines when the move failed.
+	ServerErrors []string `json:"serverErrors,omitempty"`
 }
 
 // moveLoad is the traffic on the moving queue: what it pushed and when,
@@ -286,4 +288,7 @@ func (r moveResult) print() {
 	fmt.Printf("%-13s longest stall: producers %.0f ms, consumers %.0f ms; push p99 %.1f ms before, %.1f ms during the move; %d 503s retried; %d pushed, %d delivered, exactly-once %s\n",
 		"", r.PushStallMs, r.PopStallMs, r.PushP99BeforeMs, r.PushP99DuringMs, r.Refusals, r.Pushed, r.Delivered,
 		map[bool]string{true: "verified", false: "VIOLATED"}[r.ExactlyOnce])
+	for _, l := range r.ServerErrors {
+		fmt.Printf("%-13s %s\n", "", l)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -25,6 +26,7 @@ type shardRig struct {
 	plainURL, catalogURL string
 	s0URL, s1URL         string
 	pids                 []int                    // local postmasters, whose CPU is read; none for external servers
+	logs                 []string                 // local servers' logs
 	pools                map[string]*pgxpool.Pool // "plain", "s0", "s1"
 	servers              []*pgxpool.Pool          // one per server, for CHECKPOINT
 	plain, sharded       *env                     // the brokers (sharded's pool is s0's)
@@ -77,6 +79,7 @@ func (r *shardRig) startLocal(ctx context.Context, dir string) error {
 		}
 		r.cleanups = append(r.cleanups, func() { _ = pg.Stop() })
 		r.pids = append(r.pids, pg.PID())
+		r.logs = append(r.logs, filepath.Join(dir, "shard-"+name, "postgres.log"))
 		for _, db := range dbs[name] {
 			if err := createDatabase(ctx, pg, db); err != nil {
 				return err
@@ -282,6 +285,9 @@ func (e *env) measureShards(ctx context.Context, o options, res *result) error {
 		if err != nil {
 			return fmt.Errorf("shard-move: %w", err)
 		}
+		if m.State == "failed" {
+			m.ServerErrors = r.serverErrors(5)
+		}
 		sr.Move = &m
 		m.print()
 	}
@@ -305,4 +311,24 @@ func (r *shardResult) met() bool {
 		}
 	}
 	return r.Move == nil || r.Move.State == "done"
+}
+
+// serverErrors are the last n ERROR lines of the local servers' logs (a
+// failed move's cause is often only there; the run's folder is removed).
+func (r *shardRig) serverErrors(n int) []string {
+	var out []string
+	for _, path := range r.logs {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		var errs []string
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.Contains(line, "ERROR:") {
+				errs = append(errs, filepath.Base(filepath.Dir(path))+": "+line)
+			}
+		}
+		out = append(out, errs[max(0, len(errs)-n):]...)
+	}
+	return out
 }
