@@ -70,3 +70,15 @@ func TestSplitHalvesTheWorkers(t *testing.T) {
 		t.Errorf("ratio")
 	}
 }
+
+// TestShardWorkloadsRunOnlyWhenNamed: make bench's default set (no -only)
+// leaves the shard workloads out; -only runs them.
+func TestShardWorkloadsRunOnlyWhenNamed(t *testing.T) {
+	if (options{}).named("shards") || !(options{}).selected("push-b1") {
+		t.Error("the default set runs the shard workloads, or not the others")
+	}
+	o := options{only: "shards,shard-move"}
+	if !o.named("shards") || !o.named("shard-move") || o.named("push-b1") || o.named("shard") {
+		t.Errorf("-only %s: named wrongly", o.only)
+	}
+}
