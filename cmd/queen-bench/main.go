@@ -9,7 +9,10 @@
 // the three are printed side by side. Every message the broker answered
 // "queued" is checked to be stored once, every delivery to be the only one
 // in its group, and every River job to be stored once and completed at most
-// once. The result is printed and written as JSON.
+// once. The result is printed and written as JSON. Named with -only (make
+// bench-shards), the shard workloads compare a broker with shards against
+// one without and move a queue under load, on servers of their own
+// (shards.go, shardload.go, shardmove.go).
 //
 // It is run by `make bench`, never by the tests: timing belongs here.
 package main
