@@ -89,6 +89,16 @@ bench-grown: ## the queen column of push-b1, push-b100, pop+ack-b10 fresh and on
 	$(GO) build -o bin/queen-bench ./cmd/queen-bench
 	./bin/queen-bench -queen bin/queen -grown -river "" -window $(BENCH_WINDOW) -windows $(BENCH_WINDOWS) $(SCALE_FLAGS) -out bench-grown-result.json
 
+# Shards (issue 32): plain vs one shard vs two, and a move under load, on
+# two local wal_level=logical servers (about 2.5 minutes, so not in make
+# bench); SHARDS_FLAGS="-shards-plain URL -shards-catalog URL -shards-urls
+# 's0=URL;s1=URL'" points it at servers of their own.
+SHARDS_FLAGS ?=
+bench-shards: ## routing overhead (push-b1, pop+ack-b10: no shards vs one shard vs two) and a queue moved s0 -> s1 at 1,000 msg/s (copy, freeze pause, stalls, exactly-once); writes bench-shards-result.json
+	$(GO) build -o bin/queen ./cmd/queen
+	$(GO) build -o bin/queen-bench ./cmd/queen-bench
+	./bin/queen-bench -queen bin/queen -river "" -only shards,shard-move -window $(BENCH_WINDOW) -windows $(BENCH_WINDOWS) $(SHARDS_FLAGS) -out bench-shards-result.json
+
 lint: ## go vet and gofmt
 	$(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -99,4 +109,4 @@ build: ## build bin/queen
 help: ## list targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-.PHONY: run cluster cluster-shards ha-pg failover-async fuzz test test-race bench bench-scale bench-grown sim sim-replay sim-canaries attack lint build help
+.PHONY: run cluster cluster-shards ha-pg failover-async fuzz test test-race bench bench-scale bench-grown bench-shards sim sim-replay sim-canaries attack lint build help

@@ -9,7 +9,10 @@
 // the three are printed side by side. Every message the broker answered
 // "queued" is checked to be stored once, every delivery to be the only one
 // in its group, and every River job to be stored once and completed at most
-// once. The result is printed and written as JSON.
+// once. The result is printed and written as JSON. Named with -only (make
+// bench-shards), the shard workloads compare a broker with shards against
+// one without and move a queue under load, on servers of their own
+// (shards.go, shardload.go, shardmove.go).
 //
 // It is run by `make bench`, never by the tests: timing belongs here.
 package main
@@ -46,6 +49,9 @@ type options struct {
 	grown    bool // -grown: the queen column of the three-way table, fresh then on grown tables
 	size     scaleSize
 	profile  string // -pg-profile: where each broker window's statement profile goes
+	// -shards-urls, -shards-plain, -shards-catalog: the shard workloads'
+	// databases on servers of their own (default: two local servers).
+	shardURLs, shardPlain, shardCatalog string
 }
 
 func main() {
@@ -57,7 +63,7 @@ func main() {
 	flag.StringVar(&o.out, "out", "bench-result.json", "where to write the JSON result")
 	flag.IntVar(&o.parts, "bootstrap-partitions", 5000, "partitions of the bootstrap workload")
 	flag.BoolVar(&o.skipBoot, "skip-bootstrap", false, "skip the bootstrap workload")
-	flag.StringVar(&o.only, "only", "", "comma-separated workload names to run (default: all, with latency and bootstrap)")
+	flag.StringVar(&o.only, "only", "", "comma-separated workload names to run (default: all, with latency and bootstrap, but not shards and shard-move, which run only when named: make bench-shards)")
 	flag.BoolVar(&o.scale, "scale", false, "the scale mode instead: each operation at a small and at a grown size (make bench-scale)")
 	flag.BoolVar(&o.grown, "grown", false, "the grown mode instead: the queen column of push-b1, push-b100 and pop+ack-b10 on fresh tables, then after growing them as -scale does (the -scale-* flags set the size) (make bench-grown)")
 	flag.IntVar(&o.size.Queues, "scale-queues", 10000, "scale mode: queues grown")
@@ -66,6 +72,9 @@ func main() {
 	flag.IntVar(&o.size.DLQ, "scale-dlq", 1000000, "scale mode: dead letters grown (in one queue)")
 	flag.IntVar(&o.size.KV, "scale-kv", 1000000, "scale mode: KV keys grown (in one namespace)")
 	flag.StringVar(&o.profile, "pg-profile", "", "load pg_stat_statements and auto_explain and append each broker window's statement profile to this file (plans sampled into FILE.pglog)")
+	flag.StringVar(&o.shardURLs, "shards-urls", "", "the shard workloads' shards, \"s0=URL;s1=URL\" (QUEEN_SHARDS' form; s0 best on the plain database's server); empty: two local servers")
+	flag.StringVar(&o.shardPlain, "shards-plain", "", "with -shards-urls: the database of the broker without shards")
+	flag.StringVar(&o.shardCatalog, "shards-catalog", "", "with -shards-urls: the catalogue database")
 	flag.Parse()
 	if err := run(o); err != nil {
 		log.Fatal("queen-bench: ", err)
@@ -83,6 +92,7 @@ type env struct {
 	pg       *pglocal.Cluster
 	dir      string      // the run's temporary folder
 	river    *riverBooks // what the River peers inserted and completed
+	books    *books      // nil: the run's ledger
 	cleanups []func()    // run when the run ends
 }
 
@@ -154,6 +164,12 @@ func (o options) selected(name string) bool {
 	return o.only == "" || strings.Contains(","+o.only+",", ","+name+",")
 }
 
+// named reports whether the -only list names the measurement: the
+// measurements left out of the default set run only then.
+func (o options) named(name string) bool {
+	return o.only != "" && o.selected(name)
+}
+
 // runScale runs the scale mode and writes its figures to o.out.
 func (e *env) runScale(ctx context.Context, o options) error {
 	r, err := e.scale(ctx, o.size)
@@ -174,6 +190,9 @@ func (e *env) runAll(ctx context.Context, o options, pg *pglocal.Cluster, dir st
 		return err
 	}
 	if err := e.measureOthers(ctx, o, pg, dir, &res); err != nil {
+		return err
+	}
+	if err := e.measureShards(ctx, o, &res); err != nil {
 		return err
 	}
 	// Late workloads run after bootstrap: the rows they add would slow it

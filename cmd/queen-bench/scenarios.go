@@ -342,6 +342,7 @@ type result struct {
 	Latency     *latencyResult         `json:"latency,omitempty"`
 	Bootstrap   *bootstrapResult       `json:"bootstrap,omitempty"`
 	Mesh        *meshResult            `json:"mesh,omitempty"`
+	Shards      *shardResult           `json:"shards,omitempty"`
 	Stored      map[string]int64       `json:"storedPerQueue"`
 	River       map[string]riverStored `json:"riverJobsPerQueue,omitempty"`
 	ThreeWay    []string               `json:"threeWayTable,omitempty"`
@@ -395,7 +396,7 @@ func (e *env) verifyStoredIn(ctx context.Context, res *result, queues []string) 
 }
 
 func (r *result) check() {
-	r.AllMet = (r.Latency == nil || r.Latency.Met) && (r.Bootstrap == nil || r.Bootstrap.Met) && (r.Mesh == nil || r.Mesh.Met)
+	r.AllMet = (r.Latency == nil || r.Latency.Met) && (r.Bootstrap == nil || r.Bootstrap.Met) && (r.Mesh == nil || r.Mesh.Met) && r.Shards.met()
 	for _, c := range r.Comparisons {
 		r.AllMet = r.AllMet && c.Met
 	}

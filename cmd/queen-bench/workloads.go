@@ -55,7 +55,19 @@ type books struct {
 	problems  []string
 }
 
-var ledger = &books{queued: map[string]int64{}}
+var ledger = newBooks()
+
+func newBooks() *books { return &books{queued: map[string]int64{}} }
+
+// ledger is the books e's pushes and deliveries are kept in: the run's,
+// unless e keeps its own (the shard workloads' databases are checked
+// apart).
+func (e *env) ledger() *books {
+	if e.books != nil {
+		return e.books
+	}
+	return ledger
+}
 
 func (b *books) problem(format string, a ...any) {
 	b.mu.Lock()
@@ -161,10 +173,10 @@ func pushOp(e *env, url, queue, name string, batch, win int) func(ctx context.Co
 		}
 		for _, r := range out {
 			if r.Status != "queued" {
-				ledger.problem("%s: a fresh transactionId answered %q", queue, r.Status)
+				e.ledger().problem("%s: a fresh transactionId answered %q", queue, r.Status)
 			}
 		}
-		ledger.addQueued(queue, int64(batch))
+		e.ledger().addQueued(queue, int64(batch))
 		return batch, nil
 	}
 }
@@ -232,7 +244,7 @@ func (e *env) popAck(ctx context.Context, queue, group string, batch int, wait b
 	}
 	acks := make([]string, len(p.Messages))
 	for i, m := range p.Messages {
-		ledger.deliver(queue, group, m.TransactionID)
+		e.ledger().deliver(queue, group, m.TransactionID)
 		acks[i] = fmt.Sprintf(`{"transactionId":%q,"partitionId":%q,"leaseId":%q,"status":"completed"}`, m.TransactionID, m.PartitionID, p.LeaseID)
 	}
 	ackBody := fmt.Sprintf(`{"consumerGroup":%q,"acknowledgments":[%s]}`, group, strings.Join(acks, ","))
@@ -249,7 +261,7 @@ func (e *env) popAck(ctx context.Context, queue, group string, batch int, wait b
 	}
 	for _, r := range res {
 		if !r.Success {
-			ledger.problem("%s: ack refused: %v", queue, r.Error)
+			e.ledger().problem("%s: ack refused: %v", queue, r.Error)
 		}
 	}
 	return len(p.Messages), nil
@@ -302,7 +314,7 @@ func (e *env) createPartitions(ctx context.Context, queue string, partitions int
 	if code, body, err := e.http.do(ctx, "POST", e.url+"/api/v1/push", []byte(`{"items":[`+strings.Join(items, ",")+`]}`)); err != nil || code != 201 {
 		return fmt.Errorf("create partitions: %d %s %v", code, body, err)
 	}
-	ledger.addQueued(queue, int64(partitions))
+	e.ledger().addQueued(queue, int64(partitions))
 	return nil
 }
 
@@ -330,7 +342,7 @@ func (e *env) topUp(ctx context.Context, queue string, perPartition int) error {
 	if err != nil {
 		return fmt.Errorf("top up: %w", err)
 	}
-	ledger.addQueued(queue, added)
+	e.ledger().addQueued(queue, added)
 	return nil
 }
 
