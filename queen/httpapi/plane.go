@@ -70,6 +70,7 @@ type router struct {
 	place  Placement
 	planes map[string]*plane // by shard name
 	order  []*plane          // as configured; the first is the default
+	seen   seenPartitions    // where acks found partitions (seen.go)
 }
 
 // planeFor is the plane serving tenant's queue: the Server's own without
@@ -310,13 +311,26 @@ type partitionAt struct {
 }
 
 // locate is the one plane holding the partitions pids (the default one
-// when none holds any), and per partition its queue and epoch. Every
-// shard is asked which it holds; a shard that cannot answer fails it unless
-// the others held every partition. A partition lives on one shard, but
-// during and after a move on two: its queue's placement says which
-// serves it (pick). Partitions served by several shards are a
-// *crossShardError.
+// when none holds any), and per partition its queue and epoch. Partitions
+// seen before on the shard their queue's placement still names are routed
+// there at once (seen.go); otherwise every shard is asked which it holds:
+// a shard that cannot answer fails it unless the others held every
+// partition. A partition lives on one shard, but during and after a move
+// on two: its queue's placement says which serves it (pick). Partitions
+// served by several shards are a *crossShardError.
 func (rt *router) locate(ctx context.Context, tenant string, pids []string) (*plane, map[string]partitionAt, error) {
+	if pl, at, ok := rt.locateSeen(ctx, tenant, pids); ok {
+		return pl, at, nil
+	}
+	pl, at, err := rt.locateAll(ctx, tenant, pids)
+	if err == nil && at != nil {
+		rt.remember(ctx, tenant, pl, at)
+	}
+	return pl, at, err
+}
+
+// locateAll is locate asking every shard.
+func (rt *router) locateAll(ctx context.Context, tenant string, pids []string) (*plane, map[string]partitionAt, error) {
 	holders := map[*plane][]store.PartitionRow{}
 	down := map[*plane]error{}
 	var failed error
