@@ -197,8 +197,14 @@ ORDER BY i.ord`
 // row turns that into moved, and the broker routes again. Read once per
 // statement (an uncorrelated subquery); never without shards (the epochs
 // array is NULL and the OR stops before it).
+//
+// The raise is inside a CASE, one expression over both rows: as three
+// ANDed conditions the planner may push fence_moved(p.queue_id), which
+// names p alone, down to the scan of partitions, ahead of the epoch
+// comparison, and fail every ack as moved (seen once in make
+// bench-shards: an ack of a queue that was not moving answered 503).
 const ackPartitionFenceSQL = `SELECT 1 FROM queen.partitions p JOIN input x ON x.pid = p.id
-	WHERE x.epoch <> 0 AND p.epoch <> x.epoch AND queen.fence_moved(p.queue_id)`
+	WHERE CASE WHEN x.epoch <> 0 AND p.epoch <> x.epoch THEN queen.fence_moved(p.queue_id) ELSE false END`
 
 type ackCompletedParams struct {
 	PartitionIDs, TransactionIDs, LeaseIDs, Groups, Tenants []string
