@@ -120,19 +120,11 @@ func (tr *crashTraffic) consume(ctx context.Context, i int) (int, error) {
 	case code != 200:
 		return 0, fmt.Errorf("pop: %d %s", code, body)
 	}
-	var out struct{ Messages []popMessage }
-	if err := json.Unmarshal([]byte(body), &out); err != nil {
-		return 0, fmt.Errorf("pop: %s: %w", body, err)
+	n, acks, err := tr.record(body)
+	if err != nil {
+		return 0, err
 	}
-	acks := make([]string, len(out.Messages))
-	tr.mu.Lock()
-	for j, m := range out.Messages {
-		tr.delivered[m.TransactionID]++
-		tr.order[m.PartitionID] = append(tr.order[m.PartitionID], m.Data.N)
-		acks[j] = fmt.Sprintf(`{"partitionId":%q,"transactionId":%q,"leaseId":%q,"status":"completed"}`, m.PartitionID, m.TransactionID, m.LeaseID)
-	}
-	tr.mu.Unlock()
-	return len(out.Messages), tr.ack(ctx, base, `{"acknowledgments":[`+strings.Join(acks, ",")+`]}`)
+	return n, tr.ack(ctx, base, acks)
 }
 
 // ack acknowledges a batch until a broker answers for every item. An item

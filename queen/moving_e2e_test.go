@@ -116,9 +116,20 @@ func (tr *moveTraffic) consume(i int) (int, error) {
 	case code != 200:
 		return 0, fmt.Errorf("pop: %d %s", code, body)
 	}
+	n, acks, err := tr.record(body)
+	if err != nil {
+		return 0, err
+	}
+	return n, tr.ack(base, acks)
+}
+
+// record notes the messages of a pop's answer body as delivered, in
+// their partitions' order, and answers how many there were and the ack
+// batch completing them all.
+func (tr *moveTraffic) record(body string) (int, string, error) {
 	var out struct{ Messages []popMessage }
 	if err := json.Unmarshal([]byte(body), &out); err != nil {
-		return 0, fmt.Errorf("pop: %s: %w", body, err)
+		return 0, "", fmt.Errorf("pop: %s: %w", body, err)
 	}
 	acks := make([]string, len(out.Messages))
 	tr.mu.Lock()
@@ -128,7 +139,7 @@ func (tr *moveTraffic) consume(i int) (int, error) {
 		acks[j] = fmt.Sprintf(`{"partitionId":%q,"transactionId":%q,"leaseId":%q,"status":"completed"}`, m.PartitionID, m.TransactionID, m.LeaseID)
 	}
 	tr.mu.Unlock()
-	return len(out.Messages), tr.ack(base, `{"acknowledgments":[`+strings.Join(acks, ",")+`]}`)
+	return len(out.Messages), `{"acknowledgments":[` + strings.Join(acks, ",") + `]}`, nil
 }
 
 // ack acknowledges a batch, again while the queue is moving.
