@@ -31,6 +31,18 @@ func cursorOf(t *testing.T, ctx context.Context, s *store.Store, pid, group stri
 	return c
 }
 
+// fencedLease is fencedPartition with its one message popped by group g
+// under a lease.
+func fencedLease(t *testing.T, ctx context.Context, s *store.Store, queue string) (pid, qid string, popped consume.PopResult) {
+	t.Helper()
+	pid, qid = fencedPartition(t, ctx, s, queue)
+	popped, err := claim(ctx, s, consume.PopRequest{Tenant: tenant, Queue: queue, Group: "g", Batch: 1})
+	if err != nil || len(popped.Messages) != 1 {
+		t.Fatalf("pop: %+v %v", popped, err)
+	}
+	return pid, qid, popped
+}
+
 // dlqCount is how many DLQ rows pid has.
 func dlqCount(t *testing.T, ctx context.Context, s *store.Store, pid string) int {
 	t.Helper()
@@ -58,11 +70,7 @@ func TestGeneralAckRoutedWithAStaleEpochIsMoved(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
 	ctx := context.Background()
-	pid, qid := fencedPartition(t, ctx, s, "fence-general")
-	popped, err := claim(ctx, s, consume.PopRequest{Tenant: tenant, Queue: "fence-general", Group: "g", Batch: 1})
-	if err != nil || len(popped.Messages) != 1 {
-		t.Fatalf("pop: %+v %v", popped, err)
-	}
+	pid, qid, popped := fencedLease(t, ctx, s, "fence-general")
 	item := func(status string, epoch int64) store.AckItem {
 		return store.AckItem{TransactionID: "seed", PartitionID: pid, LeaseID: popped.LeaseID, Status: status, Epoch: epoch}
 	}
@@ -71,7 +79,7 @@ func TestGeneralAckRoutedWithAStaleEpochIsMoved(t *testing.T) {
 		_, err := ack(ctx, s, tenant, "g", []store.AckItem{item(status, 2)})
 		wantMoved(t, status+" ack at epoch 2 of a queue at 1", err, qid)
 	}
-	_, err = ack(ctx, s, tenant, "g", []store.AckItem{item("completed", 2), item("completed", 2)})
+	_, err := ack(ctx, s, tenant, "g", []store.AckItem{item("completed", 2), item("completed", 2)})
 	wantMoved(t, "a completion twice at epoch 2", err, qid)
 	sameCursor(t, ctx, s, pid, "g", was, "a moved general ack")
 	if res, err := ack(ctx, s, tenant, "g", []store.AckItem{item("retry", 1)}); err != nil || !res[0].Success {
@@ -102,11 +110,7 @@ func TestTransactionAckOfAFrozenQueueIsMoved(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
 	ctx := context.Background()
-	pid, qid := fencedPartition(t, ctx, s, "fence-txn")
-	popped, err := claim(ctx, s, consume.PopRequest{Tenant: tenant, Queue: "fence-txn", Group: "g", Batch: 1})
-	if err != nil || len(popped.Messages) != 1 {
-		t.Fatalf("pop: %+v %v", popped, err)
-	}
+	pid, qid, popped := fencedLease(t, ctx, s, "fence-txn")
 	strict := func(status string, epoch int64) error {
 		items := []store.AckItem{{TransactionID: "seed", PartitionID: pid, LeaseID: popped.LeaseID, Status: status, Epoch: epoch}}
 		return pgx.BeginFunc(ctx, s.Pool(), func(tx pgx.Tx) error {
@@ -144,11 +148,7 @@ func TestGeneralAckBlockedBehindAFreezeIsMoved(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
 	ctx := context.Background()
-	pid, qid := fencedPartition(t, ctx, s, "fence-general-blocked")
-	popped, err := claim(ctx, s, consume.PopRequest{Tenant: tenant, Queue: "fence-general-blocked", Group: "g", Batch: 1})
-	if err != nil || len(popped.Messages) != 1 {
-		t.Fatalf("pop: %+v %v", popped, err)
-	}
+	pid, qid, popped := fencedLease(t, ctx, s, "fence-general-blocked")
 	was := cursorOf(t, ctx, s, pid, "g")
 	freeze, err := s.Pool().Begin(ctx)
 	if err != nil {
@@ -189,15 +189,11 @@ func TestReleaseOfAFrozenLeaseIsMoved(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
 	ctx := context.Background()
-	pid, qid := fencedPartition(t, ctx, s, "fence-release")
-	popped, err := claim(ctx, s, consume.PopRequest{Tenant: tenant, Queue: "fence-release", Group: "g", Batch: 1})
-	if err != nil || len(popped.Messages) != 1 {
-		t.Fatalf("pop: %+v %v", popped, err)
-	}
+	pid, qid, popped := fencedLease(t, ctx, s, "fence-release")
 	if _, err := s.Freeze(ctx, s.Pool(), tenant, "fence-release", 1); err != nil {
 		t.Fatal(err)
 	}
-	_, err = s.Release(ctx, popped.LeaseID)
+	_, err := s.Release(ctx, popped.LeaseID)
 	wantMoved(t, "a release of a frozen lease", err, qid)
 	if c := cursorOf(t, ctx, s, pid, "g"); !c.leased {
 		t.Fatalf("the moved release released the lease: %+v", c)
@@ -335,11 +331,7 @@ func TestAckOnASourceWhoseCursorsAreGoneIsMoved(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
 	ctx := context.Background()
-	pid, qid := fencedPartition(t, ctx, s, "fence-cleanup")
-	popped, err := claim(ctx, s, consume.PopRequest{Tenant: tenant, Queue: "fence-cleanup", Group: "g", Batch: 1})
-	if err != nil || len(popped.Messages) != 1 {
-		t.Fatalf("pop: %+v %v", popped, err)
-	}
+	pid, qid, popped := fencedLease(t, ctx, s, "fence-cleanup")
 	for _, sql := range []string{ // the freeze, then the cleanup's first deletes
 		`UPDATE queen.queues SET epoch = -1 WHERE id = $1`,
 		`UPDATE queen.partitions SET epoch = -1 WHERE queue_id = $1`,
